@@ -1,0 +1,1 @@
+"""One module per `gptforge` command; each has `main(argv: list[str]) -> int`."""

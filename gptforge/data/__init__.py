@@ -1,0 +1,1 @@
+"""Readers, normalization, filters, dedup, tokenizer, shard packing, loader, pipeline report."""

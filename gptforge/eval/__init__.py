@@ -1,0 +1,1 @@
+"""Perplexity / bits per byte, multiple choice, lm-eval adapter."""

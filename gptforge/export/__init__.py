@@ -1,0 +1,1 @@
+"""Hugging Face, ONNX and GGUF writers; quantize, prune, distill."""

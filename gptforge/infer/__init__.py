@@ -1,0 +1,1 @@
+"""Generation with a KV cache; OpenAI-compatible server."""

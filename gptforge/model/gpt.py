@@ -1,0 +1,296 @@
+"""The GPT decoder: GPT-2 blocks and Llama blocks as options of one module.
+
+Reads top to bottom like the papers:
+- GPT-2 (Radford et al. 2019): learned absolute positions, pre-LayerNorm, GELU MLP, tied
+  embeddings, init N(0, 0.02) with residual projections scaled by 1/sqrt(2*n_layer).
+- Llama (Touvron et al. 2023): rotary position embedding (Su et al. 2021), RMSNorm
+  (Zhang & Sennrich 2019), SwiGLU MLP (Shazeer 2020), grouped-query attention (Ainslie et al. 2023).
+
+The module knows nothing of parallelism, data or losses: it maps token ids (B, T) to logits
+(B, T, vocab_size). DDP/FSDP2/TP, activation checkpointing and compile are applied from outside.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from gptforge.config import ModelConfig
+
+
+class RMSNorm(nn.Module):
+    """Root-mean-square norm over the last dim: x / sqrt(mean(x^2) + eps) * weight (no bias)."""
+
+    def __init__(self, dim: int, eps: float = 1e-5):
+        super().__init__()
+        self.eps = eps
+        self.weight = nn.Parameter(torch.ones(dim))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        # Normalise in fp32 for stability under autocast, then cast back.
+        xf = x.float()
+        xf = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + self.eps)
+        return xf.type_as(x) * self.weight
+
+
+def rope_tables(head_dim: int, max_len: int, theta: float, device=None) -> tuple[torch.Tensor, torch.Tensor]:
+    """cos and sin tables for rotary embeddings, each (max_len, head_dim/2), fp32.
+
+    Frequencies theta^(-2i/head_dim), i = 0..head_dim/2-1 (Su et al. 2021, eq. 15).
+    """
+    inv_freq = 1.0 / (theta ** (torch.arange(0, head_dim, 2, dtype=torch.float32, device=device) / head_dim))
+    t = torch.arange(max_len, dtype=torch.float32, device=device)
+    freqs = torch.outer(t, inv_freq)
+    return freqs.cos(), freqs.sin()
+
+
+def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """Rotate pairs (first half, second half) of the head dim, the Hugging Face Llama layout.
+
+    x: (B, H, T, hd); cos, sin: (B or 1, 1, T, hd/2). Returns x's shape and dtype.
+    """
+    x1, x2 = x.float().chunk(2, dim=-1)
+    out = torch.cat((x1 * cos - x2 * sin, x2 * cos + x1 * sin), dim=-1)
+    return out.type_as(x)
+
+
+class KVCache:
+    """Pre-allocated key/value cache for one attention layer.
+
+    k, v: (B, n_kv_head, max_len, head_dim). `pos` is the number of filled positions.
+    """
+
+    def __init__(self, batch: int, n_kv_head: int, max_len: int, head_dim: int, device, dtype):
+        self.k = torch.zeros(batch, n_kv_head, max_len, head_dim, device=device, dtype=dtype)
+        self.v = torch.zeros_like(self.k)
+        self.pos = 0
+
+    def update(self, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Append k, v (B, n_kv_head, T, hd); return all cached keys/values so far."""
+        t = k.size(2)
+        if self.pos + t > self.k.size(2):
+            raise ValueError(f"KV cache overflow: {self.pos}+{t} positions > max_len {self.k.size(2)}")
+        self.k[:, :, self.pos : self.pos + t] = k
+        self.v[:, :, self.pos : self.pos + t] = v
+        self.pos += t
+        return self.k[:, :, : self.pos], self.v[:, :, : self.pos]
+
+
+class Attention(nn.Module):
+    """Multi-head causal self-attention with optional grouped-query KV heads and RoPE."""
+
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        self.n_head, self.n_kv_head, self.head_dim = cfg.n_head, cfg.n_kv_head, cfg.head_dim
+        self.q_proj = nn.Linear(cfg.d_model, cfg.n_head * cfg.head_dim, bias=cfg.qkv_bias)
+        self.k_proj = nn.Linear(cfg.d_model, cfg.n_kv_head * cfg.head_dim, bias=cfg.qkv_bias)
+        self.v_proj = nn.Linear(cfg.d_model, cfg.n_kv_head * cfg.head_dim, bias=cfg.qkv_bias)
+        self.o_proj = nn.Linear(cfg.n_head * cfg.head_dim, cfg.d_model, bias=cfg.bias)
+        self.o_proj.is_residual_proj = True
+        self.dropout = cfg.dropout
+        self.resid_dropout = nn.Dropout(cfg.dropout)
+        self.use_rope = cfg.arch == "llama"
+        self.eager = cfg.attention == "eager"
+
+    def forward(self, x, rope=None, cache: KVCache | None = None, attn_mask=None):
+        """x: (B, T, C) -> (B, T, C).
+
+        rope: (cos, sin) each (B or 1, 1, T, hd/2) for these positions. attn_mask: optional bool
+        (B or 1, 1, T, S), True = may attend; when None, causal masking is used.
+        """
+        B, T, _ = x.shape
+        # Heads may be sharded by tensor parallelism: infer the local count from the output width.
+        q = self.q_proj(x).view(B, T, -1, self.head_dim).transpose(1, 2)
+        k = self.k_proj(x).view(B, T, -1, self.head_dim).transpose(1, 2)
+        v = self.v_proj(x).view(B, T, -1, self.head_dim).transpose(1, 2)
+        if self.use_rope:
+            q, k = apply_rope(q, *rope), apply_rope(k, *rope)
+        past = 0
+        if cache is not None:
+            past = cache.pos
+            k, v = cache.update(k, v)
+        S = k.size(2)
+        if attn_mask is None and past > 0 and T > 1:
+            # Chunk after a prefix: query i (absolute past+i) sees keys 0..past+i.
+            attn_mask = torch.ones(T, S, dtype=torch.bool, device=x.device).tril(diagonal=past)[None, None]
+        is_causal = attn_mask is None and T > 1 and past == 0
+        groups = q.size(1) // k.size(1)
+        if groups > 1:
+            k = k.repeat_interleave(groups, dim=1)
+            v = v.repeat_interleave(groups, dim=1)
+        p = self.dropout if self.training else 0.0
+        if self.eager:
+            att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(self.head_dim))
+            if is_causal:
+                attn_mask = torch.ones(T, S, dtype=torch.bool, device=x.device).tril()[None, None]
+            if attn_mask is not None:
+                att = att.masked_fill(~attn_mask, float("-inf"))
+            att = F.dropout(att.float().softmax(-1).type_as(q), p=p, training=self.training)
+            y = att @ v
+        else:
+            y = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, dropout_p=p, is_causal=is_causal)
+        y = y.transpose(1, 2).reshape(B, T, -1)
+        return self.resid_dropout(self.o_proj(y))
+
+
+class MLP(nn.Module):
+    """GPT-2: down(gelu(up(x))). Llama: down(silu(gate(x)) * up(x)) (SwiGLU). (B, T, C) -> (B, T, C)."""
+
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        self.swiglu = cfg.arch == "llama"
+        if self.swiglu:
+            self.gate_proj = nn.Linear(cfg.d_model, cfg.d_ff, bias=cfg.bias)
+        self.up_proj = nn.Linear(cfg.d_model, cfg.d_ff, bias=cfg.bias)
+        self.down_proj = nn.Linear(cfg.d_ff, cfg.d_model, bias=cfg.bias)
+        self.down_proj.is_residual_proj = True
+        self.dropout = nn.Dropout(cfg.dropout)
+
+    def forward(self, x):
+        if self.swiglu:
+            h = F.silu(self.gate_proj(x)) * self.up_proj(x)
+        else:
+            h = F.gelu(self.up_proj(x), approximate="tanh")
+        return self.dropout(self.down_proj(h))
+
+
+def _norm(cfg: ModelConfig) -> nn.Module:
+    if cfg.arch == "llama":
+        return RMSNorm(cfg.d_model, cfg.norm_eps)
+    return nn.LayerNorm(cfg.d_model, eps=cfg.norm_eps, bias=cfg.bias)
+
+
+class Block(nn.Module):
+    """Pre-norm residual block: x + attn(norm_1(x)); x + mlp(norm_2(x))."""
+
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        self.norm_1 = _norm(cfg)
+        self.attn = Attention(cfg)
+        self.norm_2 = _norm(cfg)
+        self.mlp = MLP(cfg)
+
+    def forward(self, x, rope=None, cache=None, attn_mask=None):
+        x = x + self.attn(self.norm_1(x), rope, cache, attn_mask)
+        return x + self.mlp(self.norm_2(x))
+
+
+class GPT(nn.Module):
+    """Decoder-only transformer. `GPT(cfg)` with `cfg = ModelConfig(...).resolved()`.
+
+    forward(idx (B, T) int64) -> logits (B, T, vocab_size), in the autocast dtype or fp32.
+
+    Raises:
+        ValueError: a sequence longer than block_size for learned positions.
+    """
+
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        if cfg.n_layer is None:
+            cfg = cfg.resolved()
+        self.config = cfg
+        self.wte = nn.Embedding(cfg.vocab_size, cfg.d_model)
+        if cfg.arch == "gpt2":
+            self.wpe = nn.Embedding(cfg.block_size, cfg.d_model)
+        self.drop = nn.Dropout(cfg.dropout)
+        self.blocks = nn.ModuleList([Block(cfg) for _ in range(cfg.n_layer)])
+        self.norm_f = _norm(cfg)
+        self.lm_head = nn.Linear(cfg.d_model, cfg.vocab_size, bias=False)
+        if cfg.tie_embeddings:
+            self.lm_head.weight = self.wte.weight
+        if cfg.arch == "llama":
+            cos, sin = rope_tables(cfg.head_dim, cfg.block_size, cfg.rope_theta)
+            self.register_buffer("rope_cos", cos, persistent=False)
+            self.register_buffer("rope_sin", sin, persistent=False)
+        self.apply(self._init_weights)
+
+    def _init_weights(self, module: nn.Module) -> None:
+        # GPT-2 init: N(0, 0.02); residual output projections N(0, 0.02/sqrt(2*n_layer)).
+        if isinstance(module, nn.Linear):
+            std = 0.02
+            if getattr(module, "is_residual_proj", False):
+                std = 0.02 / math.sqrt(2 * self.config.n_layer)
+            nn.init.normal_(module.weight, mean=0.0, std=std)
+            if module.bias is not None:
+                nn.init.zeros_(module.bias)
+        elif isinstance(module, nn.Embedding):
+            nn.init.normal_(module.weight, mean=0.0, std=0.02)
+
+    def reset_rope(self) -> None:
+        """Recompute the RoPE tables (after moving off the meta device)."""
+        if self.config.arch == "llama":
+            cos, sin = rope_tables(self.config.head_dim, self.config.block_size, self.config.rope_theta,
+                                   device=self.wte.weight.device)
+            self.rope_cos, self.rope_sin = cos, sin
+
+    def num_params(self, non_embedding: bool = False) -> int:
+        """Parameter count; shared (tied) tensors counted once. non_embedding drops wte/wpe."""
+        seen, n = set(), 0
+        for name, p in self.named_parameters():
+            if id(p) in seen:
+                continue
+            seen.add(id(p))
+            if non_embedding and name.split(".")[0] in ("wte", "wpe"):
+                continue
+            n += p.numel()
+        return n
+
+    def forward(
+        self,
+        idx: torch.Tensor,
+        position_ids: torch.Tensor | None = None,
+        attn_mask: torch.Tensor | None = None,
+        caches: list[KVCache] | None = None,
+        last_only: bool = False,
+    ) -> torch.Tensor:
+        """idx (B, T) -> logits (B, T, V), or (B, 1, V) with last_only.
+
+        position_ids: (B, T) or (T,) absolute positions (default: past + arange(T)), e.g. restarting
+        per packed sequence. attn_mask: bool (B or 1, 1, T, S), True = may attend (default causal).
+        caches: one KVCache per block for incremental decoding.
+        """
+        B, T = idx.shape
+        past = caches[0].pos if caches else 0
+        if position_ids is None:
+            if past + T > self.config.block_size:
+                raise ValueError(
+                    f"sequence of {past + T} positions exceeds model.block_size {self.config.block_size}"
+                )
+            position_ids = torch.arange(past, past + T, device=idx.device)
+        if position_ids.dim() == 1:
+            position_ids = position_ids.unsqueeze(0)
+        x = self.wte(idx)
+        rope = None
+        if self.config.arch == "gpt2":
+            x = x + self.wpe(position_ids)
+        else:
+            rope = (self.rope_cos[position_ids][:, None], self.rope_sin[position_ids][:, None])
+        x = self.drop(x)
+        for i, block in enumerate(self.blocks):
+            x = block(x, rope, caches[i] if caches else None, attn_mask)
+        if last_only:
+            x = x[:, -1:, :]
+        return self.lm_head(self.norm_f(x))
+
+    def make_caches(self, batch: int, max_len: int | None = None, dtype=None) -> list[KVCache]:
+        """One empty KVCache per block, sized for `max_len` positions (default block_size)."""
+        cfg = self.config
+        p = self.wte.weight
+        return [
+            KVCache(batch, cfg.n_kv_head, max_len or cfg.block_size, cfg.head_dim, p.device, dtype or p.dtype)
+            for _ in range(cfg.n_layer)
+        ]
+
+
+def flops_per_token(cfg: ModelConfig, n_params: int, seq_len: int | None = None) -> float:
+    """Training FLOPs per token: 6*N + 12*L*H*Q*T (PaLM, Chowdhery et al. 2022, appendix B).
+
+    N: all parameters (tied embeddings counted once), as the PaLM and Llama 3 MFU figures count
+    them; L layers, H heads, Q head dim, T sequence length. Units: FLOPs/token.
+    """
+    T = seq_len or cfg.block_size
+    return 6.0 * n_params + 12.0 * cfg.n_layer * cfg.n_head * cfg.head_dim * T

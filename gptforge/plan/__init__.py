@@ -1,0 +1,1 @@
+"""Memory, FLOPs and time model; hardware table; layout search."""

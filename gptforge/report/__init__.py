@@ -1,0 +1,1 @@
+"""HTML run report with plots."""

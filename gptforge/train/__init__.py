@@ -1,0 +1,1 @@
+"""Training loop, optimizer and schedules, precision, parallelize, checkpoint, loggers."""
