@@ -271,3 +271,12 @@ def explain_unknown(message: str, sections: dict[str, type] = SECTIONS) -> str:
         hints.append(f"{m.group(1)}.{m.group(2)}{_did_you_mean(m.group(2), names)}")
     hints = [h for h in hints if "did you mean" in h]
     return message + ("\n" + "; ".join(hints) if hints else "")
+
+
+@dataclass
+class RunConfig:
+    """Everything a `pretrain` run needs; saved as RUN_DIR/config.yaml."""
+
+    model: ModelConfig = field(default_factory=ModelConfig)
+    train: TrainConfig = field(default_factory=TrainConfig)
+    parallel: ParallelConfig = field(default_factory=ParallelConfig)
