@@ -224,3 +224,34 @@ def load_model_weights(ckpt: Path, model: torch.nn.Module) -> None:
     sd = model.state_dict()
     dcp.load({"model": sd}, checkpoint_id=str(ckpt))
     model.load_state_dict(sd)
+
+
+def load_for_inference(path: str | Path, device: str | torch.device = "cpu", which: str = "latest"):
+    """Build the model of a run directory or checkpoint folder and load its weights.
+
+    Returns: (model in eval mode on `device`, checkpoint folder, saved config dict, tokenizer.json
+    path or None). The tokenizer is looked for in the checkpoint folder, then the run directory,
+    then the data folder the run was trained on.
+
+    Raises:
+        FileNotFoundError: no complete checkpoint at `path` (see `find_checkpoint`).
+    """
+    import yaml
+
+    from gptforge.config import ModelConfig
+    from gptforge.model.gpt import GPT
+
+    ckpt = find_checkpoint(path, which)
+    doc = yaml.safe_load((ckpt / "config.yaml").read_text())
+    model = GPT(ModelConfig(**doc["model"]).resolved())
+    load_model_weights(ckpt, model)
+    model.to(device).eval()
+    tok = None
+    candidates = [ckpt / "tokenizer.json", ckpt.parent.parent / "tokenizer.json"]
+    if doc.get("data", {}).get("path"):
+        candidates.append(Path(doc["data"]["path"]) / "tokenizer.json")
+    for c in candidates:
+        if c.exists():
+            tok = c
+            break
+    return model, ckpt, doc, tok

@@ -13,6 +13,7 @@ import contextlib
 import hashlib
 import json
 import math
+import shutil
 import signal
 import subprocess
 import time
@@ -240,7 +241,9 @@ def train(cfg: RunConfig, data_dir: str | Path, run_dir: str | Path, resume: boo
         state.update(ckpt_lib.load_checkpoint(found, model, optimizer))
         if scaler is not None and state.get("scaler"):
             scaler.load_state_dict(state["scaler"])
-    (run_dir / "config.yaml").write_text(config_yaml)
+    ckpt_lib.atomic_write_text(run_dir / "config.yaml", config_yaml)
+    if (data_dir / "tokenizer.json").exists():  # a run directory is self-contained for inference
+        shutil.copyfile(data_dir / "tokenizer.json", run_dir / "tokenizer.json")
 
     say = log or (lambda m: None)
     tokens_per_step = batches.global_batch_size * mc.block_size
