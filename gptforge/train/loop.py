@@ -83,6 +83,35 @@ def token_loss_sum(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
                            ignore_index=IGNORE_INDEX, reduction="sum")
 
 
+def count_targets(micro_batches: list[tuple[torch.Tensor, torch.Tensor]]) -> int:
+    """Number of target tokens that count (!= -100) over all micro-batches of one optimizer step."""
+    return sum(int((y != IGNORE_INDEX).sum()) for _, y in micro_batches)
+
+
+def forward_backward(model: torch.nn.Module, micro_batches: list[tuple[torch.Tensor, torch.Tensor]],
+                     loss_divisor: float, device: torch.device, precision: str = "fp32",
+                     scaler: torch.amp.GradScaler | None = None) -> torch.Tensor:
+    """Accumulate gradients of sum(token losses) / loss_divisor over the micro-batches.
+
+    With loss_divisor = the step's total target-token count, the accumulated gradient equals that
+    of the mean token loss of one batch holding all micro-batches, however the target tokens are
+    spread across micro-batches (a mean of micro-batch means would weight them unequally).
+    Each micro-batch is (inputs (b, T), targets (b, T)) int64; targets -100 are ignored.
+
+    Returns: the summed token loss in nats (0-dim, detached), for logging.
+    """
+    loss_sum = torch.zeros((), device=device)
+    for x, y in micro_batches:
+        x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
+        with autocast_context(device, precision):
+            logits = model(x)
+        ls = token_loss_sum(logits, y)
+        scaled = ls / max(loss_divisor, 1)
+        (scaler.scale(scaled) if scaler is not None else scaled).backward()
+        loss_sum += ls.detach()
+    return loss_sum
+
+
 def file_sha256(path: Path) -> str:
     h = hashlib.sha256()
     with open(path, "rb") as f:
@@ -275,16 +304,8 @@ def train(cfg: RunConfig, data_dir: str | Path, run_dir: str | Path, resume: boo
                 for g in optimizer.param_groups:
                     g["lr"] = lr
                 micro = batches.micro_batches(step)
-                n_tokens = sum(int((y != IGNORE_INDEX).sum()) for _, y in micro)
-                loss_sum = torch.zeros((), device=device)
-                for x, y in micro:
-                    x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
-                    with autocast_context(device, tc.precision):
-                        logits = model(x)
-                    ls = token_loss_sum(logits, y)
-                    scaled = ls / max(n_tokens, 1)
-                    (scaler.scale(scaled) if scaler is not None else scaled).backward()
-                    loss_sum += ls.detach()
+                n_tokens = count_targets(micro)
+                loss_sum = forward_backward(model, micro, n_tokens, device, tc.precision, scaler)
                 if scaler is not None:
                     scaler.unscale_(optimizer)
                 max_norm = tc.grad_clip if tc.grad_clip > 0 else float("inf")
