@@ -36,7 +36,7 @@ def test_accumulated_update_equals_big_batch_with_uneven_target_counts():
     for p0, pa, pb in zip(before, a.parameters(), b.parameters()):
         assert not torch.equal(pb, p0)  # the step changed the weights
         # Equal up to fp32 rounding of p + update (the update is ~1e-3 of |p|).
-        torch.testing.assert_close(pa, pb, rtol=1e-6, atol=0)
+        torch.testing.assert_close(pa, pb, rtol=1e-6, atol=1e-10)
     # A mean of micro-batch means would differ here: make sure this test can tell.
     means = torch.stack([torch.nn.functional.cross_entropy(a(xx).reshape(-1, 64), yy.reshape(-1),
                                                            ignore_index=IGNORE_INDEX) for xx, yy in micro[1:]])
