@@ -21,3 +21,24 @@ def shared_data() -> Path:
     if not SHARED_DATA.is_dir():
         pytest.skip("../shared/data is not present")
     return SHARED_DATA
+
+
+def stdlib_sample_files(n: int = 40) -> list[Path]:
+    """A fixed, small set of real standard-library source files (deterministic)."""
+    from gptforge.data.stdlib_corpus import stdlib_files
+
+    files = stdlib_files()
+    step = max(1, len(files) // n)
+    return files[::step][:n]
+
+
+@pytest.fixture(scope="session")
+def tiny_shards(tmp_path_factory) -> Path:
+    """A prepared shard folder from ~40 standard-library files, vocab 384, one worker."""
+    from gptforge.data.prepare import PrepareConfig, prepare
+
+    out = tmp_path_factory.mktemp("shards") / "data"
+    cfg = PrepareConfig(inputs=[str(p) for p in stdlib_sample_files()], out=str(out), vocab_size=384,
+                        val_fraction=0.1, workers=1)
+    prepare(cfg, show_progress=False)
+    return out

@@ -21,6 +21,8 @@ import shutil
 from pathlib import Path
 from typing import Any
 
+import warnings
+
 import numpy as np
 import torch
 import torch.distributed as dist
@@ -114,7 +116,9 @@ def save_checkpoint(ckpt_root: Path, step: int, model: torch.nn.Module, optimize
     state = {"model": model_sd}
     if optimizer is not None:
         state["optim"] = optim_sd
-    dcp.save(state, checkpoint_id=str(tmp))
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=".*torch.distributed is disabled.*")
+        dcp.save(state, checkpoint_id=str(tmp))
     # RNG states differ per rank; everything else is identical, so rank 0's copy is kept.
     rng = [None] * (dist.get_world_size() if dist.is_initialized() else 1)
     if dist.is_initialized():
@@ -184,6 +188,11 @@ def find_checkpoint(path: str | Path, which: str = "latest") -> Path:
         found = read_pointer(root, which)
         if found is not None:
             return found
+        if which == "latest" and (root / "latest").exists():
+            # The pointer names a damaged folder: fall back to the newest complete one.
+            complete = [d for d in sorted(root.glob("step_*"), reverse=True) if is_complete(d)]
+            if complete:
+                return complete[0]
     raise FileNotFoundError(
         f"no complete checkpoint at {p}: expected a run directory with checkpoints/{which}, "
         "or a checkpoints/step_N folder holding .metadata and trainer_state.pt"
@@ -205,7 +214,9 @@ def load_checkpoint(ckpt: Path, model: torch.nn.Module, optimizer: torch.optim.O
     state = {"model": model_sd}
     if optimizer is not None:
         state["optim"] = optim_sd
-    dcp.load(state, checkpoint_id=str(ckpt))
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=".*torch.distributed is disabled.*")
+        dcp.load(state, checkpoint_id=str(ckpt))
     set_state_dict(
         model, optimizer if optimizer is not None else [],
         model_state_dict=state["model"], optim_state_dict=state.get("optim", {}),
@@ -222,7 +233,9 @@ def load_checkpoint(ckpt: Path, model: torch.nn.Module, optimizer: torch.optim.O
 def load_model_weights(ckpt: Path, model: torch.nn.Module) -> None:
     """Load only the model weights of a DCP checkpoint into `model` (for evaluate/generate)."""
     sd = model.state_dict()
-    dcp.load({"model": sd}, checkpoint_id=str(ckpt))
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=".*torch.distributed is disabled.*")
+        dcp.load({"model": sd}, checkpoint_id=str(ckpt))
     model.load_state_dict(sd)
 
 

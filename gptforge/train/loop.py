@@ -136,7 +136,7 @@ def run_config_yaml(cfg: RunConfig, data_dir: Path, extra: dict[str, Any] | None
     """The resolved config plus provenance: versions, git commit, data path and meta.json hash."""
     doc = to_dict(cfg)
     doc["data"] = {"path": str(data_dir), "meta_sha256": file_sha256(Path(data_dir) / "meta.json")}
-    doc["versions"] = {"gptforge": gptforge.__version__, "torch": torch.__version__, "git_commit": git_commit()}
+    doc["versions"] = {"gptforge": gptforge.__version__, "torch": str(torch.__version__), "git_commit": git_commit()}
     if extra:
         doc.update(extra)
     return yaml.safe_dump(doc, sort_keys=False)
