@@ -80,10 +80,10 @@ class PrepareConfig:
             raise ValueError(f"--vocab-size must be at least 257 (256 bytes + <|endoftext|>), got {self.vocab_size}")
 
     def meta_dict(self) -> dict[str, Any]:
-        """The options that decide the output (workers and overwrite do not), for meta.json."""
+        """The options that decide the output's content (not out, workers, overwrite), for meta.json."""
         d = asdict(self)
-        d.pop("workers")
-        d.pop("overwrite")
+        for key in ("out", "workers", "overwrite"):
+            d.pop(key)
         return d
 
 

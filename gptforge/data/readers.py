@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import codecs
 import glob
-import gzip
 import io
 import json
 import logging
@@ -246,7 +245,8 @@ def _walk(folder: Path) -> list[Path]:
                 continue
             if split_suffixes(name)[0] in SUPPORTED_EXTS:
                 found.append(Path(os.path.normpath(os.path.join(root, name))))
-    return found
+    # Sorted by path components, so the order is the same on every file system.
+    return sorted(found, key=lambda p: p.parts)
 
 
 # --------------------------------------------------------------------------------------------
@@ -258,48 +258,30 @@ class _TruncatedArchive(Exception):
     pass
 
 
-class _GzipRaw(io.RawIOBase):
-    """Decompressing gzip stream that reports a damaged/truncated archive as one error type."""
+class _DecompressRaw(io.RawIOBase):
+    """Streaming decompression (gzip or zstd) that keeps everything before a damaged spot.
 
-    def __init__(self, path: Path):
-        self._inner = gzip.open(path, "rb")
-        self._path = path
-
-    def readable(self) -> bool:
-        return True
-
-    def readinto(self, b) -> int:  # type: ignore[override]
-        try:
-            data = self._inner.read(len(b))
-        except (EOFError, gzip.BadGzipFile, zlib.error) as e:
-            raise _TruncatedArchive(f"{self._path}: damaged or truncated .gz archive ({e})") from e
-        n = len(data)
-        b[:n] = data
-        return n
-
-    def close(self) -> None:
-        try:
-            self._inner.close()
-        finally:
-            super().close()
-
-
-class _ZstdRaw(io.RawIOBase):
-    """Streaming zstd decompression that notices a cut-off frame.
-
-    zstandard's own `stream_reader` ends quietly at a truncated frame, which would pass a
-    half-written archive off as complete; here every frame must reach its end marker. Several
-    concatenated frames (files appended by separate `zstd` calls) are read in turn.
+    Compressed bytes are fed in 256 KiB chunks to a decompress object; the output is served as
+    it comes, so a truncated archive yields all the text before the cut and then raises
+    `_TruncatedArchive`. Each member/frame must reach its end marker (zstandard's own
+    `stream_reader` ends quietly at a cut-off frame, which would pass a half-written archive
+    off as complete). Concatenated members/frames (`cat a.gz b.gz`) are read in turn.
     """
 
-    def __init__(self, path: Path):
-        import zstandard
+    def __init__(self, path: Path, kind: str):
+        if kind == ".gz":
+            self._new = lambda: zlib.decompressobj(16 + zlib.MAX_WBITS)  # gzip header + trailer
+            self._errors: tuple[type[BaseException], ...] = (zlib.error,)
+        else:
+            import zstandard
 
-        self._zstd = zstandard
+            dctx = zstandard.ZstdDecompressor()
+            self._new = dctx.decompressobj
+            self._errors = (zstandard.ZstdError,)
         self._fh = open(path, "rb")
         self._path = path
-        self._dctx = zstandard.ZstdDecompressor()
-        self._dobj = self._dctx.decompressobj()
+        self._kind = kind
+        self._dobj = self._new()
         self._fed = False
         self._buf = b""
         self._pos = 0
@@ -312,15 +294,17 @@ class _ZstdRaw(io.RawIOBase):
         while chunk:
             try:
                 out = self._dobj.decompress(chunk)
-                self._buf = self._buf[self._pos:] + out if self._pos < len(self._buf) else out
-                self._pos = 0
-            except self._zstd.ZstdError as e:
-                raise _TruncatedArchive(f"{self._path}: damaged .zst archive ({e})") from e
+            except self._errors as e:
+                raise _TruncatedArchive(f"{self._path}: damaged {self._kind} archive ({e})") from e
+            self._buf = self._buf[self._pos:] + out if self._pos < len(self._buf) else out
+            self._pos = 0
             self._fed = True
             if self._dobj.eof:
                 chunk = self._dobj.unused_data
-                self._dobj = self._dctx.decompressobj()
+                self._dobj = self._new()
                 self._fed = False
+                if self._kind == ".gz" and not chunk.strip(b"\x00"):
+                    chunk = b""  # zero padding after the last member is allowed (as gzip(1) does)
             else:
                 chunk = b""
 
@@ -330,7 +314,8 @@ class _ZstdRaw(io.RawIOBase):
             if not chunk:
                 self._done = True
                 if self._fed:
-                    raise _TruncatedArchive(f"{self._path}: truncated .zst archive (the last frame has no end)")
+                    raise _TruncatedArchive(f"{self._path}: truncated {self._kind} archive "
+                                            f"(it ends before its end-of-stream marker)")
                 break
             self._feed(chunk)
         n = min(len(b), len(self._buf) - self._pos)
@@ -353,12 +338,9 @@ def open_binary(path: Path) -> BinaryIO:
     Reading a damaged or truncated archive raises `_TruncatedArchive` at the damage.
     """
     comp = split_suffixes(path)[1]
-    if comp == ".gz":
-        raw: io.RawIOBase = _GzipRaw(path)
-    elif comp == ".zst":
-        raw = _ZstdRaw(path)
-    else:
+    if comp not in COMPRESSION_EXTS:
         return open(path, "rb")
+    raw = _DecompressRaw(path, comp)
     return io.BufferedReader(raw, buffer_size=1 << 20)  # type: ignore[return-value]
 
 

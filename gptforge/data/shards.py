@@ -85,9 +85,8 @@ class ShardWriter:
     Args:
         out_dir: the folder to create. It must not exist (or be empty) unless `overwrite`.
         tokenizer: the tokenizer that made the ids (copied into the folder, hashed into meta).
-        max_shard_bytes: a file is closed and the next one started once it holds at least this
-            many bytes (checked after each `write`, so files end at document boundaries when
-            each write holds whole documents).
+        max_shard_bytes: a file is closed and the next one started at the first document end
+            (EOS id) at or past this many bytes, so files end at document boundaries.
         overwrite: replace an existing shard folder (only once the new one is complete).
 
     Raises:
@@ -132,16 +131,26 @@ class ShardWriter:
         if ids.size and int(ids.max()) >= self.tokenizer.vocab_size:
             raise ValueError(f"token id {int(ids.max())} >= vocab_size {self.tokenizer.vocab_size}")
         info = self.splits[split]
-        if ids.size:
+        data = ids.astype(self.dtype, copy=False)
+        itemsize = self.dtype.itemsize
+        while data.size:
             fh = self._fh.get(split)
             if fh is None:
                 name = f"{split}_{len(info['files']):03d}.bin"
                 fh = open(self.tmp_dir / name, "wb")
                 self._fh[split], self._fh_bytes[split] = fh, 0
                 info["files"].append(name)
-            data = ids.astype(self.dtype, copy=False).tobytes()
-            fh.write(data)
-            self._fh_bytes[split] += len(data)
+            # Fill the current file up to the limit, then finish the document in progress
+            # (up to and including its EOS) so that every file ends at a document boundary.
+            room = max(1, -(-(self.max_shard_bytes - self._fh_bytes[split]) // itemsize))
+            take = data.size
+            if data.size > room:
+                ends = np.flatnonzero(data[room - 1:] == self.tokenizer.eos_id)
+                if ends.size:
+                    take = room - 1 + int(ends[0]) + 1
+            fh.write(data[:take].tobytes())
+            self._fh_bytes[split] += take * itemsize
+            data = data[take:]
             if self._fh_bytes[split] >= self.max_shard_bytes:
                 self._close(split)
         info["tokens"] += int(ids.size)

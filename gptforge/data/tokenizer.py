@@ -105,7 +105,9 @@ class Tokenizer:
 
     def encode_batch(self, texts: Sequence[str]) -> list[list[int]]:
         """`encode` for many texts at once (parallel in Rust unless TOKENIZERS_PARALLELISM=false)."""
-        return [e.ids for e in self._hf.encode_batch(list(texts), add_special_tokens=False)]
+        # encode_batch_fast skips character offsets, which we never use (~1.4x faster).
+        fast = getattr(self._hf, "encode_batch_fast", None) or self._hf.encode_batch
+        return [e.ids for e in fast(list(texts), add_special_tokens=False)]
 
     def encode_template(self, parts: Iterable[str | int]) -> list[int]:
         """Encode a template: strings as plain text (like `encode`), ints as special-token ids.
