@@ -42,3 +42,10 @@ def tiny_shards(tmp_path_factory) -> Path:
                         val_fraction=0.1, workers=1)
     prepare(cfg, show_progress=False)
     return out
+
+# torch.distributed.checkpoint logs every save at DEBUG; keep failure reports readable.
+import logging  # noqa: E402
+
+logging.getLogger("torch.distributed.checkpoint").setLevel(logging.WARNING)
+for _name in ("c10d-NullHandler-dcp_logger", "dcp_logger"):
+    logging.getLogger(_name).setLevel(logging.WARNING)
