@@ -1,0 +1,162 @@
+"""Training throughput on the CPU: gptforge `pretrain` beside nanoGPT's train.py, same shapes.
+
+Configurations (nanoGPT's shakespeare-char shapes):
+  (a) n_layer=4, n_head=4, d_model=128, block_size=256, batch 16
+  (b) n_layer=6, n_head=6, d_model=384, block_size=256, batch 12
+each in fp32 and bf16 autocast for gptforge (nanoGPT's train.py runs fp32 on a CPU whatever its
+dtype option says), one line per configuration: median tokens/s over the timed steps, MFU against
+the measured CPU matmul peak, and the ratio to nanoGPT measured in the same run.
+
+gptforge runs with full logging (metrics.jsonl, TensorBoard), evaluation and checkpointing on.
+Both train on the same character-level corpus (tinyshakespeare from ../shared/data when present,
+else the Python standard library's text), with the same vocabulary, bias-free linear layers and no
+dropout, as nanoGPT's shakespeare_char configuration does.
+
+nanoGPT is not part of gptforge: fetch it yourself and point NANOGPT_DIR at the checkout. Without
+it, the benchmark prints gptforge's figures alone.
+
+    NANOGPT_DIR=/path/to/nanoGPT python bench/train_throughput.py [--steps 40] [--configs a,b]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import pickle
+import re
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import numpy as np
+
+REPO = Path(__file__).resolve().parents[1]
+CONFIGS = {
+    "a": dict(n_layer=4, n_head=4, d_model=128, block_size=256, batch=16),
+    "b": dict(n_layer=6, n_head=6, d_model=384, block_size=256, batch=12),
+}
+
+
+def corpus_text() -> tuple[str, str]:
+    shakespeare = REPO.parent / "shared" / "data" / "tinyshakespeare.txt"
+    if shakespeare.exists():
+        return shakespeare.read_text(), "tinyshakespeare"
+    sys.path.insert(0, str(REPO))
+    from gptforge.data.stdlib_corpus import stdlib_files
+
+    text = "".join(p.read_text(errors="replace") for p in stdlib_files()[:200])
+    return text, "standard library (200 files)"
+
+
+def write_data(text: str, root: Path) -> tuple[Path, Path, int]:
+    """Char-level ids written both as nanoGPT's data/bench/{train,val}.bin + meta.pkl and as a
+    gptforge shard folder (meta.json + .bin). Returns (nanogpt_dir, shard_dir, vocab)."""
+    chars = sorted(set(text))
+    stoi = {c: i for i, c in enumerate(chars)}
+    ids = np.array([stoi[c] for c in text], dtype=np.uint16)
+    n = int(0.9 * len(ids))
+    nano = root / "nanogpt_data" / "bench"
+    nano.mkdir(parents=True)
+    ids[:n].tofile(nano / "train.bin")
+    ids[n:].tofile(nano / "val.bin")
+    with open(nano / "meta.pkl", "wb") as f:
+        pickle.dump({"vocab_size": len(chars)}, f)
+    shards = root / "shards"
+    shards.mkdir()
+    ids[:n].tofile(shards / "train_000.bin")
+    ids[n:].tofile(shards / "val_000.bin")
+    meta = {
+        "format": "gptforge-shards", "format_version": 1, "tokenizer_sha256": "char-level (benchmark)",
+        "vocab_size": len(chars), "dtype": "uint16", "eos_id": 0,
+        "splits": {
+            "train": {"tokens": n, "documents": 1, "bytes": len(text[:n].encode()), "files": ["train_000.bin"]},
+            "val": {"tokens": len(ids) - n, "documents": 1, "bytes": len(text[n:].encode()), "files": ["val_000.bin"]},
+            "test": {"tokens": 0, "documents": 0, "bytes": 0, "files": []},
+        },
+        "prepare_config": {"benchmark": "char-level"}, "gptforge_version": "bench",
+    }
+    (shards / "meta.json").write_text(json.dumps(meta))
+    return nano.parent, shards, len(chars)
+
+
+def run_gptforge(shards: Path, out: Path, c: dict, precision: str, steps: int, threads: int) -> dict:
+    cmd = [sys.executable, "-m", "gptforge.cli", "pretrain", "--data", str(shards), "--out", str(out),
+           "--model.arch", "gpt2", "--model.n_layer", str(c["n_layer"]), "--model.n_head", str(c["n_head"]),
+           "--model.d_model", str(c["d_model"]), "--model.block_size", str(c["block_size"]),
+           "--model.bias", "false", "--model.dropout", "0.0",
+           "--train.micro_batch_size", str(c["batch"]), "--train.max_steps", str(steps),
+           "--train.precision", precision, "--train.eval_interval", str(steps // 2), "--train.eval_steps", "2",
+           "--train.checkpoint_interval", str(steps // 2), "--train.warmup_steps", "5",
+           "--train.num_threads", str(threads), "--train.lr", "1e-3", "--quiet"]
+    subprocess.run(cmd, check=True, cwd=REPO, capture_output=True, text=True)
+    rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    timed = rows[3:]  # skip warm-up steps
+    return {
+        "tokens_per_second": statistics.median(r["tokens_per_second"] for r in timed),
+        "mfu": statistics.median(r["mfu"] for r in timed),
+        "val_loss": next(r["val_loss"] for r in reversed(rows) if "val_loss" in r),
+    }
+
+
+def run_nanogpt(nanogpt_dir: Path, data_root: Path, work: Path, c: dict, steps: int, threads: int) -> dict:
+    w = work / "nanogpt"
+    shutil.copytree(nanogpt_dir, w, ignore=shutil.ignore_patterns(".git", "data", "assets"))
+    shutil.copytree(data_root, w / "data")
+    cmd = [sys.executable, "train.py", "--dataset=bench", "--device=cpu", "--compile=False", "--dtype=float32",
+           f"--n_layer={c['n_layer']}", f"--n_head={c['n_head']}", f"--n_embd={c['d_model']}",
+           f"--block_size={c['block_size']}", f"--batch_size={c['batch']}", "--gradient_accumulation_steps=1",
+           "--dropout=0.0", f"--max_iters={steps}", f"--lr_decay_iters={steps}", "--eval_interval=100000",
+           "--eval_iters=1", "--log_interval=1", "--warmup_iters=5", "--learning_rate=1e-3",
+           "--always_save_checkpoint=False", f"--out_dir={work / 'nano_out'}"]
+    env = dict(os.environ, OMP_NUM_THREADS=str(threads))
+    proc = subprocess.run(cmd, cwd=w, capture_output=True, text=True, env=env)
+    if proc.returncode:
+        raise RuntimeError(f"nanoGPT failed:\n{proc.stderr[-2000:]}")
+    ms = [float(m) for m in re.findall(r"iter \d+: loss [\d.]+, time ([\d.]+)ms", proc.stdout)]
+    timed = ms[3:]
+    return {"tokens_per_second": c["batch"] * c["block_size"] / (statistics.median(timed) / 1000)}
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--steps", type=int, default=40, help="Optimizer steps per run (default 40).")
+    ap.add_argument("--configs", default="a,b", help="Which configurations (default a,b).")
+    ap.add_argument("--precisions", default="fp32,bf16", help="gptforge precisions (default fp32,bf16).")
+    ap.add_argument("--threads", type=int, default=os.cpu_count() or 1, help="CPU threads for both.")
+    args = ap.parse_args()
+    nano = os.environ.get("NANOGPT_DIR")
+    nano_dir = Path(nano) if nano else None
+    if nano_dir is not None and not (nano_dir / "train.py").exists():
+        print(f"NANOGPT_DIR={nano_dir} has no train.py; running gptforge alone")
+        nano_dir = None
+    text, source = corpus_text()
+    print(f"corpus: {source}, {len(text):,} characters; {args.steps} steps per run; {args.threads} threads")
+    with tempfile.TemporaryDirectory() as tmp:
+        tmp = Path(tmp)
+        data_root, shards, vocab = write_data(text, tmp)
+        print(f"char-level vocabulary {vocab}")
+        for key in args.configs.split(","):
+            c = CONFIGS[key]
+            ref = run_nanogpt(nano_dir, data_root, tmp / f"n{key}", c, args.steps, args.threads) if nano_dir else None
+            fp32_val = None
+            for prec in args.precisions.split(","):
+                r = run_gptforge(shards, tmp / f"g{key}{prec}", c, prec, args.steps, args.threads)
+                fp32_val = r["val_loss"] if prec == "fp32" else fp32_val
+                line = (f"({key}) L={c['n_layer']} H={c['n_head']} d={c['d_model']} T={c['block_size']} "
+                        f"B={c['batch']} {prec:>4}: gptforge {r['tokens_per_second']:>8,.0f} tok/s, "
+                        f"MFU {100 * r['mfu']:.1f}% of measured CPU {prec} peak, val loss {r['val_loss']:.4f}")
+                if prec != "fp32" and fp32_val is not None:
+                    line += f" (fp32 {fp32_val:.4f}, diff {r['val_loss'] - fp32_val:+.4f})"
+                if ref:
+                    line += f" | nanoGPT fp32 {ref['tokens_per_second']:,.0f} tok/s | ratio " \
+                            f"{r['tokens_per_second'] / ref['tokens_per_second']:.2f}x"
+                print(line, flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
