@@ -63,14 +63,15 @@ def measure_step_seconds(model_cfg: ModelConfig, train_cfg: TrainConfig, repeats
 
 def run_quickstart(out: Path, minutes: float = 10.0, vocab_size: int = 4096, preset: str = "gpt2-micro",
                    micro_batch_size: int = 16, block_size: int = 256, max_files: int | None = None,
-                   workers: int = 0, progress: bool = True,
+                   workers: int = 0, steps: int | None = None, progress: bool = True,
                    log: Callable[[str], None] = print) -> QuickstartResult:
     """Prepare the standard-library corpus, train `preset` for about `minutes`, evaluate, sample.
 
     Args:
         out: folder for `data/` (shards) and `run/` (the training run).
         minutes: training time budget (preparation and evaluation come on top: about a minute).
-        max_files: use only the first N library files (for quick trials and tests).
+        max_files: use only N library files (for quick trials and tests).
+        steps: a fixed number of optimizer steps instead of the time budget.
 
     Raises:
         FileNotFoundError: this Python ships no standard-library sources.
@@ -103,8 +104,8 @@ def run_quickstart(out: Path, minutes: float = 10.0, vocab_size: int = 4096, pre
     probe = TrainConfig(micro_batch_size=micro_batch_size)
     step_s = measure_step_seconds(model_cfg, probe)
     # Evaluations take ~10% of the budget; the rest is optimizer steps.
-    max_steps = max(20, int(minutes * 60 * 0.9 / step_s))
-    tc = TrainConfig(max_steps=max_steps, micro_batch_size=micro_batch_size, lr=2e-3, min_lr=2e-4,
+    max_steps = steps or max(20, int(minutes * 60 * 0.9 / step_s))
+    tc = TrainConfig(max_steps=max_steps, micro_batch_size=micro_batch_size, lr=3e-3, min_lr=3e-4,
                      warmup_steps=max(10, max_steps // 20), weight_decay=0.1, eval_interval=max(10, max_steps // 10),
                      eval_steps=8, checkpoint_interval=max(50, max_steps // 4), seed=1337)
     log(f"[2/4] training {preset} (block_size {block_size}, batch {micro_batch_size}) for {max_steps} steps: "

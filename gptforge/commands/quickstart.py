@@ -20,6 +20,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--micro-batch-size", type=int, default=16, help="Sequences per step (default 16).")
     p.add_argument("--block-size", type=int, default=256, help="Context length in tokens (default 256).")
     p.add_argument("--max-files", type=int, default=None, help="Use only N library files (quick trials).")
+    p.add_argument("--steps", type=int, default=None,
+                   help="Train exactly this many optimizer steps instead of filling --minutes.")
     p.add_argument("--workers", type=int, default=0, help="Tokenizer worker processes (default: all cores).")
     p.add_argument("--quiet", action="store_true", help="No progress bars.")
     return p
@@ -37,7 +39,7 @@ def main(argv: list[str]) -> int:
     try:
         r = run_quickstart(Path(args.out), minutes=args.minutes, vocab_size=args.vocab_size, preset=args.preset,
                            micro_batch_size=args.micro_batch_size, block_size=args.block_size,
-                           max_files=args.max_files, workers=args.workers, progress=not args.quiet,
+                           max_files=args.max_files, workers=args.workers, steps=args.steps, progress=not args.quiet,
                            log=lambda m: console.print(m, highlight=False, markup=False))
     except (FileNotFoundError, ValueError) as e:
         print(f"gptforge quickstart: error: {e}", file=sys.stderr)

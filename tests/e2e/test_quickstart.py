@@ -1,0 +1,19 @@
+"""The built-in default job, shrunk: a few library files, a few seconds of training."""
+
+import pytest
+
+from gptforge.quickstart import run_quickstart
+
+
+@pytest.mark.slow
+def test_quickstart_learns_beyond_unigram(tmp_path):
+    lines = []
+    r = run_quickstart(tmp_path / "qs", vocab_size=384, preset="gpt2-nano", micro_batch_size=16, block_size=64,
+                       max_files=40, workers=1, steps=150, progress=False, log=lines.append)
+    assert r.steps == 150
+    assert (r.run_dir / "checkpoints" / "latest").exists() and (r.data_dir / "meta.json").exists()
+    assert r.val_loss < r.unigram_entropy - 0.3, (r.val_loss, r.unigram_entropy)
+    assert r.val_bits_per_byte is not None and 0 < r.val_bits_per_byte < 8
+    assert len(r.samples) == 3 and all(s.startswith(p) for s, p in zip(r.samples, ["def ", "class ", '"""']))
+    text = "\n".join(lines)
+    assert "unigram entropy" in text and "tensorboard --logdir" in text
