@@ -60,6 +60,11 @@ class ModelConfig:
     """Epsilon of LayerNorm/RMSNorm. Default 1e-5."""
     rope_theta: Optional[float] = None
     """RoPE base frequency (llama). Default 10000."""
+    rope_scaling: Optional[dict] = None
+    """RoPE frequency scaling for long context (llama), as in Hugging Face configs: None (plain
+    RoPE), {"rope_type": "linear", "factor": f} (position interpolation), or {"rope_type": "llama3",
+    "factor", "low_freq_factor", "high_freq_factor", "original_max_position_embeddings"} (Llama 3.1).
+    Default None."""
     attention: Optional[Literal["sdpa", "eager"]] = None
     """Attention kernel: sdpa (torch scaled_dot_product_attention) or eager (explicit softmax,
     materialises the (T, T) score matrix). Default sdpa."""
