@@ -1,0 +1,83 @@
+"""`gptforge convert`: HF folder -> gptforge run directory -> HF folder."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+transformers = pytest.importorskip("transformers")
+
+from gptforge.cli import main  # noqa: E402
+from gptforge.commands.convert import load_model_checkpoint  # noqa: E402
+from gptforge.model.hf import read_hf_state_dict  # noqa: E402
+
+
+def _tiny_qwen2(path, dtype=torch.float32):
+    from transformers import Qwen2Config
+
+    torch.manual_seed(0)
+    cfg = Qwen2Config(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=128,
+                      tie_word_embeddings=True, bos_token_id=3, eos_token_id=4)
+    model = transformers.AutoModelForCausalLM.from_config(cfg)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(torch.randn_like(p) * 0.1)
+    model.to(dtype).save_pretrained(path)
+    (path / "tokenizer_config.json").write_text(json.dumps({"eos_token": "<eos>", "chat_template": "{{ x }}"}))
+    (path / "generation_config.json").write_text(json.dumps({"eos_token_id": 4, "temperature": 0.7, "do_sample": True}))
+    return model
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_convert_round_trip_cli(tmp_path, dtype, capsys):
+    src = tmp_path / "hf"
+    _tiny_qwen2(src, dtype)
+    # Reloaded in fp32 (casting a live HF model would also round its RoPE buffer to bf16).
+    hf = transformers.AutoModelForCausalLM.from_pretrained(src, dtype=torch.float32).eval()
+    run = tmp_path / "run"
+    assert main(["convert", "--from-hf", str(src), "--out", str(run)]) == 0
+    assert (run / "checkpoints" / "latest").read_text().strip() == "step_0"
+    assert (run / "checkpoints" / "step_0" / ".metadata").is_file()
+    assert (run / "config.yaml").is_file() and (run / "tokenizer_config.json").is_file()
+
+    model, run_dir = load_model_checkpoint(run)
+    assert run_dir == run and model.wte.weight.dtype == dtype
+    assert model.lm_head.weight is model.wte.weight
+    idx = torch.randint(0, 64, (2, 20))
+    with torch.no_grad():
+        assert (model.float()(idx) - hf(idx).logits).abs().max() < 1e-4
+
+    back = tmp_path / "back"
+    assert main(["convert", "--to-hf", str(run), "--out", str(back)]) == 0
+    a, b = read_hf_state_dict(src), read_hf_state_dict(back)
+    assert set(a) == set(b) and all(torch.equal(a[k], b[k]) and a[k].dtype == b[k].dtype for k in a)
+    assert json.loads((back / "generation_config.json").read_text())["temperature"] == 0.7
+    assert json.loads((back / "config.json").read_text())["bos_token_id"] == 3
+    assert json.loads((back / "tokenizer_config.json").read_text())["chat_template"] == "{{ x }}"
+    reloaded = transformers.AutoModelForCausalLM.from_pretrained(back)
+    assert type(reloaded).__name__ == "Qwen2ForCausalLM"
+
+    # A step folder works as well as the run dir; --dtype casts.
+    f32 = tmp_path / "f32"
+    assert main(["convert", "--to-hf", str(run / "checkpoints" / "step_0"), "--out", str(f32), "--dtype", "float32"]) == 0
+    assert read_hf_state_dict(f32)["model.embed_tokens.weight"].dtype == torch.float32
+
+
+def test_convert_errors_name_the_problem(tmp_path, capsys):
+    assert main(["convert", "--from-hf", str(tmp_path / "nope"), "--out", str(tmp_path / "o")]) == 2
+    assert "config.json" in capsys.readouterr().err
+    (tmp_path / "bert").mkdir()
+    (tmp_path / "bert" / "config.json").write_text(json.dumps({"model_type": "bert"}))
+    assert main(["convert", "--from-hf", str(tmp_path / "bert"), "--out", str(tmp_path / "o")]) == 2
+    assert "model_type" in capsys.readouterr().err
+    assert main(["convert", "--to-hf", str(tmp_path), "--out", str(tmp_path / "o")]) == 2
+    assert "checkpoints/latest" in capsys.readouterr().err
+    assert not (tmp_path / "o").exists()
+    src = tmp_path / "hf"
+    _tiny_qwen2(src)
+    (tmp_path / "exists").mkdir()
+    assert main(["convert", "--from-hf", str(src), "--out", str(tmp_path / "exists")]) == 2
+    assert "--overwrite" in capsys.readouterr().err
