@@ -303,6 +303,86 @@ def read_jsonl(path: str | Path) -> Iterator[tuple[str, dict]]:
                 raise ValueError(f"{path}:{n}: not valid JSON ({e.msg} at column {e.colno})") from None
 
 
+def prompt_ids(tok: ChatTokenizer, messages: list[dict], template: str | None = None) -> list[int]:
+    """Ids of a conversation ending with the assistant's header, ready for generation.
+
+    Rendered exactly as during training (same template, same special-token handling); generation
+    should stop at `tok.eos_id` (default template) or the template's end-of-turn token.
+    """
+    for j, m in enumerate(messages):
+        if not isinstance(m, dict) or m.get("role") not in ROLE_HEADERS or not isinstance(m.get("content"), str):
+            raise ValueError(f"messages[{j}] must have role system/user/assistant and string content")
+    if tok.chat_template and template != DEFAULT_TEMPLATE:
+        return render_chat_template(tok, messages, add_generation_prompt=True).ids
+    return render_default(tok, messages, add_generation_prompt=True).ids
+
+
+CACHE_VERSION = 1
+
+
+def _cache_key(path: Path, tok: ChatTokenizer, template: str | None) -> str:
+    import hashlib
+
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    h.update(tok.tokenizer.to_str().encode())
+    h.update(json.dumps([CACHE_VERSION, template, tok.chat_template, tok.bos_token, tok.eos_token, tok.add_bos,
+                         sorted(tok.extra_tokens.items())]).encode())
+    return h.hexdigest()[:16]
+
+
+def load_examples(path: str | Path, tok: ChatTokenizer, template: str | None = None,
+                  cache: bool = True) -> list[Example]:
+    """Tokenize every row of a .jsonl (progress bar on stderr), or read the cached result.
+
+    The cache sits beside the data: `<name>.jsonl.gptforge-<key>.npz`, key = hash of the file's
+    bytes, the tokenizer, its template settings and `template`; any change makes a new one. It is
+    written atomically (temp file, fsync, rename); a folder that is not writable just skips it.
+
+    Raises:
+        FileNotFoundError, ValueError: see `read_jsonl` and `render_example` (file:line).
+    """
+    import os
+    import tempfile
+
+    from rich.progress import Progress
+
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"{path}: no such instruction file (.jsonl with prompt/completion or messages)")
+    cache_path = path.with_name(f"{path.name}.gptforge-{_cache_key(path, tok, template)}.npz") if cache else None
+    if cache_path is not None and cache_path.is_file():
+        with np.load(cache_path) as z:
+            ids, target, offsets = z["ids"].tolist(), z["target"].astype(bool).tolist(), z["offsets"].tolist()
+        return [Example(ids[a:b], target[a:b]) for a, b in zip(offsets[:-1], offsets[1:])]
+    examples = []
+    with Progress(transient=True) as progress:
+        task = progress.add_task(f"tokenizing {path.name}", total=path.stat().st_size)
+        for where, row in read_jsonl(path):
+            examples.append(render_example(tok, row, template, where))
+            progress.update(task, advance=len(json.dumps(row)) + 1)
+    if cache_path is not None:
+        offsets = np.cumsum([0] + [len(e.ids) for e in examples], dtype=np.int64)
+        flat_ids = np.fromiter((i for e in examples for i in e.ids), dtype=np.int64, count=int(offsets[-1]))
+        flat_target = np.fromiter((t for e in examples for t in e.target), dtype=np.uint8, count=int(offsets[-1]))
+        try:
+            fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{cache_path.name}.", suffix=".tmp")
+            try:
+                with os.fdopen(fd, "wb") as f:
+                    np.savez(f, ids=flat_ids.astype(np.uint32), target=flat_target, offsets=offsets)
+                    f.flush()
+                    os.fsync(f.fileno())
+                os.replace(tmp, cache_path)
+            except BaseException:
+                Path(tmp).unlink(missing_ok=True)
+                raise
+        except OSError:
+            pass  # read-only data folder: tokenize again next time
+    return examples
+
+
 # ---------------------------------------------------------------------------------------------
 # Batches
 
@@ -410,23 +490,16 @@ class InstructionDataset:
 
     @classmethod
     def from_jsonl(cls, path: str | Path, tokenizer: ChatTokenizer, block_size: int, mode: str = "packed",
-                   template: str | None = None) -> "InstructionDataset":
-        """Read and tokenize a .jsonl of prompt/completion or messages rows (progress bar on stderr).
+                   template: str | None = None, cache: bool = True) -> "InstructionDataset":
+        """Read and tokenize a .jsonl of prompt/completion or messages rows (see `load_examples`
+        for the cache beside it).
 
         Raises:
             FileNotFoundError, ValueError: a missing file or a bad line, naming file:line; a file
                 with no trainable example.
         """
-        from rich.progress import Progress
-
-        def examples():
-            with Progress(transient=True) as progress:
-                task = progress.add_task(f"tokenizing {Path(path).name}", total=None)
-                for where, row in read_jsonl(path):
-                    yield render_example(tokenizer, row, template, where)
-                    progress.advance(task)
-
-        ds = cls.from_examples(examples(), block_size, mode, pad_id=tokenizer.eos_id)
+        examples = load_examples(path, tokenizer, template, cache)
+        ds = cls.from_examples(examples, block_size, mode, pad_id=tokenizer.eos_id)
         if not ds.sequences:
             raise ValueError(f"{path}: no example with a completion token within block_size {block_size}")
         return ds

@@ -168,3 +168,36 @@ def test_dataset_rows_truncation_and_stats(tmp_path):
     assert int((b["position_ids"] == 0).sum()) >= 12
     p = padded.batch([0, 5])
     assert p["attn_mask"] is None and p["input_ids"].shape[1] == max(len(padded.sequences[i].inputs) for i in (0, 5))
+
+
+def test_cache_beside_data_is_reused_and_keyed(tmp_path, monkeypatch):
+    from gptforge.data import instruct
+
+    tok = train_tokenizer(tmp_path / "t", chat_template=CHATML)
+    path = tmp_path / "d.jsonl"
+    path.write_text("\n".join(json.dumps({"messages": CONVO}) for _ in range(3)) + "\n")
+    first = instruct.load_examples(path, tok)
+    caches = list(tmp_path.glob("d.jsonl.gptforge-*.npz"))
+    assert len(caches) == 1
+    calls = []
+    monkeypatch.setattr(instruct, "render_example", lambda *a, **k: calls.append(a))
+    again = instruct.load_examples(path, tok)
+    assert not calls and [e.ids for e in again] == [e.ids for e in first]
+    assert [e.target for e in again] == [e.target for e in first]
+    monkeypatch.undo()
+    instruct.load_examples(path, tok, template=DEFAULT_TEMPLATE)  # other template: other cache
+    path.write_text(path.read_text() + json.dumps({"prompt": "a", "completion": "b"}) + "\n")
+    assert len(instruct.load_examples(path, tok)) == 4
+    assert len(list(tmp_path.glob("d.jsonl.gptforge-*.npz"))) == 3
+    assert not list(tmp_path.glob(".*tmp"))
+
+
+@pytest.mark.parametrize("template", [None, DEFAULT_TEMPLATE])
+def test_generation_prompt_is_the_training_prefix(tmp_path, template):
+    from gptforge.data.instruct import prompt_ids
+
+    tok = train_tokenizer(tmp_path, chat_template=CHATML)
+    full = render_example(tok, {"messages": CONVO}, template)
+    prefix = prompt_ids(tok, CONVO[:-1], template)
+    assert full.ids[: len(prefix)] == prefix
+    assert full.target[len(prefix)] and not full.target[len(prefix) - 1]
