@@ -261,3 +261,29 @@ def test_export_is_atomic_and_refuses_overwrite(tmp_path):
         save_hf(model, cfg, out)
     save_hf(model, cfg, out, overwrite=True)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["m"]  # no temp or old folder left
+
+
+@pytest.mark.parametrize("arch, extra", [
+    ("gpt2", dict(bias=False, n_kv_head=2)),                    # zero biases, K/V heads repeated
+    ("gpt2", dict(tie_embeddings=False)),
+    ("llama", dict(bias=True, qkv_bias=False)),                 # zero q/k/v biases in Llama
+    ("llama", dict(bias=True)),                                 # attention_bias = mlp_bias = True
+    ("llama", dict(rope_scaling={"rope_type": "linear", "factor": 2.0}, tie_embeddings=True)),
+])
+def test_gptforge_variants_export_exactly(arch, extra, tmp_path):
+    torch.manual_seed(0)
+    cfg = ModelConfig(arch=arch, n_layer=2, n_head=4, d_model=32, block_size=48, vocab_size=VOCAB, **extra).resolved()
+    model = GPT(cfg).eval()
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(torch.randn_like(p) * 0.1)
+    out = save_hf(model, cfg, tmp_path / "hf")
+    hf = transformers.AutoModelForCausalLM.from_pretrained(out).eval()
+    idx = torch.randint(0, VOCAB, (2, 48))
+    with torch.no_grad():
+        assert (hf(idx).logits - model(idx)).abs().max() < 1e-4
+    if arch == "llama" and cfg.qkv_bias == cfg.bias:  # representable as is: comes back identical
+        back = load_hf_model(out)
+        assert back.config.rope_scaling == cfg.rope_scaling and back.config.bias == cfg.bias
+        a, b = back.state_dict(), model.state_dict()
+        assert set(a) == set(b) and all(torch.equal(a[k], b[k]) for k in a)
