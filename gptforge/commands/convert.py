@@ -235,6 +235,38 @@ def to_hf(ckpt: Path, out: Path, dtype: torch.dtype | None = None, tokenizer: Pa
                        dtype=dtype, max_shard_bytes=max_shard_bytes, overwrite=overwrite)
 
 
+def load_pretrained(path: Path, dtype: torch.dtype | None = None, block_size: int | None = None):
+    """(GPT, source) from a Hugging Face folder (config.json) or a gptforge run dir / checkpoint.
+
+    The entry point for fine-tuning (`--from DIR_or_HF_DIR`). `source` holds what an export needs
+    later: `tokenizer_dir` (folder with the tokenizer files, or None), `hf_config` (the original
+    config.json dict, or None) and `generation_config` (dict or None); a fine-tuning run should
+    copy these into its run directory (tokenizer files, hf_config.json, generation_config.json) so
+    that `convert --to-hf` of the result gives the same kind of Hugging Face folder.
+
+    Raises:
+        FileNotFoundError: neither kind of folder. See `load_hf_model` and `load_model_checkpoint`.
+    """
+    from gptforge.export.hf import TOKENIZER_FILES
+    from gptforge.model.hf import load_hf_model, read_hf_config
+
+    path = Path(path)
+    if (path / "config.json").is_file():
+        model = load_hf_model(path, dtype=dtype, block_size=block_size)
+        folder, hf_config = path, read_hf_config(path)
+    else:
+        if block_size is not None:
+            raise ValueError("block_size applies to Hugging Face folders; a gptforge checkpoint keeps its own")
+        model, folder = load_model_checkpoint(path, dtype)
+        hf_config = json.loads((folder / "hf_config.json").read_text()) if (folder / "hf_config.json").is_file() else None
+    gen = folder / "generation_config.json"
+    return model, {
+        "tokenizer_dir": folder if any((folder / n).is_file() for n in TOKENIZER_FILES) else None,
+        "hf_config": hf_config,
+        "generation_config": json.loads(gen.read_text()) if gen.is_file() else None,
+    }
+
+
 # ---------------------------------------------------------------------------------------------
 
 

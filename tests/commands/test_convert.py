@@ -81,3 +81,21 @@ def test_convert_errors_name_the_problem(tmp_path, capsys):
     (tmp_path / "exists").mkdir()
     assert main(["convert", "--from-hf", str(src), "--out", str(tmp_path / "exists")]) == 2
     assert "--overwrite" in capsys.readouterr().err
+
+
+def test_load_pretrained_from_either_kind(tmp_path):
+    from gptforge.commands.convert import load_pretrained
+
+    src = tmp_path / "hf"
+    _tiny_qwen2(src)
+    run = tmp_path / "run"
+    assert main(["convert", "--from-hf", str(src), "--out", str(run)]) == 0
+    a, sa = load_pretrained(src)
+    b, sb = load_pretrained(run)
+    assert sa["tokenizer_dir"] == src and sb["tokenizer_dir"] == run
+    assert sa["hf_config"] == sb["hf_config"] and sa["hf_config"]["model_type"] == "qwen2"
+    assert sa["generation_config"]["temperature"] == sb["generation_config"]["temperature"] == 0.7
+    sd_a, sd_b = a.state_dict(), b.state_dict()
+    assert all(torch.equal(sd_a[k], sd_b[k]) for k in sd_a)
+    with pytest.raises(FileNotFoundError):
+        load_pretrained(tmp_path / "missing")
