@@ -176,13 +176,17 @@ def load_model_checkpoint(path: Path, dtype: torch.dtype | None = None):
         raise ValueError(f"{cfg_path}: no `model` section")
     model_cfg = from_dict(ModelConfig, {k: v for k, v in raw["model"].items() if v is not None}, "model.")
     cfg = model_cfg.resolved()
-    model = GPT(cfg)
     meta = dcp.FileSystemReader(str(step)).read_metadata().state_dict_metadata
     prefix = next((k[: -len("wte.weight")] for k in meta if k.endswith("wte.weight")), None)
     if prefix is None:
         raise ValueError(f"{step}: no model weights (no tensor named *wte.weight)")
-    # Load in the stored dtype (bf16 stays bf16 under --dtype auto).
-    model.to(dtype or meta[prefix + "wte.weight"].properties.dtype)
+    # Built on the meta device and allocated once in the stored dtype (bf16 stays bf16 under
+    # --dtype auto): no random init, no fp32 copy of a large model.
+    with torch.device("meta"):
+        model = GPT(cfg)
+    model = model.to(dtype or meta[prefix + "wte.weight"].properties.dtype).to_empty(device="cpu")
+    if cfg.tie_embeddings:
+        model.lm_head.weight = model.wte.weight
     own = model.state_dict()
     missing = [k for k in own if prefix + k not in meta and not (cfg.tie_embeddings and k == "lm_head.weight")]
     if missing:

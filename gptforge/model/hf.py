@@ -67,6 +67,8 @@ def _rope_from_hf(hf: dict, where: str) -> tuple[float, dict | None]:
     if scaling:
         kind = scaling.get("rope_type", scaling.get("type", "default"))
         field = "rope_scaling.rope_type"
+        if kind != "default" and scaling.get("attention_factor") not in (None, 1, 1.0):
+            raise _unsupported(where, "rope_scaling.attention_factor", scaling["attention_factor"], "only 1 is supported")
         if kind == "default":
             scaling = None
         elif kind == "linear":
@@ -79,8 +81,6 @@ def _rope_from_hf(hf: dict, where: str) -> tuple[float, dict | None]:
             scaling = {"rope_type": "llama3", **{k: scaling[k] for k in keys}}
         else:
             raise _unsupported(where, field, kind, "gptforge implements RoPE scaling 'linear' and 'llama3'")
-        if scaling and scaling.get("attention_factor") not in (None, 1, 1.0):
-            raise _unsupported(where, "rope_scaling.attention_factor", scaling["attention_factor"], "not 1")
     partial = (params or {}).get("partial_rotary_factor", hf.get("partial_rotary_factor", 1.0))
     if partial not in (None, 1, 1.0):
         raise _unsupported(where, "partial_rotary_factor", partial, "RoPE on part of the head is not supported")
@@ -113,6 +113,9 @@ def config_from_hf(hf: dict, where: str = "config.json", block_size: int | None 
             if hf.get(field, ok) != ok:
                 raise _unsupported(where, field, hf[field], f"only {ok} is supported")
         d = hf.get("n_embd", 768)
+        if block_size is not None and block_size > hf.get("n_positions", 1024):
+            raise _unsupported(where, "n_positions", hf.get("n_positions", 1024),
+                               f"learned positions cannot be extended to block_size {block_size}")
         cfg = ModelConfig(
             arch="gpt2", n_layer=hf.get("n_layer", 12), n_head=hf.get("n_head", 12), d_model=d,
             d_ff=hf.get("n_inner") or 4 * d, block_size=block_size or hf.get("n_positions", 1024),
@@ -334,6 +337,8 @@ def state_dict_from_hf(hf_sd: dict[str, torch.Tensor], cfg: ModelConfig, where: 
             unknown.append(name)
         else:
             out[new] = t
+    if cfg.arch == "gpt2" and "wpe.weight" in out and out["wpe.weight"].size(0) > cfg.block_size:
+        out["wpe.weight"] = out["wpe.weight"][: cfg.block_size]  # a shorter context keeps the first rows
     if unknown:
         raise ValueError(f"{where}: tensors with no gptforge counterpart: {unknown[:8]}{' ...' if len(unknown) > 8 else ''}")
     if "lm_head.weight" not in out and cfg.tie_embeddings and "wte.weight" in out:

@@ -287,3 +287,16 @@ def test_gptforge_variants_export_exactly(arch, extra, tmp_path):
         assert back.config.rope_scaling == cfg.rope_scaling and back.config.bias == cfg.bias
         a, b = back.state_dict(), model.state_dict()
         assert set(a) == set(b) and all(torch.equal(a[k], b[k]) for k in a)
+
+
+def test_shorter_block_size(tmp_path):
+    for name in ("gpt2", "llama"):
+        path = _save(_hf_model(name), tmp_path / name)
+        hf = transformers.AutoModelForCausalLM.from_pretrained(path).eval()
+        ours = load_hf_model(path, block_size=24).eval()
+        assert ours.config.block_size == 24
+        idx = torch.randint(0, VOCAB, (1, 24))
+        with torch.no_grad():
+            assert (ours(idx) - hf(idx).logits).abs().max() < 1e-4
+    with pytest.raises(UnsupportedHFConfig, match="n_positions"):
+        load_hf_model(tmp_path / "gpt2", block_size=128)
