@@ -269,10 +269,61 @@ def explain_unknown(message: str, sections: dict[str, type] = SECTIONS) -> str:
     valid = [f"{s}.{f.name}" for s, cls in sections.items() for f in fields(cls)]
     hints = []
     for bad in re.findall(r"--([A-Za-z_][\w.]*)", message):
-        hints.append(f"--{bad}{_did_you_mean(bad, valid)}")
+        close = difflib.get_close_matches(bad, valid, n=1, cutoff=0.5)
+        if close:
+            hints.append(f"unknown option --{bad}: did you mean --{close[0]}?")
     m = re.search(r"Group '(\w+)' does not accept (?:nested key|option) '(\w+)'", message)
     if m and m.group(1) in sections:
         names = [f.name for f in fields(sections[m.group(1)])]
-        hints.append(f"{m.group(1)}.{m.group(2)}{_did_you_mean(m.group(2), names)}")
-    hints = [h for h in hints if "did you mean" in h]
-    return message + ("\n" + "; ".join(hints) if hints else "")
+        close = difflib.get_close_matches(m.group(2), names, n=1, cutoff=0.5)
+        if close:
+            hints.append(f"unknown key {m.group(1)}.{m.group(2)}: did you mean {m.group(1)}.{close[0]}?")
+    return message + ("\n" + "\n".join(hints) if hints else "")
+
+
+@dataclass
+class RunConfig:
+    """Everything a `pretrain` run needs; saved as RUN_DIR/config.yaml."""
+
+    model: ModelConfig = field(default_factory=ModelConfig)
+    train: TrainConfig = field(default_factory=TrainConfig)
+    parallel: ParallelConfig = field(default_factory=ParallelConfig)
+
+
+def make_parser(prog: str, description: str, sections: dict[str, type] = SECTIONS):
+    """A jsonargparse parser with `--config recipe.yaml` and one `--section.key` option per field.
+
+    Field docstrings become the `--help` text. Later options override earlier ones, and options
+    override the recipe, so `--config r.yaml --train.lr 1e-3` takes lr from the command line.
+    """
+    import jsonargparse
+
+    jsonargparse.set_parsing_settings(docstring_parse_attribute_docstrings=True)
+    parser = jsonargparse.ArgumentParser(prog=prog, description=description, exit_on_error=False)
+    parser.add_argument("--config", action=jsonargparse.ActionConfigFile,
+                        help="YAML recipe with model:, train: and parallel: sections (any subset of keys).")
+    for name, cls in sections.items():
+        parser.add_class_arguments(cls, name, help=(cls.__doc__ or "").strip().splitlines()[0])
+    return parser
+
+
+def parse_args(parser, argv: list[str]):
+    """Parse `argv`; on a bad option or key print the error with a 'did you mean' hint and exit 2.
+
+    Returns: (namespace with dataclass instances per section, plain namespace).
+    """
+    import sys
+
+    try:
+        ns = parser.parse_args(argv)
+    except SystemExit:
+        raise
+    except Exception as e:  # jsonargparse.ArgumentError and friends
+        print(f"{parser.prog}: error: {explain_unknown(str(e))}", file=sys.stderr)
+        raise SystemExit(2) from None
+    return parser.instantiate(ns), ns
+
+
+def run_config_from(init) -> RunConfig:
+    """RunConfig from a namespace returned by `parse_args` (sections missing there take defaults)."""
+    return RunConfig(**{k: getattr(init, k) for k in ("model", "train", "parallel") if hasattr(init, k)})

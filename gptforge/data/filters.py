@@ -1,0 +1,413 @@
+"""Document quality filters with the published default thresholds (each one overridable).
+
+Every filter is a small dataclass whose fields are its thresholds, with a `name` and a
+`__call__(doc) -> doc | reason`: it returns the document (possibly with lines removed) to keep
+it, or a short drop-reason string. Extra per-filter counts (e.g. lines removed) go in `counts`.
+
+Sources:
+- Gopher: Rae et al. 2021, "Scaling Language Models: Methods, Analysis & Insights from Training
+  Gopher", Appendix A.1.1 (quality filters) and Table A1 (repetition thresholds).
+- C4: Raffel et al. 2020, "Exploring the Limits of Transfer Learning with a Unified Text-to-Text
+  Transformer", section 2.2 (line and page rules).
+- FineWeb: Penedo et al. 2024, "The FineWeb Datasets", section 3.5 "Additional (custom)
+  heuristic filters".
+
+Word counts use `text_stats.words`, which counts each Chinese/Japanese character as a word, so
+these filters do not drop all CJK text; rules that only make sense for space-separated languages
+(mean word length, English stop words) are skipped for CJK-dominant documents.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any
+
+from gptforge.data.readers import Document
+from gptforge.data.text_stats import is_cjk, tokens, words
+
+BULLETS = ("•", "●", "○", "◦", "▪", "▫", "‣", "⁃", "-", "*", "–", "—", "·")
+ELLIPSES = ("...", "…")
+TERMINAL_PUNCT = (".", "!", "?", '"', "'", "”", "’", "。", "！", "？", "」", "』")
+
+
+def _keep_or(reason: str | None, doc: Document) -> Document | str:
+    return reason if reason else doc
+
+
+# --------------------------------------------------------------------------------------------
+# Gopher quality
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass
+class GopherQuality:
+    """Gopher's quality rules (Rae et al. 2021, Appendix A.1.1).
+
+    A document is dropped when it has fewer than `min_words` (50) or more than `max_words`
+    (100,000) words; a mean word length outside [3, 10] characters; a hash-or-ellipsis to word
+    ratio above 0.1; more than 90% of lines starting with a bullet; more than 30% of lines
+    ending with an ellipsis; fewer than 80% of words holding an alphabetic character; or fewer
+    than 2 of the stop words "the, be, to, of, and, that, have, with".
+    """
+
+    min_words: int = 50
+    max_words: int = 100_000
+    min_mean_word_length: float = 3.0
+    max_mean_word_length: float = 10.0
+    max_symbol_word_ratio: float = 0.1
+    max_bullet_lines_ratio: float = 0.9
+    max_ellipsis_lines_ratio: float = 0.3
+    min_alpha_words_ratio: float = 0.8
+    min_stop_words: int = 2
+    stop_words: tuple[str, ...] = ("the", "be", "to", "of", "and", "that", "have", "with")
+    name: str = "gopher_quality"
+    counts: Counter = field(default_factory=Counter, repr=False)
+
+    def __call__(self, doc: Document) -> Document | str:
+        return _keep_or(self.check(doc["text"]), doc)
+
+    def check(self, text: str) -> str | None:
+        """The first rule `text` breaks, or None."""
+        toks = tokens(text)
+        n = len(toks)
+        if n < self.min_words:
+            return "too_few_words"
+        if n > self.max_words:
+            return "too_many_words"
+        cjk = is_cjk(text)
+        ws = words(text)
+        if not cjk and ws:
+            mean = sum(map(len, ws)) / len(ws)
+            if mean < self.min_mean_word_length:
+                return "mean_word_length_low"
+            if mean > self.max_mean_word_length:
+                return "mean_word_length_high"
+        symbols = text.count("#") + sum(text.count(e) for e in ELLIPSES)
+        if symbols / n > self.max_symbol_word_ratio:
+            return "symbol_word_ratio"
+        lines = [ln for ln in text.split("\n") if ln.strip()]
+        if lines:
+            if sum(ln.lstrip().startswith(BULLETS) for ln in lines) / len(lines) > self.max_bullet_lines_ratio:
+                return "bullet_lines"
+            if sum(ln.rstrip().endswith(ELLIPSES) for ln in lines) / len(lines) > self.max_ellipsis_lines_ratio:
+                return "ellipsis_lines"
+        if sum(any(c.isalpha() for c in t) for t in toks) / n < self.min_alpha_words_ratio:
+            return "alpha_words_ratio"
+        if not cjk and self.min_stop_words:
+            stop = set(self.stop_words)
+            found = 0
+            for w in ws:
+                if w.lower() in stop:
+                    found += 1
+                    if found >= self.min_stop_words:
+                        break
+            else:
+                return "stop_words"
+        return None
+
+
+# --------------------------------------------------------------------------------------------
+# Gopher repetition
+# --------------------------------------------------------------------------------------------
+
+
+def _duplicates(elements: list[str]) -> tuple[int, int]:
+    """(number of elements equal to an earlier one, characters in those elements)."""
+    seen: set[str] = set()
+    count = chars = 0
+    for e in elements:
+        if e in seen:
+            count += 1
+            chars += len(e)
+        else:
+            seen.add(e)
+    return count, chars
+
+
+def top_ngram_char_fraction(ws: list[str], n: int) -> float:
+    """Characters of the most frequent word n-gram times its count, over all word characters.
+
+    Gopher (Table A1) measures how much of a document one repeated phrase covers. An n-gram
+    seen once does not count.
+    """
+    total = sum(map(len, ws))
+    if len(ws) < n or not total:
+        return 0.0
+    grams = Counter(tuple(ws[i:i + n]) for i in range(len(ws) - n + 1))
+    gram, count = grams.most_common(1)[0]
+    if count <= 1:
+        return 0.0
+    return min(1.0, sum(map(len, gram)) * count / total)
+
+
+def duplicate_ngram_char_fraction(ws: list[str], n: int) -> float:
+    """Fraction of word characters inside word n-grams that occur more than once.
+
+    Overlapping duplicates count each character once (Gopher, Appendix A.1.1).
+    """
+    total = sum(map(len, ws))
+    if len(ws) < n or not total:
+        return 0.0
+    first: dict[tuple[str, ...], int] = {}
+    covered = [False] * len(ws)
+    for i in range(len(ws) - n + 1):
+        g = tuple(ws[i:i + n])
+        j = first.setdefault(g, i)
+        if j != i:
+            for k in range(j, j + n):
+                covered[k] = True
+            for k in range(i, i + n):
+                covered[k] = True
+    return sum(len(w) for w, c in zip(ws, covered) if c) / total
+
+
+@dataclass
+class GopherRepetition:
+    """Gopher's repetition rules (Rae et al. 2021, Table A1).
+
+    Drop when duplicate lines are more than 30% of lines or 20% of characters; duplicate
+    paragraphs (separated by blank lines) more than 30% / 20%; the most frequent word 2-, 3-,
+    4-gram covers more than 20%, 18%, 16% of the word characters; or the duplicated word 5- to
+    10-grams cover more than 15%, 14%, 13%, 12%, 11%, 10%.
+    """
+
+    max_dup_line_fraction: float = 0.30
+    max_dup_para_fraction: float = 0.30
+    max_dup_line_char_fraction: float = 0.20
+    max_dup_para_char_fraction: float = 0.20
+    top_ngram_max: dict[int, float] = field(default_factory=lambda: {2: 0.20, 3: 0.18, 4: 0.16})
+    dup_ngram_max: dict[int, float] = field(default_factory=lambda: {5: 0.15, 6: 0.14, 7: 0.13, 8: 0.12,
+                                                                     9: 0.11, 10: 0.10})
+    #: CJK words are single characters here, and a Chinese word is about two characters long,
+    #: so n-gram windows are this many times longer in CJK-dominant documents (else common
+    #: multi-character words repeated twice would read as duplicated 5-grams).
+    cjk_ngram_scale: int = 2
+    name: str = "gopher_repetition"
+    counts: Counter = field(default_factory=Counter, repr=False)
+
+    def __call__(self, doc: Document) -> Document | str:
+        return _keep_or(self.check(doc["text"]), doc)
+
+    def check(self, text: str) -> str | None:
+        """The first rule `text` breaks, or None."""
+        total = len(text) or 1
+        paras = [p for p in re.split(r"\n{2,}", text.strip()) if p.strip()]
+        if paras:
+            count, chars = _duplicates(paras)
+            if count / len(paras) > self.max_dup_para_fraction:
+                return "dup_para_fraction"
+            if chars / total > self.max_dup_para_char_fraction:
+                return "dup_para_char_fraction"
+        lines = [ln for ln in text.split("\n") if ln.strip()]
+        if lines:
+            count, chars = _duplicates(lines)
+            if count / len(lines) > self.max_dup_line_fraction:
+                return "dup_line_fraction"
+            if chars / total > self.max_dup_line_char_fraction:
+                return "dup_line_char_fraction"
+        ws = words(text)
+        scale = self.cjk_ngram_scale if is_cjk(text) else 1
+        for n, limit in sorted(self.top_ngram_max.items()):
+            if top_ngram_char_fraction(ws, int(n) * scale) > limit:
+                return f"top_{n}gram"
+        for n, limit in sorted(self.dup_ngram_max.items()):
+            if duplicate_ngram_char_fraction(ws, int(n) * scale) > limit:
+                return f"dup_{n}gram"
+        return None
+
+
+# --------------------------------------------------------------------------------------------
+# C4
+# --------------------------------------------------------------------------------------------
+
+_C4_POLICY = ("terms of use", "privacy policy", "cookie policy", "uses cookies", "use of cookies", "use cookies")
+_CITATION = re.compile(r"\[\d*\]|\[edit\]|\[citation needed\]", re.IGNORECASE)
+_SENTENCE_END = re.compile(r"[.!?。！？]+(?:\s|$)")
+
+
+@dataclass
+class C4Quality:
+    """C4's line and page rules (Raffel et al. 2020, section 2.2).
+
+    Lines are removed when they do not end in terminal punctuation, have fewer than 3 words,
+    contain "javascript", or mention cookie/terms-of-use policies; Wikipedia-style citation
+    markers ("[1]", "[edit]") are removed from lines. The page is dropped when it contains
+    "lorem ipsum" or a curly bracket (code), a word longer than 1000 characters, or when fewer
+    than 5 sentences remain.
+    """
+
+    min_words_per_line: int = 3
+    min_sentences: int = 5
+    max_word_length: int = 1000
+    filter_javascript: bool = True
+    filter_policy: bool = True
+    filter_lorem_ipsum: bool = True
+    filter_curly_bracket: bool = True
+    remove_citations: bool = True
+    name: str = "c4"
+    counts: Counter = field(default_factory=Counter, repr=False)
+
+    def __call__(self, doc: Document) -> Document | str:
+        text = doc["text"]
+        lower = text.lower()
+        if self.filter_lorem_ipsum and "lorem ipsum" in lower:
+            return "lorem_ipsum"
+        if self.filter_curly_bracket and "{" in text:
+            return "curly_bracket"
+        kept = []
+        for line in text.split("\n"):
+            if self.remove_citations:
+                line = _CITATION.sub("", line)
+            stripped = line.strip()
+            if not stripped:
+                continue
+            low = stripped.lower()
+            ws = stripped.split()
+            if any(len(w) > self.max_word_length for w in ws):
+                return "long_word"
+            reason = None
+            if not stripped.endswith(TERMINAL_PUNCT) or stripped.endswith(ELLIPSES):
+                reason = "line_no_terminal_punct"
+            elif len(words(stripped)) < self.min_words_per_line:
+                reason = "line_few_words"
+            elif self.filter_javascript and "javascript" in low:
+                reason = "line_javascript"
+            elif self.filter_policy and any(p in low for p in _C4_POLICY):
+                reason = "line_policy"
+            if reason:
+                self.counts[reason] += 1
+            else:
+                kept.append(stripped)
+        new_text = "\n".join(kept)
+        if len(_SENTENCE_END.findall(new_text)) < self.min_sentences:
+            return "few_sentences"
+        return {**doc, "text": new_text}
+
+
+# --------------------------------------------------------------------------------------------
+# FineWeb
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass
+class FineWebQuality:
+    """FineWeb's custom filters (Penedo et al. 2024, section 3.5).
+
+    Drop when at most 12% of the lines end with punctuation, when at least 10% of the
+    characters are in lines that duplicate earlier lines, or when at least 67% of the lines
+    are shorter than 30 characters.
+    """
+
+    min_punct_line_ratio: float = 0.12
+    max_dup_line_char_ratio: float = 0.1
+    short_line_length: int = 30
+    max_short_line_ratio: float = 0.67
+    name: str = "fineweb"
+    counts: Counter = field(default_factory=Counter, repr=False)
+
+    def __call__(self, doc: Document) -> Document | str:
+        return _keep_or(self.check(doc["text"]), doc)
+
+    def check(self, text: str) -> str | None:
+        lines = [ln.strip() for ln in text.split("\n") if ln.strip()]
+        if not lines:
+            return "empty"
+        if sum(ln.endswith(TERMINAL_PUNCT) for ln in lines) / len(lines) <= self.min_punct_line_ratio:
+            return "punct_line_ratio"
+        _, dup_chars = _duplicates(lines)
+        if dup_chars / max(1, sum(map(len, lines))) >= self.max_dup_line_char_ratio:
+            return "dup_line_char_ratio"
+        if sum(len(ln) < self.short_line_length for ln in lines) / len(lines) >= self.max_short_line_ratio:
+            return "short_line_ratio"
+        return None
+
+
+# --------------------------------------------------------------------------------------------
+# Length and blocklist
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass
+class LengthFilter:
+    """Drop documents outside [min_chars, max_chars] characters (max_chars 0: no upper bound)."""
+
+    min_chars: int = 1
+    max_chars: int = 0
+    name: str = "length"
+    counts: Counter = field(default_factory=Counter, repr=False)
+
+    def __call__(self, doc: Document) -> Document | str:
+        n = len(doc["text"])
+        if n < self.min_chars:
+            return "too_short"
+        if self.max_chars and n > self.max_chars:
+            return "too_long"
+        return doc
+
+
+_URL_HOST = re.compile(r"\bhttps?://([^/\s:?#]+)", re.IGNORECASE)
+
+
+@dataclass
+class Blocklist:
+    """Drop (or flag) documents containing a blocked word or linking to a blocked domain.
+
+    Blocklist file format (UTF-8, one entry per line, `#` starts a comment):
+    ``word`` blocks a whole word (case-insensitive, word boundaries); ``domain:example.com``
+    blocks URLs on that host and its subdomains. Empty by default.
+
+    Args:
+        words / domains: entries given directly (recipe YAML).
+        path: a blocklist file as above.
+        action: "drop" removes the document; "flag" keeps it and sets meta["blocklist"] to the
+            first match.
+    """
+
+    words: list[str] = field(default_factory=list)
+    domains: list[str] = field(default_factory=list)
+    path: str | None = None
+    action: str = "drop"
+    name: str = "blocklist"
+    counts: Counter = field(default_factory=Counter, repr=False)
+
+    def __post_init__(self) -> None:
+        if self.action not in ("drop", "flag"):
+            raise ValueError(f"blocklist action must be 'drop' or 'flag', got {self.action!r}")
+        ws, ds = list(self.words), list(self.domains)
+        if self.path:
+            with open(self.path, encoding="utf-8") as f:
+                for raw in f:
+                    entry = raw.split("#", 1)[0].strip()
+                    if entry.startswith("domain:"):
+                        ds.append(entry[len("domain:"):].strip())
+                    elif entry:
+                        ws.append(entry)
+        self._domains = {d.lower().lstrip(".") for d in ds if d}
+        self._word_re = (re.compile(r"\b(?:" + "|".join(re.escape(w) for w in sorted(set(ws))) + r")\b", re.IGNORECASE)
+                         if ws else None)
+
+    def match(self, text: str) -> str | None:
+        """The first blocked word or domain in `text`, or None."""
+        if self._word_re is not None:
+            m = self._word_re.search(text)
+            if m:
+                return m.group(0).lower()
+        if self._domains:
+            for host in _URL_HOST.findall(text):
+                parts = host.lower().split(".")
+                for i in range(len(parts) - 1):
+                    if ".".join(parts[i:]) in self._domains:
+                        return "domain:" + ".".join(parts[i:])
+        return None
+
+    def __call__(self, doc: Document) -> Document | str:
+        hit = self.match(doc["text"])
+        if hit is None:
+            return doc
+        if self.action == "drop":
+            return "blocked"
+        self.counts["flagged"] += 1
+        meta: dict[str, Any] = {**doc.get("meta", {}), "blocklist": hit}
+        return {**doc, "meta": meta}

@@ -1,0 +1,563 @@
+"""Stream documents `{"id", "text", "meta"}` out of files, folders and globs.
+
+Formats (chosen by file name; compression suffix first):
+
+- `.txt`, `.md` (and any explicitly named file of another extension): one document per file.
+- `.jsonl`, `.json`: one document per JSON line, text in `text_field`; a `.json` file holding a
+  JSON array (or one object) is read whole.
+- `.parquet`: one document per row, text in the `text_field` column, read row group by row group.
+- Any of the above compressed as `.gz` or `.zst` (`.parquet.gz` is decompressed to a temporary
+  file first, since Parquet needs random access).
+
+Document ids are stable: the input path (as given, normalized with `os.path.normpath`) plus
+`:LINE` (1-based, JSON lines), `#ROW` (0-based, Parquet rows and JSON array items), or nothing
+(one document per file). They do not depend on reading order, so a split decided by hashing them
+is reproducible.
+
+Bad input never stops a run of many files: a binary file, a truncated archive, a malformed JSON
+line, a missing text field or an unreadable Parquet file is skipped with a warning naming the file
+(and line) and counted in `ReadStats`. A path that does not exist is an error (`FileNotFoundError`)
+before anything is read: it is almost always a typo.
+"""
+
+from __future__ import annotations
+
+import codecs
+import glob
+import io
+import json
+import logging
+import os
+import shutil
+import tempfile
+import zlib
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, BinaryIO
+
+log = logging.getLogger("gptforge.data")
+
+#: extensions a folder walk picks up (after removing a compression suffix).
+TEXT_EXTS = {".txt", ".md"}
+JSON_EXTS = {".jsonl", ".json"}
+PARQUET_EXTS = {".parquet"}
+COMPRESSION_EXTS = {".gz", ".zst"}
+SUPPORTED_EXTS = TEXT_EXTS | JSON_EXTS | PARQUET_EXTS
+
+#: bytes examined to decide that a file is binary.
+SNIFF_BYTES = 64 * 1024
+#: a file whose first SNIFF_BYTES decode with more than this fraction of invalid bytes is binary.
+BINARY_INVALID_FRACTION = 0.10
+#: warnings kept verbatim in the stats (the rest are only counted).
+MAX_KEPT_WARNINGS = 50
+
+Document = dict[str, Any]
+
+
+@dataclass
+class ReadStats:
+    """Counters filled while reading; every skipped thing is counted under one reason."""
+
+    files_read: int = 0
+    documents: int = 0
+    input_bytes: int = 0  # bytes of the files as stored (compressed size for .gz/.zst)
+    undecodable_sequences: int = 0  # invalid UTF-8 sequences replaced by U+FFFD
+    documents_with_undecodable: int = 0
+    files_skipped: dict[str, int] = field(default_factory=dict)  # reason -> files
+    records_skipped: dict[str, int] = field(default_factory=dict)  # reason -> lines/rows
+    files_truncated: int = 0  # damaged archives whose readable part was kept
+    warnings: list[str] = field(default_factory=list)
+    quiet: bool = False  # count without logging (a second pass over input already reported)
+
+    def skip_file(self, reason: str, message: str) -> None:
+        self.files_skipped[reason] = self.files_skipped.get(reason, 0) + 1
+        self.warn(message)
+
+    def skip_record(self, reason: str, message: str) -> None:
+        self.records_skipped[reason] = self.records_skipped.get(reason, 0) + 1
+        self.warn(message)
+
+    def warn(self, message: str) -> None:
+        if not self.quiet:
+            log.warning(message)
+        if len(self.warnings) < MAX_KEPT_WARNINGS:
+            self.warnings.append(message)
+
+    def merge(self, other: ReadStats) -> None:
+        """Add `other`'s counts into this one (for stats gathered in worker processes)."""
+        for name in ("files_read", "documents", "input_bytes", "undecodable_sequences",
+                     "documents_with_undecodable", "files_truncated"):
+            setattr(self, name, getattr(self, name) + getattr(other, name))
+        for name in ("files_skipped", "records_skipped"):
+            mine = getattr(self, name)
+            for k, v in getattr(other, name).items():
+                mine[k] = mine.get(k, 0) + v
+        self.warnings.extend(other.warnings[: max(0, MAX_KEPT_WARNINGS - len(self.warnings))])
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "files_read": self.files_read,
+            "documents": self.documents,
+            "input_bytes": self.input_bytes,
+            "undecodable_sequences": self.undecodable_sequences,
+            "documents_with_undecodable": self.documents_with_undecodable,
+            "files_skipped": dict(self.files_skipped),
+            "records_skipped": dict(self.records_skipped),
+            "files_truncated": self.files_truncated,
+        }
+
+
+class BadFileError(Exception):
+    """A file that cannot be read as a whole (binary, unreadable archive, malformed Parquet)."""
+
+    def __init__(self, reason: str, message: str):
+        super().__init__(message)
+        self.reason = reason
+
+
+# --------------------------------------------------------------------------------------------
+# Decoding with a count of replaced bytes
+# --------------------------------------------------------------------------------------------
+
+
+class _ReplaceCounter:
+    """A codecs error handler that replaces invalid UTF-8 with U+FFFD and counts occurrences.
+
+    A registered handler is process-global, so the count is read as a difference around each
+    decode call (the readers are single-threaded generators).
+    """
+
+    name = "gptforge-replace-count"
+
+    def __init__(self) -> None:
+        self.count = 0
+        codecs.register_error(self.name, self)
+
+    def __call__(self, exc: UnicodeError) -> tuple[str, int]:
+        if not isinstance(exc, UnicodeDecodeError):
+            raise exc
+        self.count += 1
+        return "\ufffd", exc.end
+
+
+_REPLACE = _ReplaceCounter()
+
+
+def decode_utf8(data: bytes) -> tuple[str, int]:
+    """Decode UTF-8, replacing each invalid sequence with U+FFFD.
+
+    Returns (text, number of invalid sequences replaced).
+    """
+    before = _REPLACE.count
+    text = data.decode("utf-8", errors=_REPLACE.name)
+    return text, _REPLACE.count - before
+
+
+def sniff_binary(head: bytes) -> str | None:
+    """Why `head` (a file's first bytes) looks binary, or None when it looks like text.
+
+    Binary: a NUL byte anywhere (no text format we read contains one), or more than
+    `BINARY_INVALID_FRACTION` of the bytes inside invalid UTF-8 sequences.
+    """
+    if b"\x00" in head:
+        return "contains NUL bytes"
+    if not head:
+        return None
+    decoder = codecs.getincrementaldecoder("utf-8")(errors=_REPLACE.name)
+    before = _REPLACE.count
+    decoder.decode(head, final=False)  # a multi-byte character cut at the end is not an error
+    invalid = _REPLACE.count - before
+    if invalid / len(head) > BINARY_INVALID_FRACTION:
+        return f"{invalid} invalid UTF-8 sequences in its first {len(head)} bytes"
+    return None
+
+
+# --------------------------------------------------------------------------------------------
+# Finding files
+# --------------------------------------------------------------------------------------------
+
+
+def split_suffixes(path: str | Path) -> tuple[str, str]:
+    """(format extension, compression extension) of a file name, both lower-case with the dot.
+
+    `a.jsonl.gz` -> (".jsonl", ".gz"); `a.txt` -> (".txt", ""); `README` -> ("", "").
+    """
+    name = Path(path).name.lower()
+    stem, ext = os.path.splitext(name)
+    comp = ""
+    if ext in COMPRESSION_EXTS:
+        comp = ext
+        stem, ext = os.path.splitext(stem)
+    return ext, comp
+
+
+def _is_glob(pattern: str) -> bool:
+    return any(ch in pattern for ch in "*?[")
+
+
+def expand_inputs(inputs: Iterable[str | Path]) -> list[Path]:
+    """Turn files, folders and glob patterns into a sorted-per-input list of files.
+
+    Folders are walked recursively for files whose extension (after `.gz`/`.zst`) is one of
+    `SUPPORTED_EXTS`; hidden files and folders (names starting with ".") are left out. An
+    explicitly named file is always read, whatever its extension (as text when unknown).
+
+    Raises:
+        FileNotFoundError: an input path does not exist or a glob matches nothing (the message
+            names it).
+        ValueError: no inputs at all.
+    """
+    files: list[Path] = []
+    seen: set[str] = set()
+    inputs = list(inputs)
+    if not inputs:
+        raise ValueError("no input given: name at least one file, folder or glob")
+    for raw in inputs:
+        raw = str(raw)
+        if _is_glob(raw) and not os.path.exists(raw):
+            matches = sorted(glob.glob(raw, recursive=True))
+            if not matches:
+                raise FileNotFoundError(f"input glob {raw!r} matches no file")
+            candidates = []
+            for m in matches:
+                p = Path(os.path.normpath(m))
+                candidates.extend(_walk(p) if p.is_dir() else [p])
+        else:
+            p = Path(os.path.normpath(raw))
+            if not p.exists():
+                raise FileNotFoundError(f"input path {raw!r} does not exist")
+            candidates = _walk(p) if p.is_dir() else [p]
+        for c in candidates:
+            key = str(c)
+            if key not in seen:
+                seen.add(key)
+                files.append(c)
+    return files
+
+
+def _walk(folder: Path) -> list[Path]:
+    found = []
+    for root, dirs, names in os.walk(folder):
+        dirs[:] = sorted(d for d in dirs if not d.startswith("."))
+        for name in sorted(names):
+            if name.startswith("."):
+                continue
+            if split_suffixes(name)[0] in SUPPORTED_EXTS:
+                found.append(Path(os.path.normpath(os.path.join(root, name))))
+    # Sorted by path components, so the order is the same on every file system.
+    return sorted(found, key=lambda p: p.parts)
+
+
+# --------------------------------------------------------------------------------------------
+# Reading one file
+# --------------------------------------------------------------------------------------------
+
+
+class _TruncatedArchive(Exception):
+    pass
+
+
+class _DecompressRaw(io.RawIOBase):
+    """Streaming decompression (gzip or zstd) that keeps everything before a damaged spot.
+
+    Compressed bytes are fed in 256 KiB chunks to a decompress object; the output is served as
+    it comes, so a truncated archive yields all the text before the cut and then raises
+    `_TruncatedArchive`. Each member/frame must reach its end marker (zstandard's own
+    `stream_reader` ends quietly at a cut-off frame, which would pass a half-written archive
+    off as complete). Concatenated members/frames (`cat a.gz b.gz`) are read in turn.
+    """
+
+    def __init__(self, path: Path, kind: str):
+        if kind == ".gz":
+            self._new = lambda: zlib.decompressobj(16 + zlib.MAX_WBITS)  # gzip header + trailer
+            self._errors: tuple[type[BaseException], ...] = (zlib.error,)
+        else:
+            import zstandard
+
+            dctx = zstandard.ZstdDecompressor()
+            self._new = dctx.decompressobj
+            self._errors = (zstandard.ZstdError,)
+        self._fh = open(path, "rb")
+        self._path = path
+        self._kind = kind
+        self._dobj = self._new()
+        self._fed = False
+        self._buf = b""
+        self._pos = 0
+        self._done = False
+
+    def readable(self) -> bool:
+        return True
+
+    def _feed(self, chunk: bytes) -> None:
+        while chunk:
+            try:
+                out = self._dobj.decompress(chunk)
+            except self._errors as e:
+                raise _TruncatedArchive(f"{self._path}: damaged {self._kind} archive ({e})") from e
+            self._buf = self._buf[self._pos:] + out if self._pos < len(self._buf) else out
+            self._pos = 0
+            self._fed = True
+            if self._dobj.eof:
+                chunk = self._dobj.unused_data
+                self._dobj = self._new()
+                self._fed = False
+                if self._kind == ".gz" and not chunk.strip(b"\x00"):
+                    chunk = b""  # zero padding after the last member is allowed (as gzip(1) does)
+            else:
+                chunk = b""
+
+    def readinto(self, b) -> int:  # type: ignore[override]
+        while self._pos == len(self._buf) and not self._done:
+            chunk = self._fh.read(256 * 1024)
+            if not chunk:
+                self._done = True
+                if self._fed:
+                    raise _TruncatedArchive(f"{self._path}: truncated {self._kind} archive "
+                                            f"(it ends before its end-of-stream marker)")
+                break
+            self._feed(chunk)
+        n = min(len(b), len(self._buf) - self._pos)
+        b[:n] = self._buf[self._pos:self._pos + n]
+        self._pos += n
+        if self._pos == len(self._buf):
+            self._buf, self._pos = b"", 0
+        return n
+
+    def close(self) -> None:
+        try:
+            self._fh.close()
+        finally:
+            super().close()
+
+
+def open_binary(path: Path) -> BinaryIO:
+    """Open `path` for reading bytes, decompressing `.gz`/`.zst` on the fly (streaming).
+
+    Reading a damaged or truncated archive raises `_TruncatedArchive` at the damage.
+    """
+    comp = split_suffixes(path)[1]
+    if comp not in COMPRESSION_EXTS:
+        return open(path, "rb")
+    raw = _DecompressRaw(path, comp)
+    return io.BufferedReader(raw, buffer_size=1 << 20)  # type: ignore[return-value]
+
+
+def read_file(path: Path, stats: ReadStats, text_field: str = "text") -> Iterator[Document]:
+    """Yield the documents of one file, skipping and counting what cannot be read.
+
+    A truncated/damaged `.gz`/`.zst` archive keeps every complete document read before the
+    damage, drops the rest of the file (including a partly read document), warns and counts
+    `files_truncated`. A binary or unreadable file yields nothing and is counted in
+    `stats.files_skipped`.
+    """
+    ext, comp = split_suffixes(path)
+    try:
+        stats.input_bytes += path.stat().st_size
+        if ext in PARQUET_EXTS:
+            yield from _read_parquet(path, stats, text_field)
+        elif ext in JSON_EXTS:
+            yield from _read_json(path, stats, text_field)
+        else:
+            yield from _read_text(path, stats)
+        stats.files_read += 1
+    except BadFileError as e:
+        stats.skip_file(e.reason, f"skipping {e}")
+    except _TruncatedArchive as e:
+        stats.files_truncated += 1
+        stats.files_read += 1
+        stats.warn(f"{e}: kept the complete documents read before the damage, skipped the rest")
+    except OSError as e:
+        stats.skip_file("unreadable", f"skipping {path}: cannot read it ({e})")
+
+
+def _sniff_stream(fh: BinaryIO, path: Path) -> bytes:
+    head = fh.read(SNIFF_BYTES)
+    why = sniff_binary(head)
+    if why:
+        raise BadFileError("binary", f"{path}: binary file ({why})")
+    return head
+
+
+def _read_text(path: Path, stats: ReadStats) -> Iterator[Document]:
+    with open_binary(path) as fh:
+        head = _sniff_stream(fh, path)
+        data = head + fh.read()
+    text, bad = decode_utf8(data)
+    if bad:
+        stats.undecodable_sequences += bad
+        stats.documents_with_undecodable += 1
+    stats.documents += 1
+    yield {"id": str(path), "text": text, "meta": {"source": str(path)}}
+
+
+def _text_of(record: Any, text_field: str, where: str, stats: ReadStats) -> str | None:
+    if not isinstance(record, dict):
+        stats.skip_record("not_an_object", f"{where}: skipping a JSON {type(record).__name__}, "
+                          f"expected an object with a {text_field!r} field")
+        return None
+    if text_field not in record:
+        keys = ", ".join(list(record)[:8])
+        stats.skip_record("missing_field", f"{where}: skipping a record without the text field "
+                          f"{text_field!r} (its fields: {keys}); choose the field with --text-field")
+        return None
+    text = record[text_field]
+    if not isinstance(text, str):
+        stats.skip_record("field_not_string", f"{where}: skipping a record whose {text_field!r} is "
+                          f"a {type(text).__name__}, not a string")
+        return None
+    return text
+
+
+def _meta_of(record: dict, text_field: str, source: str) -> dict[str, Any]:
+    meta = {k: v for k, v in record.items() if k != text_field and isinstance(v, (str, int, float, bool))}
+    meta["source"] = source
+    return meta
+
+
+def _read_json(path: Path, stats: ReadStats, text_field: str) -> Iterator[Document]:
+    with open_binary(path) as fh:
+        head = _sniff_stream(fh, path)
+        first = head.lstrip()[:1]
+        if first == b"[":
+            yield from _read_json_whole(path, head + fh.read(), stats, text_field)
+            return
+        stream = io.BufferedReader(_Prefixed(head, fh), buffer_size=1 << 20)
+        lineno = 0
+        for raw in stream:  # bytes lines of any length
+            lineno += 1
+            where = f"{path}:{lineno}"
+            if not raw.strip():
+                continue
+            line, bad = decode_utf8(raw)
+            try:
+                record = json.loads(line)
+            except json.JSONDecodeError as e:
+                if lineno == 1 and ext_is_json(path):
+                    # A pretty-printed single object: not JSON lines; read the file whole.
+                    rest = raw + stream.read()
+                    try:
+                        yield from _read_json_whole(path, rest, stats, text_field)
+                        return
+                    except BadFileError:
+                        pass
+                stats.skip_record("bad_json", f"{where}: skipping a line that is not valid JSON ({e.msg} "
+                                  f"at column {e.colno})")
+                continue
+            text = _text_of(record, text_field, where, stats)
+            if text is None:
+                continue
+            if bad:
+                stats.undecodable_sequences += bad
+                stats.documents_with_undecodable += 1
+            stats.documents += 1
+            yield {"id": f"{path}:{lineno}", "text": text, "meta": _meta_of(record, text_field, str(path))}
+
+
+def ext_is_json(path: Path) -> bool:
+    return split_suffixes(path)[0] == ".json"
+
+
+class _Prefixed(io.RawIOBase):
+    """A raw stream that first returns `head` (already sniffed) then the rest of `fh`."""
+
+    def __init__(self, head: bytes, fh: BinaryIO):
+        self._head = memoryview(head)
+        self._fh = fh
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, b) -> int:  # type: ignore[override]
+        if self._head.nbytes:
+            n = min(len(b), self._head.nbytes)
+            b[:n] = self._head[:n]
+            self._head = self._head[n:]
+            return n
+        data = self._fh.read(len(b))
+        n = len(data)
+        b[:n] = data
+        return n
+
+
+def _read_json_whole(path: Path, data: bytes, stats: ReadStats, text_field: str) -> Iterator[Document]:
+    text, bad = decode_utf8(data)
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise BadFileError("bad_json", f"{path}: not valid JSON ({e.msg} at line {e.lineno} column {e.colno})") from e
+    items = value if isinstance(value, list) else [value]
+    for i, record in enumerate(items):
+        where = f"{path}#{i}"
+        t = _text_of(record, text_field, where, stats)
+        if t is None:
+            continue
+        if bad:
+            stats.undecodable_sequences += bad
+            stats.documents_with_undecodable += 1
+            bad = 0
+        stats.documents += 1
+        yield {"id": where, "text": t, "meta": _meta_of(record, text_field, str(path))}
+
+
+def _read_parquet(path: Path, stats: ReadStats, text_field: str) -> Iterator[Document]:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    comp = split_suffixes(path)[1]
+    tmp_path = None
+    try:
+        if comp:
+            # Parquet needs random access (footer first); a compressed copy is expanded to disk.
+            fd, tmp_path = tempfile.mkstemp(suffix=".parquet", prefix="gptforge-")
+            with os.fdopen(fd, "wb") as out, open_binary(path) as src:
+                shutil.copyfileobj(src, out, 1 << 20)
+        try:
+            pf = pq.ParquetFile(tmp_path or path)
+        except (pa.ArrowException, OSError) as e:
+            raise BadFileError("bad_parquet", f"{path}: not a readable Parquet file ({e})") from e
+        names = pf.schema_arrow.names
+        if text_field not in names:
+            raise BadFileError("missing_field", f"{path}: no column {text_field!r} (columns: "
+                               f"{', '.join(names[:12])}); choose the column with --text-field")
+        row = 0
+        try:
+            for rg in range(pf.num_row_groups):
+                table = pf.read_row_group(rg, columns=[text_field])
+                column = table.column(0)
+                if not (pa.types.is_string(column.type) or pa.types.is_large_string(column.type)):
+                    raise BadFileError("field_not_string", f"{path}: column {text_field!r} has type "
+                                       f"{column.type}, not string")
+                for value in column.to_pylist():
+                    if value is None:
+                        stats.skip_record("missing_field", f"{path}#{row}: skipping a row whose "
+                                          f"{text_field!r} is null")
+                    else:
+                        stats.documents += 1
+                        yield {"id": f"{path}#{row}", "text": value, "meta": {"source": str(path)}}
+                    row += 1
+        except pa.ArrowException as e:
+            raise BadFileError("bad_parquet", f"{path}: damaged Parquet file after row {row} ({e}); "
+                               f"kept the rows before it") from e
+    finally:
+        if tmp_path:
+            os.unlink(tmp_path)
+
+
+def read_documents(inputs: Iterable[str | Path], stats: ReadStats | None = None,
+                   text_field: str = "text", files: list[Path] | None = None) -> Iterator[Document]:
+    """Stream the documents of every input (files, folders, globs), file by file in sorted order.
+
+    Args:
+        inputs: paths, folders or glob patterns.
+        stats: counters to fill (a fresh one when None).
+        text_field: JSON field / Parquet column holding the text.
+        files: an already expanded file list (skips `expand_inputs`).
+
+    Raises:
+        FileNotFoundError: an input does not exist (raised before any document is yielded).
+    """
+    stats = stats if stats is not None else ReadStats()
+    for path in files if files is not None else expand_inputs(inputs):
+        yield from read_file(path, stats, text_field)

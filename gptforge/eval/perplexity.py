@@ -1,0 +1,138 @@
+"""Loss, perplexity and bits per byte over a whole token sequence, every token counted once.
+
+Windows of `block_size` tokens slide by `stride`; each window scores only the targets not scored
+by an earlier window, so every target token (all but the first) is scored exactly once, with up to
+block_size - stride tokens of context carried over (the sliding-window recipe of the Hugging Face
+perplexity guide; stride = block_size gives disjoint windows).
+
+bits per byte = total nats / ln 2 / UTF-8 bytes of the text (Gao et al. 2020, The Pile, sec. 5.1):
+comparable across tokenizers, unlike per-token perplexity.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from gptforge.model.gpt import GPT
+
+IGNORE_INDEX = -100
+
+
+@dataclass
+class EvalResult:
+    """Loss in nats per token, perplexity = exp(loss), bits per byte (None without a byte count)."""
+
+    loss: float
+    perplexity: float
+    bits_per_byte: float | None
+    tokens: int
+    total_nats: float
+    bytes: int | None
+
+    def as_dict(self) -> dict:
+        return dict(self.__dict__)
+
+
+def sliding_windows(num_tokens: int, block_size: int, stride: int) -> list[tuple[int, int, int]]:
+    """(begin, end, first_scored) per window over a sequence of `num_tokens` tokens.
+
+    Inputs are tokens[begin:end] and targets tokens[begin+1:end+1] (target j is token j predicted
+    from tokens < j); a window scores the targets j > first_scored. Together the windows score
+    targets 1..num_tokens-1 exactly once.
+
+    Raises:
+        ValueError: stride not in [1, block_size], or fewer than 2 tokens.
+    """
+    if not 1 <= stride <= block_size:
+        raise ValueError(f"stride must be in [1, block_size={block_size}], got {stride}")
+    if num_tokens < 2:
+        raise ValueError(f"need at least 2 tokens to score, got {num_tokens}")
+    out, scored_upto, begin = [], 0, 0
+    last = num_tokens - 1  # index of the last target
+    while scored_upto < last:
+        end = min(begin + block_size, last)
+        out.append((begin, end, scored_upto))
+        scored_upto = end
+        begin += stride
+    return out
+
+
+@torch.no_grad()
+def evaluate_tokens(model: GPT, tokens: np.ndarray | torch.Tensor, n_bytes: int | None = None,
+                    stride: int | None = None, batch_size: int = 8, device: torch.device | str = "cpu",
+                    autocast_dtype: torch.dtype | None = None, progress: bool = False) -> EvalResult:
+    """Score `tokens` (1-D int array, N) with `model`; see the module docstring.
+
+    Args:
+        n_bytes: UTF-8 bytes of the text these tokens encode, for bits per byte.
+        stride: window shift in tokens (default block_size // 2).
+
+    Returns: EvalResult over the N-1 target tokens.
+    """
+    device = torch.device(device)
+    block = model.config.block_size
+    stride = stride or max(1, block // 2)
+    toks = torch.as_tensor(np.asarray(tokens, dtype=np.int64))
+    windows = sliding_windows(len(toks), block, stride)
+    was_training = model.training
+    model.eval()
+    total, count = 0.0, 0
+    bar = None
+    if progress:
+        from rich.progress import Progress
+
+        bar = Progress(transient=True)
+        task = bar.add_task("evaluate", total=len(windows))
+        bar.start()
+    try:
+        # Group windows of equal length so each batch is one tensor.
+        i = 0
+        while i < len(windows):
+            length = windows[i][1] - windows[i][0]
+            group = [windows[i]]
+            while (i + len(group) < len(windows) and len(group) < batch_size
+                   and windows[i + len(group)][1] - windows[i + len(group)][0] == length):
+                group.append(windows[i + len(group)])
+            x = torch.stack([toks[b:e] for b, e, _ in group]).to(device)
+            y = torch.stack([toks[b + 1 : e + 1] for b, e, _ in group]).clone()
+            for r, (b, _e, first) in enumerate(group):
+                y[r, : first - b] = IGNORE_INDEX  # already scored by an earlier window
+            y = y.to(device)
+            ctx = torch.autocast(device.type, dtype=autocast_dtype) if autocast_dtype else torch.no_grad()
+            with ctx:
+                logits = model(x)
+            total += float(F.cross_entropy(logits.float().reshape(-1, logits.size(-1)), y.reshape(-1),
+                                           ignore_index=IGNORE_INDEX, reduction="sum"))
+            count += int((y != IGNORE_INDEX).sum())
+            i += len(group)
+            if bar is not None:
+                bar.update(task, advance=len(group))
+    finally:
+        if bar is not None:
+            bar.stop()
+        model.train(was_training)
+    loss = total / count
+    bpb = total / math.log(2) / n_bytes if n_bytes else None
+    return EvalResult(loss=loss, perplexity=math.exp(loss), bits_per_byte=bpb, tokens=count,
+                      total_nats=total, bytes=n_bytes)
+
+
+def unigram_entropy(tokens: np.ndarray, vocab_size: int, reference: np.ndarray | None = None) -> float:
+    """Cross-entropy in nats/token of `tokens` under a unigram (token-frequency) model.
+
+    The frequencies come from `reference` (e.g. the train split) with add-one smoothing, or from
+    `tokens` themselves (then it is the empirical entropy). A language model that learned only
+    token frequencies scores this; a useful model must be well below it.
+    """
+    src = np.asarray(reference if reference is not None else tokens)
+    counts = np.bincount(src, minlength=vocab_size).astype(np.float64)
+    if reference is not None:
+        counts += 1.0
+    p = counts / counts.sum()
+    t = np.asarray(tokens)
+    return float(-np.log(p[t]).mean())

@@ -1,0 +1,270 @@
+"""Training checkpoints: torch.distributed.checkpoint (DCP) in every layout, single process too.
+
+Layout of RUN_DIR/checkpoints/:
+    step_000100/            one complete checkpoint
+        .metadata, *.distcp  model + optimizer state (DCP, sharded by rank when distributed)
+        trainer_state.pt     step, tokens seen, scheduler state, RNG states, data position
+        config.yaml          the resolved config
+    latest                  text file naming the newest complete step folder (written last)
+    best                    likewise, for the best validation loss
+
+A checkpoint is written to `.tmp_step_N/`, fsynced, then renamed to `step_N/`; the `latest`
+pointer is replaced atomically afterwards. A kill at any instant therefore leaves `latest`
+naming a complete checkpoint, and a half-written `.tmp_*` folder is never read.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import shutil
+from pathlib import Path
+from typing import Any
+
+import warnings
+
+import numpy as np
+import torch
+import torch.distributed as dist
+import torch.distributed.checkpoint as dcp
+from torch.distributed.checkpoint.state_dict import (
+    StateDictOptions,
+    get_state_dict,
+    set_state_dict,
+)
+
+STATE_FILE = "trainer_state.pt"
+
+
+def _is_main() -> bool:
+    return not dist.is_initialized() or dist.get_rank() == 0
+
+
+def _barrier() -> None:
+    if dist.is_initialized():
+        dist.barrier()
+
+
+def atomic_write_text(path: Path, text: str) -> None:
+    """Write `text` to `path` via a temp file, fsync and rename (readers see old or new, never half)."""
+    path = Path(path)
+    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
+    with open(tmp, "w") as f:
+        f.write(text)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+    _fsync_dir(path.parent)
+
+
+def _fsync_dir(path: Path) -> None:
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def rng_state() -> dict[str, Any]:
+    """Python, NumPy, torch CPU and CUDA generator states of this process."""
+    state = {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state()}
+    if torch.cuda.is_available():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    return state
+
+
+def set_rng_state(state: dict[str, Any]) -> None:
+    random.setstate(state["python"])
+    np.random.set_state(state["numpy"])
+    torch.set_rng_state(state["torch"])
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])
+
+
+def step_dir_name(step: int) -> str:
+    return f"step_{step:07d}"
+
+
+def save_checkpoint(ckpt_root: Path, step: int, model: torch.nn.Module, optimizer: torch.optim.Optimizer | None,
+                    trainer_state: dict[str, Any], config_yaml: str, keep: int = 2,
+                    mark_best: bool = False) -> Path:
+    """Write checkpoint `step` atomically under `ckpt_root` and point `latest` at it.
+
+    Every rank calls this (DCP writes each rank's shards in parallel); rank 0 renames and writes
+    the pointers. `trainer_state` holds plain Python/tensor values (step, tokens_seen, RNG, ...);
+    in a distributed run each rank's RNG state is stored under its rank.
+    Keeps the newest `keep` step folders plus the one `best` names.
+
+    Returns: the final checkpoint folder.
+    """
+    ckpt_root = Path(ckpt_root)
+    final = ckpt_root / step_dir_name(step)
+    tmp = ckpt_root / f".tmp_{step_dir_name(step)}"
+    rank = dist.get_rank() if dist.is_initialized() else 0
+    if _is_main():
+        ckpt_root.mkdir(parents=True, exist_ok=True)
+        if tmp.exists():
+            shutil.rmtree(tmp)
+        tmp.mkdir()
+    _barrier()
+    model_sd, optim_sd = get_state_dict(model, optimizer if optimizer is not None else [])
+    state = {"model": model_sd}
+    if optimizer is not None:
+        state["optim"] = optim_sd
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=".*torch.distributed is disabled.*")
+        dcp.save(state, checkpoint_id=str(tmp))
+    # RNG states differ per rank; everything else is identical, so rank 0's copy is kept.
+    rng = [None] * (dist.get_world_size() if dist.is_initialized() else 1)
+    if dist.is_initialized():
+        dist.all_gather_object(rng, rng_state())
+    else:
+        rng[0] = rng_state()
+    if _is_main():
+        payload = dict(trainer_state, rng_per_rank=rng)
+        with open(tmp / STATE_FILE, "wb") as f:
+            torch.save(payload, f)
+            f.flush()
+            os.fsync(f.fileno())
+        atomic_write_text(tmp / "config.yaml", config_yaml)
+        for p in tmp.iterdir():
+            if p.is_file():
+                with open(p, "rb") as f:
+                    os.fsync(f.fileno())
+        _fsync_dir(tmp)
+        if final.exists():
+            shutil.rmtree(final)
+        os.replace(tmp, final)
+        _fsync_dir(ckpt_root)
+        atomic_write_text(ckpt_root / "latest", final.name + "\n")
+        if mark_best:
+            atomic_write_text(ckpt_root / "best", final.name + "\n")
+        _prune(ckpt_root, keep)
+    del rank
+    _barrier()
+    return final
+
+
+def _prune(ckpt_root: Path, keep: int) -> None:
+    protected = {read_pointer(ckpt_root, "latest"), read_pointer(ckpt_root, "best")}
+    steps = sorted(p for p in ckpt_root.glob("step_*") if p.is_dir())
+    for p in steps[: max(0, len(steps) - keep)]:
+        if p not in protected:
+            shutil.rmtree(p, ignore_errors=True)
+
+
+def read_pointer(ckpt_root: Path, name: str = "latest") -> Path | None:
+    """The complete checkpoint folder that pointer `name` (latest/best) names, or None."""
+    f = Path(ckpt_root) / name
+    if not f.exists():
+        return None
+    target = Path(ckpt_root) / f.read_text().strip()
+    if not is_complete(target):
+        return None
+    return target
+
+
+def is_complete(path: Path) -> bool:
+    """A checkpoint folder is complete when DCP's metadata and the trainer state both exist."""
+    path = Path(path)
+    return path.is_dir() and (path / ".metadata").exists() and (path / STATE_FILE).exists()
+
+
+def find_checkpoint(path: str | Path, which: str = "latest") -> Path:
+    """Resolve a run directory, a `checkpoints/` folder or a step folder to a complete checkpoint.
+
+    Raises:
+        FileNotFoundError: nothing complete is there; the message says what was looked at.
+    """
+    p = Path(path)
+    if is_complete(p):
+        return p
+    for root in (p / "checkpoints", p):
+        found = read_pointer(root, which)
+        if found is not None:
+            return found
+        if which == "latest" and (root / "latest").exists():
+            # The pointer names a damaged folder: fall back to the newest complete one.
+            complete = [d for d in sorted(root.glob("step_*"), reverse=True) if is_complete(d)]
+            if complete:
+                return complete[0]
+    raise FileNotFoundError(
+        f"no complete checkpoint at {p}: expected a run directory with checkpoints/{which}, "
+        "or a checkpoints/step_N folder holding .metadata and trainer_state.pt"
+    )
+
+
+def load_trainer_state(ckpt: Path) -> dict[str, Any]:
+    return torch.load(Path(ckpt) / STATE_FILE, map_location="cpu", weights_only=False)
+
+
+def load_checkpoint(ckpt: Path, model: torch.nn.Module, optimizer: torch.optim.Optimizer | None = None) -> dict[str, Any]:
+    """Load model (and optimizer) state from a DCP checkpoint into the live, possibly sharded,
+    objects; restore this rank's RNG state. Works whatever layout wrote it (DCP reshards).
+
+    Returns: the trainer state dict (step, tokens_seen, ...).
+    """
+    ckpt = Path(ckpt)
+    model_sd, optim_sd = get_state_dict(model, optimizer if optimizer is not None else [])
+    state = {"model": model_sd}
+    if optimizer is not None:
+        state["optim"] = optim_sd
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=".*torch.distributed is disabled.*")
+        dcp.load(state, checkpoint_id=str(ckpt))
+    set_state_dict(
+        model, optimizer if optimizer is not None else [],
+        model_state_dict=state["model"], optim_state_dict=state.get("optim", {}),
+        options=StateDictOptions(strict=True),
+    )
+    trainer_state = load_trainer_state(ckpt)
+    rngs = trainer_state.get("rng_per_rank") or []
+    rank = dist.get_rank() if dist.is_initialized() else 0
+    if rank < len(rngs) and rngs[rank] is not None:
+        set_rng_state(rngs[rank])
+    return trainer_state
+
+
+def load_model_weights(ckpt: Path, model: torch.nn.Module) -> None:
+    """Load only the model weights of a DCP checkpoint into `model` (for evaluate/generate)."""
+    sd = model.state_dict()
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=".*torch.distributed is disabled.*")
+        dcp.load({"model": sd}, checkpoint_id=str(ckpt))
+    model.load_state_dict(sd)
+
+
+def load_for_inference(path: str | Path, device: str | torch.device = "cpu", which: str = "latest"):
+    """Build the model of a run directory or checkpoint folder and load its weights.
+
+    Returns: (model in eval mode on `device`, checkpoint folder, saved config dict, tokenizer.json
+    path or None). The tokenizer is looked for in the checkpoint folder, then the run directory,
+    then the data folder the run was trained on.
+
+    Raises:
+        FileNotFoundError: no complete checkpoint at `path` (see `find_checkpoint`).
+    """
+    import yaml
+
+    from gptforge.config import ModelConfig
+    from gptforge.model.gpt import GPT
+
+    ckpt = find_checkpoint(path, which)
+    doc = yaml.safe_load((ckpt / "config.yaml").read_text())
+    model = GPT(ModelConfig(**doc["model"]).resolved())
+    load_model_weights(ckpt, model)
+    model.to(device).eval()
+    tok = None
+    candidates = [ckpt / "tokenizer.json", ckpt.parent.parent / "tokenizer.json"]
+    if doc.get("data", {}).get("path"):
+        candidates.append(Path(doc["data"]["path"]) / "tokenizer.json")
+    for c in candidates:
+        if c.exists():
+            tok = c
+            break
+    return model, ckpt, doc, tok

@@ -1,0 +1,120 @@
+"""Where per-step metrics go: metrics.jsonl, TensorBoard, and a live rich progress line."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+
+class MetricsWriter:
+    """Append one JSON object per logged step to RUN_DIR/metrics.jsonl, and mirror scalars to
+    TensorBoard (RUN_DIR/tb) when enabled. Each row is flushed so a killed run keeps its rows."""
+
+    def __init__(self, run_dir: Path, tensorboard: bool = True, resume_step: int | None = None):
+        self.path = Path(run_dir) / "metrics.jsonl"
+        if resume_step is not None and self.path.exists():
+            self._truncate_after(resume_step)
+        self.f = open(self.path, "a")
+        self.tb = None
+        if tensorboard:
+            from torch.utils.tensorboard import SummaryWriter
+
+            self.tb = SummaryWriter(str(Path(run_dir) / "tb"), purge_step=resume_step + 1 if resume_step else None)
+
+    def _truncate_after(self, step: int) -> None:
+        # Rows past the checkpoint we resume from were never part of the continued run.
+        keep = []
+        for line in self.path.read_text().splitlines():
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError:
+                continue  # a line cut by a kill
+            if row.get("step", 0) <= step:
+                keep.append(line)
+        tmp = self.path.with_suffix(".jsonl.tmp")
+        tmp.write_text("".join(k + "\n" for k in keep))
+        os.replace(tmp, self.path)
+
+    def write(self, row: dict[str, Any]) -> None:
+        clean = {k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in row.items()}
+        self.f.write(json.dumps(clean) + "\n")
+        self.f.flush()
+        if self.tb is not None:
+            step = row["step"]
+            for k, v in row.items():
+                if k != "step" and isinstance(v, (int, float)) and v is not None and math.isfinite(v):
+                    self.tb.add_scalar(f"train/{k}" if k != "val_loss" else "val/loss", v, step)
+
+    def close(self) -> None:
+        self.f.close()
+        if self.tb is not None:
+            self.tb.flush()
+            self.tb.close()
+
+
+def read_metrics(run_dir: Path) -> list[dict[str, Any]]:
+    """All rows of RUN_DIR/metrics.jsonl (a line cut by a kill is skipped)."""
+    rows = []
+    for line in (Path(run_dir) / "metrics.jsonl").read_text().splitlines():
+        try:
+            rows.append(json.loads(line))
+        except json.JSONDecodeError:
+            pass
+    return rows
+
+
+def format_seconds(s: float) -> str:
+    if not math.isfinite(s):
+        return "?"
+    s = int(s)
+    h, rem = divmod(s, 3600)
+    m, sec = divmod(rem, 60)
+    return f"{h}:{m:02d}:{sec:02d}" if h else f"{m:02d}:{sec:02d}"
+
+
+class Progress:
+    """A live one-line progress bar (rich) with loss, lr, tokens/s, MFU, elapsed and ETA.
+    Falls back to plain periodic lines when stdout is not a terminal."""
+
+    def __init__(self, total_steps: int, start_step: int, enabled: bool = True):
+        self.total, self.enabled = total_steps, enabled
+        self.t0, self.start_step = time.time(), start_step
+        self._last_plain = 0.0
+        self.bar = None
+        if enabled:
+            from rich.console import Console
+            from rich.progress import BarColumn, MofNCompleteColumn, Progress as RichProgress, TextColumn
+
+            console = Console()
+            if console.is_terminal:
+                self.bar = RichProgress(TextColumn("[bold]train"), BarColumn(), MofNCompleteColumn(),
+                                        TextColumn("{task.fields[info]}"), console=console, transient=False)
+                self.task = self.bar.add_task("train", total=total_steps, completed=start_step, info="")
+                self.bar.start()
+
+    def update(self, step: int, info: str) -> None:
+        if not self.enabled:
+            return
+        done = step - self.start_step
+        elapsed = time.time() - self.t0
+        eta = elapsed / done * (self.total - step) if done > 0 else float("nan")
+        text = f"{info} | {format_seconds(elapsed)} elapsed, ETA {format_seconds(eta)}"
+        if self.bar is not None:
+            self.bar.update(self.task, completed=step, info=text)
+        elif time.time() - self._last_plain > 5 or step == self.total:
+            self._last_plain = time.time()
+            print(f"step {step}/{self.total} {text}", flush=True)
+
+    def log(self, message: str) -> None:
+        if self.bar is not None:
+            self.bar.console.print(message)
+        elif self.enabled:
+            print(message, flush=True)
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.stop()

@@ -1,0 +1,67 @@
+"""Model FLOPs utilisation: achieved training FLOP/s over the device's dense peak.
+
+MFU = tokens_per_second * flops_per_token / peak (PaLM, Chowdhery et al. 2022, appendix B), with
+flops_per_token = 6N + 12*L*H*Q*T from `gptforge.model.flops_per_token`.
+The peak is the datasheet's dense (not 2:4 sparse) figure for known GPUs; on a CPU there is no
+datasheet, so the matmul peak is measured once at start and the figure is labelled as such.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import torch
+
+
+@dataclass
+class Peak:
+    """A device's peak in FLOP/s for one precision, and where the figure comes from."""
+
+    flops_per_second: float | None
+    label: str
+
+
+def measure_cpu_matmul_peak(dtype: torch.dtype = torch.float32, n: int = 1024, seconds: float = 0.4) -> float:
+    """Measured dense matmul throughput of this CPU (all torch threads), FLOP/s.
+
+    Times repeated (n, n) @ (n, n) products (2*n^3 FLOPs each) for about `seconds`, best of runs.
+    """
+    a = torch.randn(n, n, dtype=dtype)
+    b = torch.randn(n, n, dtype=dtype)
+    a @ b  # warm up threads and kernels
+    best, t_end = 0.0, time.perf_counter() + seconds
+    while time.perf_counter() < t_end:
+        t0 = time.perf_counter()
+        a @ b
+        dt = time.perf_counter() - t0
+        best = max(best, 2 * n**3 / dt)
+    return best
+
+
+def device_peak(device: torch.device, precision: str) -> Peak:
+    """Dense peak FLOP/s of `device` for `precision` (fp32, bf16, fp16).
+
+    CUDA: the GPU table in `gptforge.plan.hardware` matched on the device name (fp32 training
+    uses the TF32 tensor-core figure only when TF32 matmuls are enabled, else the FP32 one).
+    CPU: measured matmul peak. Unknown GPU or MPS: None, labelled.
+    """
+    if device.type == "cpu":
+        dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(precision, torch.float32)
+        return Peak(measure_cpu_matmul_peak(dtype), f"measured CPU {dtype_name(dtype)} matmul peak")
+    if device.type == "cuda":
+        name = torch.cuda.get_device_name(device)
+        try:
+            from gptforge.plan.hardware import peak_for_device_name
+        except ImportError:
+            return Peak(None, f"no GPU table available for {name}")
+        tf32 = torch.backends.cuda.matmul.allow_tf32
+        found = peak_for_device_name(name, precision, tf32=tf32)
+        if found is None:
+            return Peak(None, f"{name} is not in the GPU table; MFU not computed")
+        return Peak(found[0], found[1])
+    return Peak(None, f"no peak figure for device type {device.type}")
+
+
+def dtype_name(dtype: torch.dtype) -> str:
+    return {torch.float32: "fp32", torch.bfloat16: "bf16", torch.float16: "fp16"}[dtype]

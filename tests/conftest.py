@@ -1,0 +1,51 @@
+"""Shared fixtures: tiny models and tiny shard folders built in the test, no downloads."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+import torch
+
+# Keep CPU tests predictable on a 2-core machine.
+torch.set_num_threads(min(2, os.cpu_count() or 1))
+
+REPO = Path(__file__).resolve().parents[1]
+SHARED_DATA = REPO.parent / "shared" / "data"
+
+
+@pytest.fixture
+def shared_data() -> Path:
+    """../shared/data beside the checkout, or skip (a user's clone has none)."""
+    if not SHARED_DATA.is_dir():
+        pytest.skip("../shared/data is not present")
+    return SHARED_DATA
+
+
+def stdlib_sample_files(n: int = 40) -> list[Path]:
+    """A fixed, small set of real standard-library source files (deterministic)."""
+    from gptforge.data.stdlib_corpus import stdlib_files
+
+    files = stdlib_files()
+    step = max(1, len(files) // n)
+    return files[::step][:n]
+
+
+@pytest.fixture(scope="session")
+def tiny_shards(tmp_path_factory) -> Path:
+    """A prepared shard folder from ~40 standard-library files, vocab 384, one worker."""
+    from gptforge.data.prepare import PrepareConfig, prepare
+
+    out = tmp_path_factory.mktemp("shards") / "data"
+    cfg = PrepareConfig(inputs=[str(p) for p in stdlib_sample_files()], out=str(out), vocab_size=384,
+                        val_fraction=0.1, workers=1)
+    prepare(cfg, show_progress=False)
+    return out
+
+# torch.distributed.checkpoint logs every save at DEBUG; keep failure reports readable.
+import logging  # noqa: E402
+
+logging.getLogger("torch.distributed.checkpoint").setLevel(logging.WARNING)
+for _name in ("c10d-NullHandler-dcp_logger", "dcp_logger"):
+    logging.getLogger(_name).setLevel(logging.WARNING)
