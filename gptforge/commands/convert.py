@@ -3,9 +3,9 @@
     gptforge convert --from-hf HF_DIR --out RUN_DIR     # HF folder -> gptforge run directory
     gptforge convert --to-hf CKPT --out HF_DIR          # run dir / checkpoint -> HF folder
 
-A converted run directory looks like one `pretrain` writes: `config.yaml` (its `model` section),
-`checkpoints/step_0/` (torch.distributed.checkpoint, model state under the `model.` prefix),
-`checkpoints/latest`, the tokenizer files, and the source's `hf_config.json` and
+A converted run directory is one that `pretrain` could have written: `config.yaml` (its `model`
+section), `checkpoints/step_0000000/` (train.checkpoint's format: DCP model state, trainer state,
+config.yaml), `checkpoints/latest`, the tokenizer files, and the source's `hf_config.json` and
 `generation_config.json` so that exporting it again gives the same Hugging Face folder.
 """
 
@@ -85,6 +85,7 @@ def from_hf(hf_dir: Path, out: Path, dtype: torch.dtype | None = None, block_siz
     from gptforge.config import to_dict
     from gptforge.export.hf import TOKENIZER_FILES
     from gptforge.model.hf import load_hf_model, read_hf_config
+    from gptforge.train.checkpoint import save_checkpoint
 
     if out.exists() and not overwrite:
         raise FileExistsError(f"{out} exists; choose another --out or pass --overwrite")
@@ -93,12 +94,13 @@ def from_hf(hf_dir: Path, out: Path, dtype: torch.dtype | None = None, block_siz
     cfg = model.config
     tmp = out.parent / f".{out.name}.tmp-{os.getpid()}"
     shutil.rmtree(tmp, ignore_errors=True)
-    (tmp / "checkpoints").mkdir(parents=True)
+    tmp.mkdir(parents=True)
     try:
+        config_yaml = yaml.safe_dump({"model": to_dict(cfg)}, sort_keys=False)
         with Console(stderr=True).status(f"writing {out}"):
-            save_model_checkpoint(model, tmp / "checkpoints" / "step_0")
-        _write(tmp / "checkpoints" / "latest", "step_0\n")
-        _write(tmp / "config.yaml", yaml.safe_dump({"model": to_dict(cfg)}, sort_keys=False))
+            save_checkpoint(tmp / "checkpoints", 0, model, None,
+                            {"step": 0, "tokens_seen": 0, "converted_from": "hf"}, config_yaml, keep=1)
+        _write(tmp / "config.yaml", config_yaml)
         _write(tmp / "hf_config.json", json.dumps(read_hf_config(hf_dir), indent=2) + "\n")
         for name in TOKENIZER_FILES + ("generation_config.json",):
             if (hf_dir / name).is_file():
@@ -110,50 +112,15 @@ def from_hf(hf_dir: Path, out: Path, dtype: torch.dtype | None = None, block_siz
     return out
 
 
-def save_model_checkpoint(model: torch.nn.Module, step_dir: Path) -> None:
-    """Model weights as a torch.distributed.checkpoint folder, keys `model.<parameter name>`.
-
-    The layout of the `model` entry that `gptforge pretrain` checkpoints hold (which add optimizer,
-    scheduler and RNG state beside it), so a converted model resumes or fine-tunes like one.
-    """
-    import torch.distributed.checkpoint as dcp
-
-    with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", message=".*single process.*")
-        dcp.save({"model": model.state_dict()}, checkpoint_id=str(step_dir))
-
-
 # ---------------------------------------------------------------------------------------------
 # gptforge -> HF
 
 
-def resolve_checkpoint(path: Path) -> tuple[Path, Path]:
-    """(step folder, run directory) for a run dir, its checkpoints/ folder or a step_N folder.
-
-    Raises:
-        FileNotFoundError: no such path, or no `latest` pointer / .metadata where one is needed.
-    """
-    path = Path(path)
-    if not path.exists():
-        raise FileNotFoundError(f"{path}: no such checkpoint or run directory")
-    if (path / ".metadata").is_file():
-        return path, path.parent.parent
-    ckpts = path / "checkpoints" if (path / "checkpoints").is_dir() else path
-    latest = ckpts / "latest"
-    if not latest.is_file():
-        raise FileNotFoundError(
-            f"{path}: neither a checkpoint folder (.metadata) nor a run directory with checkpoints/latest"
-        )
-    step = ckpts / latest.read_text().strip()
-    if not (step / ".metadata").is_file():
-        raise FileNotFoundError(f"{latest} names {step.name}, which is not a complete checkpoint")
-    return step, ckpts.parent
-
-
 def load_model_checkpoint(path: Path, dtype: torch.dtype | None = None):
-    """(GPT, run directory) from a gptforge run dir or checkpoint (see `resolve_checkpoint`).
+    """(GPT, checkpoint folder) from a gptforge run dir or checkpoint (see
+    `gptforge.train.checkpoint.find_checkpoint`).
 
-    The model config comes from the run directory's config.yaml (`model` section). Parameter names
+    The model config comes from the checkpoint's config.yaml (`model` section). Parameter names
     are found in the checkpoint's metadata under whatever prefix holds `wte.weight` (`model.`,
     and wrappers such as `_orig_mod.` or `module.`).
 
@@ -166,11 +133,12 @@ def load_model_checkpoint(path: Path, dtype: torch.dtype | None = None):
 
     from gptforge.config import ModelConfig, from_dict
     from gptforge.model.gpt import GPT
+    from gptforge.train.checkpoint import find_checkpoint
 
-    step, run = resolve_checkpoint(path)
-    cfg_path = next((p / "config.yaml" for p in (step, run) if (p / "config.yaml").is_file()), None)
+    step = find_checkpoint(path)
+    cfg_path = next((p / "config.yaml" for p in (step, step.parent.parent) if (p / "config.yaml").is_file()), None)
     if cfg_path is None:
-        raise FileNotFoundError(f"{run}: no config.yaml with the model config beside the checkpoints")
+        raise FileNotFoundError(f"{step}: no config.yaml with the model config in the checkpoint or its run directory")
     raw = yaml.safe_load(cfg_path.read_text()) or {}
     if "model" not in raw:
         raise ValueError(f"{cfg_path}: no `model` section")
@@ -197,15 +165,41 @@ def load_model_checkpoint(path: Path, dtype: torch.dtype | None = None):
         warnings.filterwarnings("ignore", message=".*single process.*")
         dcp.load(target, checkpoint_id=str(step))
     model.reset_rope()  # the RoPE tables stay fp32 whatever the weights' dtype
-    return model, run
+    return model, step
+
+
+def checkpoint_sources(step: Path) -> dict:
+    """What an export of checkpoint folder `step` needs besides weights, looked for in the
+    checkpoint, then its run directory, then the data folder its config.yaml names:
+    `tokenizer_dir` (first folder holding tokenizer files, or None), `hf_config` and
+    `generation_config` (dicts from hf_config.json / generation_config.json, or None)."""
+    import yaml
+
+    from gptforge.export.hf import TOKENIZER_FILES
+
+    folders = [step, step.parent.parent]
+    doc = yaml.safe_load((step / "config.yaml").read_text()) if (step / "config.yaml").is_file() else None
+    data_path = ((doc or {}).get("data") or {}).get("path")
+    if data_path:
+        folders.append(Path(data_path))
+
+    def first_json(name):
+        f = next((d / name for d in folders if (d / name).is_file()), None)
+        return json.loads(f.read_text()) if f is not None else None
+
+    return {
+        "tokenizer_dir": next((d for d in folders if any((d / n).is_file() for n in TOKENIZER_FILES)), None),
+        "hf_config": first_json("hf_config.json"),
+        "generation_config": first_json("generation_config.json"),
+    }
 
 
 def to_hf(ckpt: Path, out: Path, dtype: torch.dtype | None = None, tokenizer: Path | None = None,
           max_shard_bytes: int = 5 * 2**30, overwrite: bool = False) -> Path:
     """Export a gptforge run dir / checkpoint as a Hugging Face folder at `out`.
 
-    The tokenizer: `tokenizer` (a tokenizer.json or a folder of tokenizer files), else the run
-    directory's own tokenizer files. A run converted from Hugging Face keeps its hf_config.json
+    The tokenizer: `tokenizer` (a tokenizer.json or a folder of tokenizer files), else the one
+    `checkpoint_sources` finds. A run converted from Hugging Face keeps its hf_config.json
     (model_type, special-token ids) and generation_config.json.
 
     Raises:
@@ -214,29 +208,30 @@ def to_hf(ckpt: Path, out: Path, dtype: torch.dtype | None = None, tokenizer: Pa
     """
     from rich.console import Console
 
-    from gptforge.export.hf import TOKENIZER_FILES, save_hf
+    from gptforge.export.hf import save_hf
 
     if out.exists() and not overwrite:
         raise FileExistsError(f"{out} exists; choose another --out or pass --overwrite")
     with Console(stderr=True).status(f"reading {ckpt}"):
-        model, run = load_model_checkpoint(ckpt, dtype)
-    tok_dir = None
+        model, step = load_model_checkpoint(ckpt, dtype)
+    src = checkpoint_sources(step)
+    tok_dir = src["tokenizer_dir"]
     if tokenizer is not None:
         tokenizer = Path(tokenizer)
         if not tokenizer.exists():
             raise FileNotFoundError(f"--tokenizer {tokenizer}: no such file or folder")
-        tok_dir = tokenizer if tokenizer.is_dir() else tokenizer.parent
         if tokenizer.is_file() and tokenizer.name != "tokenizer.json":
             raise ValueError(f"--tokenizer {tokenizer}: expected a tokenizer.json or a folder of tokenizer files")
-    elif any((run / name).is_file() for name in TOKENIZER_FILES):
-        tok_dir = run
-    else:
-        raise FileNotFoundError(f"{run}: no tokenizer.json; pass --tokenizer path/to/tokenizer.json")
-    base = json.loads((run / "hf_config.json").read_text()) if (run / "hf_config.json").is_file() else None
-    gen = json.loads((run / "generation_config.json").read_text()) if (run / "generation_config.json").is_file() else None
+        tok_dir = tokenizer if tokenizer.is_dir() else tokenizer.parent
+    elif tok_dir is None:
+        raise FileNotFoundError(
+            f"{step}: no tokenizer in the checkpoint, its run directory or its data folder; "
+            "pass --tokenizer path/to/tokenizer.json"
+        )
     with Console(stderr=True).status(f"writing {out}"):
-        return save_hf(model, model.config, out, tokenizer_dir=tok_dir, base_config=base, generation_config=gen,
-                       dtype=dtype, max_shard_bytes=max_shard_bytes, overwrite=overwrite)
+        return save_hf(model, model.config, out, tokenizer_dir=tok_dir, base_config=src["hf_config"],
+                       generation_config=src["generation_config"], dtype=dtype, max_shard_bytes=max_shard_bytes,
+                       overwrite=overwrite)
 
 
 def load_pretrained(path: Path, dtype: torch.dtype | None = None, block_size: int | None = None):
@@ -257,18 +252,16 @@ def load_pretrained(path: Path, dtype: torch.dtype | None = None, block_size: in
     path = Path(path)
     if (path / "config.json").is_file():
         model = load_hf_model(path, dtype=dtype, block_size=block_size)
-        folder, hf_config = path, read_hf_config(path)
-    else:
-        if block_size is not None:
-            raise ValueError("block_size applies to Hugging Face folders; a gptforge checkpoint keeps its own")
-        model, folder = load_model_checkpoint(path, dtype)
-        hf_config = json.loads((folder / "hf_config.json").read_text()) if (folder / "hf_config.json").is_file() else None
-    gen = folder / "generation_config.json"
-    return model, {
-        "tokenizer_dir": folder if any((folder / n).is_file() for n in TOKENIZER_FILES) else None,
-        "hf_config": hf_config,
-        "generation_config": json.loads(gen.read_text()) if gen.is_file() else None,
-    }
+        gen = path / "generation_config.json"
+        return model, {
+            "tokenizer_dir": path if any((path / n).is_file() for n in TOKENIZER_FILES) else None,
+            "hf_config": read_hf_config(path),
+            "generation_config": json.loads(gen.read_text()) if gen.is_file() else None,
+        }
+    if block_size is not None:
+        raise ValueError("block_size applies to Hugging Face folders; a gptforge checkpoint keeps its own")
+    model, step = load_model_checkpoint(path, dtype)
+    return model, checkpoint_sources(step)
 
 
 # ---------------------------------------------------------------------------------------------

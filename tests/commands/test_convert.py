@@ -12,6 +12,7 @@ transformers = pytest.importorskip("transformers")
 from gptforge.cli import main  # noqa: E402
 from gptforge.commands.convert import load_model_checkpoint  # noqa: E402
 from gptforge.model.hf import read_hf_state_dict  # noqa: E402
+from gptforge.train.checkpoint import find_checkpoint, load_for_inference  # noqa: E402
 
 
 def _tiny_qwen2(path, dtype=torch.float32):
@@ -39,16 +40,27 @@ def test_convert_round_trip_cli(tmp_path, dtype, capsys):
     hf = transformers.AutoModelForCausalLM.from_pretrained(src, dtype=torch.float32).eval()
     run = tmp_path / "run"
     assert main(["convert", "--from-hf", str(src), "--out", str(run)]) == 0
-    assert (run / "checkpoints" / "latest").read_text().strip() == "step_0"
-    assert (run / "checkpoints" / "step_0" / ".metadata").is_file()
+    step = find_checkpoint(run)  # the trainer's own loader accepts it
+    assert step == run / "checkpoints" / (run / "checkpoints" / "latest").read_text().strip()
     assert (run / "config.yaml").is_file() and (run / "tokenizer_config.json").is_file()
 
-    model, run_dir = load_model_checkpoint(run)
-    assert run_dir == run and model.wte.weight.dtype == dtype
+    model, found = load_model_checkpoint(run)
+    assert found == step and model.wte.weight.dtype == dtype
     assert model.lm_head.weight is model.wte.weight
     idx = torch.randint(0, 64, (2, 20))
     with torch.no_grad():
         assert (model.float()(idx) - hf(idx).logits).abs().max() < 1e-4
+
+    # The trainer's inference loader and generate work on the converted run.
+    from gptforge.infer.generate import generate
+
+    lead_model, _, _, _ = load_for_inference(run)
+    with torch.no_grad():
+        assert (lead_model.float()(idx) - hf(idx).logits).abs().max() < 1e-4
+    hf.generation_config.eos_token_id = None
+    prompt = idx[:1, :5]
+    ref = hf.generate(prompt, max_new_tokens=12, do_sample=False, pad_token_id=0)
+    assert torch.equal(generate(lead_model.float(), prompt, 12, temperature=0), ref)
 
     back = tmp_path / "back"
     assert main(["convert", "--to-hf", str(run), "--out", str(back)]) == 0
@@ -62,7 +74,7 @@ def test_convert_round_trip_cli(tmp_path, dtype, capsys):
 
     # A step folder works as well as the run dir; --dtype casts.
     f32 = tmp_path / "f32"
-    assert main(["convert", "--to-hf", str(run / "checkpoints" / "step_0"), "--out", str(f32), "--dtype", "float32"]) == 0
+    assert main(["convert", "--to-hf", str(step), "--out", str(f32), "--dtype", "float32"]) == 0
     assert read_hf_state_dict(f32)["model.embed_tokens.weight"].dtype == torch.float32
 
 

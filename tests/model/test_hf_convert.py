@@ -65,14 +65,9 @@ def hf_folder(request, tmp_path_factory):
 
 
 def _greedy(model: GPT, idx: torch.Tensor, n: int) -> torch.Tensor:
-    caches = model.make_caches(idx.size(0), idx.size(1) + n)
-    logits = model(idx, caches=caches, last_only=True)
-    out = [idx]
-    for _ in range(n):
-        nxt = logits[:, -1].argmax(-1, keepdim=True)
-        out.append(nxt)
-        logits = model(nxt, caches=caches)
-    return torch.cat(out, 1)
+    from gptforge.infer.generate import generate
+
+    return generate(model, idx, n, temperature=0)  # KV-cache path
 
 
 def test_logits_match_transformers(hf_folder):
