@@ -14,6 +14,7 @@ COMMANDS = {
     "pretrain": "Train a GPT from scratch on prepared shards.",
     "evaluate": "Loss, perplexity and bits per byte of a run or checkpoint on a split or a text file.",
     "generate": "Sample text from a run or checkpoint with a KV cache.",
+    "convert": "Convert Hugging Face model folders (GPT-2, Llama, Mistral, Qwen2) to gptforge checkpoints and back.",
 }
 
 

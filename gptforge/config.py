@@ -64,6 +64,11 @@ class ModelConfig:
     """GPT-2 MLP nonlinearity: gelu (exact, erf; as nanoGPT) or gelu_tanh (the tanh approximation
     of the original GPT-2 and Hugging Face's "gelu_new"). Llama blocks always use SwiGLU.
     Default gelu (about twice as fast as gelu_tanh on CPUs)."""
+    rope_scaling: Optional[dict] = None
+    """RoPE frequency scaling for long context (llama), as in Hugging Face configs: None (plain
+    RoPE), {"rope_type": "linear", "factor": f} (position interpolation), or {"rope_type": "llama3",
+    "factor", "low_freq_factor", "high_freq_factor", "original_max_position_embeddings"} (Llama 3.1).
+    Default None."""
     attention: Optional[Literal["sdpa", "eager"]] = None
     """Attention kernel: sdpa (torch scaled_dot_product_attention) or eager (explicit softmax,
     materialises the (T, T) score matrix). Default sdpa."""

@@ -37,15 +37,54 @@ class RMSNorm(nn.Module):
         return xf.type_as(x) * self.weight
 
 
-def rope_tables(head_dim: int, max_len: int, theta: float, device=None) -> tuple[torch.Tensor, torch.Tensor]:
+def rope_tables(
+    head_dim: int, max_len: int, theta: float, device=None, scaling: dict | None = None
+) -> tuple[torch.Tensor, torch.Tensor]:
     """cos and sin tables for rotary embeddings, each (max_len, head_dim/2), fp32.
 
-    Frequencies theta^(-2i/head_dim), i = 0..head_dim/2-1 (Su et al. 2021, eq. 15).
+    Frequencies theta^(-2i/head_dim), i = 0..head_dim/2-1 (Su et al. 2021, eq. 15), optionally
+    rescaled by `scaling` (see `scale_rope_frequencies`).
     """
     inv_freq = 1.0 / (theta ** (torch.arange(0, head_dim, 2, dtype=torch.float32, device=device) / head_dim))
+    if scaling:
+        inv_freq = scale_rope_frequencies(inv_freq, scaling)
     t = torch.arange(max_len, dtype=torch.float32, device=device)
     freqs = torch.outer(t, inv_freq)
     return freqs.cos(), freqs.sin()
+
+
+def scale_rope_frequencies(inv_freq: torch.Tensor, scaling: dict) -> torch.Tensor:
+    """Rescale RoPE inverse frequencies (head_dim/2,) for a longer context; returns the same shape.
+
+    - "linear": every frequency divided by `factor` (position interpolation, Chen et al. 2023).
+    - "llama3": wavelengths longer than original_max_position_embeddings / low_freq_factor are
+      divided by `factor`, those shorter than original / high_freq_factor are kept, and the band
+      between is interpolated linearly in original/wavelength (Llama 3.1, Meta's reference code
+      `apply_scaling`; Dubey et al. 2024, section 3.3.4 / Hugging Face rope_type "llama3").
+
+    Raises:
+        ValueError: another rope_type (naming it), or a missing key.
+    """
+    kind = scaling.get("rope_type", scaling.get("type", "default"))
+    if kind == "default":
+        return inv_freq
+    try:
+        factor = float(scaling["factor"])
+        if kind == "linear":
+            return inv_freq / factor
+        if kind == "llama3":
+            low, high = float(scaling["low_freq_factor"]), float(scaling["high_freq_factor"])
+            original = float(scaling["original_max_position_embeddings"])
+    except KeyError as e:
+        raise ValueError(f"model.rope_scaling: rope_type {kind!r} needs the key {e.args[0]!r}") from None
+    if kind != "llama3":
+        raise ValueError(
+            f"model.rope_scaling.rope_type {kind!r} is not supported; use 'linear' or 'llama3' (or none)"
+        )
+    wavelen = 2 * math.pi / inv_freq
+    smooth = ((original / wavelen - low) / (high - low)).clamp(0.0, 1.0)
+    # smooth = 0 for long wavelengths (fully interpolated), 1 for short ones (kept as is).
+    return (1 - smooth) * inv_freq / factor + smooth * inv_freq
 
 
 def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
@@ -209,7 +248,7 @@ class GPT(nn.Module):
         if cfg.tie_embeddings:
             self.lm_head.weight = self.wte.weight
         if cfg.arch == "llama":
-            cos, sin = rope_tables(cfg.head_dim, cfg.block_size, cfg.rope_theta)
+            cos, sin = rope_tables(cfg.head_dim, cfg.block_size, cfg.rope_theta, scaling=cfg.rope_scaling)
             self.register_buffer("rope_cos", cos, persistent=False)
             self.register_buffer("rope_sin", sin, persistent=False)
         self.apply(self._init_weights)
@@ -230,7 +269,7 @@ class GPT(nn.Module):
         """Recompute the RoPE tables (after moving off the meta device)."""
         if self.config.arch == "llama":
             cos, sin = rope_tables(self.config.head_dim, self.config.block_size, self.config.rope_theta,
-                                   device=self.wte.weight.device)
+                                   device=self.wte.weight.device, scaling=self.config.rope_scaling)
             self.rope_cos, self.rope_sin = cos, sin
 
     def num_params(self, non_embedding: bool = False) -> int:

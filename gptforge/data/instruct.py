@@ -1,0 +1,596 @@
+"""Instruction data: .jsonl -> token ids with a completion-only loss mask -> packed or padded batches.
+
+Input rows (one JSON object per line):
+- `{"prompt": "...", "completion": "..."}`: ids = [BOS] + text(prompt) + text(completion) + EOS;
+  the completion and the EOS are trained. No chat template (as TRL does for plain prompt/completion).
+- `{"messages": [{"role": "system"|"user"|"assistant", "content": "..."}, ...]}`: rendered with the
+  tokenizer's chat template when it has one, else with `DEFAULT_TEMPLATE` below; every assistant
+  message's content and the end-of-turn token that closes it are trained.
+
+Special tokens come only from the template, as ids; text from the data is encoded with special-
+token matching switched off, so a literal "<|im_end|>" or "<|endoftext|>" in a message is plain
+text. For a Jinja chat template this is done by rendering the conversation with each message's
+content replaced by a sentinel, encoding the template's own text (with special tokens) and the
+contents (without) separately, and concatenating. The tokens at a template/content boundary may
+then differ from encoding the rendered string in one go when a BPE merge would have crossed the
+boundary; chat templates put newlines or special tokens there, where byte-level BPE splits anyway.
+
+Default template (tokenizers without a chat template, e.g. gptforge's own BPE):
+
+    [BOS]### System:\\n{system}\\n\\n### User:\\n{user}\\n\\n### Assistant:\\n{assistant}<EOS>\\n\\n...
+
+`### Role:` headers are plain text; <EOS> is the tokenizer's end-of-text token inserted by id; BOS
+only when the tokenizer's config asks for one (`add_bos_token`). At inference, a prompt ends with
+"### Assistant:\\n" and generation stops at EOS.
+
+Batches (`InstructionDataset`): `packed` puts several sequences in each row of `block_size` tokens
+with attention kept inside each sequence (a block-diagonal causal bool mask for `GPT.forward`'s
+`attn_mask`) and position ids restarting at 0 per sequence; `padded` puts one sequence per row,
+right-padded. Both give the same per-token losses (tested). Labels are -100 where no loss counts.
+"""
+
+from __future__ import annotations
+
+import bisect
+import json
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Iterable, Iterator, Literal
+
+import numpy as np
+import torch
+
+IGNORE_INDEX = -100
+"""Label of positions that count for no loss (torch.nn.functional.cross_entropy's default)."""
+
+DEFAULT_TEMPLATE = "default"
+ROLE_HEADERS = {"system": "### System:\n", "user": "### User:\n", "assistant": "### Assistant:\n"}
+TURN_SEPARATOR = "\n\n"
+_EOS_CANDIDATES = ("<|endoftext|>", "</s>", "<|end_of_text|>", "<|eot_id|>", "<|im_end|>")
+# Private-use characters around mixed-case letters: a template filter such as upper/lower/title
+# that rewrites content also breaks the sentinel, and is then detected.
+_SENTINEL = re.compile("\ue000xY(\\d+)Yx\ue001")
+
+
+def _token_content(value) -> str | None:
+    if isinstance(value, dict):  # tokenizer_config.json may store {"content": ..., ...}
+        return value.get("content")
+    return value
+
+
+class ChatTokenizer:
+    """A Hugging Face `tokenizers.Tokenizer` with its chat template and special tokens.
+
+    encode_text(s): data text; special-token strings in it are plain text.
+    encode_template(s): template text; special-token strings become their ids.
+    """
+
+    def __init__(self, tokenizer, chat_template: str | None = None, bos_token: str | None = None,
+                 eos_token: str | None = None, add_bos: bool = False, extra_tokens: dict | None = None):
+        self.tokenizer = tokenizer
+        self.chat_template = chat_template
+        specials = {t.content for t in tokenizer.get_added_tokens_decoder().values() if t.special}
+        if eos_token is None:
+            eos_token = next((t for t in _EOS_CANDIDATES if t in specials), None)
+        if eos_token is None or tokenizer.token_to_id(eos_token) is None:
+            raise ValueError(
+                f"tokenizer has no end-of-sequence token ({eos_token or ' / '.join(_EOS_CANDIDATES)}); "
+                "instruction data needs one to end each completion"
+            )
+        self.eos_token, self.eos_id = eos_token, tokenizer.token_to_id(eos_token)
+        self.bos_token = bos_token
+        self.bos_id = tokenizer.token_to_id(bos_token) if bos_token else None
+        self.add_bos = bool(add_bos and self.bos_id is not None)
+        self.extra_tokens = extra_tokens or {}
+        self._special_ids = {tokenizer.token_to_id(t) for t in specials}
+
+    @classmethod
+    def from_dir(cls, path: str | Path) -> "ChatTokenizer":
+        """Load tokenizer.json and, when present, tokenizer_config.json / chat_template.jinja.
+
+        `path` is a folder or a tokenizer.json file.
+
+        Raises:
+            FileNotFoundError: no tokenizer.json. ValueError: no end-of-sequence token.
+        """
+        from tokenizers import Tokenizer
+
+        path = Path(path)
+        folder = path if path.is_dir() else path.parent
+        tok_file = path if path.is_file() else folder / "tokenizer.json"
+        if not tok_file.is_file():
+            raise FileNotFoundError(f"{tok_file}: no tokenizer.json (gptforge reads Hugging Face fast tokenizers)")
+        config: dict = {}
+        if (folder / "tokenizer_config.json").is_file():
+            config = json.loads((folder / "tokenizer_config.json").read_text())
+        template = config.get("chat_template")
+        if isinstance(template, list):  # [{"name": "default", "template": ...}, ...]
+            named = {t.get("name"): t.get("template") for t in template}
+            template = named.get("default") or next(iter(named.values()), None)
+        if (folder / "chat_template.jinja").is_file():
+            template = (folder / "chat_template.jinja").read_text()
+        elif (folder / "chat_template.json").is_file():
+            template = json.loads((folder / "chat_template.json").read_text()).get("chat_template", template)
+        extra = {k: _token_content(v) for k, v in config.items() if k.endswith("_token") and _token_content(v)}
+        return cls(
+            Tokenizer.from_file(str(tok_file)), chat_template=template,
+            bos_token=_token_content(config.get("bos_token")), eos_token=_token_content(config.get("eos_token")),
+            add_bos=bool(config.get("add_bos_token", False)), extra_tokens=extra,
+        )
+
+    def encode_text(self, text: str) -> list[int]:
+        """Ids of data text; special-token strings in it are encoded as ordinary text."""
+        tok = self.tokenizer
+        previous = tok.encode_special_tokens
+        tok.encode_special_tokens = True
+        try:
+            return tok.encode(text, add_special_tokens=False).ids
+        finally:
+            tok.encode_special_tokens = previous
+
+    def encode_template(self, text: str) -> list[int]:
+        """Ids of template text; special-token strings in it become their ids."""
+        return self.tokenizer.encode(text, add_special_tokens=False).ids
+
+    def is_special(self, token_id: int) -> bool:
+        return token_id in self._special_ids
+
+
+# ---------------------------------------------------------------------------------------------
+# Rendering one example
+
+
+@dataclass
+class Example:
+    """One tokenized example: ids (L,) and target flags (L,): target[i] = the loss predicts ids[i]."""
+
+    ids: list[int]
+    target: list[bool]
+
+
+def _check_messages(messages, where: str) -> list[dict]:
+    if not isinstance(messages, list) or not messages:
+        raise ValueError(f"{where}: `messages` must be a non-empty list of {{role, content}} objects")
+    for j, m in enumerate(messages):
+        if not isinstance(m, dict) or not isinstance(m.get("content"), str) or m.get("role") not in ROLE_HEADERS:
+            raise ValueError(
+                f"{where}: messages[{j}] must have role system/user/assistant and string content, got {m!r:.120}"
+            )
+    if not any(m["role"] == "assistant" for m in messages):
+        raise ValueError(f"{where}: no assistant message, so nothing to train on")
+    return messages
+
+
+def render_prompt_completion(tok: ChatTokenizer, prompt: str, completion: str) -> Example:
+    """[BOS] prompt completion EOS; completion and EOS are targets."""
+    head = ([tok.bos_id] if tok.add_bos else []) + tok.encode_text(prompt)
+    tail = tok.encode_text(completion) + [tok.eos_id]
+    return Example(head + tail, [False] * len(head) + [True] * len(tail))
+
+
+def render_default(tok: ChatTokenizer, messages: list[dict], add_generation_prompt: bool = False) -> Example:
+    """`messages` in the default template (see the module docstring)."""
+    ids: list[int] = [tok.bos_id] if tok.add_bos else []
+    target = [False] * len(ids)
+    for m in messages:
+        header = tok.encode_template(ROLE_HEADERS[m["role"]])
+        content = tok.encode_text(m["content"])
+        trained = m["role"] == "assistant"
+        end = [tok.eos_id] if trained else []
+        sep = tok.encode_template(TURN_SEPARATOR)
+        ids += header + content + end + sep
+        target += [False] * len(header) + [trained] * (len(content) + len(end)) + [False] * len(sep)
+    if add_generation_prompt:
+        header = tok.encode_template(ROLE_HEADERS["assistant"])
+        ids += header
+        target += [False] * len(header)
+    return Example(ids, target)
+
+
+def _jinja_env():
+    from jinja2.ext import loopcontrols
+    from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+    def raise_exception(message):
+        raise ValueError(f"chat template: {message}")
+
+    def strftime_now(fmt):
+        import datetime
+
+        return datetime.datetime.now().strftime(fmt)
+
+    # The settings transformers renders chat templates with (trim/lstrip blocks, loop controls).
+    env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True, extensions=[loopcontrols])
+    env.filters["tojson"] = lambda x, indent=None, **_: json.dumps(x, ensure_ascii=False, indent=indent)
+    env.globals.update(raise_exception=raise_exception, strftime_now=strftime_now)
+    return env
+
+
+def render_chat_template(tok: ChatTokenizer, messages: list[dict], add_generation_prompt: bool = False,
+                         where: str = "messages") -> Example:
+    """`messages` in the tokenizer's Jinja chat template, special tokens as ids (see module doc).
+
+    Targets: each assistant message's content, plus the template text that follows it up to and
+    including its first special token (the end-of-turn token, e.g. <|im_end|>, <|eot_id|>, </s>).
+
+    Raises:
+        ValueError: the template fails, or does not reproduce each message's content exactly once
+            (a template that rewrites content cannot keep user text apart from special tokens).
+    """
+    env = getattr(tok, "_jinja_env", None) or _jinja_env()
+    tok._jinja_env = env
+    template = env.from_string(tok.chat_template)
+    placeholders = [dict(m, content=f"\ue000xY{j}Yx\ue001") for j, m in enumerate(messages)]
+    specials = {k: v for k, v in tok.extra_tokens.items()}
+    specials.update(bos_token=tok.bos_token or "", eos_token=tok.eos_token)
+    try:
+        rendered = template.render(messages=placeholders, add_generation_prompt=add_generation_prompt, **specials)
+    except Exception as e:  # noqa: BLE001 - a template error is the user's data/config problem
+        raise ValueError(f"{where}: the chat template failed: {e}") from None
+    pieces = _SENTINEL.split(rendered)  # [text, j, text, j, ..., text]
+    seen = [int(j) for j in pieces[1::2]]
+    if sorted(seen) != list(range(len(messages))):
+        raise ValueError(
+            f"{where}: the chat template did not render each message's content verbatim exactly once "
+            f"(saw message indices {seen}); use the default template instead"
+        )
+    ids: list[int] = []
+    target: list[bool] = []
+    after_assistant = False
+    for k, piece in enumerate(pieces):
+        if k % 2 == 1:
+            m = messages[int(piece)]
+            content = tok.encode_text(m["content"])
+            after_assistant = m["role"] == "assistant"
+            ids += content
+            target += [after_assistant] * len(content)
+            continue
+        part = tok.encode_template(piece)
+        flags = [False] * len(part)
+        if after_assistant:
+            for i, t in enumerate(part):
+                flags[i] = True
+                if tok.is_special(t):
+                    break
+            else:
+                flags = [False] * len(part)  # no end-of-turn token: train only the content
+            after_assistant = False
+        ids += part
+        target += flags
+    return Example(ids, target)
+
+
+def render_example(tok: ChatTokenizer, row: dict, template: str | None = None, where: str = "row") -> Example:
+    """Tokenize one .jsonl row (prompt/completion or messages).
+
+    template: None uses the tokenizer's chat template when it has one, else the default;
+    `DEFAULT_TEMPLATE` forces the default.
+
+    Raises:
+        ValueError: a row with neither shape, or bad fields (naming `where`).
+    """
+    if not isinstance(row, dict):
+        raise ValueError(f"{where}: expected a JSON object, got {type(row).__name__}")
+    if "messages" in row:
+        messages = _check_messages(row["messages"], where)
+        if tok.chat_template and template != DEFAULT_TEMPLATE:
+            return render_chat_template(tok, messages, where=where)
+        return render_default(tok, messages)
+    if "prompt" in row and "completion" in row:
+        if not isinstance(row["prompt"], str) or not isinstance(row["completion"], str):
+            raise ValueError(f"{where}: `prompt` and `completion` must be strings")
+        return render_prompt_completion(tok, row["prompt"], row["completion"])
+    raise ValueError(f"{where}: a row needs `messages` (chat) or `prompt` and `completion`; it has {sorted(row)}")
+
+
+def read_jsonl(path: str | Path) -> Iterator[tuple[str, dict]]:
+    """(file:line, object) for each non-blank line.
+
+    Raises:
+        FileNotFoundError: no file. ValueError: a line that is not JSON (file:line).
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"{path}: no such instruction file (.jsonl with prompt/completion or messages)")
+    with open(path, encoding="utf-8") as f:
+        for n, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            try:
+                yield f"{path}:{n}", json.loads(line)
+            except json.JSONDecodeError as e:
+                raise ValueError(f"{path}:{n}: not valid JSON ({e.msg} at column {e.colno})") from None
+
+
+def prompt_ids(tok: ChatTokenizer, messages: list[dict], template: str | None = None) -> list[int]:
+    """Ids of a conversation ending with the assistant's header, ready for generation.
+
+    Rendered exactly as during training (same template, same special-token handling); generation
+    should stop at `tok.eos_id` (default template) or the template's end-of-turn token.
+    """
+    for j, m in enumerate(messages):
+        if not isinstance(m, dict) or m.get("role") not in ROLE_HEADERS or not isinstance(m.get("content"), str):
+            raise ValueError(f"messages[{j}] must have role system/user/assistant and string content")
+    if tok.chat_template and template != DEFAULT_TEMPLATE:
+        return render_chat_template(tok, messages, add_generation_prompt=True).ids
+    return render_default(tok, messages, add_generation_prompt=True).ids
+
+
+CACHE_VERSION = 1
+
+
+def _cache_key(path: Path, tok: ChatTokenizer, template: str | None) -> str:
+    import hashlib
+
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    h.update(tok.tokenizer.to_str().encode())
+    h.update(json.dumps([CACHE_VERSION, template, tok.chat_template, tok.bos_token, tok.eos_token, tok.add_bos,
+                         sorted(tok.extra_tokens.items())]).encode())
+    return h.hexdigest()[:16]
+
+
+def load_examples(path: str | Path, tok: ChatTokenizer, template: str | None = None,
+                  cache: bool = True) -> list[Example]:
+    """Tokenize every row of a .jsonl (progress bar on stderr), or read the cached result.
+
+    The cache sits beside the data: `<name>.jsonl.gptforge-<key>.npz`, key = hash of the file's
+    bytes, the tokenizer, its template settings and `template`; any change makes a new one. It is
+    written atomically (temp file, fsync, rename); a folder that is not writable just skips it.
+
+    Raises:
+        FileNotFoundError, ValueError: see `read_jsonl` and `render_example` (file:line).
+    """
+    import os
+    import tempfile
+
+    from rich.progress import Progress
+
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"{path}: no such instruction file (.jsonl with prompt/completion or messages)")
+    cache_path = path.with_name(f"{path.name}.gptforge-{_cache_key(path, tok, template)}.npz") if cache else None
+    if cache_path is not None and cache_path.is_file():
+        with np.load(cache_path) as z:
+            ids, target, offsets = z["ids"].tolist(), z["target"].astype(bool).tolist(), z["offsets"].tolist()
+        return [Example(ids[a:b], target[a:b]) for a, b in zip(offsets[:-1], offsets[1:])]
+    examples = []
+    with Progress(transient=True) as progress:
+        task = progress.add_task(f"tokenizing {path.name}", total=path.stat().st_size)
+        for where, row in read_jsonl(path):
+            examples.append(render_example(tok, row, template, where))
+            progress.update(task, advance=len(json.dumps(row)) + 1)
+    if cache_path is not None:
+        offsets = np.cumsum([0] + [len(e.ids) for e in examples], dtype=np.int64)
+        flat_ids = np.fromiter((i for e in examples for i in e.ids), dtype=np.int64, count=int(offsets[-1]))
+        flat_target = np.fromiter((t for e in examples for t in e.target), dtype=np.uint8, count=int(offsets[-1]))
+        try:
+            fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{cache_path.name}.", suffix=".tmp")
+            try:
+                with os.fdopen(fd, "wb") as f:
+                    np.savez(f, ids=flat_ids.astype(np.uint32), target=flat_target, offsets=offsets)
+                    f.flush()
+                    os.fsync(f.fileno())
+                os.replace(tmp, cache_path)
+            except BaseException:
+                Path(tmp).unlink(missing_ok=True)
+                raise
+        except OSError:
+            pass  # read-only data folder: tokenize again next time
+    return examples
+
+
+# ---------------------------------------------------------------------------------------------
+# Batches
+
+
+@dataclass
+class Sequence:
+    """Training pair of one example: inputs (n,) and labels (n,) (IGNORE_INDEX where no loss)."""
+
+    inputs: np.ndarray
+    labels: np.ndarray
+
+
+def to_sequence(ex: Example, block_size: int) -> tuple[Sequence | None, bool]:
+    """Shift one example into (inputs, labels), truncated to block_size tokens.
+
+    Returns (sequence or None when it has no target left, whether it was truncated).
+    """
+    ids = np.asarray(ex.ids, dtype=np.int64)
+    target = np.asarray(ex.target, dtype=bool)
+    truncated = len(ids) > block_size + 1
+    ids, target = ids[: block_size + 1], target[: block_size + 1]
+    if len(ids) < 2 or not target[1:].any():
+        return None, truncated
+    labels = np.where(target[1:], ids[1:], IGNORE_INDEX)
+    return Sequence(ids[:-1], labels), truncated
+
+
+def pack_sequences(lengths: list[int], block_size: int) -> list[list[int]]:
+    """Best-fit-decreasing bin packing: lists of sequence indices whose lengths sum <= block_size.
+
+    Deterministic (ties keep index order). Bins come out in order of creation.
+    """
+    order = sorted(range(len(lengths)), key=lambda i: (-lengths[i], i))
+    bins: list[list[int]] = []
+    free: list[tuple[int, int]] = []  # sorted (room left, bin index)
+    for i in order:
+        n = lengths[i]
+        k = bisect.bisect_left(free, (n, -1))
+        if k < len(free):
+            room, b = free.pop(k)
+        else:
+            room, b = block_size, len(bins)
+            bins.append([])
+        bins[b].append(i)
+        room -= n
+        if room > 0:
+            bisect.insort(free, (room, b))
+    return bins
+
+
+def block_causal_mask(doc_ids: torch.Tensor) -> torch.Tensor:
+    """Bool (B, 1, T, T) mask, True = may attend: causal and within the same document.
+
+    doc_ids: (B, T) int, equal ids = same packed sequence (padding gets its own id).
+    """
+    T = doc_ids.size(-1)
+    same = doc_ids[:, :, None] == doc_ids[:, None, :]
+    causal = torch.ones(T, T, dtype=torch.bool, device=doc_ids.device).tril()
+    return (same & causal)[:, None]
+
+
+@dataclass
+class InstructionDataset:
+    """Tokenized instruction examples arranged as rows of a batch.
+
+    Build with `InstructionDataset.from_jsonl(path, tokenizer, block_size, mode)`. `len(ds)` rows;
+    `ds.batch(indices)` returns tensors:
+      input_ids (B, T) int64, labels (B, T) int64 (IGNORE_INDEX where no loss counts),
+      position_ids (B, T) int64, attn_mask (B, 1, T, T) bool or None (padded: causal suffices),
+    with T = block_size (packed) or the longest sequence of the batch (padded).
+    Stats: examples, dropped_no_target, truncated, target_tokens.
+    """
+
+    sequences: list[Sequence]
+    block_size: int
+    mode: Literal["packed", "padded"] = "packed"
+    pad_id: int = 0
+    rows: list[list[int]] = field(default_factory=list)
+    stats: dict = field(default_factory=dict)
+
+    def __post_init__(self):
+        if self.mode not in ("packed", "padded"):
+            raise ValueError(f"instruction data mode must be 'packed' or 'padded', got {self.mode!r}")
+        if not self.rows:
+            if self.mode == "packed":
+                self.rows = pack_sequences([len(s.inputs) for s in self.sequences], self.block_size)
+            else:
+                self.rows = [[i] for i in range(len(self.sequences))]
+
+    @classmethod
+    def from_examples(cls, examples: Iterable[Example], block_size: int, mode: str = "packed",
+                      pad_id: int | None = None) -> "InstructionDataset":
+        """Shift, truncate (to block_size) and arrange examples; pad_id defaults to 0."""
+        seqs, stats = [], {"examples": 0, "dropped_no_target": 0, "truncated": 0, "target_tokens": 0}
+        for ex in examples:
+            stats["examples"] += 1
+            seq, truncated = to_sequence(ex, block_size)
+            stats["truncated"] += int(truncated)
+            if seq is None:
+                stats["dropped_no_target"] += 1
+                continue
+            stats["target_tokens"] += int((seq.labels != IGNORE_INDEX).sum())
+            seqs.append(seq)
+        return cls(seqs, block_size, mode, pad_id or 0, stats=stats)
+
+    @classmethod
+    def from_jsonl(cls, path: str | Path, tokenizer: ChatTokenizer, block_size: int, mode: str = "packed",
+                   template: str | None = None, cache: bool = True) -> "InstructionDataset":
+        """Read and tokenize a .jsonl of prompt/completion or messages rows (see `load_examples`
+        for the cache beside it).
+
+        Raises:
+            FileNotFoundError, ValueError: a missing file or a bad line, naming file:line; a file
+                with no trainable example.
+        """
+        examples = load_examples(path, tokenizer, template, cache)
+        ds = cls.from_examples(examples, block_size, mode, pad_id=tokenizer.eos_id)
+        if not ds.sequences:
+            raise ValueError(f"{path}: no example with a completion token within block_size {block_size}")
+        return ds
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    def batch(self, indices: Iterable[int]) -> dict[str, torch.Tensor | None]:
+        """The rows `indices` as one batch (see the class docstring for shapes)."""
+        rows = [self.rows[i] for i in indices]
+        if self.mode == "padded":
+            T = max(len(self.sequences[r[0]].inputs) for r in rows)
+        else:
+            T = self.block_size
+        B = len(rows)
+        input_ids = np.full((B, T), self.pad_id, dtype=np.int64)
+        labels = np.full((B, T), IGNORE_INDEX, dtype=np.int64)
+        position_ids = np.zeros((B, T), dtype=np.int64)
+        doc_ids = np.full((B, T), -1, dtype=np.int64)
+        for b, row in enumerate(rows):
+            t = 0
+            for d, i in enumerate(row):
+                s = self.sequences[i]
+                n = len(s.inputs)
+                input_ids[b, t:t + n] = s.inputs
+                labels[b, t:t + n] = s.labels
+                position_ids[b, t:t + n] = np.arange(n)
+                doc_ids[b, t:t + n] = d
+                t += n
+            # Padding: positions from 0, and its own "document" (id -1) so that no row of the mask
+            # is all False (SDPA would return NaN there).
+            position_ids[b, t:] = np.arange(T - t)
+        out = {
+            "input_ids": torch.from_numpy(input_ids),
+            "labels": torch.from_numpy(labels),
+            "position_ids": torch.from_numpy(position_ids),
+            "attn_mask": None,
+        }
+        if self.mode == "packed":
+            out["attn_mask"] = block_causal_mask(torch.from_numpy(doc_ids))
+        return out
+
+
+class InstructionBatches:
+    """Micro-batches of instruction rows for the training loop, deterministic in (seed, step, index).
+
+    Global batch entry i of optimizer step `step` is row perm_e[g mod N] with g = step*G + i,
+    e = g // N (the epoch) and perm_e a Philox permutation keyed on (seed, e): every row is seen
+    once per epoch, a resumed run reads exactly what the uninterrupted one would have, and the
+    global batch is the same whatever micro_batch_size x gradient_accumulation_steps x dp_size.
+    Data-parallel rank `dp_rank` owns the contiguous slice [dp_rank*G/dp, (dp_rank+1)*G/dp).
+
+    `micro_batches(step)` returns `gradient_accumulation_steps` dicts as `InstructionDataset.batch`
+    makes them (input_ids, labels, position_ids, attn_mask); the model is called as
+    `model(input_ids, position_ids=position_ids, attn_mask=attn_mask)` and the loss counts the
+    labels != IGNORE_INDEX.
+    """
+
+    def __init__(self, ds: InstructionDataset, micro_batch_size: int, gradient_accumulation_steps: int,
+                 seed: int, dp_rank: int = 0, dp_size: int = 1):
+        if len(ds) == 0:
+            raise ValueError("instruction dataset has no rows")
+        self.ds, self.seed = ds, seed
+        self.micro_batch_size = micro_batch_size
+        self.gradient_accumulation_steps = gradient_accumulation_steps
+        self.dp_rank, self.dp_size = dp_rank, dp_size
+        self.global_batch_size = micro_batch_size * gradient_accumulation_steps * dp_size
+        self._perms: dict[int, np.ndarray] = {}
+
+    @property
+    def steps_per_epoch(self) -> float:
+        """Optimizer steps per pass over the rows (fractional)."""
+        return len(self.ds) / self.global_batch_size
+
+    def _perm(self, epoch: int) -> np.ndarray:
+        perm = self._perms.get(epoch)
+        if perm is None:
+            rng = np.random.Generator(np.random.Philox(key=[self.seed & (2**64 - 1), epoch]))
+            perm = rng.permutation(len(self.ds))
+            self._perms = {epoch: perm}  # keep one epoch's permutation
+        return perm
+
+    def rows(self, step: int) -> np.ndarray:
+        """Row indices of the whole global batch of `step`: int64 (global_batch_size,)."""
+        n = len(self.ds)
+        g = step * self.global_batch_size + np.arange(self.global_batch_size, dtype=np.int64)
+        return np.array([self._perm(int(e))[int(r)] for e, r in zip(g // n, g % n)], dtype=np.int64)
+
+    def micro_batches(self, step: int) -> list[dict[str, torch.Tensor | None]]:
+        """This rank's `gradient_accumulation_steps` micro-batches for optimizer step `step`."""
+        per_rank = self.micro_batch_size * self.gradient_accumulation_steps
+        mine = self.rows(step)[self.dp_rank * per_rank:(self.dp_rank + 1) * per_rank]
+        return [self.ds.batch(mine[m * self.micro_batch_size:(m + 1) * self.micro_batch_size].tolist())
+                for m in range(self.gradient_accumulation_steps)]
