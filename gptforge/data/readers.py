@@ -38,6 +38,25 @@ from typing import Any, BinaryIO
 
 log = logging.getLogger("gptforge.data")
 
+HF_PREFIX = "hf:"
+#: with text_field "auto": the fields real corpora keep their text in, tried in this order
+#: (`text` most datasets, `story` TinyStories, `content` The Stack, `raw_content` RedPajama).
+AUTO_TEXT_FIELDS = ("text", "story", "content", "raw_content")
+
+
+def resolve_text_field(text_field: str, available) -> str | None:
+    """The field to read: `text_field` itself, or with "auto" the first of `AUTO_TEXT_FIELDS` in
+    `available` (None when none is)."""
+    if text_field != "auto":
+        return text_field if text_field in available else None
+    for name in AUTO_TEXT_FIELDS:
+        if name in available:
+            return name
+    return None
+
+
+def _field_label(text_field: str) -> str:
+    return f"any of {', '.join(AUTO_TEXT_FIELDS)}" if text_field == "auto" else repr(text_field)
 #: extensions a folder walk picks up (after removing a compression suffix).
 TEXT_EXTS = {".txt", ".md"}
 JSON_EXTS = {".jsonl", ".json"}
@@ -69,12 +88,17 @@ class ReadStats:
     files_truncated: int = 0  # damaged archives whose readable part was kept
     warnings: list[str] = field(default_factory=list)
     quiet: bool = False  # count without logging (a second pass over input already reported)
+    strict: bool = False  # raise BadInputError instead of skipping
 
     def skip_file(self, reason: str, message: str) -> None:
+        if self.strict:
+            raise BadInputError(f"{message} (--strict: stopping; leave out --strict to skip and count such input)")
         self.files_skipped[reason] = self.files_skipped.get(reason, 0) + 1
         self.warn(message)
 
     def skip_record(self, reason: str, message: str) -> None:
+        if self.strict:
+            raise BadInputError(f"{message} (--strict: stopping; leave out --strict to skip and count such input)")
         self.records_skipped[reason] = self.records_skipped.get(reason, 0) + 1
         self.warn(message)
 
@@ -106,6 +130,10 @@ class ReadStats:
             "records_skipped": dict(self.records_skipped),
             "files_truncated": self.files_truncated,
         }
+
+
+class BadInputError(ValueError):
+    """Bad input under `strict` reading: the message names the file (and line)."""
 
 
 class BadFileError(Exception):
@@ -344,7 +372,18 @@ def open_binary(path: Path) -> BinaryIO:
     return io.BufferedReader(raw, buffer_size=1 << 20)  # type: ignore[return-value]
 
 
-def read_file(path: Path, stats: ReadStats, text_field: str = "text") -> Iterator[Document]:
+def source_size(path: str | Path) -> int:
+    """Bytes of an input as stored (0 for a `hf:` dataset name or a file that vanished)."""
+    if str(path).startswith(HF_PREFIX):
+        return 0
+    try:
+        return os.stat(path).st_size
+    except OSError:
+        return 0
+
+
+def read_file(path: Path, stats: ReadStats, text_field: str = "text",
+              doc_separator: str | None = None) -> Iterator[Document]:
     """Yield the documents of one file, skipping and counting what cannot be read.
 
     A truncated/damaged `.gz`/`.zst` archive keeps every complete document read before the
@@ -360,11 +399,13 @@ def read_file(path: Path, stats: ReadStats, text_field: str = "text") -> Iterato
         elif ext in JSON_EXTS:
             yield from _read_json(path, stats, text_field)
         else:
-            yield from _read_text(path, stats)
+            yield from _read_text(path, stats, doc_separator)
         stats.files_read += 1
     except BadFileError as e:
         stats.skip_file(e.reason, f"skipping {e}")
     except _TruncatedArchive as e:
+        if stats.strict:
+            raise BadInputError(f"{e} (--strict: stopping)") from e
         stats.files_truncated += 1
         stats.files_read += 1
         stats.warn(f"{e}: kept the complete documents read before the damage, skipped the rest")
@@ -380,7 +421,10 @@ def _sniff_stream(fh: BinaryIO, path: Path) -> bytes:
     return head
 
 
-def _read_text(path: Path, stats: ReadStats) -> Iterator[Document]:
+def _read_text(path: Path, stats: ReadStats, doc_separator: str | None = None) -> Iterator[Document]:
+    if doc_separator:
+        yield from _read_text_separated(path, stats, doc_separator)
+        return
     with open_binary(path) as fh:
         head = _sniff_stream(fh, path)
         data = head + fh.read()
@@ -392,17 +436,49 @@ def _read_text(path: Path, stats: ReadStats) -> Iterator[Document]:
     yield {"id": str(path), "text": text, "meta": {"source": str(path)}}
 
 
+def _read_text_separated(path: Path, stats: ReadStats, separator: str) -> Iterator[Document]:
+    """Documents of a text file cut at `separator` (streamed: the file is never held whole).
+
+    Ids are `PATH@N`, N the 0-based piece number counting empty pieces too, so an id does not
+    change when another piece becomes empty.
+    """
+    decoder = codecs.getincrementaldecoder("utf-8")(errors=_REPLACE.name)
+    with open_binary(path) as fh:
+        chunk = _sniff_stream(fh, path)
+        rest = ""
+        piece = 0
+        while True:
+            before = _REPLACE.count
+            final = not chunk
+            rest += decoder.decode(chunk, final=final)
+            bad = _REPLACE.count - before
+            if bad:  # attributed to the piece being read; close enough for a count
+                stats.undecodable_sequences += bad
+                stats.documents_with_undecodable += 1
+            parts = rest.split(separator)
+            rest = parts.pop() if not final else ""
+            for text in parts if not final else parts:
+                if text.strip():
+                    stats.documents += 1
+                    yield {"id": f"{path}@{piece}", "text": text, "meta": {"source": str(path)}}
+                piece += 1
+            if final:
+                break
+            chunk = fh.read(4 << 20)
+
+
 def _text_of(record: Any, text_field: str, where: str, stats: ReadStats) -> str | None:
     if not isinstance(record, dict):
         stats.skip_record("not_an_object", f"{where}: skipping a JSON {type(record).__name__}, "
                           f"expected an object with a {text_field!r} field")
         return None
-    if text_field not in record:
+    name = resolve_text_field(text_field, record)
+    if name is None:
         keys = ", ".join(list(record)[:8])
         stats.skip_record("missing_field", f"{where}: skipping a record without the text field "
-                          f"{text_field!r} (its fields: {keys}); choose the field with --text-field")
+                          f"{_field_label(text_field)} (its fields: {keys}); choose the field with --text-field")
         return None
-    text = record[text_field]
+    text = record[name]
     if not isinstance(text, str):
         stats.skip_record("field_not_string", f"{where}: skipping a record whose {text_field!r} is "
                           f"a {type(text).__name__}, not a string")
@@ -411,7 +487,8 @@ def _text_of(record: Any, text_field: str, where: str, stats: ReadStats) -> str 
 
 
 def _meta_of(record: dict, text_field: str, source: str) -> dict[str, Any]:
-    meta = {k: v for k, v in record.items() if k != text_field and isinstance(v, (str, int, float, bool))}
+    name = resolve_text_field(text_field, record)
+    meta = {k: v for k, v in record.items() if k != name and isinstance(v, (str, int, float, bool))}
     meta["source"] = source
     return meta
 
@@ -518,9 +595,11 @@ def _read_parquet(path: Path, stats: ReadStats, text_field: str) -> Iterator[Doc
         except (pa.ArrowException, OSError) as e:
             raise BadFileError("bad_parquet", f"{path}: not a readable Parquet file ({e})") from e
         names = pf.schema_arrow.names
-        if text_field not in names:
-            raise BadFileError("missing_field", f"{path}: no column {text_field!r} (columns: "
+        column_name = resolve_text_field(text_field, names)
+        if column_name is None:
+            raise BadFileError("missing_field", f"{path}: no column {_field_label(text_field)} (columns: "
                                f"{', '.join(names[:12])}); choose the column with --text-field")
+        text_field = column_name
         row = 0
         try:
             for rg in range(pf.num_row_groups):
@@ -546,7 +625,8 @@ def _read_parquet(path: Path, stats: ReadStats, text_field: str) -> Iterator[Doc
 
 
 def read_documents(inputs: Iterable[str | Path], stats: ReadStats | None = None,
-                   text_field: str = "text", files: list[Path] | None = None) -> Iterator[Document]:
+                   text_field: str = "text", files: list[Path] | None = None,
+                   doc_separator: str | None = None) -> Iterator[Document]:
     """Stream the documents of every input (files, folders, globs), file by file in sorted order.
 
     Args:
@@ -560,4 +640,4 @@ def read_documents(inputs: Iterable[str | Path], stats: ReadStats | None = None,
     """
     stats = stats if stats is not None else ReadStats()
     for path in files if files is not None else expand_inputs(inputs):
-        yield from read_file(path, stats, text_field)
+        yield from read_file(path, stats, text_field, doc_separator)
