@@ -65,7 +65,7 @@ def merge_frequent(parts: Sequence[tuple[Path, Path]], min_count: int, ranges: i
     Returns: sorted uint64 array of boilerplate line keys.
     """
     maps = [(np.load(k, mmap_mode="r"), np.load(c, mmap_mode="r")) for k, c in parts]
-    edges = [int(x) for x in np.linspace(0, 2**64, ranges + 1)]
+    edges = [(2**64 * k) // ranges for k in range(ranges + 1)]
     found = []
     for lo, hi in zip(edges[:-1], edges[1:]):
         ks, cs = [], []
