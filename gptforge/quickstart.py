@@ -96,7 +96,7 @@ def run_quickstart(out: Path, minutes: float = 10.0, vocab_size: int = 4096, pre
     else:
         log(f"[1/4] preparing {len(files)} standard-library source files -> {data_dir}")
         prepare(PrepareConfig(inputs=[str(f) for f in files], out=str(data_dir), vocab_size=vocab_size,
-                              val_fraction=0.02, seed=1337, workers=workers, overwrite=True),
+                              val_fraction=0.02, seed=1337, workers=workers, overwrite=True, recipe="code"),
                 show_progress=progress)
     meta = load_meta(data_dir)
 

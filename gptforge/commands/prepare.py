@@ -18,20 +18,41 @@ def build_parser() -> argparse.ArgumentParser:
             "(meta.json, tokenizer.json, {train,val,test}_NNN.bin) for `gptforge pretrain`."),
         epilog=(
             "Inputs: files, folders (walked recursively) and glob patterns of .txt/.md (one document per "
-            "file), .jsonl/.json (one document per line or array item) and .parquet (one per row), each "
-            "plain or compressed as .gz/.zst. Binary or damaged files are skipped with a warning and counted. "
-            "Example: gptforge prepare corpus/ extra/*.jsonl.zst --out data/mycorpus --vocab-size 16000"),
+            "file, or per --doc-separator piece), .jsonl/.json (one document per line or array item), .csv, "
+            ".parquet and .arrow (one per row; Hugging Face save_to_disk folders too), .tar archives of such "
+            "files, each plain or compressed as .gz/.zst/.bz2/.xz; hf:NAME[:CONFIG] streams a Hugging Face "
+            "dataset (needs the datasets package). Binary or damaged files are skipped with a warning and "
+            "counted. A killed run resumes when the same command is run again. report.json and report.html "
+            "in the output say what each recipe step removed and why. "
+            "Example: gptforge prepare corpus/ extra/*.jsonl.zst --out data/mycorpus --vocab-size 16000 --recipe web"),
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
-    p.add_argument("inputs", nargs="+", metavar="INPUT", help="files, folders or glob patterns to read")
-    p.add_argument("--out", required=True, metavar="DIR", help="shard folder to write (must not exist or be empty, unless --overwrite)")
+    p.add_argument("inputs", nargs="*", metavar="INPUT", help="files, folders or glob patterns to read")
+    p.add_argument("--out", metavar="DIR", help="shard folder to write (must not exist or be empty, unless --overwrite)")
+    p.add_argument("--recipe", default="default", metavar="NAME|FILE",
+                   help="curation recipe: a built-in (none, default, web, code) or a YAML file; see --show-recipe")
+    p.add_argument("--show-recipe", metavar="NAME|FILE", help="print a recipe as YAML and exit")
+    p.add_argument("--languages", metavar="L1,L2", default=None,
+                   help="keep only documents in these languages (ISO 639 codes, e.g. en,zh), detected with the "
+                        "bundled fastText lid.176 model; sets (or adds) the recipe's langid step")
+    p.add_argument("--language-score", type=float, default=None, metavar="X",
+                   help="minimum language-ID probability with --languages (recipe's value, else 0.65)")
+    p.add_argument("--doc-separator", default=None, metavar="S",
+                   help='split .txt files into documents at this string (e.g. "<|endoftext|>")')
+    p.add_argument("--limit", type=int, default=0, metavar="N", help="read only the first N documents (0: all), for trials")
+    p.add_argument("--strict", action="store_true",
+                   help="stop at the first bad file, record or line instead of skipping and counting it")
+    p.add_argument("--shard-bytes", type=int, default=64 << 20, metavar="B",
+                   help="input bytes per work shard (the unit of parallel work and of resume after a crash)")
+    p.add_argument("--keep-work", action="store_true", help="keep the work folder (.OUT.work) after success")
     p.add_argument("--vocab-size", type=int, default=32000, metavar="N",
                    help="vocabulary size of the trained tokenizer, including the 256 byte tokens and <|endoftext|> "
                         "(a small corpus may stop short of it); ignored with --tokenizer")
     p.add_argument("--tokenizer", metavar="FILE", default=None,
                    help="use this Hugging Face tokenizer.json (it must have <|endoftext|>) instead of training one")
-    p.add_argument("--text-field", default="text", metavar="F",
-                   help="JSON field / Parquet column holding the document text")
+    p.add_argument("--text-field", default="auto", metavar="F",
+                   help="JSON field / Parquet, CSV or Arrow column holding the document text; auto: the first of "
+                        "text, story, content, raw_content that a record has")
     p.add_argument("--val-fraction", type=float, default=0.01, metavar="X",
                    help="fraction of documents in the validation split (at least one document when the corpus has 2+)")
     p.add_argument("--test-fraction", type=float, default=0.0, metavar="X",
@@ -54,7 +75,19 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str]) -> int:
     """Run `gptforge prepare`; returns the exit code (0 ok, 1 bad input, 2 usage error)."""
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.show_recipe:
+        from gptforge.data.pipeline import show_recipe
+
+        try:
+            print(show_recipe(args.show_recipe), end="")
+        except (FileNotFoundError, ValueError) as e:
+            print(f"gptforge prepare: error: {e}", file=sys.stderr)
+            return 1
+        return 0
+    if not args.inputs or not args.out:
+        parser.error("INPUT and --out are required (or --show-recipe NAME)")
     from rich.console import Console
     from rich.logging import RichHandler
     from rich.table import Table
@@ -71,10 +104,13 @@ def main(argv: list[str]) -> int:
         text_field=args.text_field, val_fraction=args.val_fraction, test_fraction=args.test_fraction,
         seed=args.seed, workers=args.workers, max_shard_bytes=args.max_shard_bytes,
         tokenizer_train_bytes=args.tokenizer_train_bytes, min_frequency=args.min_frequency,
-        overwrite=args.overwrite)
+        overwrite=args.overwrite, recipe=args.recipe, doc_separator=args.doc_separator, limit=args.limit,
+        strict=args.strict, shard_bytes=args.shard_bytes, keep_work=args.keep_work,
+        languages=[x.strip() for x in args.languages.split(",") if x.strip()] if args.languages else None,
+        language_score=args.language_score)
     try:
         result = prepare(cfg, show_progress=not args.no_progress)
-    except (FileNotFoundError, FileExistsError, ValueError) as e:
+    except (FileNotFoundError, FileExistsError, ValueError, ImportError) as e:
         print(f"gptforge prepare: error: {e}", file=sys.stderr)
         return 1
     table = Table(title=f"prepared {result.out_dir}", show_header=False)
@@ -83,4 +119,5 @@ def main(argv: list[str]) -> int:
     for label, value in summary_rows(result):
         table.add_row(label, value)
     Console().print(table)
+    print(f"report: {result.out_dir / 'report.html'}")
     return 0

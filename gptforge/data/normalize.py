@@ -12,7 +12,9 @@ Documents empty (or only whitespace) after normalization are dropped and counted
 
 from __future__ import annotations
 
+import re
 import unicodedata
+from collections import Counter
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 
@@ -63,3 +65,89 @@ def normalize_documents(docs: Iterable[Document], stats: NormalizeStats | None =
         stats.documents_out += 1
         stats.characters_out += len(text)
         yield {**doc, "text": text}
+
+
+# --------------------------------------------------------------------------------------------
+# The `clean` recipe step: mojibake repair, control characters, whitespace runs
+# --------------------------------------------------------------------------------------------
+
+#: C0 controls except TAB and LF (CR is gone after normalize_text), DEL, C1 controls, and the
+#: zero-width / direction-override format characters that render as nothing but split tokens.
+_CONTROL = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f\u200b\u200e\u200f\u202a-\u202e\u2060\ufeff]")
+#: whitespace at a line end, and 3+ line breaks (2+ blank lines) in a row.
+_TRAILING_WS = re.compile(r"[ \t\u00a0]+$", re.MULTILINE)
+_BLANK_RUN = re.compile(r"\n[ \t]*\n(?:[ \t]*\n)+")
+#: characters that mojibake (UTF-8 read as Latin-1/cp1252) almost always leaves behind: a lead
+#: byte of a 2/3-byte sequence shown as Ã Â â Ä Å Æ Ð Ñ ... followed by a cp1252/Latin-1
+#: continuation glyph. Only texts matching this are handed to ftfy's own (slower) badness test.
+_MOJIBAKE_HINT = re.compile("[\u00c2-\u00f4][\u0080-\u00bf\u0152\u0153\u0160\u0161\u0178\u017d\u017e\u0192\u02c6\u02dc\u2013-\u203a\u20ac\u2122]")
+
+
+@dataclass
+class Clean:
+    """Repair and tidy a document's text; never drops a document (empty results aside).
+
+    - `fix_mojibake`: text garbled by a wrong decode ("doesnâ€™t") is repaired with ftfy
+      (Speer 2019, `ftfy.fix_text`). ftfy runs at a few MB/s, so it is only called on
+      documents that are not pure ASCII, match a cheap regex for mojibake byte pairs, and that
+      ftfy's own `badness.is_bad` then confirms; `counts["mojibake_fixed"]` counts repairs.
+    - `control_chars`: C0/C1 control characters (TAB and LF kept) and invisible format
+      characters (zero-width space, direction overrides, stray BOMs) are removed.
+    - `whitespace`: trailing spaces at line ends are removed and runs of blank lines become
+      one blank line. Indentation and spaces inside lines are kept (source code needs them).
+    - `form`: "NFKC" applies compatibility normalization on top of the reader's NFC
+      (full-width letters, ligatures and superscripts become plain forms); None keeps NFC.
+
+    Raises:
+        ValueError: an unknown `form`.
+        ImportError: `fix_mojibake` without the `ftfy` package (install `gptforge[curate]`).
+    """
+
+    fix_mojibake: bool = True
+    control_chars: bool = True
+    whitespace: bool = False
+    form: str | None = None
+    name: str = "clean"
+    counts: Counter = field(default_factory=Counter, repr=False)
+
+    def __post_init__(self) -> None:
+        if self.form not in (None, "NFC", "NFKC", "NFD", "NFKD"):
+            raise ValueError(f"clean: form must be NFC, NFKC, NFD, NFKD or null, got {self.form!r}")
+        self._ftfy = None
+        if self.fix_mojibake:
+            try:
+                import ftfy
+            except ImportError as e:
+                raise ImportError("the clean step's fix_mojibake needs ftfy: pip install 'gptforge[curate]' "
+                                  "(or set fix_mojibake: false in the recipe)") from e
+            self._ftfy = ftfy
+
+    def clean(self, text: str) -> str:
+        """The cleaned text (see the class docstring)."""
+        if self._ftfy is not None and not text.isascii() and _MOJIBAKE_HINT.search(text):
+            self.counts["mojibake_checked"] += 1
+            if self._ftfy.badness.is_bad(text):
+                fixed = self._ftfy.fix_text(text, normalization="NFC", uncurl_quotes=False)
+                if fixed != text:
+                    self.counts["mojibake_fixed"] += 1
+                    text = fixed
+        if self.control_chars and _CONTROL.search(text):
+            self.counts["control_chars_removed"] += 1
+            text = _CONTROL.sub("", text)
+        if self.whitespace:
+            new = _BLANK_RUN.sub("\n\n", _TRAILING_WS.sub("", text))
+            if new != text:
+                self.counts["whitespace_changed"] += 1
+                text = new
+        if self.form and not unicodedata.is_normalized(self.form, text):
+            self.counts[f"{self.form}_changed"] += 1
+            text = unicodedata.normalize(self.form, text)
+        return text
+
+    def __call__(self, doc: Document) -> Document | str:
+        text = self.clean(doc["text"])
+        if text is doc["text"]:
+            return doc
+        if not text.strip():
+            return "empty_after_clean"
+        return {**doc, "text": text}

@@ -1,20 +1,24 @@
 """Curation recipes: named, YAML-configured chains of document steps, each counting its drops.
 
-A recipe is a list of steps, each a one-key mapping `{step_name: {option: value, ...}}`::
+A recipe is a mapping with an optional `normalization` (the Unicode form every document gets
+on reading: NFC (default), NFKC or none) and a list of steps, each a one-key mapping
+`{step_name: {option: value, ...}}`::
 
+    normalization: NFC
     steps:
+      - clean: {whitespace: true}
+      - boilerplate: {min_documents: 10}
+      - langid: {languages: [en, zh], min_score: 0.65}
       - c4: {}
       - gopher_quality: {min_words: 30}
       - pii: {kinds: [email, ip_address]}
       - dedup: {exact: true, near: true, ngram: 5, bands: 14, rows: 8}
 
-Per-document steps (every name in `STEPS`) run in order on each document, in any worker; the
-`dedup` step is global (it needs every document's hash) and is returned separately by
-`build_steps` for the caller to run after the per-document steps. Built-in recipes: `default`,
-`web` and `code` (see `RECIPES`; `gptforge prepare --show-recipe NAME` prints them).
-
-Not yet here (issue 3, still open): language ID, boilerplate-line removal, ftfy repair, the
-sharded resumable runner and the HTML report.
+Per-document steps (every name in `STEPS`) run in order on each document, in any worker. Two
+steps are global, because they need the whole corpus: `boilerplate` (line document
+frequencies; the steps before it run in a counting pass first) and `dedup` (every document's
+hashes; it must be the last step). Built-in recipes: `none`, `default`, `web` and `code`
+(`RECIPES`; `gptforge prepare --show-recipe NAME` prints them).
 """
 
 from __future__ import annotations
@@ -31,11 +35,15 @@ from typing import Any
 import yaml
 
 from gptforge.data.filters import Blocklist, C4Quality, FineWebQuality, GopherQuality, GopherRepetition, LengthFilter
+from gptforge.data.langid import LanguageID
+from gptforge.data.normalize import Clean
 from gptforge.data.pii import PIIRedactor
 from gptforge.data.readers import Document
 
 #: per-document steps by recipe name.
 STEPS: dict[str, type] = {
+    "clean": Clean,
+    "langid": LanguageID,
     "length": LengthFilter,
     "blocklist": Blocklist,
     "c4": C4Quality,
@@ -44,6 +52,8 @@ STEPS: dict[str, type] = {
     "fineweb": FineWebQuality,
     "pii": PIIRedactor,
 }
+_TUPLE_OPTIONS = ("kinds", "stop_words", "languages")
+TOP_LEVEL_KEYS = ("normalization", "steps", "description")
 
 
 @dataclass
@@ -58,13 +68,39 @@ class DedupConfig:
     seed: int = 1
 
 
+@dataclass
+class BoilerplateConfig:
+    """The global boilerplate-line step (see `gptforge.data.boilerplate`).
+
+    A line (at least `min_line_chars` long) held by at least max(`min_documents`,
+    `min_fraction` * documents) documents is removed everywhere.
+    """
+
+    min_documents: int = 10
+    min_fraction: float = 0.001
+    min_line_chars: int = 10
+
+    def threshold(self, documents: int) -> int:
+        """Documents a line must appear in to count as boilerplate."""
+        return max(int(self.min_documents), int(-(-self.min_fraction * documents // 1)))
+
+
 _DEDUP = {"dedup": {}}
 RECIPES: dict[str, dict[str, Any]] = {
-    "default": {"steps": [{"pii": {}}, copy.deepcopy(_DEDUP)]},
-    "web": {"steps": [{"blocklist": {}}, {"c4": {"filter_curly_bracket": False}}, {"gopher_repetition": {}},
+    "none": {"description": "reading and Unicode normalization only", "steps": []},
+    "default": {"description": "normalization, mojibake/control-character repair, PII redaction, exact and "
+                               "near-duplicate removal",
+                "steps": [{"clean": {}}, {"pii": {}}, copy.deepcopy(_DEDUP)]},
+    "web": {"description": "default + boilerplate lines, English language ID, Gopher/C4/FineWeb quality filters",
+            "steps": [{"clean": {"whitespace": True}}, {"boilerplate": {}},
+                      {"langid": {"languages": ["en"], "min_score": 0.65}}, {"blocklist": {}},
+                      {"c4": {"filter_curly_bracket": False}}, {"gopher_repetition": {}},
                       {"gopher_quality": {}}, {"fineweb": {}}, {"pii": {}}, copy.deepcopy(_DEDUP)]},
-    # Source code: prose filters would drop it all (no terminal punctuation, symbols, short lines).
-    "code": {"steps": [{"pii": {"kinds": ["email", "ip_address", "credit_card"]}}, copy.deepcopy(_DEDUP)]},
+    # Source code: prose filters would drop it all (no terminal punctuation, symbols, short
+    # lines), and licence headers are kept (they belong to the files).
+    "code": {"description": "source code: control-character repair, PII redaction (no phone numbers), dedup",
+             "steps": [{"clean": {"fix_mojibake": False}}, {"pii": {"kinds": ["email", "ip_address", "credit_card"]}},
+                       copy.deepcopy(_DEDUP)]},
 }
 
 
@@ -79,8 +115,12 @@ def load_recipe(name_or_path: str) -> dict[str, Any]:
         return copy.deepcopy(RECIPES[name_or_path])
     path = Path(name_or_path)
     if not path.is_file():
-        raise FileNotFoundError(f"recipe {name_or_path!r} is neither a built-in ({', '.join(RECIPES)}) nor a file")
-    recipe = yaml.safe_load(path.read_text(encoding="utf-8"))
+        raise FileNotFoundError(f"recipe {name_or_path!r} is neither a built-in ({', '.join(RECIPES)}) nor a file"
+                                f"{_hint(name_or_path, RECIPES)}")
+    try:
+        recipe = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except yaml.YAMLError as e:
+        raise ValueError(f"{path}: not valid YAML ({e})") from e
     if not isinstance(recipe, dict) or not isinstance(recipe.get("steps"), list):
         raise ValueError(f"{path}: a recipe is a mapping with a 'steps' list")
     return recipe
@@ -91,34 +131,90 @@ def show_recipe(name_or_path: str) -> str:
     return yaml.safe_dump(load_recipe(name_or_path), sort_keys=False, allow_unicode=True)
 
 
-def build_steps(recipe: dict[str, Any]) -> tuple[list[Any], DedupConfig | None]:
-    """Instantiate a recipe: (per-document steps in order, dedup config or None).
+@dataclass
+class Recipe:
+    """A checked recipe: where each part runs.
+
+    `before` are the per-document steps ahead of the boilerplate step (all of them when there
+    is none), `after` the ones behind it; `steps` is before + after.
+    """
+
+    normalization: str | None
+    before: list[Any]
+    boilerplate: BoilerplateConfig | None
+    after: list[Any]
+    dedup: DedupConfig | None
+
+    @property
+    def steps(self) -> list[Any]:
+        return self.before + self.after
+
+    def step_names(self) -> list[str]:
+        """Every step's name in run order (global steps included)."""
+        names = [s.name for s in self.before]
+        if self.boilerplate is not None:
+            names.append("boilerplate")
+        names += [s.name for s in self.after]
+        if self.dedup is not None:
+            names.append("dedup")
+        return names
+
+
+def build_recipe(recipe: dict[str, Any]) -> Recipe:
+    """Instantiate and check a recipe.
 
     Raises:
-        ValueError: an unknown step or option (the message names it and the nearest valid name).
+        ValueError: an unknown key, step or option (the message names it and the nearest valid
+            name), a second boilerplate/dedup step, or dedup not last.
     """
-    steps: list[Any] = []
+    for key in recipe:
+        if key not in TOP_LEVEL_KEYS:
+            raise ValueError(f"recipe: unknown key {key!r}{_hint(key, TOP_LEVEL_KEYS)}")
+    form = recipe.get("normalization", "NFC")
+    if form in (None, "none", False):
+        form = None
+    elif form not in ("NFC", "NFKC"):
+        raise ValueError(f"recipe: normalization must be NFC, NFKC or none, got {form!r}")
+    before: list[Any] = []
+    after: list[Any] = []
+    boilerplate: BoilerplateConfig | None = None
     dedup: DedupConfig | None = None
-    for i, entry in enumerate(recipe.get("steps", [])):
+    entries = recipe.get("steps") or []
+    for i, entry in enumerate(entries):
         if isinstance(entry, str):
             entry = {entry: {}}
         if not isinstance(entry, dict) or len(entry) != 1:
             raise ValueError(f"recipe step {i + 1}: expected a one-key mapping like {{c4: {{}}}}, got {entry!r}")
         (name, options), = entry.items()
         options = options or {}
-        cls = DedupConfig if name == "dedup" else STEPS.get(name)
+        if not isinstance(options, dict):
+            raise ValueError(f"recipe step {name!r}: options must be a mapping, got {options!r}")
+        if dedup is not None:
+            raise ValueError(f"recipe step {i + 1} ({name!r}) comes after dedup; dedup must be the last step")
+        cls = {"dedup": DedupConfig, "boilerplate": BoilerplateConfig}.get(name) or STEPS.get(name)
         if cls is None:
-            raise ValueError(f"recipe step {i + 1}: unknown step {name!r}{_hint(name, list(STEPS) + ['dedup'])}")
+            raise ValueError(f"recipe step {i + 1}: unknown step {name!r}"
+                             f"{_hint(name, list(STEPS) + ['boilerplate', 'dedup'])}")
         known = {f.name for f in dataclasses.fields(cls) if f.name not in ("name", "counts")}
         for key in options:
             if key not in known:
                 raise ValueError(f"recipe step {name!r}: unknown option {key!r}{_hint(key, known)}")
-        options = {k: tuple(v) if isinstance(v, list) and k in ("kinds", "stop_words") else v for k, v in options.items()}
+        options = {k: tuple(v) if isinstance(v, list) and k in _TUPLE_OPTIONS else v for k, v in options.items()}
         if name == "dedup":
             dedup = DedupConfig(**options)
+        elif name == "boilerplate":
+            if boilerplate is not None:
+                raise ValueError(f"recipe step {i + 1}: a second boilerplate step")
+            boilerplate = BoilerplateConfig(**options)
         else:
-            steps.append(cls(**options))
-    return steps, dedup
+            (after if boilerplate is not None else before).append(cls(**options))
+    return Recipe(form, before, boilerplate, after, dedup)
+
+
+def build_steps(recipe: dict[str, Any]) -> tuple[list[Any], DedupConfig | None]:
+    """(per-document steps in order, dedup config or None) of a recipe (see `build_recipe`)."""
+    r = build_recipe(recipe)
+    return r.steps, r.dedup
 
 
 def _hint(name: str, choices: Iterable[str]) -> str:

@@ -1,46 +1,55 @@
-"""`prepare`: raw text files -> normalized documents -> train/val/test split -> tokenizer -> shards.
+"""`prepare`: raw text -> curated documents -> train/val/test split -> tokenizer -> shards -> report.
 
-Two streaming passes over the input, so a corpus larger than memory works:
+The work is done by input shard (`gptforge.data.curate`), in worker processes, with every
+intermediate result in a work folder beside the output so that a killed run resumes:
 
-1. scan: read and normalize every document, assign its split (a hash of its id and the seed),
-   count, and, unless a tokenizer is given, feed the train split's text to the BPE trainer;
-2. encode: read and normalize again, tokenize in parallel worker processes (documents of one
-   split go to the workers in batches, results are taken back in submission order, so the
-   shards are byte-identical whatever the number of workers) and append to the shard files.
+1. curate: read, normalize and run the recipe's steps over each shard; global boilerplate and
+   dedup steps over all shards (see `gptforge.data.curate`);
+2. split: each surviving document's split is a hash of its id and the seed;
+3. tokenizer: unless one is given, a byte-level BPE is trained on the train split's text;
+4. encode: each shard's documents are tokenized in a worker and saved per split;
+5. write: the per-shard token arrays are appended to the shard files in shard order, so the
+   output is byte-identical whatever the number of workers; `report.json` and `report.html`
+   are written beside them, with the output recounted from the files written.
 
-Memory is bounded by the batches in flight (a few MB per worker) plus the BPE trainer's word
-counts; no pass holds the corpus.
+Memory is bounded by one shard per worker (a few tens of MB with the default shard size) plus
+the BPE trainer's word counts and the dedup step's 16 bytes per document.
 """
 
 from __future__ import annotations
 
 import hashlib
+import json
 import logging
 import os
+import shutil
 import time
 from collections.abc import Iterator
-from concurrent.futures import Future, ProcessPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from gptforge.data.normalize import NormalizeStats, normalize_documents
-from gptforge.data.readers import Document, ReadStats, expand_inputs, read_documents
+from gptforge.data.curate import (DEFAULT_SHARD_BYTES, atomic_write_json, curate_task, fingerprint_of, global_dedup,
+                                  lines_task, open_work_dir, plan_shards, run_tasks, shard_documents, work_dir_for)
+from gptforge.data.normalize import NormalizeStats
+from gptforge.data.pipeline import StepStats, build_recipe, load_recipe
+from gptforge.data.readers import ReadStats, expand_inputs
 from gptforge.data.shards import DEFAULT_MAX_SHARD_BYTES, SPLITS, ShardWriter, check_output_dir, dtype_for_vocab
 from gptforge.data.tokenizer import Tokenizer, train_bpe
 
 log = logging.getLogger("gptforge.data")
 
-#: characters of text per batch sent to a tokenizer worker: large enough to amortize the
-#: inter-process copy, small enough that workers * 2 batches in flight stay a few tens of MB.
+#: characters of text per tokenizer call inside an encode worker.
 BATCH_CHARS = 1 << 20
 BATCH_DOCS = 2048
+#: histogram bin edges (characters, tokens): powers of two, fixed so that shards add up.
+HIST_EDGES = [0] + [2 ** k for k in range(0, 31)]
 
 
 class EmptyCorpusError(ValueError):
-    """No document survived reading and normalization."""
+    """No document survived reading, normalization and the recipe (the message names the step)."""
 
 
 @dataclass
@@ -51,7 +60,7 @@ class PrepareConfig:
     out: str
     vocab_size: int = 32000
     tokenizer: str | None = None
-    text_field: str = "text"
+    text_field: str = "auto"
     val_fraction: float = 0.01
     test_fraction: float = 0.0
     seed: int = 1337
@@ -60,6 +69,14 @@ class PrepareConfig:
     tokenizer_train_bytes: int = 1_000_000_000  # 0: no limit
     min_frequency: int = 2
     overwrite: bool = False
+    recipe: str = "default"
+    doc_separator: str | None = None
+    limit: int = 0  # 0: no limit
+    strict: bool = False
+    shard_bytes: int = DEFAULT_SHARD_BYTES
+    keep_work: bool = False
+    languages: list[str] | None = None  # sets the recipe's langid step
+    language_score: float | None = None
 
     def validate(self) -> None:
         """Raise ValueError naming the first invalid option."""
@@ -76,13 +93,17 @@ class PrepareConfig:
             raise ValueError(f"--workers must be >= 0 (0 = all cores), got {self.workers}")
         if self.max_shard_bytes <= 0:
             raise ValueError(f"--max-shard-bytes must be positive, got {self.max_shard_bytes}")
+        if self.shard_bytes <= 0:
+            raise ValueError(f"--shard-bytes must be positive, got {self.shard_bytes}")
+        if self.limit < 0:
+            raise ValueError(f"--limit must be >= 0 (0 = no limit), got {self.limit}")
         if self.tokenizer is None and self.vocab_size < 257:
             raise ValueError(f"--vocab-size must be at least 257 (256 bytes + <|endoftext|>), got {self.vocab_size}")
 
     def meta_dict(self) -> dict[str, Any]:
-        """The options that decide the output's content (not out, workers, overwrite), for meta.json."""
+        """The options that decide the output's content (not out, workers, ...), for meta.json."""
         d = asdict(self)
-        for key in ("out", "workers", "overwrite"):
+        for key in ("out", "workers", "overwrite", "keep_work"):
             d.pop(key)
         return d
 
@@ -97,6 +118,8 @@ class PrepareResult:
     normalize: NormalizeStats
     seconds: float
     moved_to_split: dict[str, str] = field(default_factory=dict)  # doc id -> split (small-corpus rule)
+    steps: list[StepStats] = field(default_factory=list)
+    report: dict[str, Any] = field(default_factory=dict)
 
 
 def split_score(doc_id: str, seed: int) -> float:
@@ -126,26 +149,19 @@ def default_workers() -> int:
 
 
 # --------------------------------------------------------------------------------------------
-# Tokenization workers
+# Encoding
 # --------------------------------------------------------------------------------------------
 
-_WORKER_TOKENIZER: Tokenizer | None = None
 
+def encode_documents(tokenizer: Tokenizer, texts: list[str], dtype: np.dtype) -> tuple[np.ndarray, int, np.ndarray]:
+    """Token ids of `texts`, each followed by EOS, concatenated; their UTF-8 bytes; tokens per text.
 
-def _worker_init(tokenizer_json: str) -> None:
-    global _WORKER_TOKENIZER
-    # Each worker is one core's worth of work; Rust threads inside each would oversubscribe.
-    os.environ["TOKENIZERS_PARALLELISM"] = "false"
-    _WORKER_TOKENIZER = Tokenizer.from_str(tokenizer_json)
-
-
-def encode_documents(tokenizer: Tokenizer, texts: list[str], dtype: np.dtype) -> tuple[np.ndarray, int]:
-    """Token ids of `texts`, each followed by EOS, concatenated; and their UTF-8 byte count.
-
-    Returns (ids of shape (sum of token counts + len(texts),), bytes).
+    Returns (ids of shape (sum of token counts + len(texts),), bytes, lengths (len(texts),) int64
+    without the EOS).
     """
     encoded = tokenizer.encode_batch(texts)
-    out = np.empty(sum(map(len, encoded)) + len(encoded), dtype=dtype)
+    lengths = np.fromiter(map(len, encoded), dtype=np.int64, count=len(encoded))
+    out = np.empty(int(lengths.sum()) + len(encoded), dtype=dtype)
     pos = 0
     eos = tokenizer.eos_id
     for ids in encoded:
@@ -154,12 +170,63 @@ def encode_documents(tokenizer: Tokenizer, texts: list[str], dtype: np.dtype) ->
         out[pos + n] = eos
         pos += n + 1
     nbytes = sum(len(t.encode("utf-8", "surrogatepass")) for t in texts)
-    return out, nbytes
+    return out, nbytes, lengths
 
 
-def _worker_encode(texts: list[str], dtype_str: str) -> tuple[np.ndarray, int]:
-    assert _WORKER_TOKENIZER is not None
-    return encode_documents(_WORKER_TOKENIZER, texts, np.dtype(dtype_str))
+def histogram(values: np.ndarray) -> list[int]:
+    """Counts of `values` in the fixed power-of-two bins `HIST_EDGES` (last bin open-ended)."""
+    edges = np.array(HIST_EDGES[1:], dtype=np.int64)
+    return np.bincount(np.searchsorted(edges, np.asarray(values, dtype=np.int64), side="right"),
+                       minlength=len(HIST_EDGES)).tolist()
+
+
+def encode_task(task: dict[str, Any]) -> dict[str, Any]:
+    """Tokenize one curated shard into per-split id arrays (`ENC/NNNNN.npz`) and counts (`.json`)."""
+    from gptforge.data.curate import atomic_save_npy
+
+    os.environ["TOKENIZERS_PARALLELISM"] = "false"
+    work, i = Path(task["work"]), task["index"]
+    out = Path(task["out"])
+    tokenizer = Tokenizer.from_file(task["tokenizer"])
+    dtype = np.dtype(task["dtype"])
+    mask = np.load(work / "dedup" / f"{i:05d}.npy") if task["dedup"] else None
+    moved = task["moved"]
+    parts: dict[str, list[np.ndarray]] = {s: [] for s in SPLITS}
+    counts = {s: {"documents": 0, "bytes": 0, "tokens": 0} for s in SPLITS}
+    tok_lens: list[np.ndarray] = []
+    char_lens: list[int] = []
+    buffers: dict[str, list[str]] = {s: [] for s in SPLITS}
+    sizes = {s: 0 for s in SPLITS}
+
+    def flush(split: str) -> None:
+        texts = buffers[split]
+        ids, nbytes, lengths = encode_documents(tokenizer, texts, dtype)
+        parts[split].append(ids)
+        c = counts[split]
+        c["documents"] += len(texts)
+        c["bytes"] += nbytes
+        c["tokens"] += int(ids.size)
+        tok_lens.append(lengths)
+        buffers[split], sizes[split] = [], 0
+
+    for _, d in shard_documents(work, i, mask):
+        split = moved.get(d["id"]) or assign_split(d["id"], task["seed"], task["val_fraction"], task["test_fraction"])
+        buffers[split].append(d["text"])
+        char_lens.append(len(d["text"]))
+        sizes[split] += len(d["text"])
+        if sizes[split] >= BATCH_CHARS or len(buffers[split]) >= BATCH_DOCS:
+            flush(split)
+    for split in SPLITS:
+        if buffers[split]:
+            flush(split)
+    for split in SPLITS:
+        arr = np.concatenate(parts[split]) if parts[split] else np.zeros(0, dtype)
+        atomic_save_npy(out / f"{i:05d}.{split}.npy", arr)
+    result = {"splits": counts,
+              "hist_tokens": histogram(np.concatenate(tok_lens) if tok_lens else np.zeros(0, np.int64)),
+              "hist_characters": histogram(np.array(char_lens, dtype=np.int64))}
+    atomic_write_json(out / f"{i:05d}.json", result)
+    return result
 
 
 # --------------------------------------------------------------------------------------------
@@ -167,16 +234,10 @@ def _worker_encode(texts: list[str], dtype_str: str) -> tuple[np.ndarray, int]:
 # --------------------------------------------------------------------------------------------
 
 
-def _documents(files: list[Path], cfg: PrepareConfig, rstats: ReadStats,
-               nstats: NormalizeStats) -> Iterator[Document]:
-    return normalize_documents(read_documents([], rstats, cfg.text_field, files=files), nstats)
-
-
 @dataclass
 class _Scan:
     documents: dict[str, int] = field(default_factory=lambda: {s: 0 for s in SPLITS})
     lowest_train: list[tuple[float, str]] = field(default_factory=list)  # 2 lowest scores
-    tokenizer_bytes: int = 0
 
 
 def _make_progress(show: bool):
@@ -187,62 +248,125 @@ def _make_progress(show: bool):
                     disable=not show, transient=False)
 
 
+def _merge_shard_stats(results: list[dict[str, Any]], names: list[str]) -> tuple[ReadStats, NormalizeStats, list[StepStats]]:
+    rstats, nstats = ReadStats(), NormalizeStats()
+    steps = [StepStats(n) for n in names]
+    for r in results:
+        rd = r["read"]
+        other = ReadStats(files_read=rd["files_read"], documents=rd["documents"], input_bytes=rd["input_bytes"],
+                          undecodable_sequences=rd["undecodable_sequences"],
+                          documents_with_undecodable=rd["documents_with_undecodable"],
+                          files_skipped=dict(rd["files_skipped"]), records_skipped=dict(rd["records_skipped"]),
+                          files_truncated=rd["files_truncated"], warnings=list(r.get("warnings", [])))
+        rstats.merge(other)
+        nd = r["normalize"]
+        nstats.merge(NormalizeStats(nd["documents_in"], nd["documents_out"], nd["characters_out"], dict(nd["dropped"])))
+        for st, d in zip(steps, r["steps"]):
+            st.merge(step_from_dict(d))
+    return rstats, nstats, steps
+
+
+def step_from_dict(d: dict[str, Any]) -> StepStats:
+    """The inverse of `StepStats.to_dict`."""
+    from collections import Counter
+
+    st = StepStats(d["name"], d["documents_in"], d["documents_out"], d["characters_in"], d["characters_out"],
+                   Counter(d["dropped"]), {k: list(v) for k, v in d["examples"].items()}, Counter(d["counts"]))
+    return st
+
+
 def prepare(cfg: PrepareConfig, show_progress: bool = True) -> PrepareResult:
     """Run the whole prepare pipeline (see module docstring) and write the shard folder.
 
     Raises:
-        FileNotFoundError: an input path (or --tokenizer file) does not exist.
+        FileNotFoundError: an input path, recipe or --tokenizer file does not exist.
         FileExistsError: the output folder exists and is not empty, without `overwrite`.
-        EmptyCorpusError: no document left after reading and normalization (the message says
-            what was skipped).
-        ValueError: an invalid option.
+        EmptyCorpusError: no document left (the message names the step that removed the last).
+        BadInputError: bad input under `strict`.
+        ValueError: an invalid option or recipe.
     """
+    from gptforge.data.report import build_report, recount_output, write_report
+
     t0 = time.perf_counter()
     cfg.validate()
     out_dir = Path(cfg.out)
     check_output_dir(out_dir, cfg.overwrite)
     files = expand_inputs(cfg.inputs)
+    recipe_dict = with_languages(load_recipe(cfg.recipe), cfg.languages, cfg.language_score)
+    recipe = build_recipe(recipe_dict)
     tokenizer = Tokenizer.from_file(cfg.tokenizer) if cfg.tokenizer else None
     workers = cfg.workers or default_workers()
 
-    rstats, nstats, scan = ReadStats(), NormalizeStats(), _Scan()
+    # With --limit the first N documents in reading order are wanted: one shard reads them.
+    shards = [[str(f) for f in files]] if cfg.limit else plan_shards(files, cfg.shard_bytes)
+    work = work_dir_for(out_dir)
+    options = {"recipe": recipe_dict, "text_field": cfg.text_field, "doc_separator": cfg.doc_separator,
+               "limit": cfg.limit, "strict": cfg.strict, "shard_bytes": cfg.shard_bytes}
+    reused = open_work_dir(work, fingerprint_of(files, options))
+    if reused:
+        log.info(f"resuming from {work}")
+    for sub in ("lines", "curate", "dedup"):
+        (work / sub).mkdir(exist_ok=True)
+    base = {"work": str(work), "recipe": recipe_dict, "text_field": cfg.text_field,
+            "doc_separator": cfg.doc_separator, "limit": cfg.limit, "strict": cfg.strict}
+    tasks = [{**base, "index": i, "files": shard} for i, shard in enumerate(shards)]
+    timings: dict[str, float] = {}
+    boilerplate_info: dict[str, Any] = {}
+
     progress = _make_progress(show_progress)
     with progress:
-        task = progress.add_task("scan" if tokenizer else "scan + train tokenizer", total=len(files), info="")
+        # ---- curation ----
+        if recipe.boilerplate is not None:
+            t = time.perf_counter()
+            run_tasks(lines_task, tasks, lambda i: (work / "lines" / f"{i:05d}.json").exists(), workers,
+                      progress, "count lines")
+            from gptforge.data.boilerplate import merge_frequent
+            from gptforge.data.curate import atomic_save_npy
 
-        def scanned_train_texts() -> Iterator[str]:
-            last_files = -1
-            for doc in _documents(files, cfg, rstats, nstats):
-                split = assign_split(doc["id"], cfg.seed, cfg.val_fraction, cfg.test_fraction)
+            n_docs = sum(json.loads((work / "lines" / f"{i:05d}.json").read_text())["documents"] for i in range(len(shards)))
+            threshold = recipe.boilerplate.threshold(n_docs)
+            if not (work / "boilerplate.npy").exists():
+                keys = merge_frequent([(work / "lines" / f"{i:05d}.keys.npy", work / "lines" / f"{i:05d}.counts.npy")
+                                       for i in range(len(shards))], threshold)
+                atomic_save_npy(work / "boilerplate.npy", keys)
+            boilerplate_info = {"documents_counted": n_docs, "threshold_documents": threshold,
+                                "boilerplate_lines": int(np.load(work / "boilerplate.npy").size)}
+            timings["count_lines"] = time.perf_counter() - t
+        t = time.perf_counter()
+        run_tasks(curate_task, tasks, lambda i: (work / "curate" / f"{i:05d}.json").exists(), workers,
+                  progress, "curate")
+        timings["curate"] = time.perf_counter() - t
+        results = [json.loads((work / "curate" / f"{i:05d}.json").read_text(encoding="utf-8")) for i in range(len(shards))]
+        chain_names = [s.name for s in recipe.before] + (["boilerplate"] if recipe.boilerplate else []) + [s.name for s in recipe.after]
+        rstats, nstats, steps = _merge_shard_stats(results, chain_names)
+        for w in rstats.warnings[:20]:
+            log.warning(w)
+        if len(rstats.warnings) > 20:
+            log.warning(f"... {sum(rstats.files_skipped.values()) + sum(rstats.records_skipped.values())} "
+                        f"skipped files/records in all (see report.json)")
+        dedup_info: dict[str, Any] = {}
+        if recipe.dedup is not None:
+            t = time.perf_counter()
+            done = work / "dedup" / "done.json"
+            dedup_info = json.loads(done.read_text()) if done.exists() else global_dedup(work, len(shards), recipe)
+            steps.append(step_from_dict(dedup_info["step"]))
+            timings["dedup"] = time.perf_counter() - t
+        masks = ([np.load(work / "dedup" / f"{i:05d}.npy") for i in range(len(shards))]
+                 if recipe.dedup is not None else [None] * len(shards))
+
+        # ---- split ----
+        scan = _Scan()
+        for i in range(len(shards)):
+            for _, d in shard_documents(work, i, masks[i], ("id",)):
+                split = assign_split(d["id"], cfg.seed, cfg.val_fraction, cfg.test_fraction)
                 scan.documents[split] += 1
                 if split == "train":
-                    score = split_score(doc["id"], cfg.seed)
-                    if len(scan.lowest_train) < 2 or (score, doc["id"]) < scan.lowest_train[-1]:
-                        scan.lowest_train = sorted(scan.lowest_train + [(score, doc["id"])])[:2]
-                    if not cfg.tokenizer_train_bytes or scan.tokenizer_bytes < cfg.tokenizer_train_bytes:
-                        scan.tokenizer_bytes += len(doc["text"])
-                        yield doc["text"]
-                done = rstats.files_read + sum(rstats.files_skipped.values())
-                if done != last_files:
-                    last_files = done
-                    progress.update(task, completed=done, info=f"{nstats.documents_out:,} docs")
-            progress.update(task, completed=len(files), info=f"{nstats.documents_out:,} docs")
-
-        if tokenizer is None:
-            texts = scanned_train_texts()
-            first = next(texts, None)
-            if first is not None:
-                def chained() -> Iterator[str]:
-                    yield first
-                    yield from texts
-                tokenizer = train_bpe(chained(), cfg.vocab_size, min_frequency=cfg.min_frequency)
-        else:
-            for _ in scanned_train_texts():
-                pass
-
+                    score = split_score(d["id"], cfg.seed)
+                    if len(scan.lowest_train) < 2 or (score, d["id"]) < scan.lowest_train[-1]:
+                        scan.lowest_train = sorted(scan.lowest_train + [(score, d["id"])])[:2]
         total_docs = sum(scan.documents.values())
         if total_docs == 0:
-            raise EmptyCorpusError(_empty_message(files, rstats, nstats))
+            raise EmptyCorpusError(_empty_message(files, rstats, nstats, steps))
         moved = _small_corpus_rule(cfg, scan)
         for doc_id, split in moved.items():
             scan.documents["train"] -= 1
@@ -250,62 +374,101 @@ def prepare(cfg: PrepareConfig, show_progress: bool = True) -> PrepareResult:
         if scan.documents["train"] == 0:
             raise EmptyCorpusError(f"no document left for the train split ({total_docs} documents, all in "
                                    f"val/test); lower --val-fraction/--test-fraction or add documents")
-        assert tokenizer is not None
+
+        # ---- tokenizer ----
+        t = time.perf_counter()
+        tok_path = work / "tokenizer.json"
+        if tokenizer is None:
+            if tok_path.exists():
+                tokenizer = Tokenizer.from_file(tok_path)
+            else:
+                tokenizer = train_bpe(_train_texts(work, len(shards), masks, cfg, moved), cfg.vocab_size,
+                                      min_frequency=cfg.min_frequency)
+                tokenizer.save(tok_path)
+            timings["train_tokenizer"] = time.perf_counter() - t
+        else:
+            tok_path = work / "given_tokenizer.json"
+            tokenizer.save(tok_path)
         dtype = dtype_for_vocab(tokenizer.vocab_size)
 
-        # ---- pass 2: encode and write ----
-        task2 = progress.add_task("tokenize", total=total_docs, info=f"{workers} worker(s)")
-        quiet_r, quiet_n = ReadStats(quiet=True), NormalizeStats()
+        # ---- encode ----
+        t = time.perf_counter()
+        key = hashlib.sha256(json.dumps([tokenizer.sha256, cfg.seed, cfg.val_fraction, cfg.test_fraction,
+                                         sorted(moved.items())]).encode()).hexdigest()[:12]
+        enc = work / f"encode-{key}"
+        enc.mkdir(exist_ok=True)
+        etasks = [{"work": str(work), "out": str(enc), "index": i, "tokenizer": str(tok_path), "dtype": dtype.name,
+                   "dedup": recipe.dedup is not None, "moved": moved, "seed": cfg.seed,
+                   "val_fraction": cfg.val_fraction, "test_fraction": cfg.test_fraction} for i in range(len(shards))]
+        run_tasks(encode_task, etasks, lambda i: (enc / f"{i:05d}.json").exists(), workers, progress, "tokenize")
+        timings["tokenize"] = time.perf_counter() - t
+        encoded = [json.loads((enc / f"{i:05d}.json").read_text()) for i in range(len(shards))]
+
+        # ---- write ----
+        t = time.perf_counter()
         with ShardWriter(out_dir, tokenizer, max_shard_bytes=cfg.max_shard_bytes, overwrite=cfg.overwrite) as writer:
-            pool = None
-            if workers > 1:
-                import multiprocessing as mp
-
-                # spawn: forking a process whose Rust thread pool already ran can deadlock.
-                pool = ProcessPoolExecutor(workers, mp_context=mp.get_context("spawn"),
-                                           initializer=_worker_init, initargs=(tokenizer.to_str(),))
-            try:
-                pending: list[tuple[str, int, Future | tuple[np.ndarray, int]]] = []
-
-                def submit(split: str, texts: list[str]) -> None:
-                    if pool is None:
-                        pending.append((split, len(texts), encode_documents(tokenizer, texts, dtype)))
-                    else:
-                        pending.append((split, len(texts), pool.submit(_worker_encode, texts, dtype.name)))
-                    limit = 2 * workers if pool is not None else 0
-                    while len(pending) > limit:
-                        drain_one()
-
-                def drain_one() -> None:
-                    split, ndocs, fut = pending.pop(0)
-                    ids, nbytes = fut.result() if isinstance(fut, Future) else fut
-                    writer.write(split, ids, ndocs, nbytes)
-                    progress.advance(task2, ndocs)
-
-                buffers: dict[str, list[str]] = {s: [] for s in SPLITS}
-                sizes = {s: 0 for s in SPLITS}
-                for doc in _documents(files, cfg, quiet_r, quiet_n):
-                    split = moved.get(doc["id"]) or assign_split(doc["id"], cfg.seed, cfg.val_fraction, cfg.test_fraction)
-                    buffers[split].append(doc["text"])
-                    sizes[split] += len(doc["text"])
-                    if sizes[split] >= BATCH_CHARS or len(buffers[split]) >= BATCH_DOCS:
-                        submit(split, buffers[split])
-                        buffers[split], sizes[split] = [], 0
+            for i, e in enumerate(encoded):
                 for split in SPLITS:
-                    if buffers[split]:
-                        submit(split, buffers[split])
-                while pending:
-                    drain_one()
-            finally:
-                if pool is not None:
-                    pool.shutdown(cancel_futures=True)
+                    c = e["splits"][split]
+                    if c["documents"]:
+                        writer.write(split, np.load(enc / f"{i:05d}.{split}.npy"), c["documents"], c["bytes"])
             written = sum(writer.splits[s]["documents"] for s in SPLITS)
             if written != total_docs:
-                raise RuntimeError(f"the input changed while prepare ran: {total_docs} documents in the "
-                                   f"first pass, {written} in the second; run prepare again")
-            meta = writer.finish(prepare_config={**cfg.meta_dict(), "tokenizer_trained": cfg.tokenizer is None,
-                                                 "moved_to_val_or_test": sorted(moved)})
-    return PrepareResult(out_dir, meta, rstats, nstats, time.perf_counter() - t0, moved)
+                raise RuntimeError(f"the work folder changed while prepare ran: {total_docs} documents curated, "
+                                   f"{written} encoded; delete {work} and run prepare again")
+            prepare_config = {**cfg.meta_dict(), "recipe_steps": recipe_dict, "tokenizer_trained": cfg.tokenizer is None,
+                              "moved_to_val_or_test": sorted(moved)}
+            report_holder: dict[str, Any] = {}
+
+            def add_report(tmp_dir: Path, meta: dict[str, Any]) -> None:
+                timings["write"] = time.perf_counter() - t
+                recount = recount_output(tmp_dir, meta)
+                report = build_report(cfg=cfg, recipe=recipe_dict, files=files, shards=len(shards), read=rstats,
+                                      normalize=nstats, steps=steps, dedup=dedup_info, boilerplate=boilerplate_info,
+                                      encoded=encoded, meta=meta, recount=recount, timings=timings,
+                                      seconds=time.perf_counter() - t0, hist_edges=HIST_EDGES, resumed=reused)
+                write_report(tmp_dir, report)
+                report_holder["report"] = report
+
+            meta = writer.finish(prepare_config=prepare_config, before_move=add_report)
+    if not cfg.keep_work:
+        shutil.rmtree(work, ignore_errors=True)
+    return PrepareResult(out_dir, meta, rstats, nstats, time.perf_counter() - t0, moved, steps,
+                         report_holder.get("report", {}))
+
+
+def with_languages(recipe: dict[str, Any], languages: list[str] | None, score: float | None) -> dict[str, Any]:
+    """`recipe` with its langid step keeping `languages` (added after `clean`, or first, when absent)."""
+    if not languages and score is None:
+        return recipe
+    steps = list(recipe.get("steps") or [])
+    opts: dict[str, Any] = {}
+    if languages:
+        opts["languages"] = list(languages)
+    if score is not None:
+        opts["min_score"] = score
+    for i, entry in enumerate(steps):
+        if isinstance(entry, dict) and "langid" in entry:
+            steps[i] = {"langid": {**(entry["langid"] or {}), **opts}}
+            break
+    else:
+        at = next((i + 1 for i, e in enumerate(steps) if isinstance(e, dict) and "clean" in e), 0)
+        steps.insert(at, {"langid": opts})
+    return {**recipe, "steps": steps}
+
+
+def _train_texts(work: Path, n_shards: int, masks: list, cfg: PrepareConfig, moved: dict[str, str]) -> Iterator[str]:
+    """Train-split texts in shard order, up to `tokenizer_train_bytes` characters."""
+    used = 0
+    for i in range(n_shards):
+        for _, d in shard_documents(work, i, masks[i]):
+            split = moved.get(d["id"]) or assign_split(d["id"], cfg.seed, cfg.val_fraction, cfg.test_fraction)
+            if split != "train":
+                continue
+            if cfg.tokenizer_train_bytes and used >= cfg.tokenizer_train_bytes:
+                return
+            used += len(d["text"])
+            yield d["text"]
 
 
 def _small_corpus_rule(cfg: PrepareConfig, scan: _Scan) -> dict[str, str]:
@@ -325,8 +488,16 @@ def _small_corpus_rule(cfg: PrepareConfig, scan: _Scan) -> dict[str, str]:
     return moved
 
 
-def _empty_message(files: list[Path], rstats: ReadStats, nstats: NormalizeStats) -> str:
+def _empty_message(files: list[Path], rstats: ReadStats, nstats: NormalizeStats, steps: list[StepStats]) -> str:
     parts = [f"no documents to prepare: {len(files)} file(s) found, {rstats.files_read} read"]
+    if rstats.documents and nstats.documents_out:
+        for st in steps:
+            if st.documents_in and not st.documents_out:
+                reasons = ", ".join(f"{v} {k}" for k, v in st.dropped.most_common())
+                parts.insert(0, f"the recipe step {st.name!r} removed every remaining document "
+                                f"({st.documents_in} in: {reasons}); relax its options in the recipe or choose "
+                                f"another --recipe")
+                break
     if rstats.files_skipped:
         parts.append("files skipped: " + ", ".join(f"{v} {k}" for k, v in sorted(rstats.files_skipped.items())))
     if rstats.records_skipped:
@@ -351,6 +522,12 @@ def summary_rows(result: PrepareResult) -> list[tuple[str, str]]:
         rows.append((f"records skipped: {reason}", f"{count:,}"))
     for reason, count in sorted(n.dropped.items()):
         rows.append((f"documents dropped: {reason}", f"{count:,}"))
+    for st in result.steps:
+        for reason, count in st.dropped.most_common():
+            if count:
+                rows.append((f"{st.name}: {reason}", f"{count:,}"))
+        for what, count in sorted(st.counts.items()):
+            rows.append((f"{st.name}: {what}", f"{count:,}"))
     if r.undecodable_sequences:
         rows.append(("undecodable byte sequences replaced", f"{r.undecodable_sequences:,} in {r.documents_with_undecodable:,} documents"))
     rows.append(("documents kept", f"{n.documents_out:,}"))

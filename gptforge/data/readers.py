@@ -38,12 +38,34 @@ from typing import Any, BinaryIO
 
 log = logging.getLogger("gptforge.data")
 
+HF_PREFIX = "hf:"
+#: with text_field "auto": the fields real corpora keep their text in, tried in this order
+#: (`text` most datasets, `story` TinyStories, `content` The Stack, `raw_content` RedPajama).
+AUTO_TEXT_FIELDS = ("text", "story", "content", "raw_content")
+
+
+def resolve_text_field(text_field: str, available) -> str | None:
+    """The field to read: `text_field` itself, or with "auto" the first of `AUTO_TEXT_FIELDS` in
+    `available` (None when none is)."""
+    if text_field != "auto":
+        return text_field if text_field in available else None
+    for name in AUTO_TEXT_FIELDS:
+        if name in available:
+            return name
+    return None
+
+
+def _field_label(text_field: str) -> str:
+    return f"any of {', '.join(AUTO_TEXT_FIELDS)}" if text_field == "auto" else repr(text_field)
 #: extensions a folder walk picks up (after removing a compression suffix).
 TEXT_EXTS = {".txt", ".md"}
 JSON_EXTS = {".jsonl", ".json"}
 PARQUET_EXTS = {".parquet"}
-COMPRESSION_EXTS = {".gz", ".zst"}
-SUPPORTED_EXTS = TEXT_EXTS | JSON_EXTS | PARQUET_EXTS
+ARROW_EXTS = {".arrow"}
+CSV_EXTS = {".csv"}
+TAR_EXTS = {".tar"}
+COMPRESSION_EXTS = {".gz", ".zst", ".bz2", ".xz"}
+SUPPORTED_EXTS = TEXT_EXTS | JSON_EXTS | PARQUET_EXTS | ARROW_EXTS | CSV_EXTS | TAR_EXTS
 
 #: bytes examined to decide that a file is binary.
 SNIFF_BYTES = 64 * 1024
@@ -69,12 +91,17 @@ class ReadStats:
     files_truncated: int = 0  # damaged archives whose readable part was kept
     warnings: list[str] = field(default_factory=list)
     quiet: bool = False  # count without logging (a second pass over input already reported)
+    strict: bool = False  # raise BadInputError instead of skipping
 
     def skip_file(self, reason: str, message: str) -> None:
+        if self.strict:
+            raise BadInputError(f"{message} (--strict: stopping; leave out --strict to skip and count such input)")
         self.files_skipped[reason] = self.files_skipped.get(reason, 0) + 1
         self.warn(message)
 
     def skip_record(self, reason: str, message: str) -> None:
+        if self.strict:
+            raise BadInputError(f"{message} (--strict: stopping; leave out --strict to skip and count such input)")
         self.records_skipped[reason] = self.records_skipped.get(reason, 0) + 1
         self.warn(message)
 
@@ -106,6 +133,10 @@ class ReadStats:
             "records_skipped": dict(self.records_skipped),
             "files_truncated": self.files_truncated,
         }
+
+
+class BadInputError(ValueError):
+    """Bad input under `strict` reading: the message names the file (and line)."""
 
 
 class BadFileError(Exception):
@@ -215,6 +246,11 @@ def expand_inputs(inputs: Iterable[str | Path]) -> list[Path]:
         raise ValueError("no input given: name at least one file, folder or glob")
     for raw in inputs:
         raw = str(raw)
+        if raw.startswith(HF_PREFIX):
+            if raw not in seen:
+                seen.add(raw)
+                files.append(Path(raw))
+            continue
         if _is_glob(raw) and not os.path.exists(raw):
             matches = sorted(glob.glob(raw, recursive=True))
             if not matches:
@@ -238,15 +274,24 @@ def expand_inputs(inputs: Iterable[str | Path]) -> list[Path]:
 
 def _walk(folder: Path) -> list[Path]:
     found = []
+    keys: dict[Path, tuple[str, ...]] = {}
     for root, dirs, names in os.walk(folder):
+        hf = _hf_dataset_folder(root, names)
+        if hf is not None:
+            for i, f in enumerate(hf):
+                keys[f] = f.parent.parts + (f"\x00{i:09d}",)
+            found.extend(hf)
+            dirs[:] = []
+            continue
         dirs[:] = sorted(d for d in dirs if not d.startswith("."))
         for name in sorted(names):
             if name.startswith("."):
                 continue
             if split_suffixes(name)[0] in SUPPORTED_EXTS:
                 found.append(Path(os.path.normpath(os.path.join(root, name))))
-    # Sorted by path components, so the order is the same on every file system.
-    return sorted(found, key=lambda p: p.parts)
+    # Sorted by path components, so the order is the same on every file system (files of one
+    # Hugging Face dataset folder stay in their state.json order).
+    return sorted(found, key=lambda p: keys.get(p) or p.parts)
 
 
 # --------------------------------------------------------------------------------------------
@@ -268,17 +313,27 @@ class _DecompressRaw(io.RawIOBase):
     off as complete). Concatenated members/frames (`cat a.gz b.gz`) are read in turn.
     """
 
-    def __init__(self, path: Path, kind: str):
+    def __init__(self, path: Path, kind: str, fileobj: BinaryIO | None = None):
         if kind == ".gz":
             self._new = lambda: zlib.decompressobj(16 + zlib.MAX_WBITS)  # gzip header + trailer
             self._errors: tuple[type[BaseException], ...] = (zlib.error,)
+        elif kind == ".bz2":
+            import bz2
+
+            self._new = bz2.BZ2Decompressor
+            self._errors = (OSError, EOFError, ValueError)
+        elif kind == ".xz":
+            import lzma
+
+            self._new = lzma.LZMADecompressor
+            self._errors = (lzma.LZMAError, EOFError)
         else:
             import zstandard
 
             dctx = zstandard.ZstdDecompressor()
             self._new = dctx.decompressobj
             self._errors = (zstandard.ZstdError,)
-        self._fh = open(path, "rb")
+        self._fh = fileobj if fileobj is not None else open(path, "rb")
         self._path = path
         self._kind = kind
         self._dobj = self._new()
@@ -344,7 +399,18 @@ def open_binary(path: Path) -> BinaryIO:
     return io.BufferedReader(raw, buffer_size=1 << 20)  # type: ignore[return-value]
 
 
-def read_file(path: Path, stats: ReadStats, text_field: str = "text") -> Iterator[Document]:
+def source_size(path: str | Path) -> int:
+    """Bytes of an input as stored (0 for a `hf:` dataset name or a file that vanished)."""
+    if str(path).startswith(HF_PREFIX):
+        return 0
+    try:
+        return os.stat(path).st_size
+    except OSError:
+        return 0
+
+
+def read_file(path: Path, stats: ReadStats, text_field: str = "text",
+              doc_separator: str | None = None) -> Iterator[Document]:
     """Yield the documents of one file, skipping and counting what cannot be read.
 
     A truncated/damaged `.gz`/`.zst` archive keeps every complete document read before the
@@ -354,22 +420,41 @@ def read_file(path: Path, stats: ReadStats, text_field: str = "text") -> Iterato
     """
     ext, comp = split_suffixes(path)
     try:
-        stats.input_bytes += path.stat().st_size
-        if ext in PARQUET_EXTS:
-            yield from _read_parquet(path, stats, text_field)
-        elif ext in JSON_EXTS:
-            yield from _read_json(path, stats, text_field)
+        if str(path).startswith(HF_PREFIX):
+            yield from _read_hf(str(path), stats, text_field)
         else:
-            yield from _read_text(path, stats)
+            stats.input_bytes += path.stat().st_size
+            yield from _read_format(path, ext, stats, text_field, doc_separator)
         stats.files_read += 1
     except BadFileError as e:
         stats.skip_file(e.reason, f"skipping {e}")
     except _TruncatedArchive as e:
+        if stats.strict:
+            raise BadInputError(f"{e} (--strict: stopping)") from e
         stats.files_truncated += 1
         stats.files_read += 1
         stats.warn(f"{e}: kept the complete documents read before the damage, skipped the rest")
     except OSError as e:
         stats.skip_file("unreadable", f"skipping {path}: cannot read it ({e})")
+
+
+def _read_format(path: Path, ext: str, stats: ReadStats, text_field: str, doc_separator: str | None,
+                 opener=None) -> Iterator[Document]:
+    """Dispatch on the format extension; `opener()` gives the (decompressed) bytes when `path`
+    is not a real file (a tar member)."""
+    if ext in PARQUET_EXTS:
+        yield from _read_parquet(path, stats, text_field, opener)
+    elif ext in ARROW_EXTS:
+        yield from _read_arrow(path, stats, text_field, opener)
+    elif ext in JSON_EXTS:
+        yield from _read_json(path, stats, text_field, opener)
+    elif ext in CSV_EXTS:
+        yield from _read_csv(path, stats, text_field, opener)
+    elif ext in TAR_EXTS:
+        with (opener() if opener else open_binary(path)) as fh:
+            yield from _read_tar(path, fh, stats, text_field, doc_separator)
+    else:
+        yield from _read_text(path, stats, doc_separator, opener)
 
 
 def _sniff_stream(fh: BinaryIO, path: Path) -> bytes:
@@ -380,8 +465,11 @@ def _sniff_stream(fh: BinaryIO, path: Path) -> bytes:
     return head
 
 
-def _read_text(path: Path, stats: ReadStats) -> Iterator[Document]:
-    with open_binary(path) as fh:
+def _read_text(path: Path, stats: ReadStats, doc_separator: str | None = None, opener=None) -> Iterator[Document]:
+    if doc_separator:
+        yield from _read_text_separated(path, stats, doc_separator, opener)
+        return
+    with (opener() if opener else open_binary(path)) as fh:
         head = _sniff_stream(fh, path)
         data = head + fh.read()
     text, bad = decode_utf8(data)
@@ -392,17 +480,49 @@ def _read_text(path: Path, stats: ReadStats) -> Iterator[Document]:
     yield {"id": str(path), "text": text, "meta": {"source": str(path)}}
 
 
+def _read_text_separated(path: Path, stats: ReadStats, separator: str, opener=None) -> Iterator[Document]:
+    """Documents of a text file cut at `separator` (streamed: the file is never held whole).
+
+    Ids are `PATH@N`, N the 0-based piece number counting empty pieces too, so an id does not
+    change when another piece becomes empty.
+    """
+    decoder = codecs.getincrementaldecoder("utf-8")(errors=_REPLACE.name)
+    with (opener() if opener else open_binary(path)) as fh:
+        chunk = _sniff_stream(fh, path)
+        rest = ""
+        piece = 0
+        while True:
+            before = _REPLACE.count
+            final = not chunk
+            rest += decoder.decode(chunk, final=final)
+            bad = _REPLACE.count - before
+            if bad:  # attributed to the piece being read; close enough for a count
+                stats.undecodable_sequences += bad
+                stats.documents_with_undecodable += 1
+            parts = rest.split(separator)
+            rest = parts.pop() if not final else ""
+            for text in parts:
+                if text.strip():
+                    stats.documents += 1
+                    yield {"id": f"{path}@{piece}", "text": text, "meta": {"source": str(path)}}
+                piece += 1
+            if final:
+                break
+            chunk = fh.read(4 << 20)
+
+
 def _text_of(record: Any, text_field: str, where: str, stats: ReadStats) -> str | None:
     if not isinstance(record, dict):
         stats.skip_record("not_an_object", f"{where}: skipping a JSON {type(record).__name__}, "
                           f"expected an object with a {text_field!r} field")
         return None
-    if text_field not in record:
+    name = resolve_text_field(text_field, record)
+    if name is None:
         keys = ", ".join(list(record)[:8])
         stats.skip_record("missing_field", f"{where}: skipping a record without the text field "
-                          f"{text_field!r} (its fields: {keys}); choose the field with --text-field")
+                          f"{_field_label(text_field)} (its fields: {keys}); choose the field with --text-field")
         return None
-    text = record[text_field]
+    text = record[name]
     if not isinstance(text, str):
         stats.skip_record("field_not_string", f"{where}: skipping a record whose {text_field!r} is "
                           f"a {type(text).__name__}, not a string")
@@ -411,13 +531,14 @@ def _text_of(record: Any, text_field: str, where: str, stats: ReadStats) -> str 
 
 
 def _meta_of(record: dict, text_field: str, source: str) -> dict[str, Any]:
-    meta = {k: v for k, v in record.items() if k != text_field and isinstance(v, (str, int, float, bool))}
+    name = resolve_text_field(text_field, record)
+    meta = {k: v for k, v in record.items() if k != name and isinstance(v, (str, int, float, bool))}
     meta["source"] = source
     return meta
 
 
-def _read_json(path: Path, stats: ReadStats, text_field: str) -> Iterator[Document]:
-    with open_binary(path) as fh:
+def _read_json(path: Path, stats: ReadStats, text_field: str, opener=None) -> Iterator[Document]:
+    with (opener() if opener else open_binary(path)) as fh:
         head = _sniff_stream(fh, path)
         first = head.lstrip()[:1]
         if first == b"[":
@@ -501,26 +622,28 @@ def _read_json_whole(path: Path, data: bytes, stats: ReadStats, text_field: str)
         yield {"id": where, "text": t, "meta": _meta_of(record, text_field, str(path))}
 
 
-def _read_parquet(path: Path, stats: ReadStats, text_field: str) -> Iterator[Document]:
+def _read_parquet(path: Path, stats: ReadStats, text_field: str, opener=None) -> Iterator[Document]:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
     comp = split_suffixes(path)[1]
     tmp_path = None
     try:
-        if comp:
+        if comp or opener:
             # Parquet needs random access (footer first); a compressed copy is expanded to disk.
             fd, tmp_path = tempfile.mkstemp(suffix=".parquet", prefix="gptforge-")
-            with os.fdopen(fd, "wb") as out, open_binary(path) as src:
+            with os.fdopen(fd, "wb") as out, (opener() if opener else open_binary(path)) as src:
                 shutil.copyfileobj(src, out, 1 << 20)
         try:
             pf = pq.ParquetFile(tmp_path or path)
         except (pa.ArrowException, OSError) as e:
             raise BadFileError("bad_parquet", f"{path}: not a readable Parquet file ({e})") from e
         names = pf.schema_arrow.names
-        if text_field not in names:
-            raise BadFileError("missing_field", f"{path}: no column {text_field!r} (columns: "
+        column_name = resolve_text_field(text_field, names)
+        if column_name is None:
+            raise BadFileError("missing_field", f"{path}: no column {_field_label(text_field)} (columns: "
                                f"{', '.join(names[:12])}); choose the column with --text-field")
+        text_field = column_name
         row = 0
         try:
             for rg in range(pf.num_row_groups):
@@ -545,8 +668,177 @@ def _read_parquet(path: Path, stats: ReadStats, text_field: str) -> Iterator[Doc
             os.unlink(tmp_path)
 
 
+def _read_csv(path: Path, stats: ReadStats, text_field: str, opener=None) -> Iterator[Document]:
+    """One document per CSV row (header row first); ids `PATH#ROW`, ROW 0-based after the header."""
+    import csv
+    import sys
+
+    csv.field_size_limit(sys.maxsize)  # real corpora hold whole articles in one cell
+    with (opener() if opener else open_binary(path)) as fh:
+        head = _sniff_stream(fh, path)
+        text = io.TextIOWrapper(io.BufferedReader(_Prefixed(head, fh)), encoding="utf-8",
+                                errors=_REPLACE.name, newline="")
+        reader = csv.reader(text)
+        try:
+            header = next(reader)
+        except StopIteration:
+            return
+        except csv.Error as e:
+            raise BadFileError("bad_csv", f"{path}: not a readable CSV file ({e})") from e
+        name = resolve_text_field(text_field, header)
+        if name is None:
+            raise BadFileError("missing_field", f"{path}: no column {_field_label(text_field)} (columns: "
+                               f"{', '.join(header[:12])}); choose the column with --text-field")
+        col = header.index(name)
+        row = -1
+        while True:
+            row += 1
+            try:
+                values = next(reader)
+            except StopIteration:
+                break
+            except csv.Error as e:
+                stats.skip_record("bad_csv", f"{path}#{row}: skipping a malformed CSV row ({e})")
+                continue
+            if len(values) <= col:
+                stats.skip_record("missing_field", f"{path}#{row}: skipping a row with {len(values)} cells, "
+                                  f"no {name!r} cell")
+                continue
+            stats.documents += 1
+            meta = {h: v for h, v in zip(header, values) if h != name}
+            meta["source"] = str(path)
+            yield {"id": f"{path}#{row}", "text": values[col], "meta": meta}
+
+
+def _read_arrow(path: Path, stats: ReadStats, text_field: str, opener=None) -> Iterator[Document]:
+    """Rows of an Arrow IPC file or stream (Hugging Face `save_to_disk` writes streams); ids `PATH#ROW`."""
+    import pyarrow as pa
+
+    tmp_path = None
+    try:
+        if opener:
+            fd, tmp_path = tempfile.mkstemp(suffix=".arrow", prefix="gptforge-")
+            with os.fdopen(fd, "wb") as out, opener() as src:
+                shutil.copyfileobj(src, out, 1 << 20)
+        source = pa.memory_map(tmp_path or str(path))
+        try:
+            try:
+                reader = pa.ipc.open_stream(source)
+                batches = iter(reader)
+                schema = reader.schema
+            except pa.ArrowInvalid:
+                source.seek(0)
+                f = pa.ipc.open_file(source)
+                batches = (f.get_batch(i) for i in range(f.num_record_batches))
+                schema = f.schema
+        except (pa.ArrowException, OSError) as e:
+            raise BadFileError("bad_arrow", f"{path}: not a readable Arrow file ({e})") from e
+        name = resolve_text_field(text_field, schema.names)
+        if name is None:
+            raise BadFileError("missing_field", f"{path}: no column {_field_label(text_field)} (columns: "
+                               f"{', '.join(schema.names[:12])}); choose the column with --text-field")
+        row = 0
+        try:
+            for batch in batches:
+                for value in batch.column(schema.get_field_index(name)).to_pylist():
+                    if not isinstance(value, str):
+                        stats.skip_record("field_not_string", f"{path}#{row}: skipping a row whose {name!r} "
+                                          f"is {type(value).__name__}")
+                    else:
+                        stats.documents += 1
+                        yield {"id": f"{path}#{row}", "text": value, "meta": {"source": str(path)}}
+                    row += 1
+        except pa.ArrowException as e:
+            raise BadFileError("bad_arrow", f"{path}: damaged Arrow file after row {row} ({e}); kept the rows "
+                               f"before it") from e
+    finally:
+        if tmp_path:
+            os.unlink(tmp_path)
+
+
+def _read_tar(path: Path, fh: BinaryIO, stats: ReadStats, text_field: str,
+              doc_separator: str | None) -> Iterator[Document]:
+    """Members of a tar archive read as files of their own (ids `ARCHIVE/MEMBER...`), streamed.
+
+    Compressed members are decompressed; a member that is itself a tar archive (OpenWebText:
+    `.xz` files holding tars of `.txt`) is read recursively. A member without a known extension
+    is read as text. A cut compressed archive is detected and counted (`files_truncated`), but
+    Python's `tarfile` ends a plain tar stream quietly at a cut: the complete members before it
+    are read, the cut member is not, and the truncation is not reported.
+    """
+    import tarfile
+
+    try:
+        tar = tarfile.open(fileobj=fh, mode="r|")
+        for member in tar:
+            if not member.isfile():
+                continue
+            name = Path(f"{path}/{member.name}")
+            ext, comp = split_suffixes(member.name)
+            raw = tar.extractfile(member)
+            if raw is None:
+                continue
+            stream: BinaryIO = (io.BufferedReader(_DecompressRaw(name, comp, fileobj=raw), buffer_size=1 << 20)  # type: ignore[assignment]
+                                if comp else raw)
+            head = stream.read(512)
+            body = io.BufferedReader(_Prefixed(head, stream), buffer_size=1 << 20)
+            if len(head) >= 262 and head[257:262] == b"ustar":
+                yield from _read_tar(name, body, stats, text_field, doc_separator)  # type: ignore[arg-type]
+                continue
+            opened = [False]
+
+            def opener(b=body):
+                if opened[0]:
+                    raise BadFileError("unreadable", f"{name}: a tar member can be read once")
+                opened[0] = True
+                return b
+            yield from _read_format(name, ext, stats, text_field, doc_separator, opener)
+    except tarfile.TarError as e:
+        raise _TruncatedArchive(f"{path}: damaged tar archive ({e})") from e
+
+
+def _read_hf(spec: str, stats: ReadStats, text_field: str) -> Iterator[Document]:
+    """`hf:NAME[:CONFIG]`: the train split of a Hugging Face dataset, streamed with `datasets`.
+
+    Ids are `hf:NAME[:CONFIG]#ROW`. Needs network access to the Hub (or its cache).
+    """
+    try:
+        import datasets
+    except ImportError as e:
+        raise BadFileError("unreadable", f"{spec}: reading Hugging Face datasets needs the datasets package "
+                           f"(pip install 'gptforge[hf]'); local save_to_disk folders and .arrow files "
+                           f"read without it") from e
+    name, _, config = spec[len(HF_PREFIX):].partition(":")
+    try:
+        ds = datasets.load_dataset(name, config or None, split="train", streaming=True)
+    except Exception as e:  # the Hub client raises many types; all mean "cannot open it"
+        raise BadFileError("unreadable", f"{spec}: cannot open the dataset ({type(e).__name__}: {e})") from e
+    for row, record in enumerate(ds):
+        t = _text_of(record, text_field, f"{spec}#{row}", stats)
+        if t is None:
+            continue
+        stats.documents += 1
+        yield {"id": f"{spec}#{row}", "text": t, "meta": _meta_of(record, text_field, spec)}
+
+
+def _hf_dataset_folder(root: str, names: list[str]) -> list[Path] | None:
+    """The .arrow files of a Hugging Face `save_to_disk` folder (state.json order), else None."""
+    if "state.json" not in names or "dataset_info.json" not in names:
+        return None
+    try:
+        with open(os.path.join(root, "state.json"), encoding="utf-8") as f:
+            state = json.load(f)
+        files = [d["filename"] for d in state.get("_data_files", [])]
+    except (OSError, json.JSONDecodeError, KeyError, TypeError):
+        files = []
+    if not files:
+        files = sorted(n for n in names if n.endswith(".arrow"))
+    return [Path(os.path.normpath(os.path.join(root, f))) for f in files]
+
+
 def read_documents(inputs: Iterable[str | Path], stats: ReadStats | None = None,
-                   text_field: str = "text", files: list[Path] | None = None) -> Iterator[Document]:
+                   text_field: str = "text", files: list[Path] | None = None,
+                   doc_separator: str | None = None) -> Iterator[Document]:
     """Stream the documents of every input (files, folders, globs), file by file in sorted order.
 
     Args:
@@ -560,4 +852,4 @@ def read_documents(inputs: Iterable[str | Path], stats: ReadStats | None = None,
     """
     stats = stats if stats is not None else ReadStats()
     for path in files if files is not None else expand_inputs(inputs):
-        yield from read_file(path, stats, text_field)
+        yield from read_file(path, stats, text_field, doc_separator)

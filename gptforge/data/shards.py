@@ -31,6 +31,7 @@ import json
 import os
 import shutil
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -164,8 +165,13 @@ class ShardWriter:
             os.fsync(fh.fileno())
             fh.close()
 
-    def finish(self, prepare_config: dict[str, Any] | None = None) -> dict[str, Any]:
+    def finish(self, prepare_config: dict[str, Any] | None = None,
+               before_move: Callable[[Path, dict[str, Any]], None] | None = None) -> dict[str, Any]:
         """Close the files, write tokenizer.json then meta.json, and move the folder into place.
+
+        Args:
+            before_move: called as `before_move(tmp_dir, meta)` once every file is complete and
+                before the folder is renamed into place (to add files such as a report).
 
         Returns the meta dict written.
         """
@@ -186,6 +192,8 @@ class ShardWriter:
             "gptforge_version": __version__,
         }
         _write_json_atomic(self.tmp_dir / "meta.json", meta)
+        if before_move is not None:
+            before_move(self.tmp_dir, meta)
         _fsync_dir(self.tmp_dir)
         self._move_into_place()
         self._done = True

@@ -5,18 +5,21 @@ from __future__ import annotations
 import pytest
 
 from gptforge.data.filters import GopherQuality
-from gptforge.data.pipeline import RECIPES, DedupConfig, apply_steps, build_steps, load_recipe, show_recipe
+from gptforge.data.pipeline import DedupConfig, apply_steps, build_recipe, build_steps, load_recipe, show_recipe
 
 
 def test_builtin_recipes_build():
-    for name in RECIPES:
+    for name in ("default", "web", "code"):
         steps, dedup = build_steps(load_recipe(name))
         assert isinstance(dedup, DedupConfig) and (dedup.bands, dedup.rows, dedup.ngram) == (14, 8, 5)
         assert "steps:" in show_recipe(name)
     web, _ = build_steps(load_recipe("web"))
-    assert [s.name for s in web] == ["blocklist", "c4", "gopher_repetition", "gopher_quality", "fineweb", "pii"]
+    assert [s.name for s in web] == ["clean", "langid", "blocklist", "c4", "gopher_repetition", "gopher_quality",
+                                     "fineweb", "pii"]
+    assert build_recipe(load_recipe("web")).step_names()[:3] == ["clean", "boilerplate", "langid"]
     code, _ = build_steps(load_recipe("code"))
-    assert [s.name for s in code] == ["pii"]
+    assert [s.name for s in code] == ["clean", "pii"]
+    assert build_steps(load_recipe("none")) == ([], None)
 
 
 def test_yaml_recipe_and_errors(tmp_path):

@@ -10,6 +10,7 @@ import pytest
 
 from gptforge.commands.prepare import main as prepare_main
 from gptforge.data.normalize import normalize_text
+from gptforge.data.pipeline import apply_steps, build_recipe, load_recipe
 from gptforge.data.prepare import EmptyCorpusError, PrepareConfig, assign_split, prepare, summary_rows
 from gptforge.data.shards import load_meta, load_tokenizer, open_split
 from gptforge.data.tokenizer import EOS_TOKEN
@@ -59,8 +60,8 @@ def test_prepare_end_to_end(corpus, tmp_path, stdlib_texts):
     result = prepare(cfg, show_progress=False)
     meta = load_meta(out)
     assert meta == result.meta
-    assert sorted(p.name for p in out.iterdir()) == ["meta.json", "test_000.bin", "tokenizer.json",
-                                                     "train_000.bin", "val_000.bin"]
+    assert sorted(p.name for p in out.iterdir()) == ["meta.json", "report.html", "report.json", "test_000.bin",
+                                                     "tokenizer.json", "train_000.bin", "val_000.bin"]
     tok = load_tokenizer(out)
     assert meta["vocab_size"] == tok.vocab_size == 400 and meta["dtype"] == "uint16"
     splits = meta["splits"]
@@ -68,8 +69,12 @@ def test_prepare_end_to_end(corpus, tmp_path, stdlib_texts):
     assert all(splits[s]["documents"] > 0 for s in ("train", "val", "test"))
     # Every document comes back exactly (normalized), each followed by one EOS: the literal
     # "<|endoftext|>" inside documents was encoded as text, never as the EOS id.
-    expected = sorted([normalize_text(t) for t in stdlib_texts[:30]]
-                      + [normalize_text(t) + f"\n{EOS_TOKEN} literal" for t in stdlib_texts[30:40]])
+    # The default recipe's per-document steps (PII redaction, cleaning) decide the exact text.
+    raw = ([normalize_text(t) for t in stdlib_texts[:30]]
+           + [normalize_text(t) + f"\n{EOS_TOKEN} literal" for t in stdlib_texts[30:40]])
+    steps = build_recipe(load_recipe("default")).steps
+    expected = sorted(d["text"] for d in apply_steps(({"id": str(i), "text": t, "meta": {}} for i, t in enumerate(raw)), steps))
+    assert len(expected) == 40 and expected != sorted(raw)  # the stdlib holds e-mail addresses: redacted
     decoded = _docs_by_split(out, tok)
     assert sorted(decoded["train"] + decoded["val"] + decoded["test"]) == expected
     for split, docs in decoded.items():

@@ -1,0 +1,221 @@
+"""The curation report of `prepare`: `report.json` and a single self-contained `report.html`.
+
+Counts are made independently so that they check each other: every step counts its drops as
+they happen (in the workers), while the output is recounted from the shard files written
+(documents = EOS ids in the files, tokens = file sizes / dtype size). `report["check"]` holds
+the equation documents read = documents dropped (all steps) + documents written, and whether
+it holds.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+import os
+import platform
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from gptforge.data.shards import SPLITS
+
+REPORT_VERSION = 1
+
+
+def recount_output(shard_dir: Path, meta: dict[str, Any]) -> dict[str, dict[str, int]]:
+    """{split: {"documents", "tokens", "files"}} counted from the .bin files themselves."""
+    dtype = np.dtype("<u2" if meta["dtype"] == "uint16" else "<u4")
+    eos = meta["eos_id"]
+    out = {}
+    for split in SPLITS:
+        docs = toks = 0
+        names = meta["splits"][split]["files"]
+        for name in names:
+            path = Path(shard_dir) / name
+            if path.stat().st_size == 0:
+                continue
+            mm = np.memmap(path, dtype=dtype, mode="r")
+            toks += int(mm.size)
+            for start in range(0, mm.size, 1 << 24):  # bounded memory for large files
+                docs += int(np.count_nonzero(mm[start:start + (1 << 24)] == eos))
+            del mm
+        out[split] = {"documents": docs, "tokens": toks, "files": len(names)}
+    return out
+
+
+def build_report(*, cfg, recipe, files, shards, read, normalize, steps, dedup, boilerplate, encoded, meta,
+                 recount, timings, seconds, hist_edges, resumed) -> dict[str, Any]:
+    """Assemble the report dict (see module docstring for what is checked)."""
+    hist_tokens = np.sum([e["hist_tokens"] for e in encoded], axis=0).tolist() if encoded else []
+    hist_chars = np.sum([e["hist_characters"] for e in encoded], axis=0).tolist() if encoded else []
+    chain = [{"name": "read + normalize", "documents_in": read.documents, "documents_out": normalize.documents_out,
+              "characters_in": None, "characters_out": normalize.characters_out,
+              "dropped": dict(normalize.dropped), "examples": {}, "counts": {}}]
+    chain += [s.to_dict() for s in steps]
+    dropped_total = sum(sum(s["dropped"].values()) for s in chain)
+    written = sum(v["documents"] for v in recount.values())
+    links_ok = all(a["documents_out"] == b["documents_in"] for a, b in zip(chain, chain[1:]))
+    mb = read.input_bytes / 1e6
+    throughput = {name: {"seconds": round(sec, 3)} for name, sec in timings.items()}
+    for name in ("count_lines", "curate"):
+        if timings.get(name):
+            throughput[name]["documents_per_second"] = round(read.documents / timings[name], 1)
+            throughput[name]["input_mb_per_second"] = round(mb / timings[name], 3)
+    tok_total = sum(v["tokens"] for v in recount.values())
+    if timings.get("tokenize"):
+        throughput["tokenize"]["tokens_per_second"] = round(tok_total / timings["tokenize"], 1)
+    return {
+        "report_version": REPORT_VERSION,
+        "recipe": cfg.recipe,
+        "recipe_steps": recipe,
+        "inputs": {"files": len(files), "shards": shards, "input_bytes": read.input_bytes,
+                   "first_files": [str(f) for f in files[:5]]},
+        "read": read.to_dict(),
+        "warnings": read.warnings,
+        "steps": chain,
+        "boilerplate": boilerplate,
+        "dedup": {k: v for k, v in dedup.items() if k != "step"},
+        "splits": meta["splits"],
+        "output_recounted": recount,
+        "histograms": {"edges": hist_edges, "characters_per_document": hist_chars, "tokens_per_document": hist_tokens},
+        "check": {"documents_read": read.documents, "documents_dropped": dropped_total, "documents_written": written,
+                  "adds_up": read.documents == dropped_total + written and links_ok,
+                  "steps_chain": links_ok,
+                  "meta_matches_files": all(recount[s]["documents"] == meta["splits"][s]["documents"]
+                                            and recount[s]["tokens"] == meta["splits"][s]["tokens"] for s in SPLITS)},
+        "throughput": throughput,
+        "seconds": round(seconds, 3),
+        "workers": cfg.workers,
+        "resumed": resumed,
+        "machine": {"cpus": os.cpu_count(), "python": platform.python_version()},
+    }
+
+
+def write_report(out_dir: Path, report: dict[str, Any]) -> None:
+    """Write `report.json` and `report.html` into `out_dir` (atomically each)."""
+    from gptforge.data.curate import atomic_write_bytes
+
+    atomic_write_bytes(Path(out_dir) / "report.json",
+                       (json.dumps(report, indent=1, ensure_ascii=False) + "\n").encode("utf-8"))
+    atomic_write_bytes(Path(out_dir) / "report.html", render_html(report).encode("utf-8"))
+
+
+# --------------------------------------------------------------------------------------------
+# HTML
+# --------------------------------------------------------------------------------------------
+
+_CSS = """body{font-family:system-ui,sans-serif;margin:2em;max-width:1100px;color:#222}
+table{border-collapse:collapse;margin:.5em 0 1.5em}td,th{border:1px solid #ccc;padding:3px 8px;text-align:right}
+th{background:#f3f3f3}td.l,th.l{text-align:left}.ex{font-family:monospace;font-size:12px;white-space:pre-wrap;
+text-align:left;max-width:700px;color:#444}.ok{color:#070}.bad{color:#b00;font-weight:bold}h2{margin-top:1.5em}"""
+
+
+def _e(x: Any) -> str:
+    return html.escape(str(x))
+
+
+def _n(x: Any) -> str:
+    return f"{x:,}" if isinstance(x, int) else ("" if x is None else _e(x))
+
+
+def svg_bars(labels: list[str], values: list[float], title: str, width: int = 720, height: int = 220) -> str:
+    """An inline SVG bar chart (no scripts, no external files)."""
+    if not values or max(values) <= 0:
+        return f"<p>{_e(title)}: no data</p>"
+    n = len(values)
+    left, bottom, top = 50, 40, 24
+    bw = (width - left - 10) / n
+    vmax = max(values)
+    parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" role="img">',
+             f'<text x="{width / 2}" y="15" text-anchor="middle" font-size="13">{_e(title)}</text>',
+             f'<text x="4" y="{top + 10}" font-size="10">{vmax:,.0f}</text>']
+    for i, v in enumerate(values):
+        h = (height - bottom - top) * v / vmax
+        x = left + i * bw
+        y = height - bottom - h
+        parts.append(f'<rect x="{x + 1:.1f}" y="{y:.1f}" width="{max(bw - 2, 1):.1f}" height="{h:.1f}" fill="#4a7ebb">'
+                     f'<title>{_e(labels[i])}: {v:,.0f}</title></rect>')
+        if n <= 40 or i % max(1, n // 20) == 0:
+            parts.append(f'<text x="{x + bw / 2:.1f}" y="{height - bottom + 12}" font-size="9" text-anchor="end" '
+                         f'transform="rotate(-45 {x + bw / 2:.1f} {height - bottom + 12})">{_e(labels[i])}</text>')
+    parts.append(f'<line x1="{left}" y1="{height - bottom}" x2="{width - 10}" y2="{height - bottom}" stroke="#333"/></svg>')
+    return "".join(parts)
+
+
+def _hist_svg(edges: list[int], counts: list[int], title: str) -> str:
+    if not counts or not any(counts):
+        return f"<p>{_e(title)}: no data</p>"
+    nz = [i for i, c in enumerate(counts) if c]
+    lo, hi = nz[0], nz[-1]
+    labels = []
+    for i in range(lo, hi + 1):
+        a = edges[i]
+        b = edges[i + 1] if i + 1 < len(edges) else None
+        labels.append(f"{a:,}–{b - 1:,}" if b is not None and b - 1 > a else (f"{a:,}" if b is not None else f"≥{a:,}"))
+    return svg_bars(labels, counts[lo:hi + 1], title)
+
+
+def render_html(r: dict[str, Any]) -> str:
+    """The report as one HTML page with inline CSS and SVG."""
+    c = r["check"]
+    out = [f"<!doctype html><html><head><meta charset='utf-8'><title>gptforge prepare report</title>"
+           f"<style>{_CSS}</style></head><body><h1>gptforge prepare report</h1>",
+           f"<p>recipe <b>{_e(r['recipe'])}</b>; {r['inputs']['files']:,} input file(s) in {r['inputs']['shards']:,} "
+           f"shard(s), {r['inputs']['input_bytes']:,} bytes; {r['seconds']:.1f} s"
+           f"{' (resumed)' if r['resumed'] else ''}.</p>",
+           f"<p class='{'ok' if c['adds_up'] else 'bad'}'>documents read {c['documents_read']:,} = dropped "
+           f"{c['documents_dropped']:,} + written {c['documents_written']:,}: "
+           f"{'adds up' if c['adds_up'] else 'DOES NOT ADD UP'}; shard files "
+           f"{'match' if c['meta_matches_files'] else 'DO NOT MATCH'} meta.json.</p>",
+           "<h2>Steps</h2><table><tr><th class=l>step</th><th>docs in</th><th>docs out</th><th>chars in</th>"
+           "<th>chars out</th><th class=l>dropped</th><th class=l>other counts</th></tr>"]
+    for s in r["steps"]:
+        dropped = ", ".join(f"{k}: {v:,}" for k, v in sorted(s["dropped"].items(), key=lambda kv: -kv[1]))
+        counts = ", ".join(f"{k}: {v:,}" for k, v in sorted(s["counts"].items()))
+        out.append(f"<tr><td class=l>{_e(s['name'])}</td><td>{_n(s['documents_in'])}</td><td>{_n(s['documents_out'])}</td>"
+                   f"<td>{_n(s['characters_in'])}</td><td>{_n(s['characters_out'])}</td><td class=l>{_e(dropped)}</td>"
+                   f"<td class=l>{_e(counts)}</td></tr>")
+    out.append("</table>")
+    out.append(svg_bars([s["name"] for s in r["steps"]], [sum(s["dropped"].values()) for s in r["steps"]],
+                        "documents dropped per step"))
+    out.append("<h2>Drop reasons, with examples</h2><table><tr><th class=l>step</th><th class=l>reason</th>"
+               "<th>documents</th><th class=l>examples (truncated)</th></tr>")
+    for s in r["steps"]:
+        for reason, n in sorted(s["dropped"].items(), key=lambda kv: -kv[1]):
+            ex = "<hr>".join(_e(t) for t in s["examples"].get(reason, []))
+            out.append(f"<tr><td class=l>{_e(s['name'])}</td><td class=l>{_e(reason)}</td><td>{n:,}</td>"
+                       f"<td class=ex>{ex}</td></tr>")
+    out.append("</table>")
+    d = r.get("dedup") or {}
+    if d:
+        sizes = sorted(((int(k), v) for k, v in d.get("cluster_sizes", {}).items()))
+        out.append(f"<h2>Duplicates</h2><p>{d.get('documents', 0):,} documents checked; candidate pairs: "
+                   f"exact {d.get('exact_candidate_pairs', 0):,}, near {d.get('near_candidate_pairs', 0):,}.</p>")
+        out.append(svg_bars([str(k) for k, _ in sizes], [v for _, v in sizes], "duplicate clusters by size (documents)")
+                   if sizes else "<p>no duplicate clusters</p>")
+    if r.get("boilerplate"):
+        b = r["boilerplate"]
+        out.append(f"<h2>Boilerplate lines</h2><p>{b['boilerplate_lines']:,} distinct lines held by at least "
+                   f"{b['threshold_documents']:,} of {b['documents_counted']:,} documents were removed.</p>")
+    out.append("<h2>Output (recounted from the shard files)</h2><table><tr><th class=l>split</th><th>documents</th>"
+               "<th>tokens</th><th>bytes</th><th>bytes/token</th><th>files</th></tr>")
+    for split, v in r["output_recounted"].items():
+        b = r["splits"][split]["bytes"]
+        text_tokens = v["tokens"] - v["documents"]
+        out.append(f"<tr><td class=l>{split}</td><td>{v['documents']:,}</td><td>{v['tokens']:,}</td><td>{b:,}</td>"
+                   f"<td>{(b / text_tokens if text_tokens else 0):.2f}</td><td>{v['files']}</td></tr>")
+    out.append("</table>")
+    h = r["histograms"]
+    out.append(_hist_svg(h["edges"], h["characters_per_document"], "documents by length (characters)"))
+    out.append(_hist_svg(h["edges"], h["tokens_per_document"], "documents by length (tokens)"))
+    out.append("<h2>Throughput</h2><table><tr><th class=l>phase</th><th>seconds</th><th>documents/s</th>"
+               "<th>input MB/s</th><th>tokens/s</th></tr>")
+    for name, t in r["throughput"].items():
+        out.append(f"<tr><td class=l>{_e(name)}</td><td>{t['seconds']:.2f}</td><td>{_n(t.get('documents_per_second'))}</td>"
+                   f"<td>{_n(t.get('input_mb_per_second'))}</td><td>{_n(t.get('tokens_per_second'))}</td></tr>")
+    out.append("</table>")
+    if r["warnings"]:
+        out.append("<h2>Input warnings (first 50)</h2><ul>" + "".join(f"<li>{_e(w)}</li>" for w in r["warnings"]) + "</ul>")
+    out.append("<h2>Recipe</h2><pre>" + _e(json.dumps(r["recipe_steps"], indent=1)) + "</pre></body></html>")
+    return "\n".join(out)
