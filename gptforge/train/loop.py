@@ -13,6 +13,7 @@ import contextlib
 import hashlib
 import json
 import math
+import os
 import shutil
 import signal
 import subprocess
@@ -322,9 +323,16 @@ def train(cfg: RunConfig, data_dir: str | Path, run_dir: str | Path, resume: boo
     if tc.num_threads:
         torch.set_num_threads(tc.num_threads)
     if pc.backend == "deepspeed":
-        from gptforge.train.deepspeed_backend import train_deepspeed
+        from gptforge.train.deepspeed_config import load_ds_config, translate
 
-        return train_deepspeed(cfg, data_dir, run_dir, resume=resume, progress=progress, log=log)
+        if not pc.deepspeed_config:
+            raise ValueError("parallel.backend=deepspeed needs parallel.deepspeed_config (a DeepSpeed JSON file)")
+        world = int(os.environ.get("WORLD_SIZE", 1))
+        # Conflicts between the file and gptforge's config are reported before anything starts.
+        translate(load_ds_config(pc.deepspeed_config), cfg, world, source=str(pc.deepspeed_config))
+        raise ValueError("parallel.backend=deepspeed: the config translates cleanly, but this gptforge version "
+                         "does not run the DeepSpeed engine yet; use the torch backend, whose parallel.zero_stage "
+                         "1/2/3 and parallel.offload map the same settings (docs/distributed.md)")
     if D.launched_by_torchrun() or D.needs_process_group(pc):
         env = D.init_distributed(pc, tc.device)
     else:
