@@ -15,6 +15,9 @@ COMMANDS = {
     "evaluate": "Loss, perplexity and bits per byte of a run or checkpoint on a split or a text file.",
     "generate": "Sample text from a run or checkpoint with a KV cache.",
     "convert": "Convert Hugging Face model folders (GPT-2, Llama, Mistral, Qwen2) to gptforge checkpoints and back.",
+    "launch": "Run a gptforge command under torchrun on N processes (and nodes), printing the command.",
+    "slurm": "Write a Slurm sbatch script that runs a gptforge command with torchrun on N nodes x G GPUs.",
+    "export-checkpoint": "Consolidate a sharded training checkpoint into one safetensors (or torch) file.",
 }
 
 

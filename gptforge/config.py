@@ -205,7 +205,12 @@ class TrainConfig:
 
 @dataclass
 class ParallelConfig:
-    """How the job is laid out over devices. FSDP2 full sharding = ZeRO-3."""
+    """How the job is laid out over devices (see docs/distributed.md).
+
+    The product dp_replicate * dp_shard * tp * pp must equal the number of processes torchrun
+    starts. ZeRO stages map to PyTorch mechanisms: 1 = DDP + ZeroRedundancyOptimizer, 2 = FSDP2
+    with reshard_after_forward=False, 3 = FSDP2 full sharding (the default when dp_shard > 1).
+    """
 
     dp_replicate: int = 1
     """Data-parallel replicas (DDP, or HSDP's replicate dimension)."""
@@ -220,9 +225,23 @@ class ParallelConfig:
     pp_microbatches: int = 0
     """Pipeline micro-batches per step (0: gradient_accumulation_steps, at least pp)."""
     zero_stage: int = 0
-    """0 none, 1 optimizer states sharded, 2 + gradients, 3 + parameters (= FSDP2)."""
+    """ZeRO stage over the data-parallel ranks: 1 optimizer states sharded (DDP +
+    ZeroRedundancyOptimizer), 2 + gradients sharded (FSDP2, reshard_after_forward=False), 3 +
+    parameters sharded (FSDP2 full sharding). 0: 3 when dp_shard > 1, else none (DDP when
+    dp_replicate > 1)."""
     offload: Literal["none", "optimizer", "optimizer+params"] = "none"
-    """Offload model states to CPU memory."""
+    """Offload model states to CPU memory through FSDP2's CPUOffloadPolicy (needs zero_stage 2 or
+    3). FSDP2 offloads sharded parameters, gradients and the optimizer step together, so
+    `optimizer` and `optimizer+params` both do that; pinned memory only with CUDA."""
+    timeout_minutes: int = 10
+    """Timeout of collectives: a rank waiting longer than this for the others fails with an
+    error instead of hanging forever (see docs/distributed.md, hangs)."""
+    backend: Literal["torch", "deepspeed"] = "torch"
+    """Training engine: torch (DDP/FSDP2/TP/PP, the default) or deepspeed (needs
+    `pip install gptforge[deepspeed]` and parallel.deepspeed_config)."""
+    deepspeed_config: Optional[str] = None
+    """DeepSpeed JSON config (backend deepspeed). Keys it shares with gptforge's config must agree
+    with values set here, or the run stops with an error naming both."""
 
     @property
     def dp(self) -> int:

@@ -23,6 +23,9 @@ def build_parser():
     parser.add_argument("--out", required=True, help="Run directory: config.yaml, metrics.jsonl, tb/, checkpoints/.")
     parser.add_argument("--resume", action="store_true", help="Continue from RUN_DIR/checkpoints/latest.")
     parser.add_argument("--quiet", action="store_true", help="No progress bar.")
+    parser.add_argument("--backend", choices=["torch", "deepspeed"], default=None,
+                        help="Shortcut for --parallel.backend.")
+    parser.add_argument("--deepspeed-config", default=None, help="Shortcut for --parallel.deepspeed_config.")
     return parser
 
 
@@ -53,6 +56,12 @@ def main(argv: list[str]) -> int:
         argv = _resume_argv(argv)
     init, ns = parse_args(build_parser(), argv)
     cfg = run_config_from(init)
+    if ns.backend is not None:
+        cfg.parallel.backend = ns.backend
+    if ns.deepspeed_config is not None:
+        cfg.parallel.deepspeed_config = ns.deepspeed_config
+        if ns.backend is None:
+            cfg.parallel.backend = "deepspeed"
     from rich.console import Console
 
     from gptforge.train.loop import train

@@ -35,6 +35,11 @@ from torch.distributed.checkpoint.state_dict import (
 
 STATE_FILE = "trainer_state.pt"
 
+# Optimizer states keyed per parameter name ("state.<fqn>.exp_avg", "param_groups.<fqn>.lr"), not
+# by position in param_groups: each rank of a pipeline (or ZeRO-1 shard) saves the keys of the
+# parameters it holds, and any other layout finds its own parameters' keys on load.
+_OPTIONS = StateDictOptions(flatten_optimizer_state_dict=True)
+
 
 def _is_main() -> bool:
     return not dist.is_initialized() or dist.get_rank() == 0
@@ -112,7 +117,7 @@ def save_checkpoint(ckpt_root: Path, step: int, model: torch.nn.Module, optimize
             shutil.rmtree(tmp)
         tmp.mkdir()
     _barrier()
-    model_sd, optim_sd = get_state_dict(model, optimizer if optimizer is not None else [])
+    model_sd, optim_sd = get_state_dict(model, optimizer if optimizer is not None else [], options=_OPTIONS)
     state = {"model": model_sd}
     if optimizer is not None:
         state["optim"] = optim_sd
@@ -206,11 +211,13 @@ def load_trainer_state(ckpt: Path) -> dict[str, Any]:
 def load_checkpoint(ckpt: Path, model: torch.nn.Module, optimizer: torch.optim.Optimizer | None = None) -> dict[str, Any]:
     """Load model (and optimizer) state from a DCP checkpoint into the live, possibly sharded,
     objects; restore this rank's RNG state. Works whatever layout wrote it (DCP reshards).
+    `model` must name parameters as the GPT does (pass the unwrapped module or a pipeline
+    stage); with ZeRO-1 pass the rank's local optimizer (`ZeroRedundancyOptimizer.optim`).
 
     Returns: the trainer state dict (step, tokens_seen, ...).
     """
     ckpt = Path(ckpt)
-    model_sd, optim_sd = get_state_dict(model, optimizer if optimizer is not None else [])
+    model_sd, optim_sd = get_state_dict(model, optimizer if optimizer is not None else [], options=_OPTIONS)
     state = {"model": model_sd}
     if optimizer is not None:
         state["optim"] = optim_sd
@@ -220,7 +227,7 @@ def load_checkpoint(ckpt: Path, model: torch.nn.Module, optimizer: torch.optim.O
     set_state_dict(
         model, optimizer if optimizer is not None else [],
         model_state_dict=state["model"], optim_state_dict=state.get("optim", {}),
-        options=StateDictOptions(strict=True),
+        options=StateDictOptions(strict=True, flatten_optimizer_state_dict=True),
     )
     trainer_state = load_trainer_state(ckpt)
     rngs = trainer_state.get("rng_per_rank") or []

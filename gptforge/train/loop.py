@@ -13,6 +13,7 @@ import contextlib
 import hashlib
 import json
 import math
+import os
 import shutil
 import signal
 import subprocess
@@ -32,9 +33,10 @@ from gptforge.data.loader import TokenStream, TrainBatches, eval_windows
 from gptforge.model.gpt import GPT, flops_per_token
 from gptforge.train import checkpoint as ckpt_lib
 from gptforge.train.loggers import MetricsWriter, Progress
-from gptforge.train.mfu import device_peak
+from gptforge.train import distributed as D
+from gptforge.train.mfu import Peak, device_peak
 from gptforge.train.optim import build_optimizer, lr_at
-from gptforge.train.parallelize import apply_activation_checkpointing, apply_compile
+from gptforge.train.parallelize import Parallelized, parallelize
 
 IGNORE_INDEX = -100
 
@@ -90,7 +92,8 @@ def count_targets(micro_batches: list[tuple[torch.Tensor, torch.Tensor]]) -> int
 
 def forward_backward(model: torch.nn.Module, micro_batches: list[tuple[torch.Tensor, torch.Tensor]],
                      loss_divisor: float, device: torch.device, precision: str = "fp32",
-                     scaler: torch.amp.GradScaler | None = None) -> torch.Tensor:
+                     scaler: torch.amp.GradScaler | None = None,
+                     grad_sync: Callable[[bool], Any] | None = None) -> torch.Tensor:
     """Accumulate gradients of sum(token losses) / loss_divisor over the micro-batches.
 
     With loss_divisor = the step's total target-token count, the accumulated gradient equals that
@@ -98,18 +101,103 @@ def forward_backward(model: torch.nn.Module, micro_batches: list[tuple[torch.Ten
     spread across micro-batches (a mean of micro-batch means would weight them unequally).
     Each micro-batch is (inputs (b, T), targets (b, T)) int64; targets -100 are ignored.
 
-    Returns: the summed token loss in nats (0-dim, detached), for logging.
+    Data parallel: pass loss_divisor = (global target count over all dp ranks) / dp, because DDP
+    and FSDP2 average gradients over the dp ranks; `grad_sync(is_last)` gives the context of each
+    backward (gradients are reduced across ranks on the last micro-batch only).
+
+    Returns: this rank's summed token loss in nats (0-dim, detached), for logging.
     """
     loss_sum = torch.zeros((), device=device)
-    for x, y in micro_batches:
+    n = len(micro_batches)
+    for i, (x, y) in enumerate(micro_batches):
         x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
-        with autocast_context(device, precision):
-            logits = model(x)
-        ls = token_loss_sum(logits, y)
-        scaled = ls / max(loss_divisor, 1)
-        (scaler.scale(scaled) if scaler is not None else scaled).backward()
+        with grad_sync(i == n - 1) if grad_sync is not None else contextlib.nullcontext():
+            with autocast_context(device, precision):
+                logits = model(x)
+            ls = token_loss_sum(logits, y)
+            scaled = ls / max(loss_divisor, 1e-12) if loss_divisor > 0 else ls
+            (scaler.scale(scaled) if scaler is not None else scaled).backward()
         loss_sum += ls.detach()
     return loss_sum
+
+
+class PipelineLoss:
+    """loss_fn of the last pipeline stage: summed token loss of a micro-batch / `divisor`.
+
+    The divisor is the step's global target count (over dp ranks, / dp), so the schedule runs
+    with scale_grads=False: dividing again by the micro-batch count would be wrong whenever
+    micro-batches hold different numbers of target tokens. The raw sums are kept in `sums`.
+    """
+
+    def __init__(self):
+        self.divisor = 1.0
+        self.sums: list[torch.Tensor] = []
+
+    def __call__(self, logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        ls = token_loss_sum(logits, targets)
+        self.sums.append(ls.detach())
+        return ls / self.divisor
+
+
+def _pipeline_run(par: Parallelized, pp_loss: PipelineLoss, x: torch.Tensor, y: torch.Tensor,
+                  device: torch.device, precision: str, train: bool) -> torch.Tensor:
+    has_first = any(s.is_first for s in par.stages)
+    has_last = any(s.is_last for s in par.stages)
+    pp_loss.sums = []
+    args = (x.to(device),) if has_first else ()
+    kwargs: dict[str, Any] = {"target": y.to(device), "losses": []} if has_last else {}
+    with autocast_context(device, precision):
+        if train:
+            par.schedule.step(*args, **kwargs)
+        else:
+            par.schedule.eval(*args, **kwargs)
+    if pp_loss.sums:
+        # The first step also calls loss_fn once on placeholder tensors to infer gradient shapes:
+        # the real calls are the last n_microbatches.
+        return torch.stack(pp_loss.sums[-par.n_microbatches:]).sum().to(device)
+    return torch.zeros((), device=device)
+
+
+def pipeline_forward_backward(par: Parallelized, pp_loss: PipelineLoss,
+                              micro_batches: list[tuple[torch.Tensor, torch.Tensor]], loss_divisor: float,
+                              device: torch.device, precision: str = "fp32") -> torch.Tensor:
+    """One optimizer step's forward and backward through the pipeline schedule.
+
+    The rank's micro-batches are concatenated into one (b * gradient_accumulation_steps, T) batch
+    that the schedule cuts into `par.n_microbatches` pipeline micro-batches. Returns the summed
+    token loss on the rank holding the last stage, 0 elsewhere.
+    """
+    x = torch.cat([m[0] for m in micro_batches])
+    y = torch.cat([m[1] for m in micro_batches])
+    pp_loss.divisor = loss_divisor
+    return _pipeline_run(par, pp_loss, x, y, device, precision, train=True)
+
+
+@torch.no_grad()
+def pipeline_evaluate(par: Parallelized, pp_loss: PipelineLoss, stream: TokenStream, offsets: np.ndarray,
+                      block_size: int, rows: int, device: torch.device, precision: str, env) -> float:
+    """Mean next-token loss over fixed windows through the pipeline, in eval mode.
+
+    Batches have `rows` windows (the training per-rank batch, so stage shapes match training); a
+    short last batch is padded with ignored targets. The result is the same on every rank.
+    """
+    for m in par.stage_modules:
+        m.eval()
+    total, count = 0.0, 0
+    pp_loss.divisor = 1.0
+    for i in range(0, len(offsets), rows):
+        chunk = [stream.read(int(o), block_size + 1) for o in offsets[i : i + rows]]
+        real = len(chunk)
+        chunk += [chunk[0]] * (rows - real)
+        t = torch.from_numpy(np.stack(chunk))
+        x, y = t[:, :-1].contiguous(), t[:, 1:].contiguous()
+        y[real:] = IGNORE_INDEX
+        total += float(_pipeline_run(par, pp_loss, x, y, device, precision, train=False))
+        count += real * block_size
+    for m in par.stage_modules:
+        m.train()
+    (total,) = env.all_reduce_sum([total], group=env.group("pp"))
+    return total / count
 
 
 def file_sha256(path: Path) -> str:
@@ -140,6 +228,16 @@ def run_config_yaml(cfg: RunConfig, data_dir: Path, extra: dict[str, Any] | None
     if extra:
         doc.update(extra)
     return yaml.safe_dump(doc, sort_keys=False)
+
+
+class _NullWriter:
+    """Ranks other than 0 write no metrics."""
+
+    def write(self, row: dict[str, Any]) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
 
 
 @dataclass
@@ -220,12 +318,41 @@ def train(cfg: RunConfig, data_dir: str | Path, run_dir: str | Path, resume: boo
     from gptforge.data.shards import load_meta
 
     data_dir, run_dir = Path(data_dir), Path(run_dir)
-    tc, mc_in = cfg.train, cfg.model
+    tc, mc_in, pc = cfg.train, cfg.model, cfg.parallel
     meta = load_meta(data_dir)
     if tc.num_threads:
         torch.set_num_threads(tc.num_threads)
-    device = pick_device(tc.device)
-    peak = device_peak(device, tc.precision)  # before seeding: measuring uses the RNG
+    if pc.backend == "deepspeed":
+        from gptforge.train.deepspeed_config import load_ds_config, translate
+
+        if not pc.deepspeed_config:
+            raise ValueError("parallel.backend=deepspeed needs parallel.deepspeed_config (a DeepSpeed JSON file)")
+        world = int(os.environ.get("WORLD_SIZE", 1))
+        # Conflicts between the file and gptforge's config are reported before anything starts.
+        translate(load_ds_config(pc.deepspeed_config), cfg, world, source=str(pc.deepspeed_config))
+        raise ValueError("parallel.backend=deepspeed: the config translates cleanly, but this gptforge version "
+                         "does not run the DeepSpeed engine yet; use the torch backend, whose parallel.zero_stage "
+                         "1/2/3 and parallel.offload map the same settings (docs/distributed.md)")
+    if D.launched_by_torchrun() or D.needs_process_group(pc):
+        env = D.init_distributed(pc, tc.device)
+    else:
+        D.validate_layout(pc, 1)
+        env = D.DistEnv(device=pick_device(tc.device))
+    try:
+        return _train(cfg, env, meta, data_dir, run_dir, resume, progress, log)
+    finally:
+        D.shutdown(env)
+
+
+def _train(cfg: RunConfig, env: D.DistEnv, meta: dict, data_dir: Path, run_dir: Path, resume: bool,
+           progress: bool, log: Callable[[str], None] | None) -> TrainResult:
+    tc, mc_in, pc = cfg.train, cfg.model, cfg.parallel
+    device = env.device
+    main = env.is_main
+    if main:
+        peak = device_peak(device, tc.precision)  # before seeding: measuring uses the RNG
+    else:
+        peak = Peak(None, "rank 0's figure")
 
     if mc_in.vocab_size is None:
         mc_in = ModelConfig(**{**to_dict(mc_in), "vocab_size": int(meta["vocab_size"])})
@@ -235,25 +362,34 @@ def train(cfg: RunConfig, data_dir: str | Path, run_dir: str | Path, resume: boo
             f"model.vocab_size={mc.vocab_size} is smaller than the data's vocabulary ({meta['vocab_size']}, "
             f"{data_dir / 'meta.json'}); leave model.vocab_size unset to take it from the data"
         )
-    cfg = RunConfig(model=mc, train=tc, parallel=cfg.parallel)
+    cfg = RunConfig(model=mc, train=tc, parallel=pc)
 
     run_dir.mkdir(parents=True, exist_ok=True)
     ckpt_root = run_dir / "checkpoints"
-    config_yaml = run_config_yaml(cfg, data_dir)
+    zero = D.effective_zero_stage(pc)
+    layout = {"world_size": env.world_size, "dp": pc.dp, "tp": pc.tp, "pp": pc.pp, "zero_stage": zero}
+    config_yaml = run_config_yaml(cfg, data_dir, {"layout": layout})
+    if tc.precision == "fp16" and (zero in (2, 3) or pc.tp > 1 or pc.pp > 1):
+        raise ValueError("train.precision=fp16 needs a gradient scaler, which gptforge supports with a single "
+                         "process, DDP and ZeRO-1 only; use bf16 with FSDP2/ZeRO-2/3, tp or pp")
 
+    # Every rank builds the same full model from the same seed; parallelize() keeps its part.
     torch.manual_seed(tc.seed)
-    model = GPT(mc).to(device)
+    model = GPT(mc)
     n_params = model.num_params()
-    apply_activation_checkpointing(model, tc.activation_checkpointing)
-    if tc.compile:
-        apply_compile(model)
-    model.train()
-    optimizer = build_optimizer(model, tc, device.type)
+    pp_loss = PipelineLoss()
+    par = parallelize(model, tc, pc, env, pp_loss_fn=pp_loss)
+    core = par.core
+    core.train()
+    zero_group = env.group("dp") if par.zero_stage == 1 else None
+    optimizer = build_optimizer(core, tc, device.type, zero_group=zero_group)
+    state_optimizer = optimizer.optim if zero_group is not None else optimizer
     scaler = torch.amp.GradScaler(device.type) if tc.precision == "fp16" else None
 
     split = meta["splits"]["train"]
     train_stream = TokenStream([data_dir / f for f in split["files"]], meta["dtype"])
-    batches = TrainBatches(train_stream, mc.block_size, tc.micro_batch_size, tc.gradient_accumulation_steps, tc.seed)
+    batches = TrainBatches(train_stream, mc.block_size, tc.micro_batch_size, tc.gradient_accumulation_steps, tc.seed,
+                           dp_rank=env.dp_rank, dp_size=env.dp_size)
     val_stream, val_offsets = None, None
     val_split = meta["splits"].get("val")
     if tc.eval_interval > 0 and val_split and val_split.get("tokens", 0) > mc.block_size + 1:
@@ -267,14 +403,23 @@ def train(cfg: RunConfig, data_dir: str | Path, run_dir: str | Path, resume: boo
         saved = yaml.safe_load((found / "config.yaml").read_text())
         if saved.get("model") != to_dict(mc):
             raise ValueError(f"--resume: the model config differs from the checkpoint's ({found / 'config.yaml'})")
-        state.update(ckpt_lib.load_checkpoint(found, model, optimizer))
+        saved_gbs = (ckpt_lib.load_trainer_state(found).get("data") or {}).get("global_batch_size")
+        if saved_gbs is not None and saved_gbs != batches.global_batch_size:
+            raise ValueError(
+                f"--resume: the checkpoint {found} was trained with a global batch of {saved_gbs} sequences, "
+                f"this layout gives {batches.global_batch_size} (train.micro_batch_size {tc.micro_batch_size} x "
+                f"train.gradient_accumulation_steps {tc.gradient_accumulation_steps} x dp {env.dp_size}); set "
+                "them so the product matches to continue the same data order"
+            )
+        state.update(ckpt_lib.load_checkpoint(found, core, state_optimizer))
         if scaler is not None and state.get("scaler"):
             scaler.load_state_dict(state["scaler"])
-    ckpt_lib.atomic_write_text(run_dir / "config.yaml", config_yaml)
-    if (data_dir / "tokenizer.json").exists():  # a run directory is self-contained for inference
-        shutil.copyfile(data_dir / "tokenizer.json", run_dir / "tokenizer.json")
+    if main:
+        ckpt_lib.atomic_write_text(run_dir / "config.yaml", config_yaml)
+        if (data_dir / "tokenizer.json").exists():  # a run directory is self-contained for inference
+            shutil.copyfile(data_dir / "tokenizer.json", run_dir / "tokenizer.json")
 
-    say = log or (lambda m: None)
+    say = (log or (lambda m: None)) if main else (lambda m: None)
     tokens_per_step = batches.global_batch_size * mc.block_size
     fpt = flops_per_token(mc, n_params, mc.block_size)
     say(f"model: {mc.arch}, {n_params:,} parameters, {mc.n_layer} layers, d_model {mc.d_model}, "
@@ -283,17 +428,22 @@ def train(cfg: RunConfig, data_dir: str | Path, run_dir: str | Path, resume: boo
         f"precision {tc.precision}; MFU against {peak.label}"
         + (f" ({peak.flops_per_second / 1e9:,.0f} GFLOP/s)" if peak.flops_per_second else ""))
 
-    writer = MetricsWriter(run_dir, tensorboard=tc.tensorboard, resume_step=state["step"] if resume else None)
-    bar = Progress(tc.max_steps, state["step"], enabled=progress)
+    if env.distributed:
+        say(f"layout: {env.world_size} processes; dp {pc.dp} (replicate {pc.dp_replicate} x shard {pc.dp_shard}), "
+            f"tp {pc.tp}, pp {pc.pp}" + (f" ({pc.pp_schedule}, {par.n_microbatches} micro-batches)" if pc.pp > 1 else "")
+            + f"; ZeRO stage {zero}")
+    writer = MetricsWriter(run_dir, tensorboard=tc.tensorboard, resume_step=state["step"] if resume else None) \
+        if main else _NullWriter()
+    bar = Progress(tc.max_steps, state["step"], enabled=progress and main)
     history: list[dict] = []
-    params = [p for p in model.parameters() if p.requires_grad]
+    params = [p for p in core.parameters() if p.requires_grad]
     stopped, bad_in_row, last_loss, last_val = "max_steps", 0, None, None
     start_step = state["step"]
 
     def save(step: int, best: bool = False) -> None:
         st = dict(state, scaler=scaler.state_dict() if scaler is not None else None,
                   data={"seed": tc.seed, "step": step, "global_batch_size": batches.global_batch_size})
-        ckpt_lib.save_checkpoint(ckpt_root, step, model, optimizer, st, config_yaml,
+        ckpt_lib.save_checkpoint(ckpt_root, step, core, state_optimizer, st, config_yaml,
                                  keep=tc.keep_checkpoints, mark_best=best)
 
     try:
@@ -304,13 +454,27 @@ def train(cfg: RunConfig, data_dir: str | Path, run_dir: str | Path, resume: boo
                 for g in optimizer.param_groups:
                     g["lr"] = lr
                 micro = batches.micro_batches(step)
-                n_tokens = count_targets(micro)
-                loss_sum = forward_backward(model, micro, n_tokens, device, tc.precision, scaler)
+                n_local = count_targets(micro)
+                # Every tp and pp rank of a dp rank reads the same slice: count each slice once.
+                (n_sum,) = env.all_reduce_sum([n_local])
+                n_tokens = int(round(n_sum / (env.tp_size * env.pp_size)))
+                # DDP/FSDP2 average gradients over the dp ranks: divide by the global count / dp.
+                divisor = n_tokens / env.dp_size
+                if par.schedule is not None:
+                    loss_sum = pipeline_forward_backward(par, pp_loss, micro, divisor, device, tc.precision)
+                else:
+                    loss_sum = forward_backward(par.module, micro, divisor, device, tc.precision, scaler,
+                                                grad_sync=par.grad_sync if env.distributed else None)
                 if scaler is not None:
                     scaler.unscale_(optimizer)
                 max_norm = tc.grad_clip if tc.grad_clip > 0 else float("inf")
-                grad_norm = float(torch.nn.utils.clip_grad_norm_(params, max_norm))
-                loss = float(loss_sum) / max(n_tokens, 1)
+                if env.distributed:
+                    grad_norm = D.clip_grad_norm(params, max_norm, env)
+                else:
+                    grad_norm = float(torch.nn.utils.clip_grad_norm_(params, max_norm))
+                # Loss sums live on the last pp stage of each dp rank, repeated on its tp ranks.
+                (total_loss,) = env.all_reduce_sum([float(loss_sum)])
+                loss = total_loss / env.tp_size / max(n_tokens, 1)
                 finite = math.isfinite(loss) and math.isfinite(grad_norm)
                 if scaler is not None:
                     scaler.step(optimizer)  # skips the step itself on inf/nan gradients
@@ -321,6 +485,11 @@ def train(cfg: RunConfig, data_dir: str | Path, run_dir: str | Path, resume: boo
                 if device.type == "cuda":
                     torch.cuda.synchronize(device)
                 dt = time.perf_counter() - t0
+                mem = torch.cuda.max_memory_allocated(device) if device.type == "cuda" else None
+                # Per-rank throughput and memory, and whether any rank was signalled, to every rank.
+                stats = env.gather_stats([tokens_per_step / env.dp_size / dt, dt, -1 if mem is None else mem,
+                                          float(stop.signal is not None)])
+                dt = max(r[1] for r in stats)
                 done = step + 1
                 state["step"] = done
                 state["tokens_seen"] += tokens_per_step
@@ -333,11 +502,15 @@ def train(cfg: RunConfig, data_dir: str | Path, run_dir: str | Path, resume: boo
                 row: dict[str, Any] = {
                     "step": done, "loss": loss, "lr": lr, "grad_norm": grad_norm,
                     "tokens_per_second": tps,
-                    "mfu": tps * fpt / peak.flops_per_second if peak.flops_per_second else None,
-                    "peak_memory_bytes": torch.cuda.max_memory_allocated(device) if device.type == "cuda" else None,
+                    "mfu": tps * fpt / (peak.flops_per_second * env.world_size) if peak.flops_per_second else None,
+                    "peak_memory_bytes": max(r[2] for r in stats) if mem is not None else None,
                     "tokens_seen": state["tokens_seen"], "step_seconds": dt,
                     "elapsed_seconds": state["elapsed_seconds"], "skipped": not finite,
                 }
+                if env.world_size > 1:
+                    row["tokens_per_second_rank_min"] = min(r[0] for r in stats)
+                    row["tokens_per_second_rank_max"] = max(r[0] for r in stats)
+                    row["peak_memory_bytes_rank_min"] = min(r[2] for r in stats) if mem is not None else None
                 last_loss = loss if math.isfinite(loss) else last_loss
                 if bad_in_row >= tc.max_bad_steps:
                     writer.write(row)
@@ -350,8 +523,13 @@ def train(cfg: RunConfig, data_dir: str | Path, run_dir: str | Path, resume: boo
                 is_last = done == tc.max_steps
                 new_best = False
                 if val_stream is not None and (done % tc.eval_interval == 0 or is_last):
-                    last_val = evaluate_windows(model, val_stream, val_offsets, mc.block_size,
-                                                tc.micro_batch_size, device, tc.precision)
+                    if par.schedule is not None:
+                        last_val = pipeline_evaluate(par, pp_loss, val_stream, val_offsets, mc.block_size,
+                                                     tc.micro_batch_size * tc.gradient_accumulation_steps,
+                                                     device, tc.precision, env)
+                    else:
+                        last_val = evaluate_windows(par.module, val_stream, val_offsets, mc.block_size,
+                                                    tc.micro_batch_size, device, tc.precision)
                     row["val_loss"] = last_val
                     if state["best_val_loss"] is None or last_val < state["best_val_loss"]:
                         state["best_val_loss"], state["evals_since_best"], new_best = last_val, 0, True
@@ -368,7 +546,7 @@ def train(cfg: RunConfig, data_dir: str | Path, run_dir: str | Path, resume: boo
                 bar.update(done, info)
 
                 early = tc.patience > 0 and state["evals_since_best"] >= tc.patience
-                interrupted = stop.signal is not None
+                interrupted = any(r[3] > 0 for r in stats)
                 stop_here = tc.stop_at_step and done >= tc.stop_at_step
                 periodic = tc.checkpoint_interval > 0 and done % tc.checkpoint_interval == 0
                 if new_best or periodic or is_last or early or interrupted or stop_here:
@@ -379,7 +557,7 @@ def train(cfg: RunConfig, data_dir: str | Path, run_dir: str | Path, resume: boo
                     break
                 if interrupted:
                     stopped = "signal"
-                    bar.log(f"signal {stop.signal} received: checkpoint written at step {done}; "
+                    bar.log(f"signal {stop.signal or 'on another rank'} received: checkpoint written at step {done}; "
                             "continue with --resume")
                     break
                 if stop_here:

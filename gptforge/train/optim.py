@@ -28,22 +28,36 @@ def param_groups(model: torch.nn.Module, weight_decay: float) -> list[dict]:
     ]
 
 
-def build_optimizer(model: torch.nn.Module, cfg: TrainConfig, device_type: str) -> torch.optim.Optimizer:
+def build_optimizer(model: torch.nn.Module, cfg: TrainConfig, device_type: str,
+                    zero_group=None) -> torch.optim.Optimizer:
     """AdamW (fused kernel on CUDA and CPU where this torch has it) or SGD with momentum 0.9.
+
+    zero_group: a data-parallel process group for ZeRO-1: the optimizer becomes a
+    `torch.distributed.optim.ZeroRedundancyOptimizer` that keeps on each rank the states of its
+    share of the parameters only (Rajbhandari et al. 2020, ZeRO, section 5.1, P_os), updates that
+    share and broadcasts it. Its `.optim` is the local optimizer (what checkpoints save).
 
     Raises:
         ValueError: an optimizer that only the planner models (adamw8bit, adafactor).
     """
     groups = param_groups(model, cfg.weight_decay)
     if cfg.optimizer == "adamw":
+        cls = torch.optim.AdamW
         kwargs = dict(lr=cfg.lr, betas=(cfg.beta1, cfg.beta2), eps=cfg.eps)
         # Fused AdamW runs one kernel for all parameters; DTensor parameters (FSDP2/TP) use foreach.
         is_dtensor = any(type(p).__name__ == "DTensor" for g in groups for p in g["params"])
         if device_type in ("cuda", "cpu") and not is_dtensor:
             kwargs["fused"] = True
-        return torch.optim.AdamW(groups, **kwargs)
-    if cfg.optimizer == "sgd":
-        return torch.optim.SGD(groups, lr=cfg.lr, momentum=0.9)
+    elif cfg.optimizer == "sgd":
+        cls, kwargs = torch.optim.SGD, dict(lr=cfg.lr, momentum=0.9)
+    else:
+        cls = None
+    if cls is not None:
+        if zero_group is not None:
+            from torch.distributed.optim import ZeroRedundancyOptimizer
+
+            return ZeroRedundancyOptimizer(groups, optimizer_class=cls, process_group=zero_group, **kwargs)
+        return cls(groups, **kwargs)
     raise ValueError(
         f"train.optimizer={cfg.optimizer!r} is modelled by `gptforge plan` but not trainable here; use adamw or sgd"
     )

@@ -1,14 +1,34 @@
-"""Wrappers applied to the model from outside: activation checkpointing, torch.compile.
+"""Everything applied to the model from outside: the parallel layout, activation checkpointing,
+torch.compile. The model module itself stays unaware of all of these.
 
-Order, as in torchtitan: (pipeline split, tensor parallel,) activation checkpointing, compile,
-(data-parallel wrapping). The model module itself stays unaware of all of these.
+Order, as in torchtitan's `parallelize_llama`/`pipeline_llama`:
+1. pipeline split (`torch.distributed.pipelining`): this rank keeps its stage(s) of blocks;
+2. tensor parallel (`parallelize_module`): q/k/v/up/gate colwise, o/down rowwise, with sequence
+   parallel norms (the residual stream between blocks is split along the sequence);
+3. activation checkpointing, per block;
+4. torch.compile, per block;
+5. data parallel: FSDP2 `fully_shard` per block then the root (ZeRO-2/3, HSDP with
+   dp_replicate), or DDP (replicated, ZeRO-1's gradient all-reduce).
+
+ZeRO stage -> PyTorch mechanism (see docs/distributed.md):
+- 1 (optimizer states sharded): DDP all-reduces full gradients, `ZeroRedundancyOptimizer` keeps
+  each rank's share of the AdamW states, updates that share and broadcasts the new parameters.
+- 2 (+ gradients sharded): FSDP2 with `reshard_after_forward=False`: parameters are gathered
+  once per step and kept through backward; gradients are reduce-scattered; states are sharded.
+- 3 (+ parameters sharded): FSDP2 with `reshard_after_forward=True` (full sharding).
 """
 
 from __future__ import annotations
 
+import contextlib
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
 import torch
 import torch.nn as nn
 from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import checkpoint_wrapper
+
+from gptforge.config import ModelConfig, ParallelConfig, TrainConfig
 
 
 def apply_activation_checkpointing(model: nn.Module, mode: str) -> None:
@@ -19,20 +39,322 @@ def apply_activation_checkpointing(model: nn.Module, mode: str) -> None:
       saved activations for about a third of full recompute's extra forward cost.
     - "none": nothing.
     Non-reentrant checkpointing (torch.utils.checkpoint, use_reentrant=False) keeps RNG state, so
-    dropout masks match between the forward and the recompute.
+    dropout masks match between the forward and the recompute. `model.blocks` may be the GPT's
+    ModuleList or a pipeline stage's ModuleDict keyed by the original layer index.
     """
     if mode == "none":
         return
     if mode not in ("full", "selective"):
         raise ValueError(f"train.activation_checkpointing: unknown mode {mode!r} (none, selective, full)")
-    blocks = model.blocks
-    for i in range(len(blocks)):
-        if mode == "full" or i % 2 == 0:
-            blocks[i] = checkpoint_wrapper(blocks[i], preserve_rng_state=True)
+    for name, block in list(model.blocks.named_children()):
+        if mode == "full" or int(name) % 2 == 0:
+            setattr(model.blocks, name, checkpoint_wrapper(block, preserve_rng_state=True))
 
 
 def apply_compile(model: nn.Module) -> nn.Module:
     """Compile each block separately (fast to compile; repeated structure is reused)."""
-    for i in range(len(model.blocks)):
-        model.blocks[i] = torch.compile(model.blocks[i])
+    for name, block in list(model.blocks.named_children()):
+        setattr(model.blocks, name, torch.compile(block))
     return model
+
+
+# ---------------------------------------------------------------------------------------------
+# Pipeline parallel
+
+
+class PipelineStageModule(nn.Module):
+    """One pipeline stage of a GPT, holding the GPT's own submodules under the GPT's names
+    (`wte`, `wpe`, `blocks.<layer index>`, `norm_f`, `lm_head`), so parameter names, optimizer
+    states and checkpoints match the unsplit model.
+
+    forward: first stage idx (B, T) int64 -> hidden (B, T, C); middle stages hidden -> hidden;
+    last stage hidden -> logits (B, T, V). With sequence-parallel TP the hidden states between
+    stages are this rank's sequence slice (B, T / tp, C).
+    """
+
+    def __init__(self, gpt: nn.Module, layers: list[int], first: bool, last: bool):
+        super().__init__()
+        self.config: ModelConfig = gpt.config
+        self.first, self.last = first, last
+        self.seq_shards = 1  # set to tp by sequence-parallel TP (hidden states hold T / tp)
+        if first:
+            self.wte = gpt.wte
+            if self.config.arch == "gpt2":
+                self.wpe = gpt.wpe
+            self.drop = gpt.drop
+        self.blocks = nn.ModuleDict({str(i): gpt.blocks[i] for i in layers})
+        if last:
+            self.norm_f = gpt.norm_f
+            self.lm_head = gpt.lm_head
+        if self.config.arch == "llama":
+            self.register_buffer("rope_cos", gpt.rope_cos, persistent=False)
+            self.register_buffer("rope_sin", gpt.rope_sin, persistent=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.first:
+            T = x.size(1)
+            pos = torch.arange(T, device=x.device)[None]
+            h = self.wte(x)
+            if self.config.arch == "gpt2":
+                h = h + self.wpe(pos)
+            h = self.drop(h)
+        else:
+            h = x
+            T = x.size(1) * self.seq_shards
+            pos = torch.arange(T, device=x.device)[None]
+        rope = None
+        if self.config.arch == "llama":
+            rope = (self.rope_cos[pos][:, None], self.rope_sin[pos][:, None])
+        for block in self.blocks.values():
+            h = block(h, rope, None, None)
+        if self.last:
+            h = self.lm_head(self.norm_f(h))
+        return h
+
+
+def split_layers(n_layer: int, n_stages: int) -> list[list[int]]:
+    """Contiguous, as even as possible split of layer indices over stages (earlier stages get
+    the extra layers; the first holds the embeddings, the last the norm and output head).
+
+    Raises:
+        ValueError: fewer layers than stages.
+    """
+    if n_layer < n_stages:
+        raise ValueError(f"model.n_layer={n_layer} is smaller than the number of pipeline stages ({n_stages}); "
+                         "lower parallel.pp or use a non-interleaved schedule")
+    base, extra = divmod(n_layer, n_stages)
+    out, start = [], 0
+    for s in range(n_stages):
+        n = base + (1 if s < extra else 0)
+        out.append(list(range(start, start + n)))
+        start += n
+    return out
+
+
+class _ModelPartsView(nn.Module):
+    """A parameter-holding view over several stage modules of one rank (interleaved schedule),
+    named like the full GPT, for the optimizer, gradient clipping and checkpoints."""
+
+    def __init__(self, parts: list[PipelineStageModule]):
+        super().__init__()
+        self.blocks = nn.ModuleDict()
+        for p in parts:
+            for name, child in p.named_children():
+                if name == "blocks":
+                    for k, b in child.named_children():
+                        self.blocks[k] = b
+                else:
+                    setattr(self, name, child)
+
+
+# ---------------------------------------------------------------------------------------------
+# Tensor parallel
+
+
+def check_tp(cfg: ModelConfig, tp: int) -> None:
+    """Raises ValueError when heads (or the KV heads) cannot be split evenly over tp ranks."""
+    if cfg.n_head % tp or cfg.n_kv_head % tp:
+        raise ValueError(f"parallel.tp={tp} must divide model.n_head ({cfg.n_head}) and model.n_kv_head "
+                         f"({cfg.n_kv_head}): each rank computes whole attention heads")
+
+
+def apply_tensor_parallel(model: nn.Module, tp_mesh, first_block: str | None) -> None:
+    """Megatron-style TP with sequence parallelism (Korthikanti et al. 2022, section 4.2.2).
+
+    Per block: norms run on sequence shards (SequenceParallel); the attention/MLP input is
+    all-gathered to the full sequence; q/k/v and up/gate are split by output columns (heads), o
+    and down by input rows, their outputs reduce-scattered back to sequence shards. The token
+    embedding is split by vocabulary rows (output all-reduced); the output head by vocabulary
+    columns (input gathered from the final norm's sequence shards, logits gathered whole).
+    `first_block` (the block after the embeddings on this stage, if any) turns the replicated
+    embedding output into sequence shards. Tied embeddings stay tied (both are split on dim 0).
+    """
+    from torch.distributed.tensor import Replicate, Shard
+    from torch.distributed.tensor.parallel import (
+        ColwiseParallel,
+        PrepareModuleInput,
+        RowwiseParallel,
+        SequenceParallel,
+        parallelize_module,
+    )
+
+    tied = getattr(model, "wte", None) is not None and getattr(model, "lm_head", None) is not None \
+        and model.lm_head.weight is model.wte.weight
+    top: dict[str, Any] = {}
+    if hasattr(model, "wte"):
+        top["wte"] = RowwiseParallel(input_layouts=Replicate(), output_layouts=Replicate())
+    if hasattr(model, "lm_head"):
+        top["norm_f"] = SequenceParallel()
+        top["lm_head"] = ColwiseParallel(input_layouts=Shard(1), output_layouts=Replicate(), use_local_output=True)
+    if top:
+        parallelize_module(model, tp_mesh, top)
+    for name, block in model.blocks.named_children():
+        plan: dict[str, Any] = {
+            "norm_1": SequenceParallel(),
+            "attn": PrepareModuleInput(input_layouts=(Shard(1), None, None, None),
+                                       desired_input_layouts=(Replicate(), None, None, None)),
+            "attn.q_proj": ColwiseParallel(),
+            "attn.k_proj": ColwiseParallel(),
+            "attn.v_proj": ColwiseParallel(),
+            "attn.o_proj": RowwiseParallel(output_layouts=Shard(1)),
+            "norm_2": SequenceParallel(),
+            "mlp": PrepareModuleInput(input_layouts=(Shard(1),), desired_input_layouts=(Replicate(),)),
+            "mlp.up_proj": ColwiseParallel(),
+            "mlp.down_proj": RowwiseParallel(output_layouts=Shard(1)),
+        }
+        if hasattr(block.mlp, "gate_proj"):
+            plan["mlp.gate_proj"] = ColwiseParallel()
+        parallelize_module(block, tp_mesh, plan)
+        if name == first_block:
+            parallelize_module(block, tp_mesh, PrepareModuleInput(
+                input_layouts=(Replicate(), None, None, None),
+                desired_input_layouts=(Shard(1), None, None, None), use_local_output=True))
+    if tied:
+        # parallelize_module re-wrapped lm_head.weight in a new Parameter: share it again.
+        model.lm_head.weight = model.wte.weight
+    if isinstance(model, PipelineStageModule):
+        model.seq_shards = tp_mesh.size()
+
+
+# ---------------------------------------------------------------------------------------------
+# Data parallel
+
+
+def apply_fsdp(model: nn.Module, dp_mesh, reshard_after_forward: bool, precision: str, offload: bool,
+               device: torch.device) -> None:
+    """FSDP2 `fully_shard` on each block, then on the root (embeddings, final norm, head).
+
+    precision bf16/fp16: MixedPrecisionPolicy with parameters gathered in that dtype and gradients
+    reduced in fp32. offload: CPUOffloadPolicy (sharded parameters, gradients and the optimizer
+    step in CPU memory; pinned only when CUDA exists).
+    """
+    from torch.distributed.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy, fully_shard
+
+    kw: dict[str, Any] = {"mesh": dp_mesh, "reshard_after_forward": reshard_after_forward}
+    if precision in ("bf16", "fp16"):
+        dtype = torch.bfloat16 if precision == "bf16" else torch.float16
+        kw["mp_policy"] = MixedPrecisionPolicy(param_dtype=dtype, reduce_dtype=torch.float32)
+    if offload:
+        kw["offload_policy"] = CPUOffloadPolicy(pin_memory=device.type == "cuda")
+    for _, block in model.blocks.named_children():
+        fully_shard(block, **kw)
+    fully_shard(model, **kw)
+
+
+@dataclass
+class Parallelized:
+    """The model as laid out on this rank.
+
+    module: what the loop calls for forward (the GPT, DDP wrapper or FSDP2 module); None under
+        pipeline parallelism, where `schedule.step` runs the stages.
+    core: the parameters under the GPT's own names, for the optimizer, clipping and checkpoints.
+    stages, schedule: pipeline stages of this rank and their schedule (pp > 1).
+    zero_stage: as run (see distributed.effective_zero_stage).
+    """
+
+    module: nn.Module | None
+    core: nn.Module
+    zero_stage: int = 0
+    ddp: nn.Module | None = None
+    fsdp: bool = False
+    stages: list = field(default_factory=list)
+    stage_modules: list = field(default_factory=list)
+    schedule: Any = None
+    n_microbatches: int = 1
+
+    def grad_sync(self, is_last: bool):
+        """Context for one micro-batch's backward: gradients are reduced across data-parallel
+        ranks only on the last micro-batch of a step (DDP no_sync; FSDP2
+        set_requires_gradient_sync), the others accumulate locally."""
+        if self.fsdp:
+            self.core.set_requires_gradient_sync(is_last)
+            return contextlib.nullcontext()
+        if self.ddp is not None and not is_last:
+            return self.ddp.no_sync()
+        return contextlib.nullcontext()
+
+
+def parallelize(model: nn.Module, tc: TrainConfig, pc: ParallelConfig, env,
+                pp_loss_fn: Callable | None = None) -> Parallelized:
+    """Lay `model` (a full GPT, built identically on every rank) out on this rank's devices.
+
+    Single process without a layout: activation checkpointing and compile only.
+
+    Raises:
+        ValueError: a layout the model cannot take (heads not divisible by tp, fewer layers
+            than stages, tied embeddings split across pipeline stages).
+    """
+    from gptforge.train import distributed as D
+
+    zero = D.effective_zero_stage(pc)
+    if not env.distributed:
+        model.to(env.device)
+        apply_activation_checkpointing(model, tc.activation_checkpointing)
+        if tc.compile:
+            apply_compile(model)
+        return Parallelized(module=model, core=model)
+
+    cfg: ModelConfig = model.config
+    if pc.tp > 1:
+        check_tp(cfg, pc.tp)
+    parts: list[nn.Module]
+    if pc.pp > 1:
+        if cfg.tie_embeddings:
+            raise ValueError("parallel.pp > 1 splits the token embedding and the output head onto different "
+                             "stages: set model.tie_embeddings=false")
+        virtual = 2 if pc.pp_schedule == "interleaved_1f1b" else 1
+        n_stages = pc.pp * virtual
+        layers = split_layers(cfg.n_layer, n_stages)
+        my_stages = [s for s in range(n_stages) if s % pc.pp == env.pp_rank]
+        parts = [PipelineStageModule(model, layers[s], s == 0, s == n_stages - 1) for s in my_stages]
+    else:
+        my_stages, n_stages = [0], 1
+        parts = [model]
+    for part in parts:
+        part.to(env.device)
+        if pc.tp > 1:
+            first = None
+            if hasattr(part, "wte"):
+                first = next(iter(dict(part.blocks.named_children())), None)
+            apply_tensor_parallel(part, env.mesh["tp"], first)
+        apply_activation_checkpointing(part, tc.activation_checkpointing)
+        if tc.compile:
+            apply_compile(part)
+        if zero in (2, 3):
+            dp_mesh = env.mesh["dp_replicate", "dp_shard"] if pc.dp_replicate > 1 else env.mesh["dp_shard"]
+            # Under PP each micro-batch would re-gather resharded parameters: keep them (torchtitan).
+            raf = zero == 3 and pc.pp == 1
+            apply_fsdp(part, dp_mesh, raf, tc.precision, pc.offload != "none", env.device)
+    core = parts[0] if len(parts) == 1 else _ModelPartsView(parts)
+    out = Parallelized(module=None, core=core, zero_stage=zero, fsdp=zero in (2, 3))
+    if pc.pp > 1:
+        from torch.distributed.pipelining import PipelineStage, Schedule1F1B, ScheduleGPipe, ScheduleInterleaved1F1B
+
+        if pp_loss_fn is None:
+            raise ValueError("pipeline parallelism needs a loss function for the last stage")
+        group = env.group("pp")
+        out.stages = [PipelineStage(p, s, n_stages, env.device, group=group) for p, s in zip(parts, my_stages)]
+        out.stage_modules = parts
+        local_batch = tc.micro_batch_size * tc.gradient_accumulation_steps
+        n_mb = pc.pp_microbatches or max(tc.gradient_accumulation_steps, pc.pp)
+        if local_batch % n_mb:
+            raise ValueError(f"parallel.pp_microbatches={n_mb} must divide the per-rank batch of "
+                             f"train.micro_batch_size * train.gradient_accumulation_steps = {local_batch} sequences")
+        out.n_microbatches = n_mb
+        # Losses are already divided by the step's global token count, so the schedule must not
+        # divide the gradients by the micro-batch count again (scale_grads=False).
+        if pc.pp_schedule == "interleaved_1f1b":
+            out.schedule = ScheduleInterleaved1F1B(out.stages, n_mb, loss_fn=pp_loss_fn, scale_grads=False)
+        else:
+            cls = ScheduleGPipe if pc.pp_schedule == "gpipe" else Schedule1F1B
+            out.schedule = cls(out.stages[0], n_mb, loss_fn=pp_loss_fn, scale_grads=False)
+        return out
+    if D.uses_ddp(pc):
+        from torch.nn.parallel import DistributedDataParallel as DDP
+
+        ddp = DDP(model, process_group=env.group("dp"),
+                  device_ids=[env.device.index] if env.device.type == "cuda" else None)
+        out.module, out.ddp = ddp, ddp
+        return out
+    out.module = model
+    return out

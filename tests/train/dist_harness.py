@@ -1,0 +1,67 @@
+"""Run several training layouts inside one set of gloo CPU processes.
+
+Starting processes costs seconds each on a small machine, so the distributed tests start the
+workers once per world size; each worker joins one process group and runs `train()` for every
+job in turn (every job builds its own device mesh on that group). Results come back as JSON.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import os
+import socket
+import time
+import traceback
+from pathlib import Path
+
+import torch
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _worker(rank: int, world: int, port: int, jobs: list[dict], out: str) -> None:
+    import torch.distributed as dist
+
+    os.environ.update(RANK=str(rank), WORLD_SIZE=str(world), LOCAL_RANK=str(rank), LOCAL_WORLD_SIZE=str(world),
+                      MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), OMP_NUM_THREADS="1")
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=90))
+    from gptforge.config import ModelConfig, ParallelConfig, RunConfig, TrainConfig
+    from gptforge.train.loop import train
+
+    results = {}
+    for job in jobs:
+        t0 = time.perf_counter()
+        try:
+            cfg = RunConfig(model=ModelConfig(**job["model"]), train=TrainConfig(**job["train"]),
+                            parallel=ParallelConfig(**job["parallel"]))
+            res = train(cfg, job["data"], job["run_dir"], resume=job.get("resume", False), progress=False)
+            results[job["name"]] = {"loss": [r["loss"] for r in res.history],
+                                    "val_loss": [r.get("val_loss") for r in res.history],
+                                    "rows": res.history, "seconds": time.perf_counter() - t0}
+        except Exception:
+            results[job["name"]] = {"error": traceback.format_exc()}
+        dist.barrier()
+    Path(out, f"rank{rank}.json").write_text(json.dumps(results, default=str))
+    dist.destroy_process_group()
+
+
+def run_layouts(world: int, jobs: list[dict], out_dir: Path, timeout_s: float = 240) -> dict:
+    """Spawn `world` gloo processes that run `jobs` in order; return rank 0's results by job name
+    ({"loss": [...], "val_loss": [...], "rows": [...]} or {"error": traceback})."""
+    import torch.multiprocessing as mp
+
+    out_dir.mkdir(parents=True, exist_ok=True)
+    ctx = mp.spawn(_worker, args=(world, free_port(), jobs, str(out_dir)), nprocs=world, join=False)
+    deadline = time.monotonic() + timeout_s
+    while not ctx.join(timeout=5):
+        if time.monotonic() > deadline:
+            for p in ctx.processes:
+                p.kill()
+            raise TimeoutError(f"distributed workers (world {world}) did not finish in {timeout_s} s")
+    return json.loads((out_dir / "rank0.json").read_text())

@@ -1,0 +1,189 @@
+"""Every layout gives the single-process losses: DDP, FSDP2, ZeRO-1/2, TP, PP, 2-D; checkpoints
+resume across layouts and process counts.
+
+gloo on the CPU, a 2-layer d_model-32 model in fp32, fixed seed, 5 steps. Workers are started
+once per world size and run all their layouts in turn (see dist_harness.py).
+"""
+
+from __future__ import annotations
+
+import shutil
+
+import pytest
+import torch
+
+from gptforge.config import ModelConfig, ParallelConfig, RunConfig, TrainConfig
+from gptforge.train import checkpoint as ck
+from gptforge.train import distributed as D
+from gptforge.train.loggers import read_metrics
+from gptforge.train.loop import train
+
+from tests.train.dist_harness import run_layouts
+
+REL = 1e-5
+TIED = dict(arch="gpt2", n_layer=2, n_head=2, d_model=32, block_size=32, dropout=0.0)
+UNTIED = dict(TIED, tie_embeddings=False)
+LLAMA4 = dict(arch="llama", n_layer=4, n_head=2, n_kv_head=2, d_model=32, block_size=32, dropout=0.0)
+
+
+def _train_kw(mbs: int, gas: int, **kw) -> dict:
+    d = dict(max_steps=5, micro_batch_size=mbs, gradient_accumulation_steps=gas, lr=3e-3, warmup_steps=2,
+             eval_interval=5, eval_steps=2, checkpoint_interval=0, tensorboard=False, seed=7, grad_clip=0.5)
+    d.update(kw)
+    return d
+
+
+# name -> (model, train, parallel, reference). Every layout has a global batch of 8 sequences.
+# A reference is a single-process run with the same micro_batch_size (the val windows depend on it).
+LAYOUTS_2 = {
+    "ddp": (TIED, _train_kw(4, 1), dict(dp_replicate=2), "tied_mb4"),
+    "ddp_accum": (TIED, _train_kw(2, 2), dict(dp_replicate=2), "tied_mb2"),
+    "fsdp": (TIED, _train_kw(4, 1), dict(dp_shard=2), "tied_mb4"),
+    "zero1": (TIED, _train_kw(2, 2), dict(dp_shard=2, zero_stage=1), "tied_mb2"),
+    "zero2": (TIED, _train_kw(2, 2), dict(dp_shard=2, zero_stage=2), "tied_mb2"),
+    "tp": (TIED, _train_kw(4, 2), dict(tp=2), "tied_mb4"),
+    "pp_1f1b": (UNTIED, _train_kw(2, 4), dict(pp=2, pp_schedule="1f1b", pp_microbatches=4), "untied_mb2"),
+    "pp_gpipe": (UNTIED, _train_kw(2, 4), dict(pp=2, pp_schedule="gpipe", pp_microbatches=4), "untied_mb2"),
+    "pp_interleaved": (LLAMA4, _train_kw(2, 4), dict(pp=2, pp_schedule="interleaved_1f1b", pp_microbatches=4),
+                       "llama4_mb2"),
+}
+LAYOUTS_4 = {
+    "fsdp2_x_tp2": (TIED, _train_kw(2, 2), dict(dp_shard=2, tp=2), "tied_mb2"),
+    "pp2_x_fsdp2": (UNTIED, _train_kw(2, 2), dict(pp=2, dp_shard=2, pp_microbatches=2), "untied_mb2"),
+}
+REFERENCES = {
+    "tied_mb4": (TIED, _train_kw(4, 2)),
+    "tied_mb2": (TIED, _train_kw(2, 4)),
+    "untied_mb2": (UNTIED, _train_kw(2, 4)),
+    "llama4_mb2": (LLAMA4, _train_kw(2, 4)),
+}
+
+
+def _cfg(model: dict, train_kw: dict, parallel: dict | None = None) -> RunConfig:
+    return RunConfig(model=ModelConfig(**model), train=TrainConfig(**train_kw),
+                     parallel=ParallelConfig(**(parallel or {})))
+
+
+def _job(name, model, train_kw, parallel, data, run_dir, resume=False) -> dict:
+    return dict(name=name, model=model, train=train_kw, parallel=parallel, data=str(data), run_dir=str(run_dir),
+                resume=resume)
+
+
+def _assert_close(got: list[float], want: list[float], what: str) -> None:
+    assert len(got) == len(want), f"{what}: {len(got)} steps, expected {len(want)}"
+    for i, (a, b) in enumerate(zip(got, want)):
+        assert abs(a - b) <= REL * abs(b), f"{what}: step {i + 1} loss {a!r} vs single-process {b!r}"
+
+
+@pytest.fixture(scope="module")
+def dist_runs(tiny_shards, tmp_path_factory):
+    """Single-process references, then the 2- and 4-process layouts, checkpoints included."""
+    torch.set_num_threads(1)
+    root = tmp_path_factory.mktemp("dist")
+    refs = {}
+    for name, (model, tkw) in REFERENCES.items():
+        res = train(_cfg(model, tkw), tiny_shards, root / f"ref_{name}", progress=False)
+        refs[name] = {"loss": [r["loss"] for r in res.history], "val_loss": res.history[-1]["val_loss"]}
+    # A single-process checkpoint at step 3, to be resumed by 2 FSDP2 ranks.
+    train(_cfg(TIED, _train_kw(4, 2, stop_at_step=3)), tiny_shards, root / "single_to_fsdp", progress=False)
+
+    jobs2 = [_job(n, m, t, p, tiny_shards, root / n) for n, (m, t, p, _) in LAYOUTS_2.items()]
+    jobs2 += [
+        _job("fsdp_save", TIED, _train_kw(4, 1, stop_at_step=3), dict(dp_shard=2), tiny_shards, root / "fsdp_save"),
+        _job("pp_save", UNTIED, _train_kw(2, 4, stop_at_step=3), dict(pp=2, pp_microbatches=4), tiny_shards,
+             root / "pp_save"),
+        _job("zero1_save", TIED, _train_kw(2, 2, stop_at_step=3), dict(dp_shard=2, zero_stage=1), tiny_shards,
+             root / "zero1_save"),
+        _job("single_to_fsdp", TIED, _train_kw(4, 1), dict(dp_shard=2), tiny_shards, root / "single_to_fsdp",
+             resume=True),
+    ]
+    res2 = run_layouts(2, jobs2, root / "out2")
+    jobs4 = [_job(n, m, t, p, tiny_shards, root / n) for n, (m, t, p, _) in LAYOUTS_4.items()]
+    res4 = run_layouts(4, jobs4, root / "out4")
+    return {"refs": refs, "runs": {**res2, **res4}, "root": root}
+
+
+def _run(dist_runs, name):
+    r = dist_runs["runs"][name]
+    assert "error" not in r, f"{name} failed:\n{r['error']}"
+    return r
+
+
+@pytest.mark.parametrize("name", list(LAYOUTS_2) + list(LAYOUTS_4))
+def test_layout_matches_single_process(dist_runs, name):
+    layout = {**LAYOUTS_2, **LAYOUTS_4}[name]
+    ref = dist_runs["refs"][layout[3]]
+    r = _run(dist_runs, name)
+    _assert_close(r["loss"], ref["loss"], name)
+    _assert_close([r["val_loss"][-1]], [ref["val_loss"]], f"{name} val")
+
+
+def test_rank0_writes_metrics_with_per_rank_stats(dist_runs):
+    rows = read_metrics(dist_runs["root"] / "ddp")
+    assert [r["step"] for r in rows] == [1, 2, 3, 4, 5]  # one writer, no duplicate rows
+    for r in rows:
+        assert 0 < r["tokens_per_second_rank_min"] <= r["tokens_per_second_rank_max"]
+    cfg = (dist_runs["root"] / "fsdp" / "config.yaml").read_text()
+    assert "zero_stage: 3" in cfg and "world_size: 2" in cfg
+
+
+@pytest.mark.parametrize("saved,model,tkw", [
+    ("fsdp_save", TIED, _train_kw(4, 2)),       # FSDP2, 2 ranks -> 1 process
+    ("pp_save", UNTIED, _train_kw(2, 4)),       # 2 pipeline stages -> 1 process
+    ("zero1_save", TIED, _train_kw(8, 1)),      # ZeRO-1 optimizer shards -> 1 process
+])
+def test_checkpoint_resumes_on_one_process(dist_runs, saved, model, tkw):
+    r = _run(dist_runs, saved)
+    ref = dist_runs["refs"]["untied_mb2" if model is UNTIED else "tied_mb4"]["loss"]
+    _assert_close(r["loss"], ref[:3], saved)
+    run = dist_runs["root"] / saved
+    assert ck.find_checkpoint(run).name == "step_0000003"
+    resumed = dist_runs["root"] / f"{saved}_resumed"
+    shutil.copytree(run, resumed)
+    res = train(_cfg(model, tkw), _data_of(run), resumed, resume=True, progress=False)
+    _assert_close([h["loss"] for h in res.history], ref[3:], f"{saved} resumed on 1 process")
+
+
+def _data_of(run):
+    import yaml
+
+    return yaml.safe_load((run / "config.yaml").read_text())["data"]["path"]
+
+
+def test_single_process_checkpoint_resumes_on_two_fsdp_ranks(dist_runs):
+    r = _run(dist_runs, "single_to_fsdp")
+    ref = dist_runs["refs"]["tied_mb4"]["loss"]
+    _assert_close(r["loss"], ref[3:], "1 process -> FSDP2 x 2")
+
+
+def test_resume_with_another_global_batch_is_an_error(dist_runs, tiny_shards):
+    run = dist_runs["root"] / "fsdp_save"
+    other = dist_runs["root"] / "fsdp_save_gbs"
+    shutil.copytree(run, other)
+    with pytest.raises(ValueError, match="global batch of 8"):
+        train(_cfg(TIED, _train_kw(4, 1)), tiny_shards, other, resume=True, progress=False)
+
+
+def test_layout_errors_are_clear():
+    with pytest.raises(ValueError, match="= 2 processes, but this job has 1"):
+        D.validate_layout(ParallelConfig(dp_shard=2), 1)
+    with pytest.raises(ValueError, match="zero_stage=1"):
+        D.validate_layout(ParallelConfig(tp=2, dp_shard=2, zero_stage=1), 4)
+    with pytest.raises(ValueError, match="CPUOffloadPolicy"):
+        D.validate_layout(ParallelConfig(offload="optimizer"), 1)
+    with pytest.raises(ValueError, match="DDP"):
+        D.validate_layout(ParallelConfig(dp_replicate=2, tp=2), 4)
+    assert D.effective_zero_stage(ParallelConfig(dp_shard=4)) == 3
+    assert D.effective_zero_stage(ParallelConfig(dp_replicate=4)) == 0
+    assert D.uses_ddp(ParallelConfig(dp_replicate=2)) and not D.uses_fsdp(ParallelConfig(dp_replicate=2))
+
+
+def test_single_process_fsdp_with_cpu_offload(tiny_shards, tmp_path):
+    """ZeRO-3 + offload on one process (a one-process group, no launcher) trains like plain."""
+    torch.set_num_threads(1)
+    tkw = _train_kw(4, 2, max_steps=3, eval_interval=0)
+    plain = train(_cfg(TIED, tkw), tiny_shards, tmp_path / "plain", progress=False)
+    z3 = train(_cfg(TIED, tkw, dict(zero_stage=3, offload="optimizer+params")), tiny_shards, tmp_path / "z3",
+               progress=False)
+    _assert_close([h["loss"] for h in z3.history], [h["loss"] for h in plain.history], "ZeRO-3 + offload")
+    assert not torch.distributed.is_initialized()  # the group train() made is gone again
