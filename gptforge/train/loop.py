@@ -548,7 +548,9 @@ def _train(cfg: RunConfig, env: D.DistEnv, meta: dict, data_dir: Path, run_dir: 
                 early = tc.patience > 0 and state["evals_since_best"] >= tc.patience
                 interrupted = any(r[3] > 0 for r in stats)
                 stop_here = tc.stop_at_step and done >= tc.stop_at_step
-                periodic = tc.checkpoint_interval > 0 and done % tc.checkpoint_interval == 0
+                # A skipped (non-finite) step is not checkpointed on schedule: a run in a bad streak
+                # keeps its last good checkpoint as `latest`.
+                periodic = tc.checkpoint_interval > 0 and done % tc.checkpoint_interval == 0 and not bad
                 if new_best or periodic or is_last or early or interrupted or stop_here:
                     save(done, best=new_best)
                 if early:
