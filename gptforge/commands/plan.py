@@ -208,9 +208,11 @@ def format_plan(p, measured=None) -> str:
             f"{sp.tokens_per_second_low / p.num_gpus:,.0f} - {sp.tokens_per_second_high / p.num_gpus:,.0f} per GPU",
             f"  step time: {sp.step_time_seconds_low:.3f} - {sp.step_time_seconds_high:.3f} s "
             f"({sp.tokens_per_step:,} tokens per step)",
-            f"  tokens: {_fmt_count(sp.tokens)} ({p.tokens_source})",
+            f"  tokens: {_fmt_count(sp.tokens)}, {p.tokens_source}",
             f"  total time: {_duration(sp.total_time_seconds_low)} - {_duration(sp.total_time_seconds_high)}; "
-            f"GPU-hours {sp.gpu_hours_low:,.0f} - {sp.gpu_hours_high:,.0f} (6N+attention convention)",
+            f"GPU-hours {sp.gpu_hours_low:,.0f} - {sp.gpu_hours_high:,.0f} (6N+attention convention; "
+            f"{sp.gpu_hours_low * sp.flops_per_token_6n / sp.flops_per_token:,.0f} - "
+            f"{sp.gpu_hours_high * sp.flops_per_token_6n / sp.flops_per_token:,.0f} counting 6N only)",
         ]
         if sp.cost_low is not None:
             lines.append(f"  cost: {sp.cost_low:,.0f} - {sp.cost_high:,.0f} (at {sp.cost_low / sp.gpu_hours_low:g} per GPU-hour)")

@@ -469,6 +469,9 @@ def estimate_memory(model: ModelConfig, train: TrainConfig, parallel: ParallelCo
     grads_during = grads if (train.gradient_accumulation_steps > 1 or p > 1) else 0
     # lm_head's weight gradient exists once the loss backward is done.
     head_grad = 4 * wte // t
+    # Tied embeddings: the embedding's dense gradient arrives after lm_head's and is summed into a
+    # new tensor, so two more (V, h) fp32 buffers exist at the very end of backward.
+    tied_grad_temp = 2 * head_grad if cfg.tie_embeddings else 0
     base = {"weights": weights, "optimizer_states": opt}
     phase_parts = {
         "loss backward": {**base, "gradients": grads_during, "activations": activations,
@@ -478,7 +481,7 @@ def estimate_memory(model: ModelConfig, train: TrainConfig, parallel: ParallelCo
                            "other_activations": other, "autocast_weight_copies": copies,
                            "logits_and_loss": logits_kept_bytes, "backward_temp": bw_temp},
         "end of backward": {**base, "gradients": grads, "other_activations": other,
-                            "logits_and_loss": logits_kept_bytes, "backward_temp": bw_temp},
+                            "logits_and_loss": logits_kept_bytes, "backward_temp": bw_temp + tied_grad_temp},
         "optimizer step": {**base, "gradients": grads, "optimizer_temp": opt_temp},
     }
     if p > 1:

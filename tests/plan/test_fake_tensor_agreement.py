@@ -25,6 +25,8 @@ GRID = [
     (dict(preset="llama-160m", n_layer=2, block_size=512, n_kv_head=4), 4, "fp32", "none", {}),
     (dict(preset="llama-160m", n_layer=4, block_size=256, n_kv_head=4), 8, "bf16", "full", {}),
     (dict(preset="llama-micro", vocab_size=2000), 8, "bf16", "selective", {}),
+    # Peak at the end of backward, where tied embeddings sum two (V, h) fp32 gradients.
+    (dict(preset="llama-160m", n_layer=2, block_size=128, tie_embeddings=True), 1, "bf16", "full", {}),
 ]
 
 
