@@ -42,10 +42,10 @@ GiB = 2**30
 MiB = 2**20
 
 # Stated assumptions (bytes). CUDA context: the driver context plus cuBLAS/cuDNN handles with lazy
-# module loading (CUDA >= 11.7), which PyTorch's CUDA semantics notes put at a few hundred MiB per
-# process; NCCL adds its own buffers per communicator (NCCL docs, NCCL_BUFFSIZE default 4 MiB per
+# module loading (CUDA >= 11.7): a few hundred MiB per process, varying with GPU, driver and CUDA
+# version, so 600 MiB is a stated assumption (not a tensor, invisible to the fake tracker); NCCL adds its own buffers per communicator (NCCL docs, NCCL_BUFFSIZE default 4 MiB per
 # channel and peer). Allocator margin: the caching allocator reserves more than is allocated (block
-# rounding, fragmentation); PyTorch's CUDA memory notes and our own GPU checks see 2-10%.
+# rounding, fragmentation); 7% is an assumption to replace with bench/gpu_check.py figures.
 CUDA_CONTEXT_BYTES = 600 * MiB
 NCCL_BYTES = 512 * MiB
 ALLOCATOR_MARGIN_FRACTION = 0.07
