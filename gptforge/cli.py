@@ -10,6 +10,7 @@ import sys
 
 COMMANDS = {
     "quickstart": "Build a corpus from the Python standard library, train a small GPT on the CPU, evaluate, sample.",
+    "plan": "Predict per-GPU memory, speed, time and cost of a training job (and check it on fake tensors).",
     "prepare": "Read raw text (txt/md/jsonl/json/parquet, plain or compressed), train/load a tokenizer, write token shards.",
     "pretrain": "Train a GPT from scratch on prepared shards.",
     "evaluate": "Loss, perplexity and bits per byte of a run or checkpoint on a split or a text file.",

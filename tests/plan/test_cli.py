@@ -1,0 +1,90 @@
+"""`gptforge plan` on the command line: same config keys as pretrain, JSON for machines, clear errors."""
+
+import json
+
+import pytest
+
+from gptforge.cli import main as cli_main
+from gptforge.commands.plan import main, parse_tokens
+
+
+def run(capsys, *argv):
+    rc = main(list(argv))
+    out = capsys.readouterr()
+    return rc, out.out, out.err
+
+
+def test_json_has_fits_param_count_and_named_figures(capsys):
+    rc, out, _ = run(capsys, "--model", "gpt2-small", "--train.micro_batch_size", "8", "--train.precision", "bf16",
+                     "--gpu", "a100-40g", "--tokens", "10B", "--price", "1.5", "--json")
+    assert rc == 0
+    d = json.loads(out)
+    assert d["fits"] is True and d["param_count"] == 124_439_808
+    mem = d["memory"]
+    for key in ("weights", "gradients", "optimizer_states", "activations", "activations_per_layer",
+                "logits_and_loss", "comm_buckets", "cuda_context", "allocator_margin", "total"):
+        assert isinstance(mem[key], int)
+    assert d["tokens"] == 10e9 and d["speed"]["cost_high"] > d["speed"]["cost_low"] > 0
+    assert d["speed"]["flops_per_token"] > d["speed"]["flops_per_token_6n"]
+
+
+def test_yaml_recipe_and_dotted_overrides(tmp_path, capsys):
+    recipe = tmp_path / "recipe.yaml"
+    recipe.write_text("model:\n  preset: gpt2-medium\ntrain:\n  micro_batch_size: 2\n  precision: bf16\n"
+                      "parallel:\n  zero_stage: 3\n")
+    rc, out, _ = run(capsys, "--config", str(recipe), "--train.micro_batch_size", "4", "--num-gpus", "4",
+                     "--gpu", "h100-sxm", "--json")
+    d = json.loads(out)
+    assert rc == 0
+    assert d["model"]["n_layer"] == 24 and d["train"]["micro_batch_size"] == 4
+    assert d["parallel"]["dp_shard"] == 4 and d["num_gpus"] == 4
+
+
+def test_human_report(capsys):
+    rc, out, _ = run(capsys, "--model", "llama-2-7b", "--train.precision", "bf16", "--train.micro_batch_size", "1",
+                     "--gpu", "a100-80g")
+    assert rc == 0
+    assert "DOES NOT FIT" in out and "logits and loss" in out and "GPU-hours" in out
+
+
+def test_recommend_prints_recipe_lines(capsys):
+    rc, out, _ = run(capsys, "--model", "llama-2-7b", "--train.precision", "bf16", "--train.micro_batch_size", "1",
+                     "--gpu", "a100-80g", "--num-gpus", "8", "--recommend", "--top", "2")
+    assert rc == 0
+    assert "Fastest layouts that fit" in out and "zero_stage:" in out and "\n2. " in out
+
+
+def test_list_gpus(capsys):
+    rc, out, _ = run(capsys, "--list-gpus")
+    assert rc == 0
+    for name in ("v100-16g", "h100-sxm", "mi300x", "rtx4090"):
+        assert name in out
+
+
+def test_errors_name_the_field(capsys):
+    rc, _, err = run(capsys, "--model", "gpt2-small", "--train.micro_batch", "4")
+    assert rc == 2 and "micro_batch_size" in err
+    rc, _, err = run(capsys, "--model", "gpt2-smal")
+    assert rc == 2 and "gpt2-small" in err
+    rc, _, err = run(capsys, "--model", "gpt2-small", "--train.precision", "bf16", "--gpu", "v100-16g")
+    assert rc == 2 and "bfloat16" in err
+    rc, _, err = run(capsys, "--model", "gpt2-small", "--gpu", "h100")
+    assert rc == 2 and "h100" in err
+    rc, _, err = run(capsys, "--model", "gpt2-small", "--tokens", "lots")
+    assert rc == 2 and "--tokens" in err
+
+
+def test_measure_flag_prints_tracked_peak(capsys):
+    rc, out, _ = run(capsys, "--model", "gpt2-nano", "--model.vocab_size", "1000", "--train.micro_batch_size", "2",
+                     "--measure")
+    assert rc == 0 and "tracked peak" in out
+
+
+def test_dispatcher_knows_plan(capsys):
+    assert cli_main(["plan", "--list-gpus"]) == 0
+    assert "h200" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("text,value", [("2T", 2e12), ("300B", 3e11), ("1.5e12", 1.5e12), ("1_000", 1e3)])
+def test_parse_tokens(text, value):
+    assert parse_tokens(text) == value
