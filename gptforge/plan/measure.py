@@ -46,27 +46,6 @@ def _autocast_dtype(precision: str):
     return {"bf16": torch.bfloat16, "fp16": torch.float16}.get(precision)
 
 
-def apply_activation_checkpointing(model, mode: str) -> None:
-    """Wrap blocks with non-reentrant activation checkpointing, in place.
-
-    full: every block; selective: blocks 0, 2, 4, ... (every other block, torchtitan's
-    per-layer selective checkpointing at frequency 2); none: nothing.
-
-    Raises:
-        ValueError: unknown mode.
-    """
-    if mode == "none":
-        return
-    if mode not in ("full", "selective"):
-        raise ValueError(f"train.activation_checkpointing: unknown value {mode!r}; choose none, selective or full")
-    from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import CheckpointImpl, checkpoint_wrapper
-
-    for i, block in enumerate(model.blocks):
-        if mode == "full" or i % 2 == 0:
-            model.blocks[i] = checkpoint_wrapper(block, checkpoint_impl=CheckpointImpl.NO_REENTRANT,
-                                                 preserve_rng_state=False)
-
-
 def measure_step(model_cfg: ModelConfig, train_cfg: TrainConfig, parallel_cfg: ParallelConfig | None = None) -> MeasuredMemory:
     """Run one training step under FakeTensorMode with MemTracker; return the tracked peak (bytes).
 
@@ -83,6 +62,8 @@ def measure_step(model_cfg: ModelConfig, train_cfg: TrainConfig, parallel_cfg: P
     from torch.distributed._tools.mem_tracker import MemTracker
 
     from gptforge.model.gpt import GPT
+    # The same wrapping the trainer applies, so "selective" means the same blocks in both.
+    from gptforge.train.parallelize import apply_activation_checkpointing
 
     parallel_cfg = parallel_cfg or ParallelConfig()
     if parallel_cfg.world_size != 1:
@@ -100,7 +81,7 @@ def measure_step(model_cfg: ModelConfig, train_cfg: TrainConfig, parallel_cfg: P
     with FakeTensorMode():
         model = GPT(cfg)
         model.train()
-        apply_activation_checkpointing(model, train_cfg.activation_checkpointing)
+        apply_activation_checkpointing(model, train_cfg.activation_checkpointing, preserve_rng_state=False)
         params = list(model.parameters())
         if train_cfg.optimizer == "adamw":
             opt = torch.optim.AdamW(params, lr=1e-4, fused=True)

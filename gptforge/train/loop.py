@@ -432,6 +432,14 @@ def _train(cfg: RunConfig, env: D.DistEnv, meta: dict, data_dir: Path, run_dir: 
         say(f"layout: {env.world_size} processes; dp {pc.dp} (replicate {pc.dp_replicate} x shard {pc.dp_shard}), "
             f"tp {pc.tp}, pp {pc.pp}" + (f" ({pc.pp_schedule}, {par.n_microbatches} micro-batches)" if pc.pp > 1 else "")
             + f"; ZeRO stage {zero}")
+    # Every run checks the planner: its prediction goes beside the measured peak in every row.
+    try:
+        from gptforge.plan.planner import predict_peak_memory_bytes
+
+        predicted_mem = predict_peak_memory_bytes(mc, tc, pc, device.type if device.type in ("cuda", "mps") else "cpu")
+    except ValueError as e:
+        predicted_mem = None
+        say(f"planner: no memory prediction for this layout ({e})")
     writer = MetricsWriter(run_dir, tensorboard=tc.tensorboard, resume_step=state["step"] if resume else None) \
         if main else _NullWriter()
     bar = Progress(tc.max_steps, state["step"], enabled=progress and main)
@@ -504,6 +512,7 @@ def _train(cfg: RunConfig, env: D.DistEnv, meta: dict, data_dir: Path, run_dir: 
                     "tokens_per_second": tps,
                     "mfu": tps * fpt / (peak.flops_per_second * env.world_size) if peak.flops_per_second else None,
                     "peak_memory_bytes": max(r[2] for r in stats) if mem is not None else None,
+                    "predicted_memory_bytes": predicted_mem,
                     "tokens_seen": state["tokens_seen"], "step_seconds": dt,
                     "elapsed_seconds": state["elapsed_seconds"], "skipped": not finite,
                 }
@@ -512,6 +521,10 @@ def _train(cfg: RunConfig, env: D.DistEnv, meta: dict, data_dir: Path, run_dir: 
                     row["tokens_per_second_rank_max"] = max(r[0] for r in stats)
                     row["peak_memory_bytes_rank_min"] = min(r[2] for r in stats) if mem is not None else None
                 last_loss = loss if math.isfinite(loss) else last_loss
+                if done == start_step + 1 and predicted_mem is not None:
+                    measured = (f"measured peak {row['peak_memory_bytes'] / 2**30:.2f} GiB (max_memory_allocated)"
+                                if row["peak_memory_bytes"] is not None else "no allocator peak on this device")
+                    bar.log(f"memory per device: planner predicted {predicted_mem / 2**30:.2f} GiB of tensors; {measured}")
                 if bad_in_row >= tc.max_bad_steps:
                     writer.write(row)
                     stopped = "non_finite"

@@ -43,23 +43,23 @@ def device_peak(device: torch.device, precision: str) -> Peak:
     """Dense peak FLOP/s of `device` for `precision` (fp32, bf16, fp16).
 
     CUDA: the GPU table in `gptforge.plan.hardware` matched on the device name (fp32 training
-    uses the TF32 tensor-core figure only when TF32 matmuls are enabled, else the FP32 one).
+    uses the TF32 tensor-core figure when TF32 matmuls are enabled, else the non-tensor FP32 one).
     CPU: measured matmul peak. Unknown GPU or MPS: None, labelled.
     """
     if device.type == "cpu":
         dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(precision, torch.float32)
         return Peak(measure_cpu_matmul_peak(dtype), f"measured CPU {dtype_name(dtype)} matmul peak")
     if device.type == "cuda":
+        from gptforge.plan.hardware import gpu_for_device_name
+
         name = torch.cuda.get_device_name(device)
-        try:
-            from gptforge.plan.hardware import peak_for_device_name
-        except ImportError:
-            return Peak(None, f"no GPU table available for {name}")
-        tf32 = torch.backends.cuda.matmul.allow_tf32
-        found = peak_for_device_name(name, precision, tf32=tf32)
-        if found is None:
-            return Peak(None, f"{name} is not in the GPU table; MFU not computed")
-        return Peak(found[0], found[1])
+        gpu = gpu_for_device_name(name)
+        if gpu is None:
+            return Peak(None, f"{name} is not in the GPU table (gptforge plan --list-gpus); MFU not computed")
+        prec = precision
+        if precision == "fp32" and not torch.backends.cuda.matmul.allow_tf32:
+            return Peak(gpu.fp32_tflops * 1e12, f"{gpu.full_name} dense fp32 (TF32 off) peak, {gpu.source}")
+        return Peak(gpu.peak_flops(prec), f"{gpu.full_name} dense {prec} peak, {gpu.source}")
     return Peak(None, f"no peak figure for device type {device.type}")
 
 

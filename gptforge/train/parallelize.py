@@ -31,7 +31,7 @@ from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import checkpoi
 from gptforge.config import ModelConfig, ParallelConfig, TrainConfig
 
 
-def apply_activation_checkpointing(model: nn.Module, mode: str) -> None:
+def apply_activation_checkpointing(model: nn.Module, mode: str, preserve_rng_state: bool = True) -> None:
     """Recompute block activations in backward.
 
     - "full": every transformer block is wrapped: only block inputs are kept, (B, T, C) per layer.
@@ -41,6 +41,7 @@ def apply_activation_checkpointing(model: nn.Module, mode: str) -> None:
     Non-reentrant checkpointing (torch.utils.checkpoint, use_reentrant=False) keeps RNG state, so
     dropout masks match between the forward and the recompute. `model.blocks` may be the GPT's
     ModuleList or a pipeline stage's ModuleDict keyed by the original layer index.
+    `preserve_rng_state=False` is for fake-tensor runs (the planner's --measure), which have no RNG.
     """
     if mode == "none":
         return
@@ -48,7 +49,7 @@ def apply_activation_checkpointing(model: nn.Module, mode: str) -> None:
         raise ValueError(f"train.activation_checkpointing: unknown mode {mode!r} (none, selective, full)")
     for name, block in list(model.blocks.named_children()):
         if mode == "full" or int(name) % 2 == 0:
-            setattr(model.blocks, name, checkpoint_wrapper(block, preserve_rng_state=True))
+            setattr(model.blocks, name, checkpoint_wrapper(block, preserve_rng_state=preserve_rng_state))
 
 
 def apply_compile(model: nn.Module) -> nn.Module:

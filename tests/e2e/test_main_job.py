@@ -36,11 +36,11 @@ def test_prepare_pretrain_evaluate_generate(tmp_path, capsys):
     assert rc == 0
     rows = read_metrics(run)
     assert [r["step"] for r in rows] == list(range(1, 31))
-    for key in ("loss", "lr", "grad_norm", "tokens_per_second", "mfu", "peak_memory_bytes"):
+    for key in ("loss", "lr", "grad_norm", "tokens_per_second", "mfu", "peak_memory_bytes", "predicted_memory_bytes"):
         assert key in rows[0]
     vals = [r["val_loss"] for r in rows if "val_loss" in r]
     assert len(vals) == 3 and vals[-1] < vals[0] - 0.1 < rows[0]["loss"]
-    assert rows[0]["tokens_per_second"] > 0 and 0 < rows[0]["mfu"] < 1
+    assert rows[0]["tokens_per_second"] > 0 and 0 < rows[0]["mfu"] < 1 and rows[0]["predicted_memory_bytes"] > 0
     cfg = yaml.safe_load((run / "config.yaml").read_text())
     assert cfg["model"]["vocab_size"] == meta["vocab_size"] and cfg["model"]["n_layer"] == 2
     assert cfg["versions"]["torch"] == str(torch.__version__) and len(cfg["data"]["meta_sha256"]) == 64
