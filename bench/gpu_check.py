@@ -58,7 +58,7 @@ def section_plan(deadline: float, smoke: bool = False) -> list[str]:
     from gptforge.model.gpt import GPT
     from gptforge.plan import plan as make_plan
     from gptforge.plan import predict_peak_memory_bytes
-    from gptforge.plan.measure import apply_activation_checkpointing
+    from gptforge.train.parallelize import apply_activation_checkpointing
 
     device = "cpu" if smoke else "cuda"
     if smoke:
@@ -122,6 +122,14 @@ def section_plan(deadline: float, smoke: bool = False) -> list[str]:
 
 # name -> (function, time cap in seconds). Other issues append their sections here.
 SECTIONS = {"plan": (section_plan, 150)}
+
+try:  # the distributed/throughput section lives beside this file
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from gpu_check_dist import section_dist
+
+    SECTIONS["dist"] = (section_dist, 300)
+except ImportError as _e:  # pragma: no cover - only when the file is missing
+    print(f"gpu_check: dist section unavailable ({_e})", file=sys.stderr)
 
 
 def append_results(path: Path, header: str, blocks: list[tuple[str, list[str]]]) -> None:
