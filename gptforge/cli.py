@@ -15,6 +15,7 @@ COMMANDS = {
     "pretrain": "Train a GPT from scratch on prepared shards.",
     "evaluate": "Loss, perplexity and bits per byte of a run or checkpoint on a split or a text file.",
     "generate": "Sample text from a run or checkpoint with a KV cache.",
+    "finetune": "Fine-tune a Hugging Face or gptforge model (full or LoRA) on instruction .jsonl or shards.",
     "convert": "Convert Hugging Face model folders (GPT-2, Llama, Mistral, Qwen2) to gptforge checkpoints and back.",
     "launch": "Run a gptforge command under torchrun on N processes (and nodes), printing the command.",
     "slurm": "Write a Slurm sbatch script that runs a gptforge command with torchrun on N nodes x G GPUs.",

@@ -252,6 +252,40 @@ class ParallelConfig:
         return self.dp * self.tp * self.pp
 
 
+@dataclass
+class FinetuneConfig:
+    """Fine-tuning a pretrained model (`gptforge finetune`): method, adapters, data layout."""
+
+    method: Literal["full", "lora", "qlora"] = "lora"
+    """full: train every weight; lora: train low-rank adapters on frozen base weights (Hu et al.
+    2021); qlora (4-bit base weights, bitsandbytes): refused with an error in this version (CUDA
+    only; not implemented yet)."""
+    lora_rank: int = 8
+    """LoRA adapter rank r."""
+    lora_alpha: float = 16.0
+    """LoRA scale numerator: the adapter's output is multiplied by lora_alpha / lora_rank."""
+    lora_dropout: float = 0.0
+    """Dropout on each adapter's input (training only)."""
+    lora_target_modules: list[str] = field(default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj"])
+    """Linear layers that get adapters: any of q_proj, k_proj, v_proj, o_proj, gate_proj (llama),
+    up_proj, down_proj, or [all]."""
+    packing: Literal["packed", "padded"] = "packed"
+    """Instruction data: packed (several sequences per row, attention kept inside each, position
+    ids restarting per sequence) or padded (one sequence per row, right-padded)."""
+    chat_template: str = "auto"
+    """Instruction data with `messages`: auto (the tokenizer's chat template when it has one, else
+    gptforge's default template), default (always the default template), or the path of a Jinja
+    file (used, and copied into the run directory as chat_template.jinja)."""
+    block_size: Optional[int] = None
+    """Training sequence length in tokens (longer examples are truncated). Default: the model's
+    context length, at most 2048. The model keeps its own context length for export."""
+    val_fraction: float = 0.05
+    """Instruction data: fraction of examples held out for validation (0: none). Token shards use
+    their val split."""
+    cache: bool = True
+    """Cache the tokenized instruction data beside the .jsonl (keyed on data, tokenizer, template)."""
+
+
 # ---------------------------------------------------------------------------------------------
 # Helpers
 

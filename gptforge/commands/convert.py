@@ -122,7 +122,8 @@ def load_model_checkpoint(path: Path, dtype: torch.dtype | None = None):
 
     The model config comes from the checkpoint's config.yaml (`model` section). Parameter names
     are found in the checkpoint's metadata under whatever prefix holds `wte.weight` (`model.`,
-    and wrappers such as `_orig_mod.` or `module.`).
+    and wrappers such as `_orig_mod.` or `module.`). A LoRA fine-tune's adapters are merged into
+    the base weights (W += alpha/r * B @ A), so the model returned is a plain GPT.
 
     Raises:
         FileNotFoundError: no config.yaml or checkpoint. ValueError: no model weights in it, or
@@ -134,6 +135,8 @@ def load_model_checkpoint(path: Path, dtype: torch.dtype | None = None):
     from gptforge.config import ModelConfig, from_dict
     from gptforge.model.gpt import GPT
     from gptforge.train.checkpoint import find_checkpoint
+    from gptforge.train.finetune import load_lora_for_export
+    from gptforge.train.lora import merge_lora
 
     step = find_checkpoint(path)
     cfg_path = next((p / "config.yaml" for p in (step, step.parent.parent) if (p / "config.yaml").is_file()), None)
@@ -155,6 +158,8 @@ def load_model_checkpoint(path: Path, dtype: torch.dtype | None = None):
     model = model.to(dtype or meta[prefix + "wte.weight"].properties.dtype).to_empty(device="cpu")
     if cfg.tie_embeddings:
         model.lm_head.weight = model.wte.weight
+    # A LoRA fine-tune's checkpoint holds base weights plus adapters: load both, then merge.
+    n_lora = load_lora_for_export(model, step, [k[len(prefix):] for k in meta if k.startswith(prefix)])
     own = model.state_dict()
     missing = [k for k in own if prefix + k not in meta and not (cfg.tie_embeddings and k == "lm_head.weight")]
     if missing:
@@ -165,6 +170,8 @@ def load_model_checkpoint(path: Path, dtype: torch.dtype | None = None):
         warnings.filterwarnings("ignore", message=".*single process.*")
         dcp.load(target, checkpoint_id=str(step))
     model.reset_rope()  # the RoPE tables stay fp32 whatever the weights' dtype
+    if n_lora:
+        merge_lora(model)
     return model, step
 
 

@@ -18,7 +18,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--num-samples", type=int, default=1, help="Independent samples (default 1).")
     p.add_argument("--seed", type=int, default=None, help="Seed for reproducible sampling.")
     p.add_argument("--no-cache", action="store_true", help="Recompute the whole context every token (slow; for checks).")
-    p.add_argument("--stop-at-eos", action="store_true", help="Stop a sample at <|endoftext|>.")
+    p.add_argument("--stop-at-eos", action="store_true", help="Stop a sample at the end-of-text token (<|endoftext|>, or the tokenizer_config's eos_token).")
+    p.add_argument("--chat", action="store_true",
+                   help="Treat --prompt as a user message: render it with the run's chat template (the one "
+                        "`finetune` trained with) and stop at the end-of-turn token.")
     p.add_argument("--best", action="store_true", help="Use checkpoints/best instead of latest.")
     p.add_argument("--device", default="auto", help="auto, cpu, cuda, mps (default auto).")
     return p
@@ -39,7 +42,17 @@ def main(argv: list[str]) -> int:
         if tok_path is None:
             raise FileNotFoundError(f"no tokenizer.json found beside {ckpt} or its run directory")
         tok = Tokenizer.from_file(tok_path)
-        ids = tok.encode(args.prompt) if args.prompt else [tok.eos_id]
+        if args.chat:
+            from gptforge.data.instruct import DEFAULT_TEMPLATE, ChatTokenizer, prompt_ids
+
+            chat = ChatTokenizer.from_dir(tok_path)
+            use_default = ((_doc.get("finetune") or {}).get("chat_template") == "default")
+            ids = prompt_ids(chat, [{"role": "user", "content": args.prompt}],
+                             DEFAULT_TEMPLATE if use_default else None)
+            tok.eos_id = chat.eos_id  # the end-of-turn token the template closes answers with
+            args.stop_at_eos = True
+        else:
+            ids = tok.encode(args.prompt) if args.prompt else [tok.eos_id]
         if not ids:
             ids = [tok.eos_id]
         idx = torch.tensor([ids] * args.num_samples, dtype=torch.long, device=device)
@@ -55,5 +68,5 @@ def main(argv: list[str]) -> int:
             new = new[: new.index(tok.eos_id)]
         if args.num_samples > 1:
             print(f"--- sample {i + 1}")
-        print(args.prompt + tok.decode(new))
+        print(tok.decode(new) if args.chat else args.prompt + tok.decode(new))
     return 0

@@ -187,7 +187,7 @@ def encode_task(task: dict[str, Any]) -> dict[str, Any]:
     os.environ["TOKENIZERS_PARALLELISM"] = "false"
     work, i = Path(task["work"]), task["index"]
     out = Path(task["out"])
-    tokenizer = Tokenizer.from_file(task["tokenizer"])
+    tokenizer = Tokenizer.from_file(task["tokenizer"], task.get("eos_token"))
     dtype = np.dtype(task["dtype"])
     mask = np.load(work / "dedup" / f"{i:05d}.npy") if task["dedup"] else None
     moved = task["moved"]
@@ -397,7 +397,8 @@ def prepare(cfg: PrepareConfig, show_progress: bool = True) -> PrepareResult:
                                          sorted(moved.items())]).encode()).hexdigest()[:12]
         enc = work / f"encode-{key}"
         enc.mkdir(exist_ok=True)
-        etasks = [{"work": str(work), "out": str(enc), "index": i, "tokenizer": str(tok_path), "dtype": dtype.name,
+        etasks = [{"work": str(work), "out": str(enc), "index": i, "tokenizer": str(tok_path),
+                   "eos_token": tokenizer.eos_token, "dtype": dtype.name,
                    "dedup": recipe.dedup is not None, "moved": moved, "seed": cfg.seed,
                    "val_fraction": cfg.val_fraction, "test_fraction": cfg.test_fraction} for i in range(len(shards))]
         run_tasks(encode_task, etasks, lambda i: (enc / f"{i:05d}.json").exists(), workers, progress, "tokenize")

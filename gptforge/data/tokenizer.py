@@ -27,6 +27,28 @@ from tokenizers import Tokenizer as _HFTokenizer
 from tokenizers import decoders, models, pre_tokenizers, trainers
 
 EOS_TOKEN = "<|endoftext|>"
+EOS_CANDIDATES = (EOS_TOKEN, "</s>", "<|end_of_text|>", "<|eot_id|>", "<|im_end|>")
+
+
+def _default_eos(hf: _HFTokenizer, config_file: Path) -> str:
+    """The end-of-text token of a tokenizer: EOS_TOKEN when it has one (gptforge's own and GPT-2 /
+    Qwen tokenizers: the document separator of pretraining), else tokenizer_config.json's
+    eos_token when it names a token of the vocabulary, else the first of EOS_CANDIDATES present
+    (else EOS_TOKEN, which the constructor then reports as missing)."""
+    import json
+
+    if hf.token_to_id(EOS_TOKEN) is not None:
+        return EOS_TOKEN
+    if config_file.is_file():
+        try:
+            eos = json.loads(config_file.read_text()).get("eos_token")
+        except (ValueError, AttributeError):
+            eos = None
+        if isinstance(eos, dict):
+            eos = eos.get("content")
+        if isinstance(eos, str) and hf.token_to_id(eos) is not None:
+            return eos
+    return next((t for t in EOS_CANDIDATES if hf.token_to_id(t) is not None), EOS_TOKEN)
 
 
 class Tokenizer:
@@ -55,12 +77,16 @@ class Tokenizer:
     # ---- construction -----------------------------------------------------------------------
 
     @classmethod
-    def from_file(cls, path: str | Path) -> Tokenizer:
+    def from_file(cls, path: str | Path, eos_token: str | None = None) -> Tokenizer:
         """Load a Hugging Face `tokenizer.json`.
+
+        eos_token: the end-of-text token. Default: `<|endoftext|>` when present, else the
+        `eos_token` of a tokenizer_config.json beside the file (Hugging Face model folders, e.g.
+        "</s>", "<|end_of_text|>"), else the first of `EOS_CANDIDATES` in the vocabulary.
 
         Raises:
             FileNotFoundError: `path` does not exist.
-            ValueError: the file is not a tokenizer or has no `<|endoftext|>` token.
+            ValueError: the file is not a tokenizer or has no end-of-text token.
         """
         path = Path(path)
         if not path.is_file():
@@ -69,7 +95,7 @@ class Tokenizer:
             hf = _HFTokenizer.from_file(str(path))
         except Exception as e:  # tokenizers raises a bare Exception on malformed JSON
             raise ValueError(f"{path}: not a Hugging Face tokenizer.json ({e})") from e
-        return cls(hf)
+        return cls(hf, eos_token or _default_eos(hf, path.parent / "tokenizer_config.json"))
 
     @classmethod
     def from_str(cls, json_text: str) -> Tokenizer:

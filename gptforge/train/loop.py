@@ -85,9 +85,23 @@ def token_loss_sum(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
                            ignore_index=IGNORE_INDEX, reduction="sum")
 
 
-def count_targets(micro_batches: list[tuple[torch.Tensor, torch.Tensor]]) -> int:
+def unpack_micro_batch(mb) -> tuple[torch.Tensor, torch.Tensor, dict[str, torch.Tensor]]:
+    """(inputs (b, T), targets (b, T), extra model kwargs) of a micro-batch.
+
+    A micro-batch is a pair (inputs, targets), or a dict as `gptforge.data.instruct` makes them:
+    input_ids, labels, and optional position_ids (b, T) / attn_mask (b, 1, T, T) bool that are
+    passed to the model as keyword arguments (packed sequences).
+    """
+    if isinstance(mb, dict):
+        extra = {k: mb[k] for k in ("position_ids", "attn_mask") if mb.get(k) is not None}
+        return mb["input_ids"], mb["labels"], extra
+    x, y = mb
+    return x, y, {}
+
+
+def count_targets(micro_batches: list) -> int:
     """Number of target tokens that count (!= -100) over all micro-batches of one optimizer step."""
-    return sum(int((y != IGNORE_INDEX).sum()) for _, y in micro_batches)
+    return sum(int((unpack_micro_batch(mb)[1] != IGNORE_INDEX).sum()) for mb in micro_batches)
 
 
 def forward_backward(model: torch.nn.Module, micro_batches: list[tuple[torch.Tensor, torch.Tensor]],
@@ -99,7 +113,8 @@ def forward_backward(model: torch.nn.Module, micro_batches: list[tuple[torch.Ten
     With loss_divisor = the step's total target-token count, the accumulated gradient equals that
     of the mean token loss of one batch holding all micro-batches, however the target tokens are
     spread across micro-batches (a mean of micro-batch means would weight them unequally).
-    Each micro-batch is (inputs (b, T), targets (b, T)) int64; targets -100 are ignored.
+    Each micro-batch is (inputs (b, T), targets (b, T)) int64, or a dict (see
+    `unpack_micro_batch`); targets -100 are ignored.
 
     Data parallel: pass loss_divisor = (global target count over all dp ranks) / dp, because DDP
     and FSDP2 average gradients over the dp ranks; `grad_sync(is_last)` gives the context of each
@@ -109,11 +124,13 @@ def forward_backward(model: torch.nn.Module, micro_batches: list[tuple[torch.Ten
     """
     loss_sum = torch.zeros((), device=device)
     n = len(micro_batches)
-    for i, (x, y) in enumerate(micro_batches):
+    for i, mb in enumerate(micro_batches):
+        x, y, extra = unpack_micro_batch(mb)
         x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
+        extra = {k: v.to(device, non_blocking=True) for k, v in extra.items()}
         with grad_sync(i == n - 1) if grad_sync is not None else contextlib.nullcontext():
             with autocast_context(device, precision):
-                logits = model(x)
+                logits = model(x, **extra)
             ls = token_loss_sum(logits, y)
             scaled = ls / max(loss_divisor, 1e-12) if loss_divisor > 0 else ls
             (scaler.scale(scaled) if scaler is not None else scaled).backward()
@@ -221,9 +238,13 @@ def git_commit() -> str | None:
 
 
 def run_config_yaml(cfg: RunConfig, data_dir: Path, extra: dict[str, Any] | None = None) -> str:
-    """The resolved config plus provenance: versions, git commit, data path and meta.json hash."""
+    """The resolved config plus provenance: versions, git commit, data path and meta.json hash
+    (for a data file such as an instruction .jsonl: the file's own hash)."""
     doc = to_dict(cfg)
-    doc["data"] = {"path": str(data_dir), "meta_sha256": file_sha256(Path(data_dir) / "meta.json")}
+    if Path(data_dir).is_file():
+        doc["data"] = {"path": str(data_dir), "sha256": file_sha256(Path(data_dir))}
+    else:
+        doc["data"] = {"path": str(data_dir), "meta_sha256": file_sha256(Path(data_dir) / "meta.json")}
     doc["versions"] = {"gptforge": gptforge.__version__, "torch": str(torch.__version__), "git_commit": git_commit()}
     if extra:
         doc.update(extra)
@@ -298,14 +319,30 @@ def evaluate_windows(model: torch.nn.Module, stream: TokenStream, offsets: np.nd
 
 
 def train(cfg: RunConfig, data_dir: str | Path, run_dir: str | Path, resume: bool = False,
-          progress: bool = True, log: Callable[[str], None] | None = None) -> TrainResult:
+          progress: bool = True, log: Callable[[str], None] | None = None, *,
+          model_factory: Callable[[ModelConfig], torch.nn.Module] | None = None,
+          data: Any = None, config_extra: dict[str, Any] | None = None,
+          on_save: Callable[[int, Path], None] | None = None) -> TrainResult:
     """Pretrain a GPT on the token shards in `data_dir`, writing the run to `run_dir`.
 
     Args:
         cfg: model/train/parallel config; `model.vocab_size` defaults to the data's vocabulary.
-        data_dir: a `gptforge prepare` output folder (meta.json + *.bin + tokenizer.json).
+        data_dir: a `gptforge prepare` output folder (meta.json + *.bin + tokenizer.json), or with
+            `data`, the file that data came from (hashed into config.yaml).
         run_dir: output folder (config.yaml, metrics.jsonl, tb/, checkpoints/).
         resume: continue from run_dir/checkpoints/latest (same config).
+
+    Hooks (fine-tuning, see gptforge.train.finetune):
+        model_factory: builds the model from the resolved ModelConfig, called after seeding in
+            place of `GPT(cfg)` (e.g. load pretrained weights, add LoRA adapters); only parameters
+            with requires_grad are optimized.
+        data: a batch source used instead of the shard folder, with attributes `vocab_size`,
+            `description` (a log line), `has_val` and methods `batches(block_size, train_cfg, dp_rank,
+            dp_size)` (an object with `micro_batches(step)`, `global_batch_size`, `tokens_per_step`
+            and `seq_len`), `evaluate(model, device, precision)` (mean val loss, or None when
+            it has no val set), `close()`.
+        config_extra: extra top-level sections written into config.yaml (e.g. `finetune`).
+        on_save: called on rank 0 as on_save(step, checkpoint_folder) after each checkpoint.
 
     Returns: a TrainResult with the final step and losses.
 
@@ -319,7 +356,7 @@ def train(cfg: RunConfig, data_dir: str | Path, run_dir: str | Path, resume: boo
 
     data_dir, run_dir = Path(data_dir), Path(run_dir)
     tc, mc_in, pc = cfg.train, cfg.model, cfg.parallel
-    meta = load_meta(data_dir)
+    meta = load_meta(data_dir) if data is None else None
     if tc.num_threads:
         torch.set_num_threads(tc.num_threads)
     if pc.backend == "deepspeed":
@@ -339,13 +376,15 @@ def train(cfg: RunConfig, data_dir: str | Path, run_dir: str | Path, resume: boo
         D.validate_layout(pc, 1)
         env = D.DistEnv(device=pick_device(tc.device))
     try:
-        return _train(cfg, env, meta, data_dir, run_dir, resume, progress, log)
+        return _train(cfg, env, meta, data_dir, run_dir, resume, progress, log,
+                      model_factory, data, config_extra, on_save)
     finally:
         D.shutdown(env)
 
 
-def _train(cfg: RunConfig, env: D.DistEnv, meta: dict, data_dir: Path, run_dir: Path, resume: bool,
-           progress: bool, log: Callable[[str], None] | None) -> TrainResult:
+def _train(cfg: RunConfig, env: D.DistEnv, meta: dict | None, data_dir: Path, run_dir: Path, resume: bool,
+           progress: bool, log: Callable[[str], None] | None, model_factory=None, data=None,
+           config_extra: dict[str, Any] | None = None, on_save=None) -> TrainResult:
     tc, mc_in, pc = cfg.train, cfg.model, cfg.parallel
     device = env.device
     main = env.is_main
@@ -354,13 +393,15 @@ def _train(cfg: RunConfig, env: D.DistEnv, meta: dict, data_dir: Path, run_dir: 
     else:
         peak = Peak(None, "rank 0's figure")
 
+    data_vocab = int(meta["vocab_size"]) if data is None else int(data.vocab_size)
     if mc_in.vocab_size is None:
-        mc_in = ModelConfig(**{**to_dict(mc_in), "vocab_size": int(meta["vocab_size"])})
+        mc_in = ModelConfig(**{**to_dict(mc_in), "vocab_size": data_vocab})
     mc = mc_in.resolved()
-    if mc.vocab_size < int(meta["vocab_size"]):
+    if mc.vocab_size < data_vocab:
         raise ValueError(
-            f"model.vocab_size={mc.vocab_size} is smaller than the data's vocabulary ({meta['vocab_size']}, "
-            f"{data_dir / 'meta.json'}); leave model.vocab_size unset to take it from the data"
+            f"model.vocab_size={mc.vocab_size} is smaller than the data's vocabulary ({data_vocab}, "
+            f"{data_dir if data is not None else data_dir / 'meta.json'}); leave model.vocab_size unset to take "
+            "it from the data"
         )
     cfg = RunConfig(model=mc, train=tc, parallel=pc)
 
@@ -368,14 +409,14 @@ def _train(cfg: RunConfig, env: D.DistEnv, meta: dict, data_dir: Path, run_dir: 
     ckpt_root = run_dir / "checkpoints"
     zero = D.effective_zero_stage(pc)
     layout = {"world_size": env.world_size, "dp": pc.dp, "tp": pc.tp, "pp": pc.pp, "zero_stage": zero}
-    config_yaml = run_config_yaml(cfg, data_dir, {"layout": layout})
+    config_yaml = run_config_yaml(cfg, data_dir, {"layout": layout, **(config_extra or {})})
     if tc.precision == "fp16" and (zero in (2, 3) or pc.tp > 1 or pc.pp > 1):
         raise ValueError("train.precision=fp16 needs a gradient scaler, which gptforge supports with a single "
                          "process, DDP and ZeRO-1 only; use bf16 with FSDP2/ZeRO-2/3, tp or pp")
 
     # Every rank builds the same full model from the same seed; parallelize() keeps its part.
     torch.manual_seed(tc.seed)
-    model = GPT(mc)
+    model = model_factory(mc) if model_factory is not None else GPT(mc)
     n_params = model.num_params()
     pp_loss = PipelineLoss()
     par = parallelize(model, tc, pc, env, pp_loss_fn=pp_loss)
@@ -386,15 +427,23 @@ def _train(cfg: RunConfig, env: D.DistEnv, meta: dict, data_dir: Path, run_dir: 
     state_optimizer = optimizer.optim if zero_group is not None else optimizer
     scaler = torch.amp.GradScaler(device.type) if tc.precision == "fp16" else None
 
-    split = meta["splits"]["train"]
-    train_stream = TokenStream([data_dir / f for f in split["files"]], meta["dtype"])
-    batches = TrainBatches(train_stream, mc.block_size, tc.micro_batch_size, tc.gradient_accumulation_steps, tc.seed,
-                           dp_rank=env.dp_rank, dp_size=env.dp_size)
-    val_stream, val_offsets = None, None
-    val_split = meta["splits"].get("val")
+    val_stream, val_offsets, train_stream = None, None, None
+    if data is not None:
+        if par.schedule is not None:
+            raise ValueError("pipeline parallelism (parallel.pp > 1) takes token shards only, not instruction data")
+        batches = data.batches(mc.block_size, tc, env.dp_rank, env.dp_size)
+        has_val = tc.eval_interval > 0 and data.has_val
+    else:
+        split = meta["splits"]["train"]
+        train_stream = TokenStream([data_dir / f for f in split["files"]], meta["dtype"])
+        batches = TrainBatches(train_stream, mc.block_size, tc.micro_batch_size, tc.gradient_accumulation_steps,
+                               tc.seed, dp_rank=env.dp_rank, dp_size=env.dp_size)
+    val_split = meta["splits"].get("val") if data is None else None
     if tc.eval_interval > 0 and val_split and val_split.get("tokens", 0) > mc.block_size + 1:
         val_stream = TokenStream([data_dir / f for f in val_split["files"]], meta["dtype"])
         val_offsets = eval_windows(val_stream, mc.block_size, tc.eval_steps * tc.micro_batch_size)
+    if data is None:
+        has_val = val_stream is not None
 
     state: dict[str, Any] = {"step": 0, "tokens_seen": 0, "best_val_loss": None, "evals_since_best": 0,
                              "elapsed_seconds": 0.0}
@@ -416,15 +465,16 @@ def _train(cfg: RunConfig, env: D.DistEnv, meta: dict, data_dir: Path, run_dir: 
             scaler.load_state_dict(state["scaler"])
     if main:
         ckpt_lib.atomic_write_text(run_dir / "config.yaml", config_yaml)
-        if (data_dir / "tokenizer.json").exists():  # a run directory is self-contained for inference
+        if data is None and (data_dir / "tokenizer.json").exists():  # a run directory is self-contained for inference
             shutil.copyfile(data_dir / "tokenizer.json", run_dir / "tokenizer.json")
 
     say = (log or (lambda m: None)) if main else (lambda m: None)
-    tokens_per_step = batches.global_batch_size * mc.block_size
-    fpt = flops_per_token(mc, n_params, mc.block_size)
+    tokens_per_step = getattr(batches, "tokens_per_step", batches.global_batch_size * mc.block_size)
+    fpt = flops_per_token(mc, n_params, getattr(batches, "seq_len", mc.block_size))
     say(f"model: {mc.arch}, {n_params:,} parameters, {mc.n_layer} layers, d_model {mc.d_model}, "
         f"block_size {mc.block_size}, vocab {mc.vocab_size}")
-    say(f"data: {split['tokens']:,} train tokens; {tokens_per_step:,} tokens per step; device {device}; "
+    say(f"data: {data.description if data is not None else format(split['tokens'], ',') + ' train tokens'}; "
+        f"{tokens_per_step:,} tokens per step; device {device}; "
         f"precision {tc.precision}; MFU against {peak.label}"
         + (f" ({peak.flops_per_second / 1e9:,.0f} GFLOP/s)" if peak.flops_per_second else ""))
 
@@ -451,8 +501,10 @@ def _train(cfg: RunConfig, env: D.DistEnv, meta: dict, data_dir: Path, run_dir: 
     def save(step: int, best: bool = False) -> None:
         st = dict(state, scaler=scaler.state_dict() if scaler is not None else None,
                   data={"seed": tc.seed, "step": step, "global_batch_size": batches.global_batch_size})
-        ckpt_lib.save_checkpoint(ckpt_root, step, core, state_optimizer, st, config_yaml,
-                                 keep=tc.keep_checkpoints, mark_best=best)
+        path = ckpt_lib.save_checkpoint(ckpt_root, step, core, state_optimizer, st, config_yaml,
+                                        keep=tc.keep_checkpoints, mark_best=best)
+        if on_save is not None and main:
+            on_save(step, path)
 
     try:
         with _StopFlag() as stop:
@@ -535,8 +587,10 @@ def _train(cfg: RunConfig, env: D.DistEnv, meta: dict, data_dir: Path, run_dir: 
                     )
                 is_last = done == tc.max_steps
                 new_best = False
-                if val_stream is not None and (done % tc.eval_interval == 0 or is_last):
-                    if par.schedule is not None:
+                if has_val and (done % tc.eval_interval == 0 or is_last):
+                    if data is not None:
+                        last_val = data.evaluate(par.module, device, tc.precision)
+                    elif par.schedule is not None:
                         last_val = pipeline_evaluate(par, pp_loss, val_stream, val_offsets, mc.block_size,
                                                      tc.micro_batch_size * tc.gradient_accumulation_steps,
                                                      device, tc.precision, env)
@@ -581,7 +635,10 @@ def _train(cfg: RunConfig, env: D.DistEnv, meta: dict, data_dir: Path, run_dir: 
     finally:
         bar.close()
         writer.close()
-        train_stream.close()
+        if train_stream is not None:
+            train_stream.close()
+        if data is not None:
+            data.close()
         if val_stream is not None:
             val_stream.close()
     return TrainResult(run_dir=run_dir, step=state["step"], train_loss=last_loss, val_loss=last_val,

@@ -14,7 +14,7 @@ def param_groups(model: torch.nn.Module, weight_decay: float) -> list[dict]:
     biases and norm weights (dim < 2). Shared (tied) parameters appear once.
 
     Following Loshchilov & Hutter 2019 (decoupled weight decay) and the GPT-2/nanoGPT practice of
-    not decaying gains and biases.
+    not decaying gains and biases. A group with no parameter is left out.
     """
     decay, no_decay, seen = [], [], set()
     for p in model.parameters():
@@ -22,10 +22,12 @@ def param_groups(model: torch.nn.Module, weight_decay: float) -> list[dict]:
             continue
         seen.add(id(p))
         (decay if p.dim() >= 2 else no_decay).append(p)
-    return [
+    groups = [
         {"params": decay, "weight_decay": weight_decay},
         {"params": no_decay, "weight_decay": 0.0},
     ]
+    # An empty group (e.g. LoRA trains matrices only) would break DCP's optimizer state dict.
+    return [g for g in groups if g["params"]]
 
 
 def build_optimizer(model: torch.nn.Module, cfg: TrainConfig, device_type: str,

@@ -1,0 +1,384 @@
+"""Fine-tuning a pretrained model with the pretraining loop (`gptforge finetune`).
+
+What this module adds to `gptforge.train.loop.train`, through its hooks:
+- a model factory: the pretrained weights (a Hugging Face folder or a gptforge run), with LoRA
+  adapters added and the base frozen for `method=lora` (on resume the model is only allocated:
+  the checkpoint holds every weight);
+- a data source: instruction .jsonl (completion-only loss, packed or padded, a held-out val set),
+  or a token shard folder (continued pretraining) at the fine-tuning sequence length, so the model
+  keeps its own context length for export;
+- the run directory's export inputs: tokenizer files, `hf_config.json`, `generation_config.json`
+  (so `gptforge convert --to-hf RUN` rebuilds the same Hugging Face model type), and for LoRA runs
+  a PEFT adapter folder (`adapter_config.json` + `adapter_model.safetensors`) inside every
+  checkpoint and at RUN_DIR/adapter.
+
+`convert --to-hf` of a LoRA run merges the adapters into the base weights (`load_lora_for_export`).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import warnings
+from pathlib import Path
+
+import numpy as np
+import torch
+import yaml
+
+from gptforge.config import FinetuneConfig, ModelConfig, from_dict
+from gptforge.train.lora import LoRAConfig, apply_lora, save_peft_adapter
+
+MAX_DEFAULT_BLOCK = 2048
+ADAPTER_DIR = "adapter"
+EXPORT_FILES = ("hf_config.json", "generation_config.json")
+
+
+# ---------------------------------------------------------------------------------------------
+# Config helpers
+
+
+def lora_config(fc: FinetuneConfig) -> LoRAConfig:
+    """The LoRAConfig of a fine-tuning config (validated by `LoRAConfig.targets` when applied)."""
+    return LoRAConfig(rank=fc.lora_rank, alpha=fc.lora_alpha, dropout=fc.lora_dropout,
+                      target_modules=list(fc.lora_target_modules))
+
+
+def seq_len_for(fc: FinetuneConfig, model_block_size: int) -> int:
+    """Training sequence length: finetune.block_size, else min(model context, 2048).
+
+    Raises:
+        ValueError: finetune.block_size longer than the model's context or below 2.
+    """
+    if fc.block_size is None:
+        return min(model_block_size, MAX_DEFAULT_BLOCK)
+    if not 2 <= fc.block_size <= model_block_size:
+        raise ValueError(f"finetune.block_size={fc.block_size} must be between 2 and the model's context length "
+                         f"({model_block_size})")
+    return fc.block_size
+
+
+def check_method(fc: FinetuneConfig, device: torch.device) -> None:
+    """Refuse what cannot run here, before any weights are loaded.
+
+    Raises:
+        ValueError: qlora (needs CUDA; not implemented yet), a bad LoRA config.
+    """
+    if fc.method == "qlora":
+        if device.type != "cuda":
+            raise ValueError(
+                f"finetune.method=qlora keeps the base weights in 4 bits with bitsandbytes, whose kernels need a "
+                f"CUDA GPU; this run is on {device.type}. Use --finetune.method lora (same adapters, full-precision "
+                "base) or run on a CUDA machine"
+            )
+        raise ValueError(
+            "finetune.method=qlora (4-bit base weights) is not implemented in this gptforge version; use "
+            "--finetune.method lora, with --train.precision bf16 to halve activation memory"
+        )
+    if fc.method == "lora":
+        lora_config(fc).targets()
+
+
+# ---------------------------------------------------------------------------------------------
+# Data sources (the protocol of loop.train's `data` hook)
+
+
+class _Batches:
+    """Wraps a batch iterator with the figures the loop logs (tokens per step, sequence length)."""
+
+    def __init__(self, inner, seq_len: int):
+        self.inner = inner
+        self.seq_len = seq_len
+        self.global_batch_size = inner.global_batch_size
+        self.tokens_per_step = inner.global_batch_size * seq_len  # rows of seq_len, padding included
+
+    def micro_batches(self, step: int):
+        return self.inner.micro_batches(step)
+
+
+class InstructionData:
+    """Instruction .jsonl as a loop data source: completion-only loss, val split held out.
+
+    Examples are split train/val by a permutation keyed on `seed` (fixed for a run, so resume sees
+    the same split); val loss = summed completion-token loss / completion tokens (nats/token).
+
+    Raises:
+        FileNotFoundError, ValueError: see `InstructionDataset.from_jsonl`; a tokenizer larger
+            than the model's vocabulary.
+    """
+
+    def __init__(self, path: Path, tokenizer, seq_len: int, fc: FinetuneConfig, seed: int):
+        from gptforge.data.instruct import DEFAULT_TEMPLATE, InstructionDataset, load_examples
+
+        self.path, self.seq_len = Path(path), seq_len
+        template = DEFAULT_TEMPLATE if fc.chat_template == "default" else None
+        examples = load_examples(self.path, tokenizer, template, cache=fc.cache)
+        n_val = int(len(examples) * fc.val_fraction) if fc.val_fraction > 0 else 0
+        n_val = min(n_val, len(examples) - 1)
+        order = np.random.Generator(np.random.Philox(key=[seed & (2**64 - 1), 0x5EED])).permutation(len(examples))
+        val_idx, train_idx = set(order[:n_val].tolist()), order[n_val:]
+        train_ex = [examples[i] for i in sorted(train_idx.tolist())]
+        val_ex = [examples[i] for i in sorted(val_idx)]
+        self.train = InstructionDataset.from_examples(train_ex, seq_len, fc.packing, pad_id=tokenizer.eos_id)
+        if not self.train.sequences:
+            raise ValueError(f"{path}: no example with a completion token within finetune.block_size {seq_len}")
+        self.val = InstructionDataset.from_examples(val_ex, seq_len, fc.packing, pad_id=tokenizer.eos_id) \
+            if val_ex else None
+        if self.val is not None and not self.val.sequences:
+            self.val = None
+        self.has_val = self.val is not None
+        self.vocab_size = tokenizer.tokenizer.get_vocab_size(with_added_tokens=True)
+        st = self.train.stats
+        self.description = (
+            f"{path.name}: {st['examples']:,} training examples ({st['target_tokens']:,} completion tokens, "
+            f"{st['truncated']} truncated, {st['dropped_no_target']} without a completion token left) in "
+            f"{len(self.train):,} {fc.packing} rows of {seq_len}"
+            + (f"; {len(val_ex)} held out for validation" if self.has_val else "")
+        )
+
+    def batches(self, block_size: int, tc, dp_rank: int, dp_size: int) -> _Batches:
+        from gptforge.data.instruct import InstructionBatches
+
+        return _Batches(InstructionBatches(self.train, tc.micro_batch_size, tc.gradient_accumulation_steps, tc.seed,
+                                           dp_rank=dp_rank, dp_size=dp_size), self.seq_len)
+
+    @torch.no_grad()
+    def evaluate(self, model: torch.nn.Module, device: torch.device, precision: str) -> float | None:
+        from gptforge.train.loop import autocast_context, token_loss_sum, unpack_micro_batch
+
+        if self.val is None:
+            return None
+        was = model.training
+        model.eval()
+        total, count = 0.0, 0
+        rows = list(range(len(self.val)))
+        for i in range(0, len(rows), 8):
+            x, y, extra = unpack_micro_batch(self.val.batch(rows[i:i + 8]))
+            with autocast_context(device, precision):
+                logits = model(x.to(device), **{k: v.to(device) for k, v in extra.items()})
+            total += float(token_loss_sum(logits, y.to(device)))
+            count += int((y != -100).sum())
+        model.train(was)
+        return total / max(count, 1)
+
+    def close(self) -> None:
+        pass
+
+
+class ShardData:
+    """A `gptforge prepare` shard folder as a loop data source, at the fine-tuning sequence length
+    (continued pretraining on raw text).
+
+    Raises:
+        ValueError: the shards were tokenized with another tokenizer than the model's (compared by
+            the tokenizer hash in meta.json), or the data is shorter than one window.
+    """
+
+    def __init__(self, data_dir: Path, seq_len: int, eval_steps: int, micro_batch_size: int,
+                 tokenizer_json: Path | None):
+        from gptforge.data.loader import TokenStream, eval_windows
+        from gptforge.data.shards import load_meta
+        from gptforge.data.tokenizer import Tokenizer
+
+        self.data_dir, self.seq_len = Path(data_dir), seq_len
+        meta = load_meta(self.data_dir)
+        if tokenizer_json is not None and meta.get("tokenizer_sha256"):
+            mine = Tokenizer.from_file(tokenizer_json).sha256
+            if mine != meta["tokenizer_sha256"]:
+                raise ValueError(
+                    f"{self.data_dir / 'meta.json'}: the shards were tokenized with another tokenizer than the "
+                    f"model's ({tokenizer_json}); prepare them with `gptforge prepare ... --tokenizer {tokenizer_json}`"
+                )
+        self.meta, self.vocab_size = meta, int(meta["vocab_size"])
+        split = meta["splits"]["train"]
+        if split.get("tokens", 0) <= seq_len + 1:
+            raise ValueError(f"{self.data_dir}: {split.get('tokens', 0)} train tokens, fewer than one window of "
+                             f"finetune.block_size {seq_len}")
+        self.train_stream = TokenStream([self.data_dir / f for f in split["files"]], meta["dtype"])
+        self.val_stream, self.val_offsets = None, None
+        val = meta["splits"].get("val")
+        if val and val.get("tokens", 0) > seq_len + 1:
+            self.val_stream = TokenStream([self.data_dir / f for f in val["files"]], meta["dtype"])
+            self.val_offsets = eval_windows(self.val_stream, seq_len, eval_steps * micro_batch_size)
+        self.has_val = self.val_stream is not None
+        self.micro_batch_size = micro_batch_size
+        self.description = f"{split['tokens']:,} train tokens in {self.data_dir}, windows of {seq_len}"
+
+    def batches(self, block_size: int, tc, dp_rank: int, dp_size: int) -> _Batches:
+        from gptforge.data.loader import TrainBatches
+
+        return _Batches(TrainBatches(self.train_stream, self.seq_len, tc.micro_batch_size,
+                                     tc.gradient_accumulation_steps, tc.seed, dp_rank=dp_rank, dp_size=dp_size),
+                        self.seq_len)
+
+    def evaluate(self, model, device, precision) -> float | None:
+        from gptforge.train.loop import evaluate_windows
+
+        if self.val_stream is None:
+            return None
+        return evaluate_windows(model, self.val_stream, self.val_offsets, self.seq_len, self.micro_batch_size,
+                                device, precision)
+
+    def close(self) -> None:
+        self.train_stream.close()
+        if self.val_stream is not None:
+            self.val_stream.close()
+
+
+# ---------------------------------------------------------------------------------------------
+# Models
+
+
+def empty_model(mc: ModelConfig) -> torch.nn.Module:
+    """A GPT with allocated but unset weights (fp32, CPU): for resuming, where the checkpoint
+    provides every tensor. Built on the meta device, so no time goes into random init."""
+    from gptforge.model.gpt import GPT
+
+    with torch.device("meta"):
+        model = GPT(mc)
+    model = model.to_empty(device="cpu")
+    if mc.tie_embeddings:
+        model.lm_head.weight = model.wte.weight
+    model.reset_rope()
+    return model
+
+
+def prepare_model(model: torch.nn.Module, fc: FinetuneConfig) -> list[str]:
+    """Make `model` trainable as `fc.method` asks: LoRA adapters on a frozen base (lora),
+    or every parameter trainable (full). Returns the adapted module names ([] for full)."""
+    if fc.method == "full":
+        for p in model.parameters():
+            p.requires_grad_(True)
+        return []
+    return apply_lora(model, lora_config(fc))
+
+
+# ---------------------------------------------------------------------------------------------
+# Checkpoints with adapters
+
+
+def _checkpoint_doc(step: Path) -> dict:
+    f = next((p / "config.yaml" for p in (step, step.parent.parent) if (p / "config.yaml").is_file()), None)
+    if f is None:
+        raise FileNotFoundError(f"{step}: no config.yaml in the checkpoint or its run directory")
+    return yaml.safe_load(f.read_text()) or {}
+
+
+def checkpoint_lora(step: Path, keys) -> LoRAConfig | None:
+    """The LoRAConfig a checkpoint was trained with, from its tensor names (`keys`, as in DCP's
+    metadata) and config.yaml's `finetune` section; None when it holds no adapters.
+
+    Raises:
+        ValueError: adapters but no finetune.lora_alpha in config.yaml.
+    """
+    targets = sorted({k.split(".")[-2] for k in keys if k.endswith(".lora_A")})
+    if not targets:
+        return None
+    ft = _checkpoint_doc(step).get("finetune") or {}
+    if "lora_alpha" not in ft or "lora_rank" not in ft:
+        raise ValueError(f"{step}: the checkpoint has LoRA adapters but its config.yaml has no finetune.lora_rank/"
+                         "lora_alpha to scale them")
+    return LoRAConfig(rank=int(ft["lora_rank"]), alpha=float(ft["lora_alpha"]),
+                      dropout=float(ft.get("lora_dropout", 0.0)), target_modules=targets)
+
+
+def _read_tensors(step: Path, names: dict[str, tuple]) -> dict[str, torch.Tensor]:
+    """Load the named flat DCP tensors (name -> (shape, dtype)) in this process alone."""
+    import torch.distributed.checkpoint as dcp
+
+    out = {k: torch.empty(shape, dtype=dtype) for k, (shape, dtype) in names.items()}
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=".*torch.distributed.*")
+        dcp.load(out, checkpoint_id=str(step), no_dist=True)
+    return out
+
+
+def save_adapter_from_checkpoint(step: Path, out_dir: Path, base_model: str | None = None) -> Path:
+    """Write the LoRA adapters of checkpoint folder `step` in PEFT's format at `out_dir`.
+
+    Reads only the adapter tensors (any layout wrote them: DCP reshards). The names are those of
+    the Hugging Face model `convert --to-hf` writes for the base, so
+    `PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(BASE), out_dir)` loads them.
+
+    Raises:
+        ValueError: the checkpoint holds no adapters.
+    """
+    import torch.distributed.checkpoint as dcp
+
+    from gptforge.model.gpt import GPT
+
+    step = Path(step)
+    meta = dcp.FileSystemReader(str(step)).read_metadata().state_dict_metadata
+    lc = checkpoint_lora(step, meta)
+    if lc is None:
+        raise ValueError(f"{step}: no LoRA adapters in this checkpoint (a full fine-tune: use convert --to-hf)")
+    doc = _checkpoint_doc(step)
+    mc = from_dict(ModelConfig, {k: v for k, v in doc["model"].items() if v is not None}, "model.").resolved()
+    wanted = {k: (tuple(v.size), v.properties.dtype) for k, v in meta.items() if k.endswith((".lora_A", ".lora_B"))}
+    tensors = _read_tensors(step, wanted)
+    prefix = next(k[: k.index("blocks.")] for k in tensors)
+    with torch.device("meta"):
+        model = GPT(mc)
+    apply_lora(model, lc)
+    model.load_state_dict({k[len(prefix):]: v for k, v in tensors.items()}, strict=False, assign=True)
+    return save_peft_adapter(model, mc, lc, out_dir, base_model_name_or_path=base_model)
+
+
+def load_lora_for_export(model: torch.nn.Module, step: Path, keys) -> int:
+    """Prepare a base `model` to receive a LoRA checkpoint's tensors: add adapters shaped as the
+    checkpoint's (`keys`: its tensor names). Returns the number of adapted layers (0: none).
+    Call `merge_lora(model)` after loading the weights."""
+    lc = checkpoint_lora(step, keys)
+    if lc is None:
+        return 0
+    return len(apply_lora(model, lc))
+
+
+# ---------------------------------------------------------------------------------------------
+# Run directory
+
+
+def _copy_atomic(src: Path, dst: Path) -> None:
+    tmp = dst.with_name(f".{dst.name}.tmp{os.getpid()}")
+    shutil.copyfile(src, tmp)
+    with open(tmp, "rb+") as f:
+        os.fsync(f.fileno())
+    os.replace(tmp, dst)
+
+
+def _write_atomic(dst: Path, text: str) -> None:
+    tmp = dst.with_name(f".{dst.name}.tmp{os.getpid()}")
+    with open(tmp, "w") as f:
+        f.write(text)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, dst)
+
+
+def write_export_inputs(run_dir: Path, source: dict, chat_template: Path | None = None) -> None:
+    """Copy the tokenizer files and write hf_config.json / generation_config.json into run_dir."""
+    from gptforge.export.hf import TOKENIZER_FILES
+
+    run_dir.mkdir(parents=True, exist_ok=True)
+    tok_dir = source.get("tokenizer_dir")
+    if tok_dir is not None:
+        for name in TOKENIZER_FILES:
+            if (Path(tok_dir) / name).is_file() and Path(tok_dir).resolve() != run_dir.resolve():
+                _copy_atomic(Path(tok_dir) / name, run_dir / name)
+    if chat_template is not None:
+        _copy_atomic(chat_template, run_dir / "chat_template.jinja")
+    if source.get("hf_config") is not None:
+        _write_atomic(run_dir / "hf_config.json", json.dumps(source["hf_config"], indent=2) + "\n")
+    if source.get("generation_config") is not None:
+        _write_atomic(run_dir / "generation_config.json", json.dumps(source["generation_config"], indent=2) + "\n")
+
+
+def load_chat_tokenizer(folder: Path, chat_template: Path | None = None):
+    """ChatTokenizer of the model's tokenizer folder, with a custom template file if given."""
+    from gptforge.data.instruct import ChatTokenizer
+
+    tok = ChatTokenizer.from_dir(folder)
+    if chat_template is not None:
+        tok.chat_template = chat_template.read_text()
+    return tok
