@@ -8,8 +8,11 @@ from pathlib import Path
 import pytest
 import torch
 
-# Keep CPU tests predictable on a 2-core machine.
-torch.set_num_threads(min(2, os.cpu_count() or 1))
+# Tiny test models gain nothing from a second thread, and OpenMP threads that spin while the
+# cores are shared (subprocess tests, a busy CI host) can slow a step 30x: one thread per process,
+# inherited by the processes tests start.
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+torch.set_num_threads(1)
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED_DATA = REPO.parent / "shared" / "data"
