@@ -31,9 +31,12 @@ import logging
 import os
 import shutil
 import tempfile
+import sys
 import time
 from pathlib import Path
 
+# Measure the checkout this script lives in, not whichever gptforge the environment installed.
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 
@@ -219,7 +222,7 @@ def main() -> None:
             per_core: dict[tuple[str, int], float] = {}
             for recipe in args.recipes:
                 for w in args.workers:
-                    r = prepare(PrepareConfig(inputs=[str(f) for f in files], out=str(tmp / f"o-{recipe}-{w}"),
+                    r = prepare(PrepareConfig(inputs=[str(f) for f in files], out=str(tmp / f"o-{recipe}-{w}-{rep}"),
                                               tokenizer=str(tmp / "tok.json"), workers=w, recipe=recipe,
                                               shard_bytes=2_000_000), show_progress=False)
                     th = r.report["throughput"]
