@@ -44,30 +44,66 @@ def exact_hash(text: str) -> int:
 
 
 def shingles(text: str, n: int = 5) -> list[str]:
-    """Lower-cased word n-grams of `text` joined by spaces (CJK: character n-grams).
+    """Word n-grams of the lower-cased `text` joined by spaces (CJK: character n-grams).
 
     A text with fewer than n words gives one shingle (all its words), so short documents
     still get a signature and exact-short duplicates still match.
     """
-    ws = [w.lower() for w in words(text)]
+    ws = words(text.lower())
     if len(ws) <= n:
         return [" ".join(ws)]
     return [" ".join(ws[i:i + n]) for i in range(len(ws) - n + 1)]
 
 
+def shingle_hashes(text: str, n: int = 5) -> np.ndarray:
+    """64-bit hashes of the lower-cased word n-grams of `text` (the set `shingles` would give).
+
+    Words are hashed by rensa (`RMinHash.hash_token_sets`, the same hash its `update` applies to
+    strings), then each n-gram's hash is chained over its words' hashes with numpy, so no
+    n-gram string is ever built. Fewer than n words give one shingle of all of them.
+
+    Returns: (max(1, words - n + 1),) uint64.
+    """
+    from rensa import RMinHash
+
+    ws = words(text.lower()) or [""]
+    h = np.array(RMinHash.hash_token_sets([ws])[0], dtype=np.uint64)
+    m = min(n, len(h))
+    with np.errstate(over="ignore"):
+        g = h[:len(h) - m + 1].copy()
+        for k in range(1, m):
+            g = _mix64(g * np.uint64(0x9E3779B97F4A7C15) + h[k:len(h) - m + 1 + k])
+    return g
+
+
+def _mix64(h: np.ndarray) -> np.ndarray:
+    """splitmix64 finalizer (Steele et al. 2014) on uint64, wrapping."""
+    with np.errstate(over="ignore"):
+        h = h ^ (h >> np.uint64(30))
+        h = h * np.uint64(0xBF58476D1CE4E5B9)
+        h = h ^ (h >> np.uint64(27))
+        h = h * np.uint64(0x94D049BB133111EB)
+        return h ^ (h >> np.uint64(31))
+
+
 def minhash_signatures(texts: Sequence[str], num_perm: int = 112, ngram: int = 5, seed: int = 1) -> np.ndarray:
-    """MinHash signatures of `texts` over word n-gram shingles.
+    """MinHash signatures of `texts` over word n-gram shingles (`shingle_hashes`).
+
+    One rensa call for the whole batch (`RMinHash.digest_matrix_from_flat_token_hashes`, Rust):
+    the per-text Python work is only word splitting.
 
     Returns: array of shape (len(texts), num_perm), dtype uint32.
     """
     from rensa import RMinHash
 
-    out = np.empty((len(texts), num_perm), dtype=np.uint32)
-    for i, text in enumerate(texts):
-        m = RMinHash(num_perm=num_perm, seed=seed)
-        m.update(shingles(text, ngram))
-        out[i] = m.digest()
-    return out
+    if not len(texts):
+        return np.zeros((0, num_perm), dtype=np.uint32)
+    parts = [shingle_hashes(t, ngram) for t in texts]
+    offsets = np.zeros(len(parts) + 1, dtype=np.uint64)
+    np.cumsum([len(p) for p in parts], out=offsets[1:])
+    matrix = RMinHash.digest_matrix_from_flat_token_hashes(np.concatenate(parts), offsets, num_perm=num_perm,
+                                                           seed=seed)
+    return np.array(matrix.to_rows(), dtype=np.uint32).reshape(len(texts), num_perm)
 
 
 # Odd 64-bit multipliers (fixed, from a seeded generator) to mix the rows of a band into one key.

@@ -24,6 +24,8 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
+
 from gptforge.data.readers import Document
 from gptforge.data.text_stats import is_cjk, tokens, words
 
@@ -130,16 +132,9 @@ def top_ngram_char_fraction(ws: list[str], n: int) -> float:
     """Characters of the most frequent word n-gram times its count, over all word characters.
 
     Gopher (Table A1) measures how much of a document one repeated phrase covers. An n-gram
-    seen once does not count.
+    seen once does not count. Among equally frequent n-grams the first one seen counts.
     """
-    total = sum(map(len, ws))
-    if len(ws) < n or not total:
-        return 0.0
-    grams = Counter(tuple(ws[i:i + n]) for i in range(len(ws) - n + 1))
-    gram, count = grams.most_common(1)[0]
-    if count <= 1:
-        return 0.0
-    return min(1.0, sum(map(len, gram)) * count / total)
+    return NgramStats(ws).top_fraction(n)
 
 
 def duplicate_ngram_char_fraction(ws: list[str], n: int) -> float:
@@ -147,20 +142,71 @@ def duplicate_ngram_char_fraction(ws: list[str], n: int) -> float:
 
     Overlapping duplicates count each character once (Gopher, Appendix A.1.1).
     """
-    total = sum(map(len, ws))
-    if len(ws) < n or not total:
-        return 0.0
-    first: dict[tuple[str, ...], int] = {}
-    covered = [False] * len(ws)
-    for i in range(len(ws) - n + 1):
-        g = tuple(ws[i:i + n])
-        j = first.setdefault(g, i)
-        if j != i:
-            for k in range(j, j + n):
-                covered[k] = True
-            for k in range(i, i + n):
-                covered[k] = True
-    return sum(len(w) for w, c in zip(ws, covered) if c) / total
+    return NgramStats(ws).duplicate_fraction(n)
+
+
+def _mix64(h: np.ndarray) -> np.ndarray:
+    """splitmix64 finalizer (Steele et al. 2014), elementwise on uint64 (wrapping)."""
+    with np.errstate(over="ignore"):
+        h = h ^ (h >> np.uint64(30))
+        h = h * np.uint64(0xBF58476D1CE4E5B9)
+        h = h ^ (h >> np.uint64(27))
+        h = h * np.uint64(0x94D049BB133111EB)
+        return h ^ (h >> np.uint64(31))
+
+
+class NgramStats:
+    """Word n-gram statistics of one document, vectorized with numpy.
+
+    Words become integer ids (equal words, equal ids); the n-gram at position i is a 64-bit
+    hash chained over ids[i:i+n] (computed for n = 1, 2, ... incrementally), so one sort per n
+    finds the repeated n-grams. Two different n-grams share a key with probability ~2**-64 per
+    pair, far below anything that could move a threshold.
+    """
+
+    def __init__(self, ws: list[str]):
+        vocab: dict[str, int] = {}
+        ids = np.fromiter((vocab.setdefault(w, len(vocab)) for w in ws), dtype=np.uint64, count=len(ws))
+        self.n_words = len(ws)
+        self.lengths = np.fromiter(map(len, ws), dtype=np.int64, count=len(ws))
+        self.cum = np.concatenate([[0], np.cumsum(self.lengths)])
+        self.total = int(self.cum[-1])
+        self._ids = _mix64(ids + np.uint64(1))
+        self._keys = {1: self._ids}
+
+    def keys(self, n: int) -> np.ndarray:
+        """(n_words - n + 1,) uint64 key of the n-gram starting at each position."""
+        if n not in self._keys:
+            prev = self.keys(n - 1)
+            with np.errstate(over="ignore"):
+                self._keys[n] = _mix64(prev[:-1] * np.uint64(0x9E3779B97F4A7C15) + self._ids[n - 1:])
+        return self._keys[n]
+
+    def top_fraction(self, n: int) -> float:
+        """As `top_ngram_char_fraction`."""
+        if self.n_words < n or not self.total:
+            return 0.0
+        _, first, counts = np.unique(self.keys(n), return_index=True, return_counts=True)
+        best = int(counts.max())
+        if best <= 1:
+            return 0.0
+        i = int(first[counts == best].min())
+        return min(1.0, int(self.cum[i + n] - self.cum[i]) * best / self.total)
+
+    def duplicate_fraction(self, n: int) -> float:
+        """As `duplicate_ngram_char_fraction`."""
+        if self.n_words < n or not self.total:
+            return 0.0
+        _, inverse, counts = np.unique(self.keys(n), return_inverse=True, return_counts=True)
+        starts = np.flatnonzero(counts[inverse] > 1)
+        if not len(starts):
+            return 0.0
+        # Every occurrence of a repeated n-gram covers its n words: mark [start, start + n).
+        delta = np.zeros(self.n_words + 1, dtype=np.int64)
+        np.add.at(delta, starts, 1)
+        np.add.at(delta, starts + n, -1)
+        covered = np.cumsum(delta[:-1]) > 0
+        return int(self.lengths[covered].sum()) / self.total
 
 
 @dataclass
@@ -207,13 +253,13 @@ class GopherRepetition:
                 return "dup_line_fraction"
             if chars / total > self.max_dup_line_char_fraction:
                 return "dup_line_char_fraction"
-        ws = words(text)
+        grams = NgramStats(words(text))
         scale = self.cjk_ngram_scale if is_cjk(text) else 1
         for n, limit in sorted(self.top_ngram_max.items()):
-            if top_ngram_char_fraction(ws, int(n) * scale) > limit:
+            if grams.top_fraction(int(n) * scale) > limit:
                 return f"top_{n}gram"
         for n, limit in sorted(self.dup_ngram_max.items()):
-            if duplicate_ngram_char_fraction(ws, int(n) * scale) > limit:
+            if grams.duplicate_fraction(int(n) * scale) > limit:
                 return f"dup_{n}gram"
         return None
 

@@ -26,6 +26,10 @@ PHONE = re.compile(r"(?<![\w+])(?:\+\d{1,3}[ .-]?)?(?:\(\d{1,4}\)[ .-]?)?\d{2,4}
 
 
 _DIGIT = re.compile(r"\d")
+_TRIGGER = re.compile(r"[\d@]")
+#: a whole line holding a digit or "@" (anchored at line starts, so each line is scanned once).
+_TRIGGER_LINE = re.compile(r"^[^\n\d@]*[\d@][^\n]*", re.MULTILINE)
+_NON_DIGIT = re.compile(r"\D")
 
 
 def luhn_ok(digits: str) -> bool:
@@ -59,37 +63,72 @@ class PIIRedactor:
             raise ValueError(f"unknown PII kind(s) {sorted(unknown)}; known: email, ip_address, phone, credit_card")
 
     def redact(self, text: str) -> str:
-        """`text` with every PII match replaced by its placeholder."""
+        """`text` with every PII match replaced by its placeholder.
+
+        No pattern crosses a line break, and every look-around treats a line break like the
+        text's ends, so only lines holding a digit or "@" are searched (one C-level scan finds
+        them): most prose lines hold neither.
+        """
+        if not _TRIGGER.search(text):
+            return text
+        pieces: list[str] = []
+        pos = 0
+        for m in _TRIGGER_LINE.finditer(text):
+            line = m.group(0)
+            new = self._redact_line(line)
+            if new is not line:
+                pieces.append(text[pos:m.start()])
+                pieces.append(new)
+                pos = m.end()
+        if not pieces:
+            return text
+        pieces.append(text[pos:])
+        return "".join(pieces)
+
+    def _redact_line(self, text: str) -> str:
         kinds = self.kinds
         if "email" in kinds and "@" in text:
             text = self._sub(EMAIL, "email", "<EMAIL>", text)
         if not _DIGIT.search(text):
             return text
         if "credit_card" in kinds:
-            text = self._sub(CARD, "credit_card", "<CREDIT_CARD>", text,
-                             lambda m: luhn_ok(re.sub(r"\D", "", m)) and len(re.sub(r"\D", "", m)) >= 13)
+            text = self._sub(CARD, "credit_card", "<CREDIT_CARD>", text, _valid_card)
         if "ip_address" in kinds:
             if ":" in text:
                 text = self._sub(IPV6, "ip_address", "<IP_ADDRESS>", text, _valid_ipv6)
-            text = self._sub(IPV4, "ip_address", "<IP_ADDRESS>", text, _valid_ip)
+            if "." in text:
+                text = self._sub(IPV4, "ip_address", "<IP_ADDRESS>", text, _valid_ip)
         if "phone" in kinds:
-            text = self._sub(PHONE, "phone", "<PHONE>", text,
-                             lambda m: 9 <= sum(c.isdigit() for c in m) <= 15)
+            text = self._sub(PHONE, "phone", "<PHONE>", text, _valid_phone)
         return text
 
     def _sub(self, pattern: re.Pattern, kind: str, placeholder: str, text: str, valid=None) -> str:
+        changed = False
+
         def repl(m: re.Match) -> str:
             s = m.group(0)
             if valid is not None and not valid(s):
                 return s
+            nonlocal changed
+            changed = True
             self.counts[kind] += 1
             return placeholder
 
-        return pattern.sub(repl, text)
+        out = pattern.sub(repl, text)
+        return out if changed else text  # the same object: callers test `is` for "unchanged"
 
     def __call__(self, doc: Document) -> Document:
         text = self.redact(doc["text"])
         return doc if text is doc["text"] else {**doc, "text": text}
+
+
+def _valid_card(s: str) -> bool:
+    digits = _NON_DIGIT.sub("", s)
+    return len(digits) >= 13 and luhn_ok(digits)
+
+
+def _valid_phone(s: str) -> bool:
+    return 9 <= sum(c.isdigit() for c in s) <= 15
 
 
 def _valid_ip(s: str) -> bool:

@@ -16,14 +16,29 @@ _CJK_CLASS = "\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\U00020000-\U0
 _CJK_CHAR = re.compile(f"[{_CJK_CLASS}]")
 #: a word: one CJK character, or a run of word characters (letters, digits, underscore, marks)
 #: possibly joined by apostrophes or hyphens ("don't", "state-of-the-art").
-_WORD = re.compile(f"[{_CJK_CLASS}]|(?:(?![{_CJK_CLASS}])\\w)+(?:['’\\-](?:(?![{_CJK_CLASS}])\\w)+)*")
+#: `[^\\W...]` is "a word character that is not CJK" as one class (no per-character lookahead: ~3x faster).
+_WORD = re.compile(f"[{_CJK_CLASS}]|[^\\W{_CJK_CLASS}]+(?:['’\\-][^\\W{_CJK_CLASS}]+)*")
 #: non-space tokens, as Gopher counts symbols and words (whitespace split; CJK per character).
 _TOKEN = re.compile(f"[{_CJK_CLASS}]|[^\\s{_CJK_CLASS}]+")
 
 
+_last_words: tuple[str, list[str]] = ("", [])
+
+
 def words(text: str) -> list[str]:
-    """Words of `text` without punctuation; CJK characters are one word each."""
-    return _WORD.findall(text)
+    """Words of `text` without punctuation; CJK characters are one word each.
+
+    The last result is remembered: consecutive filters usually ask for the words of the same
+    text (identity checked, so a reused string id can never return stale words). Callers must
+    not modify the returned list.
+    """
+    global _last_words
+    last_text, last = _last_words
+    if last_text is text:
+        return last
+    ws = _WORD.findall(text)
+    _last_words = (text, ws)
+    return ws
 
 
 def tokens(text: str) -> list[str]:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from gptforge.data.filters import (Blocklist, C4Quality, FineWebQuality, GopherQuality, GopherRepetition,
                                    duplicate_ngram_char_fraction, top_ngram_char_fraction)
 from gptforge.data.text_stats import words
@@ -134,3 +136,41 @@ def test_blocklist(tmp_path):
     out = flag(_doc("badword"))
     assert out["meta"]["blocklist"] == "badword" and flag.counts["flagged"] == 1
     assert Blocklist()(_doc("anything")) == _doc("anything")
+
+
+def _ref_top(ws, n):
+    from collections import Counter
+
+    total = sum(map(len, ws))
+    if len(ws) < n or not total:
+        return 0.0
+    gram, count = Counter(tuple(ws[i:i + n]) for i in range(len(ws) - n + 1)).most_common(1)[0]
+    return 0.0 if count <= 1 else min(1.0, sum(map(len, gram)) * count / total)
+
+
+def _ref_dup(ws, n):
+    total = sum(map(len, ws))
+    if len(ws) < n or not total:
+        return 0.0
+    grams = [tuple(ws[i:i + n]) for i in range(len(ws) - n + 1)]
+    counts = {}
+    for g in grams:
+        counts[g] = counts.get(g, 0) + 1
+    covered = [False] * len(ws)
+    for i, g in enumerate(grams):
+        if counts[g] > 1:
+            covered[i:i + n] = [True] * n
+    return sum(len(w) for w, c in zip(ws, covered) if c) / total
+
+
+def test_vectorized_ngram_stats_equal_plain_python(stdlib_texts):
+    from gptforge.data.filters import NgramStats
+    from gptforge.data.text_stats import words
+
+    docs = [words(t) for t in stdlib_texts[:15]] + [["a", "b"] * 40 + ["c"], ["x"], []]
+    for ws in docs:
+        st = NgramStats(ws)
+        for n in (1, 2, 3, 4):
+            assert st.top_fraction(n) == pytest.approx(_ref_top(ws, n), abs=1e-12)
+        for n in (2, 5, 8, 10):
+            assert st.duplicate_fraction(n) == pytest.approx(_ref_dup(ws, n), abs=1e-12)
