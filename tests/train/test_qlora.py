@@ -208,6 +208,12 @@ def test_qlora_cli_learns_and_exports_the_trained_model(hf_model, instructions, 
     with torch.no_grad():
         assert (adapted(idx).logits - theirs).abs().max() < 1e-4
         assert (model(idx) - ours).abs().max() < 1e-4
+    # generate / evaluate load a QLoRA run through the same dequantize-and-merge path.
+    from gptforge.train.checkpoint import load_for_inference
+
+    loaded, *_ = load_for_inference(run)
+    with torch.no_grad():
+        assert (loaded(idx) - ours).abs().max() < 1e-4
 
 
 def test_qlora_resume_is_bit_exact(hf_model, instructions, tmp_path):
