@@ -258,8 +258,8 @@ class FinetuneConfig:
 
     method: Literal["full", "lora", "qlora"] = "lora"
     """full: train every weight; lora: train low-rank adapters on frozen base weights (Hu et al.
-    2021); qlora (4-bit base weights, bitsandbytes): refused with an error in this version (CUDA
-    only; not implemented yet)."""
+    2021); qlora: the same adapters on a base whose block linears are stored in 4 bits by
+    bitsandbytes (Dettmers et al. 2023; pip install 'gptforge[qlora]'; CPU or CUDA, single process)."""
     lora_rank: int = 8
     """LoRA adapter rank r."""
     lora_alpha: float = 16.0
@@ -269,6 +269,13 @@ class FinetuneConfig:
     lora_target_modules: list[str] = field(default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj"])
     """Linear layers that get adapters: any of q_proj, k_proj, v_proj, o_proj, gate_proj (llama),
     up_proj, down_proj, or [all]."""
+    qlora_quant_type: Literal["nf4", "fp4"] = "nf4"
+    """qlora: 4-bit data type of the base weights: nf4 (NormalFloat, the QLoRA paper's) or fp4."""
+    qlora_double_quant: bool = True
+    """qlora: also quantize the per-block scales to 8 bits (saves about 0.37 bits per weight)."""
+    qlora_compute_dtype: Literal["auto", "bf16", "fp32"] = "auto"
+    """qlora: dtype the 4-bit weights are dequantized to for each matmul; auto: bf16 when
+    train.precision is bf16, else fp32."""
     packing: Literal["packed", "padded"] = "packed"
     """Instruction data: packed (several sequences per row, attention kept inside each, position
     ids restarting per sequence) or padded (one sequence per row, right-padded)."""

@@ -49,6 +49,8 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str]) -> int:
+    from gptforge.train.qlora import QLoRAUnavailable
+
     args = _parser().parse_args(argv)
     try:
         if args.from_hf is not None:
@@ -60,7 +62,7 @@ def main(argv: list[str]) -> int:
                 raise ValueError("--block-size applies to --from-hf")
             path = to_hf(args.to_hf, args.out, DTYPES[args.dtype], args.tokenizer,
                          int(args.max_shard_size * 2**30), args.overwrite)
-    except (FileNotFoundError, FileExistsError, ValueError) as e:
+    except (FileNotFoundError, FileExistsError, ValueError, QLoRAUnavailable) as e:
         print(f"gptforge convert: error: {e}", file=sys.stderr)
         return 2
     print(f"wrote {path}")
@@ -123,7 +125,9 @@ def load_model_checkpoint(path: Path, dtype: torch.dtype | None = None):
     The model config comes from the checkpoint's config.yaml (`model` section). Parameter names
     are found in the checkpoint's metadata under whatever prefix holds `wte.weight` (`model.`,
     and wrappers such as `_orig_mod.` or `module.`). A LoRA fine-tune's adapters are merged into
-    the base weights (W += alpha/r * B @ A), so the model returned is a plain GPT.
+    the base weights (W += alpha/r * B @ A), so the model returned is a plain GPT; a QLoRA
+    fine-tune's 4-bit base is dequantized first (needs bitsandbytes), so its weights are
+    dequant(W4) + alpha/r * B @ A, not the original full-precision weights plus the adapters.
 
     Raises:
         FileNotFoundError: no config.yaml or checkpoint. ValueError: no model weights in it, or
@@ -135,8 +139,7 @@ def load_model_checkpoint(path: Path, dtype: torch.dtype | None = None):
     from gptforge.config import ModelConfig, from_dict
     from gptforge.model.gpt import GPT
     from gptforge.train.checkpoint import find_checkpoint
-    from gptforge.train.finetune import load_lora_for_export
-    from gptforge.train.lora import merge_lora
+    from gptforge.train.finetune import load_lora_for_export, merge_for_export
 
     step = find_checkpoint(path)
     cfg_path = next((p / "config.yaml" for p in (step, step.parent.parent) if (p / "config.yaml").is_file()), None)
@@ -171,7 +174,7 @@ def load_model_checkpoint(path: Path, dtype: torch.dtype | None = None):
         dcp.load(target, checkpoint_id=str(step))
     model.reset_rope()  # the RoPE tables stay fp32 whatever the weights' dtype
     if n_lora:
-        merge_lora(model)
+        merge_for_export(model)
     return model, step
 
 

@@ -13,9 +13,11 @@ from gptforge.config import FinetuneConfig, ModelConfig, ParallelConfig, RunConf
 DESCRIPTION = """Fine-tune a pretrained model: a Hugging Face folder (GPT-2, Llama 2/3, Mistral, Qwen2) or a
 gptforge run directory, on an instruction .jsonl (prompt/completion or chat messages; the loss counts
 completion tokens only) or on a shard folder from `gptforge prepare --tokenizer MODEL/tokenizer.json`
-(continued pretraining). Full fine-tuning or LoRA (--finetune.method). Same loop, logging,
-checkpoints and --resume as pretrain. LoRA runs also write PEFT adapters (RUN_DIR/adapter and in each
-checkpoint); `gptforge convert --to-hf RUN_DIR --out HF_DIR` writes the merged model.
+(continued pretraining). Full fine-tuning, LoRA, or QLoRA (LoRA on a 4-bit NF4 base through
+bitsandbytes: pip install 'gptforge[qlora]'; CPU or CUDA, one process) (--finetune.method). Same loop,
+logging, checkpoints and --resume as pretrain. (Q)LoRA runs also write PEFT adapters (RUN_DIR/adapter
+and in each checkpoint); `gptforge convert --to-hf RUN_DIR --out HF_DIR` writes the merged model (for
+QLoRA: the dequantized 4-bit base plus the adapters).
 
 Options go under train:, parallel: and finetune: in a YAML recipe (--config) or on the command line.
 Defaults differ from pretrain: train.lr 2e-4 (use about 1e-5..5e-5 for full fine-tuning of large models),
@@ -88,7 +90,8 @@ def run(fc: FinetuneConfig, cfg: RunConfig, source: str | Path | None, data: str
 
     say = log or (lambda m: None)
     run_dir, data = Path(run_dir), Path(data)
-    ft.check_method(fc, pick_device(cfg.train.device))
+    device = pick_device(cfg.train.device)
+    ft.check_method(fc, device, cfg.train.precision, cfg.parallel)
     chat_template = None
     if fc.chat_template not in ("auto", "default"):
         chat_template = Path(fc.chat_template)
@@ -135,7 +138,8 @@ def run(fc: FinetuneConfig, cfg: RunConfig, source: str | Path | None, data: str
 
     def model_factory(_mc):
         m = ft.empty_model(mc) if model is None else model
-        ft.prepare_model(m, fc)
+        # On resume the 4-bit base comes from the checkpoint: allocate it, do not quantize garbage.
+        ft.prepare_model(m, fc, device, cfg.train.precision, quantize=model is not None, progress=progress)
         return m
 
     base = str(Path(source).resolve()) if source is not None else None

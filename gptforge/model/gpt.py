@@ -273,7 +273,8 @@ class GPT(nn.Module):
             self.rope_cos, self.rope_sin = cos, sin
 
     def num_params(self, non_embedding: bool = False) -> int:
-        """Parameter count; shared (tied) tensors counted once. non_embedding drops wte/wpe."""
+        """Parameter count; shared (tied) tensors counted once, weights stored packed (modules with
+        a `quantized_numel`) included. non_embedding drops wte/wpe."""
         seen, n = set(), 0
         for name, p in self.named_parameters():
             if id(p) in seen:
@@ -282,6 +283,8 @@ class GPT(nn.Module):
             if non_embedding and name.split(".")[0] in ("wte", "wpe"):
                 continue
             n += p.numel()
+        # Weights kept in a packed form as buffers (4-bit QLoRA layers) still count as parameters.
+        n += sum(int(getattr(m, "quantized_numel", 0)) for m in self.modules())
         return n
 
     def forward(

@@ -264,15 +264,15 @@ def load_for_inference(path: str | Path, device: str | torch.device = "cpu", whi
     ckpt = find_checkpoint(path, which)
     doc = yaml.safe_load((ckpt / "config.yaml").read_text())
     model = GPT(ModelConfig(**doc["model"]).resolved())
-    # A LoRA fine-tune's checkpoint: load base and adapters, then merge (inference needs no adapters).
-    from gptforge.train.finetune import load_lora_for_export
-    from gptforge.train.lora import merge_lora
+    # A (Q)LoRA fine-tune's checkpoint: load base and adapters, then dequantize and merge
+    # (inference needs no adapters).
+    from gptforge.train.finetune import load_lora_for_export, merge_for_export
 
     keys = dcp.FileSystemReader(str(ckpt)).read_metadata().state_dict_metadata
     n_lora = load_lora_for_export(model, ckpt, [k[len("model."):] for k in keys if k.startswith("model.")])
     load_model_weights(ckpt, model)
     if n_lora:
-        merge_lora(model)
+        merge_for_export(model)
     model.to(device).eval()
     tok = None
     candidates = [ckpt / "tokenizer.json", ckpt.parent.parent / "tokenizer.json"]

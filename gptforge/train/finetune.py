@@ -2,17 +2,20 @@
 
 What this module adds to `gptforge.train.loop.train`, through its hooks:
 - a model factory: the pretrained weights (a Hugging Face folder or a gptforge run), with LoRA
-  adapters added and the base frozen for `method=lora` (on resume the model is only allocated:
-  the checkpoint holds every weight);
+  adapters added and the base frozen for `method=lora`, and for `method=qlora` the blocks' linear
+  layers also stored in 4 bits (gptforge.train.qlora; on resume the model is only allocated: the
+  checkpoint holds every weight, the 4-bit ones in their packed form);
 - a data source: instruction .jsonl (completion-only loss, packed or padded, a held-out val set),
   or a token shard folder (continued pretraining) at the fine-tuning sequence length, so the model
   keeps its own context length for export;
 - the run directory's export inputs: tokenizer files, `hf_config.json`, `generation_config.json`
-  (so `gptforge convert --to-hf RUN` rebuilds the same Hugging Face model type), and for LoRA runs
-  a PEFT adapter folder (`adapter_config.json` + `adapter_model.safetensors`) inside every
+  (so `gptforge convert --to-hf RUN` rebuilds the same Hugging Face model type), and for LoRA and
+  QLoRA runs a PEFT adapter folder (`adapter_config.json` + `adapter_model.safetensors`) inside every
   checkpoint and at RUN_DIR/adapter.
 
-`convert --to-hf` of a LoRA run merges the adapters into the base weights (`load_lora_for_export`).
+`convert --to-hf` of a LoRA run merges the adapters into the base weights (`load_lora_for_export`,
+`merge_for_export`); of a QLoRA run it first dequantizes the 4-bit base, so the exported weights are
+dequant(W4) + alpha/r * B A: what the run trained against, not the original weights plus adapters.
 """
 
 from __future__ import annotations
@@ -28,7 +31,8 @@ import torch
 import yaml
 
 from gptforge.config import FinetuneConfig, ModelConfig, from_dict
-from gptforge.train.lora import LoRAConfig, apply_lora, save_peft_adapter
+from gptforge.train.lora import LoRAConfig, apply_lora, merge_lora, save_peft_adapter
+from gptforge.train.qlora import QuantConfig
 
 MAX_DEFAULT_BLOCK = 2048
 ADAPTER_DIR = "adapter"
@@ -45,6 +49,15 @@ def lora_config(fc: FinetuneConfig) -> LoRAConfig:
                       target_modules=list(fc.lora_target_modules))
 
 
+def quant_config(fc: FinetuneConfig, precision: str = "fp32") -> QuantConfig:
+    """The QuantConfig of a qlora fine-tuning config; compute dtype auto -> bf16 under
+    train.precision bf16, else fp32."""
+    compute = fc.qlora_compute_dtype
+    if compute == "auto":
+        compute = "bf16" if precision == "bf16" else "fp32"
+    return QuantConfig(quant_type=fc.qlora_quant_type, double_quant=fc.qlora_double_quant, compute_dtype=compute)
+
+
 def seq_len_for(fc: FinetuneConfig, model_block_size: int) -> int:
     """Training sequence length: finetune.block_size, else min(model context, 2048).
 
@@ -59,25 +72,29 @@ def seq_len_for(fc: FinetuneConfig, model_block_size: int) -> int:
     return fc.block_size
 
 
-def check_method(fc: FinetuneConfig, device: torch.device) -> None:
+def check_method(fc: FinetuneConfig, device: torch.device, precision: str = "fp32", parallel=None) -> None:
     """Refuse what cannot run here, before any weights are loaded.
 
     Raises:
-        ValueError: qlora (needs CUDA; not implemented yet), a bad LoRA config.
+        ValueError: a bad LoRA or quantization config; qlora with a distributed layout (QLoRA
+            runs in one process here: its 4-bit buffers are not sharded by FSDP2/TP/PP).
+        QLoRAUnavailable (a RuntimeError): qlora without bitsandbytes, or on a device where
+            bitsandbytes cannot run 4-bit quantization (checked by running it).
     """
-    if fc.method == "qlora":
-        if device.type != "cuda":
-            raise ValueError(
-                f"finetune.method=qlora keeps the base weights in 4 bits with bitsandbytes, whose kernels need a "
-                f"CUDA GPU; this run is on {device.type}. Use --finetune.method lora (same adapters, full-precision "
-                "base) or run on a CUDA machine"
-            )
-        raise ValueError(
-            "finetune.method=qlora (4-bit base weights) is not implemented in this gptforge version; use "
-            "--finetune.method lora, with --train.precision bf16 to halve activation memory"
-        )
-    if fc.method == "lora":
+    if fc.method in ("lora", "qlora"):
         lora_config(fc).targets()
+    if fc.method == "qlora":
+        from gptforge.train.distributed import uses_ddp, uses_fsdp
+        from gptforge.train.qlora import check_device
+
+        qcfg = quant_config(fc, precision)
+        qcfg.validate()
+        world = int(os.environ.get("WORLD_SIZE", "1"))
+        if world > 1 or (parallel is not None and (parallel.tp > 1 or parallel.pp > 1 or uses_fsdp(parallel)
+                                                   or uses_ddp(parallel))):
+            raise ValueError("finetune.method=qlora runs in a single process (one GPU or the CPU) in this version: "
+                             "drop the parallel.* layout / torchrun, or use --finetune.method lora for multi-GPU runs")
+        check_device(device, qcfg)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -244,13 +261,21 @@ def empty_model(mc: ModelConfig) -> torch.nn.Module:
     return model
 
 
-def prepare_model(model: torch.nn.Module, fc: FinetuneConfig) -> list[str]:
-    """Make `model` trainable as `fc.method` asks: LoRA adapters on a frozen base (lora),
-    or every parameter trainable (full). Returns the adapted module names ([] for full)."""
+def prepare_model(model: torch.nn.Module, fc: FinetuneConfig, device: torch.device | str = "cpu",
+                  precision: str = "fp32", quantize: bool = True, progress: bool = False) -> list[str]:
+    """Make `model` trainable as `fc.method` asks: LoRA adapters on a frozen base (lora), the
+    same on a 4-bit base (qlora: quantized on `device`, or with quantize=False only allocated for
+    a checkpoint to fill), or every parameter trainable (full). Returns the adapted module names
+    ([] for full)."""
     if fc.method == "full":
         for p in model.parameters():
             p.requires_grad_(True)
         return []
+    if fc.method == "qlora":
+        from gptforge.train.qlora import apply_qlora
+
+        return apply_qlora(model, lora_config(fc), quant_config(fc, precision), device, quantize=quantize,
+                           progress=progress)
     return apply_lora(model, lora_config(fc))
 
 
@@ -325,14 +350,47 @@ def save_adapter_from_checkpoint(step: Path, out_dir: Path, base_model: str | No
     return save_peft_adapter(model, mc, lc, out_dir, base_model_name_or_path=base_model)
 
 
+def checkpoint_quant(step: Path, keys) -> tuple[QuantConfig, list[str]] | None:
+    """(QuantConfig, names of the 4-bit layers) of a QLoRA checkpoint, from its tensor names
+    (`keys`) and config.yaml's `finetune` section; None when it holds no 4-bit weights."""
+    names = sorted(k[: -len(".weight_4bit")] for k in keys if k.endswith(".weight_4bit"))
+    if not names:
+        return None
+    ft = _checkpoint_doc(step).get("finetune") or {}
+    qcfg = QuantConfig(quant_type=ft.get("qlora_quant_type", "nf4"),
+                       double_quant=any(k.endswith(".weight_nested_absmax") for k in keys))
+    return qcfg, names
+
+
 def load_lora_for_export(model: torch.nn.Module, step: Path, keys) -> int:
-    """Prepare a base `model` to receive a LoRA checkpoint's tensors: add adapters shaped as the
-    checkpoint's (`keys`: its tensor names). Returns the number of adapted layers (0: none).
-    Call `merge_lora(model)` after loading the weights."""
+    """Prepare a base `model` to receive a LoRA or QLoRA checkpoint's tensors: add adapters
+    shaped as the checkpoint's (`keys`: its tensor names), and for QLoRA allocate the 4-bit
+    layers it holds. Returns the number of adapted layers (0: none). Call
+    `merge_for_export(model)` after loading the weights.
+
+    Raises:
+        QLoRAUnavailable: a QLoRA checkpoint without bitsandbytes installed (needed to dequantize).
+    """
     lc = checkpoint_lora(step, keys)
     if lc is None:
         return 0
-    return len(apply_lora(model, lc))
+    quant = checkpoint_quant(step, keys)
+    if quant is None:
+        return len(apply_lora(model, lc))
+    from gptforge.train.qlora import apply_qlora, import_bitsandbytes
+
+    import_bitsandbytes()
+    qcfg, names = quant
+    return len(apply_qlora(model, lc, qcfg, quantize=False, modules=names))
+
+
+def merge_for_export(model: torch.nn.Module) -> int:
+    """Dequantize any 4-bit layers (QLoRA) and fold every adapter into its weight; returns the
+    number of merged layers. The result is a plain GPT with the base model's tensor names."""
+    from gptforge.train.qlora import dequantize_model
+
+    dequantize_model(model)
+    return merge_lora(model)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -180,7 +180,8 @@ def peft_adapter_state(model: nn.Module, model_cfg: ModelConfig) -> tuple[dict[s
         ValueError: the model has no adapters, or adapters with different ranks/scalings.
     """
     cfg = model_cfg.resolved()
-    layers = {n: m for n, m in model.named_modules() if isinstance(m, LoRALinear)}
+    # LoRALinear, or any layer carrying the same adapters (qlora.LoRALinear4bit).
+    layers = {n: m for n, m in model.named_modules() if isinstance(getattr(m, "lora_A", None), nn.Parameter)}
     if not layers:
         raise ValueError("model has no LoRA adapters (apply_lora first)")
     ranks = {m.lora_A.shape[0] for m in layers.values()}

@@ -169,10 +169,15 @@ def test_continued_pretraining_on_shards_from_hf(hf_model, tmp_path):
         run_finetune(FinetuneConfig(method="full"), RunConfig(), hf_model, shards, tmp_path / "other")
 
 
-def test_errors_name_the_problem(hf_model, instructions, tmp_path, capsys):
-    assert _finetune(hf_model, instructions, tmp_path / "q", "--finetune.method", "qlora") == 1
+def test_errors_name_the_problem(hf_model, instructions, tmp_path, capsys, monkeypatch):
+    with monkeypatch.context() as m:
+        m.setitem(sys.modules, "bitsandbytes", None)  # as if not installed
+        assert _finetune(hf_model, instructions, tmp_path / "q", "--finetune.method", "qlora") == 1
     err = capsys.readouterr().err
-    assert "qlora" in err and "CUDA" in err and "--finetune.method lora" in err
+    assert "qlora" in err and "bitsandbytes" in err and "gptforge[qlora]" in err and "--finetune.method lora" in err
+    assert _finetune(hf_model, instructions, tmp_path / "q", "--finetune.method", "qlora",
+                     "--parallel.tp", "2") == 1
+    assert "single process" in capsys.readouterr().err
     assert _finetune(hf_model, tmp_path / "missing.jsonl", tmp_path / "r") == 1
     assert "missing.jsonl" in capsys.readouterr().err
     assert _finetune(hf_model, instructions, tmp_path / "r", "--finetune.lora_target_modules", '["qkv"]') == 1
