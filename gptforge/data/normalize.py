@@ -118,7 +118,7 @@ class Clean:
             try:
                 import ftfy
             except ImportError as e:
-                raise ImportError("the clean step's fix_mojibake needs ftfy: pip install 'gptforge[curate]' "
+                raise ImportError("the clean step's fix_mojibake needs ftfy: pip install ftfy "
                                   "(or set fix_mojibake: false in the recipe)") from e
             self._ftfy = ftfy
 
