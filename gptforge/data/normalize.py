@@ -100,7 +100,7 @@ class Clean:
 
     Raises:
         ValueError: an unknown `form`.
-        ImportError: `fix_mojibake` without the `ftfy` package (install `gptforge[curate]`).
+        ImportError: `fix_mojibake` without the `ftfy` package (pip install ftfy).
     """
 
     fix_mojibake: bool = True
