@@ -178,6 +178,7 @@ class DeepSpeedBackend:
         self.zero_stage = int(self.engine.zero_optimization_stage())
         self.autocast_precision = "fp32"
         self._skipped_before = 0
+        self._norm_before_step = float("nan")
 
     @property
     def module(self) -> torch.nn.Module:
@@ -204,6 +205,11 @@ class DeepSpeedBackend:
         if is_last:
             self._skipped_before = self.engine.skipped_steps
         self.engine.backward(loss, scale_wrt_gas=False)
+        if is_last and self.zero_stage == 0:
+            # Without ZeRO, DeepSpeed's fp32 step does not record the norm: take it from the
+            # reduced, still unclipped gradients before the step clears them.
+            grads = [p.grad for p in self.engine.module.parameters() if p.grad is not None]
+            self._norm_before_step = float(torch.nn.utils.get_total_norm(grads)) if grads else 0.0
         self.engine.step()  # an update only at the accumulation boundary (the last micro-batch)
 
     def clip(self, max_norm: float) -> float:
@@ -211,7 +217,7 @@ class DeepSpeedBackend:
         the config's gradient_clipping; max_norm is the same number, see translate())."""
         norm = self.engine.get_global_grad_norm()
         if norm is None:
-            return float("nan")
+            return self._norm_before_step
         return float(norm)
 
     def step(self, finite: bool) -> bool:
@@ -256,12 +262,25 @@ class DeepSpeedBackend:
         """Restore the engine from `<ckpt>/deepspeed/` and this rank's RNG state.
 
         Raises:
-            ValueError: the checkpoint has no DeepSpeed state (written by the torch backend).
+            ValueError: the checkpoint has no DeepSpeed state (written by the torch backend), or was
+                written by another number of processes or ZeRO stage (DeepSpeed cannot repartition
+                ZeRO optimizer states on load).
         """
         ckpt = Path(ckpt)
         if not (ckpt / DEEPSPEED_DIR).is_dir():
             raise ValueError(f"--resume: {ckpt} has no {DEEPSPEED_DIR}/ folder: it was written by the torch backend; "
                              "resume it with --backend torch (parallel.zero_stage/offload give the same ZeRO stages)")
+        import yaml
+
+        saved = (yaml.safe_load((ckpt / "config.yaml").read_text()) or {}).get("layout") or {}
+        if saved.get("world_size", self.env.world_size) != self.env.world_size or \
+                saved.get("zero_stage", self.zero_stage) != self.zero_stage:
+            raise ValueError(
+                f"--resume: {ckpt} holds DeepSpeed ZeRO-{saved.get('zero_stage')} optimizer partitions of "
+                f"{saved.get('world_size')} processes; this run has {self.env.world_size} processes at ZeRO-"
+                f"{self.zero_stage}, and DeepSpeed reloads ZeRO partitions only unchanged. Resume with the saved "
+                "process count and stage, or convert the folder with DeepSpeed's "
+                "`python -m deepspeed.checkpoint.ds_to_universal` and load that through DeepSpeed yourself")
         path, _ = self.engine.load_checkpoint(str(ckpt), tag=DEEPSPEED_DIR, load_optimizer_states=True,
                                               load_lr_scheduler_states=False)
         if path is None:

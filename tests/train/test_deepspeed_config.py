@@ -57,6 +57,8 @@ def test_batch_size_arithmetic_and_refused_keys():
         translate({"zero_optimization": {"stage": 2, "offload_param": {"device": "cpu"}}}, _cfg(), world_size=1)
     with pytest.raises(ValueError, match="both true"):
         translate({"fp16": {"enabled": True}, "bf16": {"enabled": True}}, _cfg(), world_size=1)
+    with pytest.raises(ValueError, match="needs zero_optimization.stage 1, 2 or 3"):
+        translate({"bf16": {"enabled": True}}, _cfg(), world_size=1)
     with pytest.raises(ValueError, match="not supported; use AdamW"):
         translate({"optimizer": {"type": "Lamb"}}, _cfg(), world_size=1)
 
