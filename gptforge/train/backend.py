@@ -152,6 +152,7 @@ class DeepSpeedBackend:
 
     Raises (constructor):
         ImportError: DeepSpeed is not installed (`pip install gptforge[deepspeed]`).
+        RuntimeError: DeepSpeed failed to compile a C++ extension on its first run (no g++/ninja).
     """
 
     name = "deepspeed"
@@ -173,8 +174,17 @@ class DeepSpeedBackend:
         os.environ.setdefault("LOCAL_RANK", str(env.local_rank))
         model.to(env.device)
         groups = param_groups(model, weight_decay)
-        self.engine, self.optimizer, _, _ = deepspeed.initialize(model=model, model_parameters=groups,
-                                                                 config=ds_config)
+        try:
+            self.engine, self.optimizer, _, _ = deepspeed.initialize(model=model, model_parameters=groups,
+                                                                     config=ds_config)
+        except RuntimeError as e:
+            if "Error building extension" not in str(e):
+                raise
+            raise RuntimeError(
+                "DeepSpeed could not compile one of its C++ extensions, which it builds on the first run on a "
+                "machine (deepspeed_shm_comm; fused_adam, or cpu_adam under offload_optimizer): it needs a C++ "
+                "compiler (g++) and ninja on PATH; the results are cached in TORCH_EXTENSIONS_DIR "
+                f"(default ~/.cache/torch_extensions). Build error: {str(e).splitlines()[0][:500]}") from e
         self.zero_stage = int(self.engine.zero_optimization_stage())
         self.autocast_precision = "fp32"
         self._skipped_before = 0
