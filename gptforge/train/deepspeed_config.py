@@ -193,8 +193,8 @@ def deepspeed_run_config(cfg: RunConfig, world_size: int) -> tuple[RunConfig, di
         raise ValueError("parallel.backend=deepspeed needs parallel.deepspeed_config (a DeepSpeed JSON file); "
                          "pass --deepspeed-config ds_config.json")
     if pc.dp not in (1, world_size):
-        raise ValueError(f"parallel.backend=deepspeed: every process is a data-parallel rank, but parallel.dp_replicate "
-                         f"{pc.dp_replicate} x parallel.dp_shard {pc.dp_shard} = {pc.dp} and this job has {world_size} "
+        raise ValueError(f"parallel.backend=deepspeed: every process is a data-parallel rank, but "
+                         f"parallel.dp_replicate {pc.dp_replicate} x parallel.dp_shard {pc.dp_shard} = {pc.dp} and this job has {world_size} "
                          "processes; leave both at 1")
     merged, ds = translate(load_ds_config(pc.deepspeed_config), cfg, world_size, source=str(pc.deepspeed_config))
     env_pc = ParallelConfig(dp_replicate=world_size, timeout_minutes=pc.timeout_minutes)

@@ -441,7 +441,8 @@ def _train(cfg: RunConfig, env: D.DistEnv, meta: dict, data_dir: Path, run_dir: 
             say(f"layout: {env.world_size} processes, all data parallel; DeepSpeed engine, ZeRO stage {zero}")
         else:
             say(f"layout: {env.world_size} processes; dp {pc.dp} (replicate {pc.dp_replicate} x shard {pc.dp_shard}), "
-                f"tp {pc.tp}, pp {pc.pp}" + (f" ({pc.pp_schedule}, {par.n_microbatches} micro-batches)" if pc.pp > 1 else "")
+                f"tp {pc.tp}, pp {pc.pp}"
+                + (f" ({pc.pp_schedule}, {par.n_microbatches} micro-batches)" if pc.pp > 1 else "")
                 + f"; ZeRO stage {zero}")
     writer = MetricsWriter(run_dir, tensorboard=tc.tensorboard, resume_step=state["step"] if resume else None) \
         if main else _NullWriter()
