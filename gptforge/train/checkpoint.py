@@ -19,7 +19,7 @@ import os
 import random
 import shutil
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import warnings
 
@@ -97,13 +97,20 @@ def step_dir_name(step: int) -> str:
 
 def save_checkpoint(ckpt_root: Path, step: int, model: torch.nn.Module, optimizer: torch.optim.Optimizer | None,
                     trainer_state: dict[str, Any], config_yaml: str, keep: int = 2,
-                    mark_best: bool = False) -> Path:
+                    mark_best: bool = False, model_state: dict[str, Any] | None = None,
+                    extra: Callable[[Path], None] | None = None) -> Path:
     """Write checkpoint `step` atomically under `ckpt_root` and point `latest` at it.
 
     Every rank calls this (DCP writes each rank's shards in parallel); rank 0 renames and writes
     the pointers. `trainer_state` holds plain Python/tensor values (step, tokens_seen, RNG, ...);
     in a distributed run each rank's RNG state is stored under its rank.
     Keeps the newest `keep` step folders plus the one `best` names.
+
+    model_state: a ready model state dict to write instead of `get_state_dict(model)` (the
+        DeepSpeed backend passes the full fp32 weights on rank 0 and {} on other ranks).
+    extra: called on every rank with the temp folder after the DCP write, to add files that
+        belong to the checkpoint (DeepSpeed's engine state); they are fsynced and become visible
+        with the rest, at the rename.
 
     Returns: the final checkpoint folder.
     """
@@ -117,13 +124,18 @@ def save_checkpoint(ckpt_root: Path, step: int, model: torch.nn.Module, optimize
             shutil.rmtree(tmp)
         tmp.mkdir()
     _barrier()
-    model_sd, optim_sd = get_state_dict(model, optimizer if optimizer is not None else [], options=_OPTIONS)
-    state = {"model": model_sd}
-    if optimizer is not None:
-        state["optim"] = optim_sd
+    if model_state is not None:
+        state = {"model": model_state}
+    else:
+        model_sd, optim_sd = get_state_dict(model, optimizer if optimizer is not None else [], options=_OPTIONS)
+        state = {"model": model_sd}
+        if optimizer is not None:
+            state["optim"] = optim_sd
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message=".*torch.distributed is disabled.*")
         dcp.save(state, checkpoint_id=str(tmp))
+    if extra is not None:
+        extra(tmp)
     # RNG states differ per rank; everything else is identical, so rank 0's copy is kept.
     rng = [None] * (dist.get_world_size() if dist.is_initialized() else 1)
     if dist.is_initialized():
@@ -137,10 +149,12 @@ def save_checkpoint(ckpt_root: Path, step: int, model: torch.nn.Module, optimize
             f.flush()
             os.fsync(f.fileno())
         atomic_write_text(tmp / "config.yaml", config_yaml)
-        for p in tmp.iterdir():
+        for p in sorted(tmp.rglob("*")):
             if p.is_file():
                 with open(p, "rb") as f:
                     os.fsync(f.fileno())
+            elif p.is_dir():
+                _fsync_dir(p)
         _fsync_dir(tmp)
         if final.exists():
             shutil.rmtree(final)
@@ -230,11 +244,16 @@ def load_checkpoint(ckpt: Path, model: torch.nn.Module, optimizer: torch.optim.O
         options=StateDictOptions(strict=True, flatten_optimizer_state_dict=True),
     )
     trainer_state = load_trainer_state(ckpt)
+    restore_rng(trainer_state)
+    return trainer_state
+
+
+def restore_rng(trainer_state: dict[str, Any]) -> None:
+    """Set this rank's RNG states from a trainer state (no-op when the saving run had fewer ranks)."""
     rngs = trainer_state.get("rng_per_rank") or []
     rank = dist.get_rank() if dist.is_initialized() else 0
     if rank < len(rngs) and rngs[rank] is not None:
         set_rng_state(rngs[rank])
-    return trainer_state
 
 
 def load_model_weights(ckpt: Path, model: torch.nn.Module) -> None:

@@ -165,12 +165,13 @@ def uses_ddp(pc: ParallelConfig) -> bool:
     return z == 1 or (z == 0 and pc.dp_replicate > 1)
 
 
-def init_distributed(pc: ParallelConfig, device_name: str = "auto") -> DistEnv:
+def init_distributed(pc: ParallelConfig, device_name: str = "auto", force_group: bool = False) -> DistEnv:
     """Join (or create) the process group and build the device mesh for layout `pc`.
 
     Under torchrun: rank/world size from the environment; backend nccl on CUDA, gloo on CPU.
     Without a launcher: a plain single-process DistEnv, or a one-process group (in-memory store)
-    when the layout needs one (ZeRO/FSDP2/offload on one device).
+    when the layout needs one (ZeRO/FSDP2/offload on one device) or `force_group` is set (the
+    DeepSpeed engine always needs a process group).
 
     Raises:
         ValueError: the layout does not match the number of processes (see validate_layout).
@@ -182,7 +183,7 @@ def init_distributed(pc: ParallelConfig, device_name: str = "auto") -> DistEnv:
         rank, world, local_rank = 0, 1, 0
     validate_layout(pc, world)
     device = resolve_device(device_name, local_rank)
-    if world == 1 and not needs_process_group(pc) and not dist.is_initialized():
+    if world == 1 and not needs_process_group(pc) and not force_group and not dist.is_initialized():
         return DistEnv(device=device)
     if device.type == "cuda":
         torch.cuda.set_device(device)

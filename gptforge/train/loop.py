@@ -32,11 +32,12 @@ from gptforge.config import ModelConfig, RunConfig, to_dict
 from gptforge.data.loader import TokenStream, TrainBatches, eval_windows
 from gptforge.model.gpt import GPT, flops_per_token
 from gptforge.train import checkpoint as ckpt_lib
+from gptforge.train.backend import DeepSpeedBackend, TorchBackend
 from gptforge.train.loggers import MetricsWriter, Progress
 from gptforge.train import distributed as D
 from gptforge.train.mfu import Peak, device_peak
 from gptforge.train.optim import build_optimizer, lr_at
-from gptforge.train.parallelize import Parallelized, parallelize
+from gptforge.train.parallelize import Parallelized, apply_activation_checkpointing, apply_compile, parallelize
 
 IGNORE_INDEX = -100
 
@@ -107,7 +108,8 @@ def count_targets(micro_batches: list) -> int:
 def forward_backward(model: torch.nn.Module, micro_batches: list[tuple[torch.Tensor, torch.Tensor]],
                      loss_divisor: float, device: torch.device, precision: str = "fp32",
                      scaler: torch.amp.GradScaler | None = None,
-                     grad_sync: Callable[[bool], Any] | None = None) -> torch.Tensor:
+                     grad_sync: Callable[[bool], Any] | None = None,
+                     backward: Callable[[torch.Tensor, bool], None] | None = None) -> torch.Tensor:
     """Accumulate gradients of sum(token losses) / loss_divisor over the micro-batches.
 
     With loss_divisor = the step's total target-token count, the accumulated gradient equals that
@@ -119,6 +121,7 @@ def forward_backward(model: torch.nn.Module, micro_batches: list[tuple[torch.Ten
     Data parallel: pass loss_divisor = (global target count over all dp ranks) / dp, because DDP
     and FSDP2 average gradients over the dp ranks; `grad_sync(is_last)` gives the context of each
     backward (gradients are reduced across ranks on the last micro-batch only).
+    `backward(loss, is_last)` replaces `loss.backward()` (a backend's, e.g. DeepSpeed's engine).
 
     Returns: this rank's summed token loss in nats (0-dim, detached), for logging.
     """
@@ -133,7 +136,10 @@ def forward_backward(model: torch.nn.Module, micro_batches: list[tuple[torch.Ten
                 logits = model(x, **extra)
             ls = token_loss_sum(logits, y)
             scaled = ls / max(loss_divisor, 1e-12) if loss_divisor > 0 else ls
-            (scaler.scale(scaled) if scaler is not None else scaled).backward()
+            if backward is not None:
+                backward(scaled, i == n - 1)
+            else:
+                (scaler.scale(scaled) if scaler is not None else scaled).backward()
         loss_sum += ls.detach()
     return loss_sum
 
@@ -359,32 +365,28 @@ def train(cfg: RunConfig, data_dir: str | Path, run_dir: str | Path, resume: boo
     meta = load_meta(data_dir) if data is None else None
     if tc.num_threads:
         torch.set_num_threads(tc.num_threads)
+    ds_config = None
     if pc.backend == "deepspeed":
-        from gptforge.train.deepspeed_config import load_ds_config, translate
+        from gptforge.train.deepspeed_config import deepspeed_run_config
 
-        if not pc.deepspeed_config:
-            raise ValueError("parallel.backend=deepspeed needs parallel.deepspeed_config (a DeepSpeed JSON file)")
-        world = int(os.environ.get("WORLD_SIZE", 1))
         # Conflicts between the file and gptforge's config are reported before anything starts.
-        translate(load_ds_config(pc.deepspeed_config), cfg, world, source=str(pc.deepspeed_config))
-        raise ValueError("parallel.backend=deepspeed: the config translates cleanly, but this gptforge version "
-                         "does not run the DeepSpeed engine yet; use the torch backend, whose parallel.zero_stage "
-                         "1/2/3 and parallel.offload map the same settings (docs/distributed.md)")
-    if D.launched_by_torchrun() or D.needs_process_group(pc):
+        cfg, ds_config, env_pc = deepspeed_run_config(cfg, int(os.environ.get("WORLD_SIZE", 1)))
+        env = D.init_distributed(env_pc, tc.device, force_group=True)
+    elif D.launched_by_torchrun() or D.needs_process_group(pc):
         env = D.init_distributed(pc, tc.device)
     else:
         D.validate_layout(pc, 1)
         env = D.DistEnv(device=pick_device(tc.device))
     try:
         return _train(cfg, env, meta, data_dir, run_dir, resume, progress, log,
-                      model_factory, data, config_extra, on_save)
+                      model_factory, data, config_extra, on_save, ds_config=ds_config)
     finally:
         D.shutdown(env)
 
 
 def _train(cfg: RunConfig, env: D.DistEnv, meta: dict | None, data_dir: Path, run_dir: Path, resume: bool,
            progress: bool, log: Callable[[str], None] | None, model_factory=None, data=None,
-           config_extra: dict[str, Any] | None = None, on_save=None) -> TrainResult:
+           config_extra: dict[str, Any] | None = None, on_save=None, ds_config: dict | None = None) -> TrainResult:
     tc, mc_in, pc = cfg.train, cfg.model, cfg.parallel
     device = env.device
     main = env.is_main
@@ -408,9 +410,9 @@ def _train(cfg: RunConfig, env: D.DistEnv, meta: dict | None, data_dir: Path, ru
     run_dir.mkdir(parents=True, exist_ok=True)
     ckpt_root = run_dir / "checkpoints"
     zero = D.effective_zero_stage(pc)
-    layout = {"world_size": env.world_size, "dp": pc.dp, "tp": pc.tp, "pp": pc.pp, "zero_stage": zero}
+    layout = {"world_size": env.world_size, "dp": env.dp_size, "tp": pc.tp, "pp": pc.pp, "zero_stage": zero}
     config_yaml = run_config_yaml(cfg, data_dir, {"layout": layout, **(config_extra or {})})
-    if tc.precision == "fp16" and (zero in (2, 3) or pc.tp > 1 or pc.pp > 1):
+    if tc.precision == "fp16" and ds_config is None and (zero in (2, 3) or pc.tp > 1 or pc.pp > 1):
         raise ValueError("train.precision=fp16 needs a gradient scaler, which gptforge supports with a single "
                          "process, DDP and ZeRO-1 only; use bf16 with FSDP2/ZeRO-2/3, tp or pp")
 
@@ -419,13 +421,21 @@ def _train(cfg: RunConfig, env: D.DistEnv, meta: dict | None, data_dir: Path, ru
     model = model_factory(mc) if model_factory is not None else GPT(mc)
     n_params = model.num_params()
     pp_loss = PipelineLoss()
-    par = parallelize(model, tc, pc, env, pp_loss_fn=pp_loss)
+    engine: TorchBackend | DeepSpeedBackend
+    if ds_config is not None:
+        apply_activation_checkpointing(model, tc.activation_checkpointing)
+        if tc.compile:
+            apply_compile(model)
+        engine = DeepSpeedBackend(model, ds_config, tc.weight_decay, env)
+        par = Parallelized(module=engine.module, core=engine.core, zero_stage=engine.zero_stage)
+    else:
+        par = parallelize(model, tc, pc, env, pp_loss_fn=pp_loss)
+        zero_group = env.group("dp") if par.zero_stage == 1 else None
+        optimizer = build_optimizer(par.core, tc, device.type, zero_group=zero_group)
+        scaler = torch.amp.GradScaler(device.type) if tc.precision == "fp16" else None
+        engine = TorchBackend(par, optimizer, scaler, env, tc.precision)
     core = par.core
     core.train()
-    zero_group = env.group("dp") if par.zero_stage == 1 else None
-    optimizer = build_optimizer(core, tc, device.type, zero_group=zero_group)
-    state_optimizer = optimizer.optim if zero_group is not None else optimizer
-    scaler = torch.amp.GradScaler(device.type) if tc.precision == "fp16" else None
 
     val_stream, val_offsets, train_stream = None, None, None
     if data is not None:
@@ -460,9 +470,7 @@ def _train(cfg: RunConfig, env: D.DistEnv, meta: dict | None, data_dir: Path, ru
                 f"train.gradient_accumulation_steps {tc.gradient_accumulation_steps} x dp {env.dp_size}); set "
                 "them so the product matches to continue the same data order"
             )
-        state.update(ckpt_lib.load_checkpoint(found, core, state_optimizer))
-        if scaler is not None and state.get("scaler"):
-            scaler.load_state_dict(state["scaler"])
+        state.update(engine.load(found))
     if main:
         ckpt_lib.atomic_write_text(run_dir / "config.yaml", config_yaml)
         if data is None and (data_dir / "tokenizer.json").exists():  # a run directory is self-contained for inference
@@ -479,9 +487,13 @@ def _train(cfg: RunConfig, env: D.DistEnv, meta: dict | None, data_dir: Path, ru
         + (f" ({peak.flops_per_second / 1e9:,.0f} GFLOP/s)" if peak.flops_per_second else ""))
 
     if env.distributed:
-        say(f"layout: {env.world_size} processes; dp {pc.dp} (replicate {pc.dp_replicate} x shard {pc.dp_shard}), "
-            f"tp {pc.tp}, pp {pc.pp}" + (f" ({pc.pp_schedule}, {par.n_microbatches} micro-batches)" if pc.pp > 1 else "")
-            + f"; ZeRO stage {zero}")
+        if ds_config is not None:
+            say(f"layout: {env.world_size} processes, all data parallel; DeepSpeed engine, ZeRO stage {zero}")
+        else:
+            say(f"layout: {env.world_size} processes; dp {pc.dp} (replicate {pc.dp_replicate} x shard {pc.dp_shard}), "
+                f"tp {pc.tp}, pp {pc.pp}"
+                + (f" ({pc.pp_schedule}, {par.n_microbatches} micro-batches)" if pc.pp > 1 else "")
+                + f"; ZeRO stage {zero}")
     # Every run checks the planner: its prediction goes beside the measured peak in every row.
     try:
         from gptforge.plan.planner import predict_peak_memory_bytes
@@ -494,15 +506,12 @@ def _train(cfg: RunConfig, env: D.DistEnv, meta: dict | None, data_dir: Path, ru
         if main else _NullWriter()
     bar = Progress(tc.max_steps, state["step"], enabled=progress and main)
     history: list[dict] = []
-    params = [p for p in core.parameters() if p.requires_grad]
     stopped, bad_in_row, last_loss, last_val = "max_steps", 0, None, None
     start_step = state["step"]
 
     def save(step: int, best: bool = False) -> None:
-        st = dict(state, scaler=scaler.state_dict() if scaler is not None else None,
-                  data={"seed": tc.seed, "step": step, "global_batch_size": batches.global_batch_size})
-        path = ckpt_lib.save_checkpoint(ckpt_root, step, core, state_optimizer, st, config_yaml,
-                                        keep=tc.keep_checkpoints, mark_best=best)
+        st = dict(state, data={"seed": tc.seed, "step": step, "global_batch_size": batches.global_batch_size})
+        path = engine.save(ckpt_root, step, st, config_yaml, keep=tc.keep_checkpoints, best=best)
         if on_save is not None and main:
             on_save(step, path)
 
@@ -511,8 +520,7 @@ def _train(cfg: RunConfig, env: D.DistEnv, meta: dict | None, data_dir: Path, ru
             for step in range(start_step, tc.max_steps):
                 t0 = time.perf_counter()
                 lr = lr_at(step, tc)
-                for g in optimizer.param_groups:
-                    g["lr"] = lr
+                engine.set_lr(lr)
                 micro = batches.micro_batches(step)
                 n_local = count_targets(micro)
                 # Every tp and pp rank of a dp rank reads the same slice: count each slice once.
@@ -523,25 +531,14 @@ def _train(cfg: RunConfig, env: D.DistEnv, meta: dict | None, data_dir: Path, ru
                 if par.schedule is not None:
                     loss_sum = pipeline_forward_backward(par, pp_loss, micro, divisor, device, tc.precision)
                 else:
-                    loss_sum = forward_backward(par.module, micro, divisor, device, tc.precision, scaler,
-                                                grad_sync=par.grad_sync if env.distributed else None)
-                if scaler is not None:
-                    scaler.unscale_(optimizer)
-                max_norm = tc.grad_clip if tc.grad_clip > 0 else float("inf")
-                if env.distributed:
-                    grad_norm = D.clip_grad_norm(params, max_norm, env)
-                else:
-                    grad_norm = float(torch.nn.utils.clip_grad_norm_(params, max_norm))
+                    loss_sum = forward_backward(par.module, micro, divisor, device, engine.autocast_precision,
+                                                grad_sync=engine.grad_sync, backward=engine.backward)
+                grad_norm = engine.clip(tc.grad_clip if tc.grad_clip > 0 else float("inf"))
                 # Loss sums live on the last pp stage of each dp rank, repeated on its tp ranks.
                 (total_loss,) = env.all_reduce_sum([float(loss_sum)])
                 loss = total_loss / env.tp_size / max(n_tokens, 1)
                 finite = math.isfinite(loss) and math.isfinite(grad_norm)
-                if scaler is not None:
-                    scaler.step(optimizer)  # skips the step itself on inf/nan gradients
-                    scaler.update()
-                elif finite:
-                    optimizer.step()
-                optimizer.zero_grad(set_to_none=True)
+                skipped = engine.step(finite)
                 if device.type == "cuda":
                     torch.cuda.synchronize(device)
                 dt = time.perf_counter() - t0
@@ -555,9 +552,9 @@ def _train(cfg: RunConfig, env: D.DistEnv, meta: dict | None, data_dir: Path, ru
                 state["tokens_seen"] += tokens_per_step
                 state["elapsed_seconds"] += dt
                 # Under fp16 the scaler's own skipped steps are routine; only a bad loss counts there.
-                bad = not math.isfinite(loss) if scaler is not None else not finite
+                bad = not math.isfinite(loss) if engine.has_loss_scaler else not finite
                 bad_in_row = bad_in_row + 1 if bad else 0
-                state["skipped_steps"] = state.get("skipped_steps", 0) + int(not finite)
+                state["skipped_steps"] = state.get("skipped_steps", 0) + int(skipped)
                 tps = tokens_per_step / dt
                 row: dict[str, Any] = {
                     "step": done, "loss": loss, "lr": lr, "grad_norm": grad_norm,
@@ -566,7 +563,7 @@ def _train(cfg: RunConfig, env: D.DistEnv, meta: dict | None, data_dir: Path, ru
                     "peak_memory_bytes": max(r[2] for r in stats) if mem is not None else None,
                     "predicted_memory_bytes": predicted_mem,
                     "tokens_seen": state["tokens_seen"], "step_seconds": dt,
-                    "elapsed_seconds": state["elapsed_seconds"], "skipped": not finite,
+                    "elapsed_seconds": state["elapsed_seconds"], "skipped": skipped,
                 }
                 if env.world_size > 1:
                     row["tokens_per_second_rank_min"] = min(r[0] for r in stats)
@@ -596,7 +593,7 @@ def _train(cfg: RunConfig, env: D.DistEnv, meta: dict | None, data_dir: Path, ru
                                                      device, tc.precision, env)
                     else:
                         last_val = evaluate_windows(par.module, val_stream, val_offsets, mc.block_size,
-                                                    tc.micro_batch_size, device, tc.precision)
+                                                    tc.micro_batch_size, device, engine.autocast_precision)
                     row["val_loss"] = last_val
                     if state["best_val_loss"] is None or last_val < state["best_val_loss"]:
                         state["best_val_loss"], state["evals_since_best"], new_best = last_val, 0, True

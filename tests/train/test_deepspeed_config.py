@@ -57,6 +57,8 @@ def test_batch_size_arithmetic_and_refused_keys():
         translate({"zero_optimization": {"stage": 2, "offload_param": {"device": "cpu"}}}, _cfg(), world_size=1)
     with pytest.raises(ValueError, match="both true"):
         translate({"fp16": {"enabled": True}, "bf16": {"enabled": True}}, _cfg(), world_size=1)
+    with pytest.raises(ValueError, match="needs zero_optimization.stage 1, 2 or 3"):
+        translate({"bf16": {"enabled": True}}, _cfg(), world_size=1)
     with pytest.raises(ValueError, match="not supported; use AdamW"):
         translate({"optimizer": {"type": "Lamb"}}, _cfg(), world_size=1)
 
@@ -71,3 +73,20 @@ def test_load_ds_config_errors(tmp_path):
     good = tmp_path / "ds.json"
     good.write_text(json.dumps(DS))
     assert load_ds_config(good)["train_batch_size"] == 32
+
+
+def test_deepspeed_run_config_layout(tmp_path):
+    from gptforge.train.deepspeed_config import deepspeed_run_config
+
+    with pytest.raises(ValueError, match="needs parallel.deepspeed_config"):
+        deepspeed_run_config(_cfg(), 2)
+    f = tmp_path / "ds.json"
+    f.write_text(json.dumps({"zero_optimization": {"stage": 2}, "train_micro_batch_size_per_gpu": 4}))
+    cfg = RunConfig(model=ModelConfig(), train=TrainConfig(),
+                    parallel=ParallelConfig(backend="deepspeed", deepspeed_config=str(f), dp_shard=4))
+    with pytest.raises(ValueError, match="every process is a data-parallel rank"):
+        deepspeed_run_config(cfg, 2)
+    cfg.parallel.dp_shard = 1
+    merged, ds, env_pc = deepspeed_run_config(cfg, 2)
+    assert merged.parallel.zero_stage == 2 and merged.train.micro_batch_size == 4
+    assert ds["train_batch_size"] == 8 and env_pc.dp_replicate == 2 and env_pc.world_size == 2
