@@ -10,6 +10,8 @@ import sys
 import warnings
 from pathlib import Path
 
+from gptforge.atomic import default_mode, fsync_file
+
 DESCRIPTION = """Write one consolidated model file from a training checkpoint, whatever layout and
 number of ranks wrote it. Runs in one process on the CPU: it needs the model's size in RAM, not
 the GPUs that trained it.
@@ -83,8 +85,8 @@ def export(ckpt: Path, out: Path, fmt: str) -> dict:
             save_file(tensors, str(tmp), metadata=meta)
             summary = {"format": "safetensors", "tensors": len(tensors),
                        "parameters": sum(t.numel() for t in tensors.values())}
-        with open(tmp, "rb") as f:
-            os.fsync(f.fileno())
+        default_mode(tmp)
+        fsync_file(tmp)
         os.replace(tmp, out)
     finally:
         if tmp.exists():

@@ -42,6 +42,8 @@ from typing import Any
 
 import numpy as np
 
+from gptforge.atomic import atomic_write_json as _atomic_write_json
+
 from gptforge.data.normalize import NormalizeStats, normalize_documents
 from gptforge.data.pipeline import Recipe, StepStats, apply_steps, build_recipe
 from gptforge.data.readers import Document, ReadStats, read_documents, source_size
@@ -60,18 +62,8 @@ WORK_FORMAT_VERSION = 1
 # --------------------------------------------------------------------------------------------
 
 
-def atomic_write_bytes(path: Path, data: bytes) -> None:
-    """Write `data` to `path` via a temporary file, fsync and rename (a kill leaves no half file)."""
-    tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex[:8]}.tmp")
-    with open(tmp, "wb") as f:
-        f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-
-
 def atomic_write_json(path: Path, obj: Any) -> None:
-    atomic_write_bytes(path, (json.dumps(obj, indent=1, ensure_ascii=False) + "\n").encode("utf-8"))
+    _atomic_write_json(path, obj, indent=1)
 
 
 def atomic_save_npy(path: Path, array: np.ndarray) -> None:

@@ -94,7 +94,7 @@ def build_report(*, cfg, recipe, files, shards, read, normalize, steps, dedup, b
 
 def write_report(out_dir: Path, report: dict[str, Any]) -> None:
     """Write `report.json` and `report.html` into `out_dir` (atomically each)."""
-    from gptforge.data.curate import atomic_write_bytes
+    from gptforge.atomic import atomic_write_bytes
 
     atomic_write_bytes(Path(out_dir) / "report.json",
                        (json.dumps(report, indent=1, ensure_ascii=False) + "\n").encode("utf-8"))

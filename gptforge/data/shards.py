@@ -37,6 +37,8 @@ from typing import Any
 
 import numpy as np
 
+from gptforge.atomic import atomic_write_json, fsync_dir
+
 from gptforge.data.tokenizer import Tokenizer
 
 FORMAT = "gptforge-shards"
@@ -49,29 +51,6 @@ DEFAULT_MAX_SHARD_BYTES = 1 << 30
 def dtype_for_vocab(vocab_size: int) -> np.dtype:
     """Little-endian uint16 when every id fits (vocab_size <= 65536), else uint32."""
     return np.dtype("<u2") if vocab_size <= 1 << 16 else np.dtype("<u4")
-
-
-def _fsync_dir(path: Path) -> None:
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
-
-
-def _write_json_atomic(path: Path, obj: Any) -> None:
-    tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex[:8]}.tmp")
-    with open(tmp, "w", encoding="utf-8") as f:
-        json.dump(obj, f, indent=2, ensure_ascii=False)
-        f.write("\n")
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
 
 
 class ShardWriter:
@@ -191,10 +170,10 @@ class ShardWriter:
             "prepare_config": prepare_config or {},
             "gptforge_version": __version__,
         }
-        _write_json_atomic(self.tmp_dir / "meta.json", meta)
+        atomic_write_json(self.tmp_dir / "meta.json", meta)
         if before_move is not None:
             before_move(self.tmp_dir, meta)
-        _fsync_dir(self.tmp_dir)
+        fsync_dir(self.tmp_dir)
         self._move_into_place()
         self._done = True
         return meta
@@ -210,7 +189,7 @@ class ShardWriter:
             else:
                 raise FileExistsError(f"output folder {self.out_dir} appeared while writing; not replaced")
         os.rename(self.tmp_dir, self.out_dir)
-        _fsync_dir(self.out_dir.parent)
+        fsync_dir(self.out_dir.parent)
         if old is not None:
             shutil.rmtree(old, ignore_errors=True)
 

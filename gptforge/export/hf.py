@@ -19,6 +19,8 @@ from pathlib import Path
 
 import torch
 
+from gptforge.atomic import default_mode, fsync_dir, fsync_file
+
 from gptforge.config import ModelConfig
 from gptforge.model.hf import config_to_hf, state_dict_to_hf
 
@@ -37,19 +39,6 @@ def _fsync_write(path: Path, data: bytes) -> None:
         f.write(data)
         f.flush()
         os.fsync(f.fileno())
-
-
-def _fsync_dir(path: Path) -> None:
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
 
 
 def _json_bytes(obj) -> bytes:
@@ -162,7 +151,7 @@ def save_hf(
         _fsync_write(tmp / "generation_config.json", _json_bytes(generation_config))
         for name, data in tok_files.items():
             _fsync_write(tmp / name, data)
-        _fsync_dir(tmp)
+        fsync_dir(tmp)
         if out_dir.exists():
             old = out_dir.parent / f".{out_dir.name}.old-{os.getpid()}"
             out_dir.rename(old)
@@ -170,7 +159,7 @@ def save_hf(
             shutil.rmtree(old, ignore_errors=True)
         else:
             tmp.rename(out_dir)
-        _fsync_dir(out_dir.parent)
+        fsync_dir(out_dir.parent)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
@@ -183,7 +172,8 @@ def _write_weights(hf_sd: dict[str, torch.Tensor], folder: Path, max_shard_bytes
     meta = {"format": "pt"}
     if total <= max_shard_bytes:
         save_file(hf_sd, str(folder / "model.safetensors"), metadata=meta)
-        _fsync_path(folder / "model.safetensors")
+        default_mode(folder / "model.safetensors")
+        fsync_file(folder / "model.safetensors")
         return
     shards: list[dict[str, torch.Tensor]] = [{}]
     size = 0
@@ -198,12 +188,9 @@ def _write_weights(hf_sd: dict[str, torch.Tensor], folder: Path, max_shard_bytes
     for i, shard in enumerate(shards, 1):
         fname = f"model-{i:05d}-of-{len(shards):05d}.safetensors"
         save_file(shard, str(folder / fname), metadata=meta)
-        _fsync_path(folder / fname)
+        default_mode(folder / fname)
+        fsync_file(folder / fname)
         weight_map.update({name: fname for name in shard})
     index = {"metadata": {"total_size": total}, "weight_map": weight_map}
     _fsync_write(folder / "model.safetensors.index.json", _json_bytes(index))
 
-
-def _fsync_path(path: Path) -> None:
-    with open(path, "rb+") as f:
-        os.fsync(f.fileno())

@@ -33,6 +33,8 @@ from torch.distributed.checkpoint.state_dict import (
     set_state_dict,
 )
 
+from gptforge.atomic import atomic_write_text, fsync_dir  # noqa: E402,F401  (atomic_write_text is used by callers)
+
 STATE_FILE = "trainer_state.pt"
 
 # Optimizer states keyed per parameter name ("state.<fqn>.exp_avg", "param_groups.<fqn>.lr"), not
@@ -48,31 +50,6 @@ def _is_main() -> bool:
 def _barrier() -> None:
     if dist.is_initialized():
         dist.barrier()
-
-
-def atomic_write_text(path: Path, text: str) -> None:
-    """Write `text` to `path` via a temp file, fsync and rename (readers see old or new, never half)."""
-    path = Path(path)
-    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
-    with open(tmp, "w") as f:
-        f.write(text)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-    _fsync_dir(path.parent)
-
-
-def _fsync_dir(path: Path) -> None:
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
 
 
 def rng_state() -> dict[str, Any]:
@@ -154,12 +131,12 @@ def save_checkpoint(ckpt_root: Path, step: int, model: torch.nn.Module, optimize
                 with open(p, "rb") as f:
                     os.fsync(f.fileno())
             elif p.is_dir():
-                _fsync_dir(p)
-        _fsync_dir(tmp)
+                fsync_dir(p)
+        fsync_dir(tmp)
         if final.exists():
             shutil.rmtree(final)
         os.replace(tmp, final)
-        _fsync_dir(ckpt_root)
+        fsync_dir(ckpt_root)
         atomic_write_text(ckpt_root / "latest", final.name + "\n")
         if mark_best:
             atomic_write_text(ckpt_root / "best", final.name + "\n")

@@ -28,6 +28,8 @@ from pathlib import Path
 
 import numpy as np
 import torch
+
+from gptforge.atomic import atomic_copy, atomic_write_text
 import yaml
 
 from gptforge.config import FinetuneConfig, ModelConfig, from_dict
@@ -397,23 +399,6 @@ def merge_for_export(model: torch.nn.Module) -> int:
 # Run directory
 
 
-def _copy_atomic(src: Path, dst: Path) -> None:
-    tmp = dst.with_name(f".{dst.name}.tmp{os.getpid()}")
-    shutil.copyfile(src, tmp)
-    with open(tmp, "rb+") as f:
-        os.fsync(f.fileno())
-    os.replace(tmp, dst)
-
-
-def _write_atomic(dst: Path, text: str) -> None:
-    tmp = dst.with_name(f".{dst.name}.tmp{os.getpid()}")
-    with open(tmp, "w") as f:
-        f.write(text)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, dst)
-
-
 def write_export_inputs(run_dir: Path, source: dict, chat_template: Path | None = None) -> None:
     """Copy the tokenizer files and write hf_config.json / generation_config.json into run_dir."""
     from gptforge.export.hf import TOKENIZER_FILES
@@ -423,13 +408,13 @@ def write_export_inputs(run_dir: Path, source: dict, chat_template: Path | None 
     if tok_dir is not None:
         for name in TOKENIZER_FILES:
             if (Path(tok_dir) / name).is_file() and Path(tok_dir).resolve() != run_dir.resolve():
-                _copy_atomic(Path(tok_dir) / name, run_dir / name)
+                atomic_copy(Path(tok_dir) / name, run_dir / name)
     if chat_template is not None:
-        _copy_atomic(chat_template, run_dir / "chat_template.jinja")
+        atomic_copy(chat_template, run_dir / "chat_template.jinja")
     if source.get("hf_config") is not None:
-        _write_atomic(run_dir / "hf_config.json", json.dumps(source["hf_config"], indent=2) + "\n")
+        atomic_write_text(run_dir / "hf_config.json", json.dumps(source["hf_config"], indent=2) + "\n")
     if source.get("generation_config") is not None:
-        _write_atomic(run_dir / "generation_config.json", json.dumps(source["generation_config"], indent=2) + "\n")
+        atomic_write_text(run_dir / "generation_config.json", json.dumps(source["generation_config"], indent=2) + "\n")
 
 
 def load_chat_tokenizer(folder: Path, chat_template: Path | None = None):

@@ -1,0 +1,84 @@
+"""Crash-safe file writes shared by every stage: temp file, fsync, rename.
+
+A reader (or a resumed job) sees either the old file or the complete new one, never half of it.
+Files get the usual permissions (0666 minus the umask), also when a library wrote them with a
+private mode (safetensors writes 0600), so exported models are readable by a serving process.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import uuid
+from pathlib import Path
+from typing import Any
+
+
+def _tmp_name(path: Path) -> Path:
+    return path.with_name(f".{path.name}.{uuid.uuid4().hex[:8]}.tmp")
+
+
+def fsync_dir(path: str | Path) -> None:
+    """fsync a directory so that renames inside it survive a power loss (no-op where unsupported)."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def fsync_file(path: str | Path) -> None:
+    with open(path, "rb") as f:
+        os.fsync(f.fileno())
+
+
+def default_mode(path: str | Path) -> None:
+    """Give `path` the permissions a plain `open()` would: 0666 minus the process umask."""
+    umask = os.umask(0)
+    os.umask(umask)
+    os.chmod(path, 0o666 & ~umask)
+
+
+def atomic_write_bytes(path: str | Path, data: bytes) -> None:
+    """Write `data` to `path` through a temp file in the same folder, fsync, rename, fsync the folder."""
+    path = Path(path)
+    tmp = _tmp_name(path)
+    try:
+        with open(tmp, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    finally:
+        if tmp.exists():
+            tmp.unlink()
+    fsync_dir(path.parent)
+
+
+def atomic_write_text(path: str | Path, text: str) -> None:
+    """UTF-8 text version of `atomic_write_bytes`."""
+    atomic_write_bytes(path, text.encode("utf-8"))
+
+
+def atomic_write_json(path: str | Path, obj: Any, indent: int = 2) -> None:
+    """`obj` as JSON (UTF-8, not ASCII-escaped, trailing newline) via `atomic_write_bytes`."""
+    atomic_write_bytes(path, (json.dumps(obj, indent=indent, ensure_ascii=False) + "\n").encode("utf-8"))
+
+
+def atomic_copy(src: str | Path, dst: str | Path) -> None:
+    """Copy `src` to `dst` atomically (temp copy, fsync, rename)."""
+    dst = Path(dst)
+    tmp = _tmp_name(dst)
+    try:
+        shutil.copyfile(src, tmp)
+        fsync_file(tmp)
+        os.replace(tmp, dst)
+    finally:
+        if tmp.exists():
+            tmp.unlink()
