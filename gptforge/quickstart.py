@@ -10,6 +10,7 @@ The number of optimizer steps is set from a measured step time so that the learn
 
 from __future__ import annotations
 
+import shutil
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -91,11 +92,13 @@ def run_quickstart(out: Path, minutes: float = 10.0, vocab_size: int = 4096, pre
     files = stdlib_files()
     if max_files:
         files = files[:: max(1, len(files) // max_files)][:max_files]
-    if (data_dir / "meta.json").exists() and load_meta(data_dir)["vocab_size"] == vocab_size:
-        log(f"[1/4] reusing the prepared corpus in {data_dir}")
+    inputs = [str(f) for f in files]
+    old = load_meta(data_dir) if (data_dir / "meta.json").exists() else None
+    if old and old["vocab_size"] == vocab_size and old.get("prepare_config", {}).get("inputs") == inputs:
+        log(f"[1/4] reusing the prepared corpus in {data_dir} (same files and vocabulary)")
     else:
         log(f"[1/4] preparing {len(files)} standard-library source files -> {data_dir}")
-        prepare(PrepareConfig(inputs=[str(f) for f in files], out=str(data_dir), vocab_size=vocab_size,
+        prepare(PrepareConfig(inputs=inputs, out=str(data_dir), vocab_size=vocab_size,
                               val_fraction=0.02, seed=1337, workers=workers, overwrite=True, recipe="code"),
                 show_progress=progress)
     meta = load_meta(data_dir)
@@ -110,6 +113,9 @@ def run_quickstart(out: Path, minutes: float = 10.0, vocab_size: int = 4096, pre
                      eval_steps=8, checkpoint_interval=max(50, max_steps // 4), seed=1337)
     log(f"[2/4] training {preset} (block_size {block_size}, batch {micro_batch_size}) for {max_steps} steps: "
         f"{step_s:.3f} s/step measured, about {max_steps * step_s / 60:.1f} min")
+    if run_dir.exists():  # the quickstart's own folder: a rerun starts a fresh run
+        log(f"      replacing the previous quickstart run in {run_dir}")
+        shutil.rmtree(run_dir)
     t0 = time.perf_counter()
     result = train(RunConfig(model=model_cfg, train=tc), data_dir, run_dir, progress=progress, log=log)
     train_seconds = time.perf_counter() - t0

@@ -44,6 +44,13 @@ def main(argv: list[str]) -> int:
             from gptforge.data.shards import load_meta
 
             meta = load_meta(args.data)
+            run_tok = (doc.get("data") or {}).get("tokenizer_sha256")
+            if run_tok and meta.get("tokenizer_sha256") and run_tok != meta["tokenizer_sha256"]:
+                raise ValueError(
+                    f"{args.data} was tokenized with another tokenizer (sha256 {meta['tokenizer_sha256'][:12]}) "
+                    f"than the model was trained with ({run_tok[:12]}); evaluate on data prepared with "
+                    "--tokenizer RUN_DIR/tokenizer.json, or use --text FILE"
+                )
             split = meta["splits"].get(args.split)
             if not split or not split.get("tokens"):
                 raise ValueError(f"{Path(args.data) / 'meta.json'}: split {args.split!r} is empty")

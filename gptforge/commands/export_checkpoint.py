@@ -30,6 +30,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--format", choices=("safetensors", "torch"), default="safetensors",
                    help="safetensors: model weights (default); torch: model + optimizer, one torch.save file.")
     p.add_argument("--best", action="store_true", help="Use checkpoints/best instead of latest.")
+    p.add_argument("--overwrite", action="store_true", help="Replace an existing --out file.")
     return p
 
 
@@ -100,9 +101,11 @@ def main(argv: list[str]) -> int:
     from gptforge.train.checkpoint import find_checkpoint
 
     try:
+        if Path(args.out).exists() and not args.overwrite:
+            raise FileExistsError(f"{args.out} exists; pass --overwrite to replace it")
         ckpt = find_checkpoint(args.checkpoint, "best" if args.best else "latest")
         summary = export(ckpt, Path(args.out), args.format)
-    except (FileNotFoundError, ValueError) as e:
+    except (FileNotFoundError, FileExistsError, ValueError) as e:
         print(f"gptforge export-checkpoint: error: {e}", file=sys.stderr)
         return 1
     extra = f", {summary['tensors']} tensors, {summary['parameters']:,} values" if "tensors" in summary else ""

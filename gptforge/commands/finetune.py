@@ -63,6 +63,8 @@ def _resume_argv(argv: list[str]) -> list[str]:
         raise SystemExit(2)
     doc = yaml.safe_load(saved.read_text()) or {}
     base = {k: doc[k] for k in SECTIONS if k in doc}
+    # A saved stop_at_step was for the interrupted session, not for the continuation.
+    base.get("train", {})["stop_at_step"] = 0
     tmp = tempfile.NamedTemporaryFile("w", suffix=".yaml", delete=False)
     yaml.safe_dump(base, tmp)
     tmp.close()
@@ -167,11 +169,9 @@ def main(argv: list[str]) -> int:
     try:
         result = run(fc, cfg, ns.source, ns.data, ns.out, resume=ns.resume, progress=not ns.quiet,
                      log=lambda m: console.print(m, highlight=False))
-    except (FileNotFoundError, ValueError, RuntimeError) as e:
+    except (FileNotFoundError, FileExistsError, ValueError, RuntimeError) as e:
         print(f"gptforge finetune: error: {e}", file=sys.stderr)
         return 1
-    val = f", val loss {result.val_loss:.4f}" if result.val_loss is not None else ""
-    train_loss = f"{result.train_loss:.4f}" if result.train_loss is not None else "n/a"
-    console.print(f"stopped ({result.stopped}) at step {result.step}: train loss {train_loss}{val}; "
-                  f"run directory {result.run_dir}", highlight=False)
-    return 0
+    from gptforge.commands.pretrain import report
+
+    return report(console, result)

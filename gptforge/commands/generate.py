@@ -28,7 +28,16 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str]) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.temperature < 0:
+        parser.error(f"--temperature must be >= 0 (0 is greedy), got {args.temperature}")
+    if args.top_p is not None and not 0 < args.top_p <= 1:
+        parser.error(f"--top-p must be in (0, 1], got {args.top_p}")
+    if args.top_k is not None and args.top_k < 1:
+        parser.error(f"--top-k must be >= 1, got {args.top_k}")
+    if args.max_new_tokens < 0 or args.num_samples < 1:
+        parser.error("--max-new-tokens must be >= 0 and --num-samples >= 1")
     import torch
 
     from gptforge.data.tokenizer import Tokenizer

@@ -45,6 +45,8 @@ def _resume_argv(argv: list[str]) -> list[str]:
         raise SystemExit(2)
     doc = yaml.safe_load(saved.read_text())
     base = {k: doc[k] for k in ("model", "train", "parallel") if k in doc}
+    # A saved stop_at_step was for the interrupted session, not for the continuation.
+    base.get("train", {})["stop_at_step"] = 0
     tmp = tempfile.NamedTemporaryFile("w", suffix=".yaml", delete=False)
     yaml.safe_dump(base, tmp)
     tmp.close()
@@ -70,11 +72,21 @@ def main(argv: list[str]) -> int:
     try:
         result = train(cfg, ns.data, ns.out, resume=ns.resume, progress=not ns.quiet,
                        log=lambda m: console.print(m, highlight=False))
-    except (FileNotFoundError, ValueError, RuntimeError) as e:
+    except (FileNotFoundError, FileExistsError, ValueError, RuntimeError) as e:
         print(f"gptforge pretrain: error: {e}", file=sys.stderr)
         return 1
+    return report(console, result)
+
+
+def report(console, result) -> int:
+    """Print how a run ended; the exit code is 128 + signal for a run stopped by SIGINT/SIGTERM
+    (as a shell reports a killed program), so schedulers can tell it from a finished run."""
+    if not result.history and result.stopped == "max_steps":
+        console.print(f"nothing to do: {result.run_dir} is already at train.max_steps ({result.step}); "
+                      "raise --train.max_steps to train further", highlight=False)
+        return 0
     val = f", val loss {result.val_loss:.4f}" if result.val_loss is not None else ""
     train_loss = f"{result.train_loss:.4f}" if result.train_loss is not None else "n/a"
     console.print(f"stopped ({result.stopped}) at step {result.step}: train loss {train_loss}{val}; "
                   f"run directory {result.run_dir}", highlight=False)
-    return 0
+    return 128 + int(result.signal) if result.signal else 0

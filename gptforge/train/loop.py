@@ -250,7 +250,9 @@ def run_config_yaml(cfg: RunConfig, data_dir: Path, extra: dict[str, Any] | None
     if Path(data_dir).is_file():
         doc["data"] = {"path": str(data_dir), "sha256": file_sha256(Path(data_dir))}
     else:
-        doc["data"] = {"path": str(data_dir), "meta_sha256": file_sha256(Path(data_dir) / "meta.json")}
+        meta_path = Path(data_dir) / "meta.json"
+        doc["data"] = {"path": str(data_dir), "meta_sha256": file_sha256(meta_path),
+                       "tokenizer_sha256": json.loads(meta_path.read_text()).get("tokenizer_sha256")}
     doc["versions"] = {"gptforge": gptforge.__version__, "torch": str(torch.__version__), "git_commit": git_commit()}
     if extra:
         doc.update(extra)
@@ -279,6 +281,8 @@ class TrainResult:
     stopped: str
     tokens_seen: int
     history: list[dict] = field(default_factory=list)
+    signal: int | None = None
+    """The signal (SIGINT 2, SIGTERM 15) that stopped the run, when one did."""
 
 
 class _StopFlag:
@@ -407,8 +411,13 @@ def _train(cfg: RunConfig, env: D.DistEnv, meta: dict | None, data_dir: Path, ru
         )
     cfg = RunConfig(model=mc, train=tc, parallel=pc)
 
-    run_dir.mkdir(parents=True, exist_ok=True)
     ckpt_root = run_dir / "checkpoints"
+    if not resume and ((run_dir / "metrics.jsonl").exists() or any(ckpt_root.glob("step_*"))):
+        raise FileExistsError(
+            f"{run_dir} already holds a run (metrics.jsonl / checkpoints): continue it with --resume, "
+            "or give a new --out; gptforge never mixes two runs in one directory"
+        )
+    run_dir.mkdir(parents=True, exist_ok=True)
     zero = D.effective_zero_stage(pc)
     layout = {"world_size": env.world_size, "dp": env.dp_size, "tp": pc.tp, "pp": pc.pp, "zero_stage": zero}
     config_yaml = run_config_yaml(cfg, data_dir, {"layout": layout, **(config_extra or {})})
@@ -454,14 +463,30 @@ def _train(cfg: RunConfig, env: D.DistEnv, meta: dict | None, data_dir: Path, ru
         val_offsets = eval_windows(val_stream, mc.block_size, tc.eval_steps * tc.micro_batch_size)
     if data is None:
         has_val = val_stream is not None
+        if tc.eval_interval > 0 and not has_val and env.is_main and log is not None:
+            n_val = (val_split or {}).get("tokens", 0)
+            log(f"WARNING: no validation: the val split of {data_dir} has {n_val:,} tokens, fewer than one window "
+                f"of block_size + 1 = {mc.block_size + 1}; evaluation, the best checkpoint and early stopping are "
+                "off. Prepare with a larger --val-fraction (a single big file is one document: split it with "
+                "--doc-separator), or use a smaller model.block_size.")
 
     state: dict[str, Any] = {"step": 0, "tokens_seen": 0, "best_val_loss": None, "evals_since_best": 0,
                              "elapsed_seconds": 0.0}
     if resume:
         found = ckpt_lib.find_checkpoint(run_dir)
         saved = yaml.safe_load((found / "config.yaml").read_text())
+        saved_tok = (saved.get("data") or {}).get("tokenizer_sha256")
+        if data is None and saved_tok and saved_tok != meta.get("tokenizer_sha256"):
+            raise ValueError(
+                f"--resume: {data_dir} was tokenized with a different tokenizer (sha256 "
+                f"{str(meta.get('tokenizer_sha256'))[:12]}) than the run (sha256 {saved_tok[:12]}, "
+                f"{found / 'config.yaml'}); resume with the data the run was trained on "
+                f"({(saved.get('data') or {}).get('path')}), or prepare new data with --tokenizer RUN_DIR/tokenizer.json"
+            )
         if saved.get("model") != to_dict(mc):
-            raise ValueError(f"--resume: the model config differs from the checkpoint's ({found / 'config.yaml'})")
+            diff = {k: (v, to_dict(mc).get(k)) for k, v in (saved.get("model") or {}).items() if to_dict(mc).get(k) != v}
+            raise ValueError(f"--resume: the model config differs from the checkpoint's ({found / 'config.yaml'}): "
+                             + ", ".join(f"model.{k} was {a!r}, now {b!r}" for k, (a, b) in diff.items()))
         saved_gbs = (ckpt_lib.load_trainer_state(found).get("data") or {}).get("global_batch_size")
         if saved_gbs is not None and saved_gbs != batches.global_batch_size:
             raise ValueError(
@@ -640,4 +665,5 @@ def _train(cfg: RunConfig, env: D.DistEnv, meta: dict | None, data_dir: Path, ru
             val_stream.close()
     return TrainResult(run_dir=run_dir, step=state["step"], train_loss=last_loss, val_loss=last_val,
                        best_val_loss=state["best_val_loss"], stopped=stopped,
-                       tokens_seen=state["tokens_seen"], history=history)
+                       tokens_seen=state["tokens_seen"], history=history,
+                       signal=(stop.signal or signal.SIGTERM) if stopped == "signal" else None)

@@ -57,3 +57,38 @@ def test_half_written_checkpoint_is_never_resumed(tiny_shards, tmp_path):
 def test_resume_without_checkpoint_is_a_clear_error(tiny_shards, tmp_path):
     with pytest.raises(FileNotFoundError, match="no complete checkpoint"):
         train(_cfg(), tiny_shards, tmp_path / "nothing", resume=True, progress=False)
+
+
+def test_a_run_directory_is_never_mixed_with_another_run(tiny_shards, tmp_path):
+    run = tmp_path / "run"
+    train(_cfg(stop_at_step=2), tiny_shards, run, progress=False)
+    with pytest.raises(FileExistsError, match="--resume"):
+        train(_cfg(), tiny_shards, run, progress=False)
+    assert [r["step"] for r in read_metrics(run)] == [1, 2]
+
+
+def test_resume_on_data_with_another_tokenizer_is_refused(tiny_shards, tmp_path):
+    from gptforge.data.prepare import PrepareConfig, prepare
+    from tests.conftest import stdlib_sample_files
+
+    other = tmp_path / "other"
+    prepare(PrepareConfig(inputs=[str(p) for p in stdlib_sample_files(12)], out=str(other), vocab_size=300,
+                          val_fraction=0.2, workers=1), show_progress=False)
+    run = tmp_path / "run"
+    train(_cfg(stop_at_step=2), tiny_shards, run, progress=False)
+    with pytest.raises(ValueError, match="different tokenizer"):
+        train(_cfg(), other, run, resume=True, progress=False)
+
+
+def test_cli_resume_continues_past_a_saved_stop_at_step(tiny_shards, tmp_path, capsys):
+    from gptforge.cli import main
+
+    run = tmp_path / "run"
+    common = ["--data", str(tiny_shards), "--out", str(run), "--model.preset", "gpt2-nano", "--model.block_size",
+              "32", "--train.max_steps", "6", "--train.micro_batch_size", "2", "--train.eval_interval", "0",
+              "--train.tensorboard", "false", "--quiet"]
+    assert main(["pretrain", *common, "--train.stop_at_step", "2"]) == 0
+    assert main(["pretrain", "--data", str(tiny_shards), "--out", str(run), "--resume", "--quiet"]) == 0
+    assert [r["step"] for r in read_metrics(run)] == [1, 2, 3, 4, 5, 6]
+    assert main(["pretrain", "--data", str(tiny_shards), "--out", str(run), "--resume", "--quiet"]) == 0
+    assert "nothing to do" in capsys.readouterr().out
