@@ -67,7 +67,7 @@ def test_a_run_directory_is_never_mixed_with_another_run(tiny_shards, tmp_path):
     assert [r["step"] for r in read_metrics(run)] == [1, 2]
 
 
-def test_resume_on_data_with_another_tokenizer_is_refused(tiny_shards, tmp_path):
+def test_resume_on_data_with_another_tokenizer_is_refused(tiny_shards, tmp_path, capsys):
     from gptforge.data.prepare import PrepareConfig, prepare
     from tests.conftest import stdlib_sample_files
 
@@ -78,6 +78,11 @@ def test_resume_on_data_with_another_tokenizer_is_refused(tiny_shards, tmp_path)
     train(_cfg(stop_at_step=2), tiny_shards, run, progress=False)
     with pytest.raises(ValueError, match="different tokenizer"):
         train(_cfg(), other, run, resume=True, progress=False)
+    from gptforge.cli import main
+
+    assert main(["evaluate", str(run), "--data", str(other)]) == 1
+    assert "another tokenizer" in capsys.readouterr().err
+    assert main(["evaluate", str(run), "--data", str(tiny_shards), "--max-tokens", "200"]) == 0
 
 
 def test_cli_resume_continues_past_a_saved_stop_at_step(tiny_shards, tmp_path, capsys):
