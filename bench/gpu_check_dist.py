@@ -12,12 +12,22 @@ allocator's peak.
 
 Data: a small shard folder prepared from the Python standard library's text (the model's
 vocabulary is set to the preset's; throughput does not depend on the text).
+
+When NANOGPT_DIR names a nanoGPT checkout (fetched beside the project, never committed), its
+train.py runs gpt2-small's shapes on the same GPU, data and batch (bf16, compile on), and the row
+shows its tokens/s and the MFU our formula gives it, for the target "gptforge gpt2-small bf16 +
+compile MFU at or above nanoGPT's, measured in the same run".
 """
 
 from __future__ import annotations
 
 import argparse
+import os
+import pickle
+import re
+import shutil
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -63,6 +73,53 @@ def _runs(smoke: bool) -> list[tuple[str, dict, dict, dict]]:
     return out
 
 
+def _nanogpt_row(nano_dir: Path, data: Path, work: Path, smoke: bool) -> str:
+    """nanoGPT's train.py on the gpt2 shapes of `_runs`, same data and batch; one markdown row."""
+    import json
+
+    import numpy as np
+
+    from gptforge.config import ModelConfig
+    from gptforge.model.gpt import GPT, flops_per_token
+    from gptforge.train.mfu import device_peak
+
+    m = _runs(smoke)[0][1]
+    mbs, steps = (2, 4) if smoke else (16, 50)
+    cfg = ModelConfig(**m).resolved()
+    meta = json.loads((data / "meta.json").read_text())
+    w = work / "nanogpt"
+    shutil.copytree(nano_dir, w, ignore=shutil.ignore_patterns(".git", "data", "assets"))
+    d = w / "data" / "gptforge"
+    d.mkdir(parents=True)
+    for split in ("train", "val"):
+        ids = np.concatenate([np.fromfile(data / f, dtype=meta["dtype"]) for f in meta["splits"][split]["files"]])
+        ids.astype(np.uint16).tofile(d / f"{split}.bin")
+    with open(d / "meta.pkl", "wb") as f:
+        pickle.dump({"vocab_size": cfg.vocab_size}, f)
+    dev = "cpu" if smoke else "cuda"
+    cmd = [sys.executable, "train.py", "--dataset=gptforge", f"--device={dev}", f"--compile={not smoke}",
+           "--dtype=bfloat16", f"--n_layer={cfg.n_layer}", f"--n_head={cfg.n_head}", f"--n_embd={cfg.d_model}",
+           f"--block_size={cfg.block_size}", f"--batch_size={mbs}", "--gradient_accumulation_steps=1",
+           "--dropout=0.0", "--bias=True", f"--max_iters={steps}", f"--lr_decay_iters={steps}",
+           "--eval_interval=100000", "--eval_iters=1", "--log_interval=1", "--warmup_iters=5",
+           "--always_save_checkpoint=False", f"--out_dir={work / 'nano_out'}"]
+    t0 = time.time()
+    proc = subprocess.run(cmd, cwd=w, capture_output=True, text=True)
+    if proc.returncode:
+        return f"| nanoGPT train.py | failed: {proc.stderr.strip().splitlines()[-1][:150] if proc.stderr else proc.returncode} | | | |"
+    ms = [float(x) for x in re.findall(r"iter \d+: loss [\d.]+, time ([\d.]+)ms", proc.stdout)]
+    timed = ms[10:] or ms[-2:]
+    tps = mbs * cfg.block_size / (statistics.median(timed) / 1000)
+    with __import__("torch").device("meta"):
+        n = GPT(cfg).num_params()
+    import torch
+
+    peak = device_peak(torch.device(dev), "bf16").flops_per_second
+    mfu = f"{100 * tps * flops_per_token(cfg, n, cfg.block_size) / peak:.1f}%" if peak else "n/a"
+    label = f"nanoGPT train.py {m['preset']} shapes bf16 compile={'off' if smoke else 'on'}"
+    return f"| {label} | {tps:,.0f} | {mfu} | n/a | {time.time() - t0:.0f} |"
+
+
 def section_dist(deadline: float, smoke: bool = False) -> list[str]:
     """Markdown rows: configuration, tokens/s, MFU, peak GiB, wall seconds."""
     import torch
@@ -92,6 +149,10 @@ def section_dist(deadline: float, smoke: bool = False) -> list[str]:
             mfu = f"{100 * statistics.median(mfus):.1f}%" if mfus else "n/a"
             peak = max((r["peak_memory_bytes"] or 0) for r in res.history)
             rows.append(f"| {label} | {tps:,.0f} | {mfu} | {peak / GiB:.2f} | {time.time() - t0:.0f} |")
+            print(rows[-1], flush=True)
+        nano = os.environ.get("NANOGPT_DIR")
+        if nano and (Path(nano) / "train.py").exists() and time.time() < deadline:
+            rows.append(_nanogpt_row(Path(nano), data, Path(tmp), smoke))
             print(rows[-1], flush=True)
     return rows
 
