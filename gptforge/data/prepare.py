@@ -531,8 +531,11 @@ def summary_rows(result: PrepareResult) -> list[tuple[str, str]]:
             rows.append((f"{st.name}: {what}", f"{count:,}"))
     if r.undecodable_sequences:
         rows.append(("undecodable byte sequences replaced", f"{r.undecodable_sequences:,} in {r.documents_with_undecodable:,} documents"))
-    rows.append(("documents kept", f"{n.documents_out:,}"))
-    rows.append(("characters", f"{n.characters_out:,}"))
+    # What was written, after every curation step (normalization's own count is before them).
+    kept = sum(meta["splits"][sp]["documents"] for sp in SPLITS)
+    written_chars = result.steps[-1].characters_out if result.steps else n.characters_out
+    rows.append(("documents kept", f"{kept:,}"))
+    rows.append(("characters kept", f"{written_chars:,}"))
     rows.append(("tokenizer", f"vocab {meta['vocab_size']:,}, eos id {meta['eos_id']}, {meta['dtype']}, sha256 {meta['tokenizer_sha256'][:12]}"))
     for split in SPLITS:
         s = meta["splits"][split]
@@ -542,5 +545,9 @@ def summary_rows(result: PrepareResult) -> list[tuple[str, str]]:
         bpt = s["bytes"] / text_tokens if text_tokens else float("nan")
         rows.append((f"{split}", f"{s['documents']:,} docs, {s['tokens']:,} tokens, {s['bytes']:,} bytes, "
                      f"{bpt:.2f} bytes/token, {len(s['files'])} file(s)"))
+    cfg = meta.get("prepare_config", {})
+    if cfg.get("val_fraction", 0) > 0 and not meta["splits"]["val"]["documents"]:
+        rows.append(("WARNING", "no val split: too few documents (a single big file is one document; split it "
+                                "with --doc-separator, or give more files); pretrain will run without validation"))
     rows.append(("time", f"{result.seconds:.1f} s"))
     return rows
