@@ -337,6 +337,11 @@ def explain_unknown(message: str, sections: dict[str, type] = SECTIONS) -> str:
         close = difflib.get_close_matches(bad, valid, n=1, cutoff=0.5)
         if close:
             hints.append(f"unknown option --{bad}: did you mean --{close[0]}?")
+    m = re.search(r"Option '(\w+)\.(\w+)' is not accepted", message)
+    if m and m.group(1) not in sections:
+        close = difflib.get_close_matches(m.group(1), list(sections), n=1, cutoff=0.5)
+        if close:
+            hints.append(f"unknown section {m.group(1)}: did you mean {close[0]}?")
     m = re.search(r"Group '(\w+)' does not accept (?:nested key|option) '(\w+)'", message)
     if m and m.group(1) in sections:
         names = [f.name for f in fields(sections[m.group(1)])]
@@ -384,7 +389,14 @@ def parse_args(parser, argv: list[str]):
     except SystemExit:
         raise
     except Exception as e:  # jsonargparse.ArgumentError and friends
-        print(f"{parser.prog}: error: {explain_unknown(str(e))}", file=sys.stderr)
+        message = explain_unknown(str(e))
+        for i, a in enumerate(argv[:-1]):
+            if a == "--config" and "<unicode string>" in message:
+                message = message.replace("<unicode string>", argv[i + 1])
+            if a in ("--model", "--train", "--parallel") and not argv[i + 1].endswith((".yaml", ".yml", ".json")):
+                message += (f"\n{a} takes a YAML file for that section; for a preset write --model.preset "
+                            f"{argv[i + 1]}" if a == "--model" else f"\n{a} takes a YAML file for that section")
+        print(f"{parser.prog}: error: {message}", file=sys.stderr)
         raise SystemExit(2) from None
     return parser.instantiate(ns), ns
 

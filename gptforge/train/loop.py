@@ -417,7 +417,6 @@ def _train(cfg: RunConfig, env: D.DistEnv, meta: dict | None, data_dir: Path, ru
             f"{run_dir} already holds a run (metrics.jsonl / checkpoints): continue it with --resume, "
             "or give a new --out; gptforge never mixes two runs in one directory"
         )
-    run_dir.mkdir(parents=True, exist_ok=True)
     zero = D.effective_zero_stage(pc)
     layout = {"world_size": env.world_size, "dp": env.dp_size, "tp": pc.tp, "pp": pc.pp, "zero_stage": zero}
     config_yaml = run_config_yaml(cfg, data_dir, {"layout": layout, **(config_extra or {})})
@@ -497,6 +496,8 @@ def _train(cfg: RunConfig, env: D.DistEnv, meta: dict | None, data_dir: Path, ru
             )
         state.update(engine.load(found))
     if main:
+        # Created only now, after every check above: a run refused for bad input leaves nothing behind.
+        run_dir.mkdir(parents=True, exist_ok=True)
         ckpt_lib.atomic_write_text(run_dir / "config.yaml", config_yaml)
         if data is None and (data_dir / "tokenizer.json").exists():  # a run directory is self-contained for inference
             shutil.copyfile(data_dir / "tokenizer.json", run_dir / "tokenizer.json")
