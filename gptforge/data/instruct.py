@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import bisect
 import json
+import warnings
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -284,11 +285,14 @@ def render_example(tok: ChatTokenizer, row: dict, template: str | None = None, w
     raise ValueError(f"{where}: a row needs `messages` (chat) or `prompt` and `completion`; it has {sorted(row)}")
 
 
-def read_jsonl(path: str | Path) -> Iterator[tuple[str, dict]]:
+def read_jsonl(path: str | Path, errors: list[str] | None = None) -> Iterator[tuple[str, dict]]:
     """(file:line, object) for each non-blank line.
 
+    With `errors` (a list), a line that is not JSON is skipped and its message appended there
+    instead of raised.
+
     Raises:
-        FileNotFoundError: no file. ValueError: a line that is not JSON (file:line).
+        FileNotFoundError: no file. ValueError: a line that is not JSON (file:line), without `errors`.
     """
     path = Path(path)
     if not path.is_file():
@@ -300,7 +304,10 @@ def read_jsonl(path: str | Path) -> Iterator[tuple[str, dict]]:
             try:
                 yield f"{path}:{n}", json.loads(line)
             except json.JSONDecodeError as e:
-                raise ValueError(f"{path}:{n}: not valid JSON ({e.msg} at column {e.colno})") from None
+                message = f"{path}:{n}: not valid JSON ({e.msg} at column {e.colno})"
+                if errors is None:
+                    raise ValueError(message) from None
+                errors.append(message)
 
 
 def prompt_ids(tok: ChatTokenizer, messages: list[dict], template: str | None = None) -> list[int]:
@@ -357,12 +364,22 @@ def load_examples(path: str | Path, tok: ChatTokenizer, template: str | None = N
         with np.load(cache_path) as z:
             ids, target, offsets = z["ids"].tolist(), z["target"].astype(bool).tolist(), z["offsets"].tolist()
         return [Example(ids[a:b], target[a:b]) for a, b in zip(offsets[:-1], offsets[1:])]
-    examples = []
+    examples, errors = [], []
     with Progress(transient=True) as progress:
         task = progress.add_task(f"tokenizing {path.name}", total=path.stat().st_size)
-        for where, row in read_jsonl(path):
-            examples.append(render_example(tok, row, template, where))
+        for where, row in read_jsonl(path, errors):
+            # A bad row is skipped with a warning and counted, as prepare does with bad records.
+            try:
+                examples.append(render_example(tok, row, template, where))
+            except ValueError as e:
+                errors.append(str(e))
             progress.update(task, advance=len(json.dumps(row)) + 1)
+    if errors:
+        shown = "\n  ".join(errors[:5]) + (f"\n  ... and {len(errors) - 5} more" if len(errors) > 5 else "")
+        if not examples:
+            raise ValueError(f"{path}: no usable row; {len(errors)} bad row(s):\n  {shown}")
+        warnings.warn(f"{path}: skipped {len(errors)} bad row(s) of {len(errors) + len(examples)}:\n  {shown}",
+                      stacklevel=2)
     if cache_path is not None:
         offsets = np.cumsum([0] + [len(e.ids) for e in examples], dtype=np.int64)
         flat_ids = np.fromiter((i for e in examples for i in e.ids), dtype=np.int64, count=int(offsets[-1]))
@@ -495,8 +512,8 @@ class InstructionDataset:
         for the cache beside it).
 
         Raises:
-            FileNotFoundError, ValueError: a missing file or a bad line, naming file:line; a file
-                with no trainable example.
+            FileNotFoundError, ValueError: a missing file; a file with no usable or trainable row
+                (bad rows among good ones are skipped with a warning naming file:line).
         """
         examples = load_examples(path, tokenizer, template, cache)
         ds = cls.from_examples(examples, block_size, mode, pad_id=tokenizer.eos_id)

@@ -127,9 +127,15 @@ def test_bad_rows_are_named(tmp_path, row, msg):
 def test_bad_jsonl_line_names_file_and_line(tmp_path):
     tok = train_tokenizer(tmp_path / "t")
     path = tmp_path / "d.jsonl"
-    path.write_text('{"prompt": "a", "completion": "b"}\n\n{"prompt": \n')
-    with pytest.raises(ValueError, match=r"d\.jsonl:3: not valid JSON"):
-        InstructionDataset.from_jsonl(path, tok, block_size=32)
+    path.write_text('{"prompt": "a", "completion": "b"}\n\n{"prompt": \n{"prompt": "x"}\n')
+    # Bad rows are skipped with a warning naming file:line; the good row is kept.
+    with pytest.warns(UserWarning, match=r"skipped 2 bad row\(s\) of 3[\s\S]*d\.jsonl:3: not valid JSON[\s\S]*d\.jsonl:4"):
+        ds = InstructionDataset.from_jsonl(path, tok, block_size=32, cache=False)
+    assert len(ds.sequences) == 1
+    # Nothing usable at all is an error that names the lines.
+    path.write_text('{"prompt": \n{"completion": "y"}\n')
+    with pytest.raises(ValueError, match=r"no usable row[\s\S]*d\.jsonl:1: not valid JSON[\s\S]*d\.jsonl:2"):
+        InstructionDataset.from_jsonl(path, tok, block_size=32, cache=False)
 
 
 def test_template_that_rewrites_content_is_refused(tmp_path):
