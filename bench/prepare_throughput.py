@@ -16,7 +16,10 @@ Printed, for the `default` and `web` recipes and each worker count:
   datatrove;
 - dedup agreement on identical input (our read + normalization output): exact-dedup drop sets
   (must be identical) and near-dedup keep decisions (fraction of documents on which the two
-  agree; target >= 99%);
+  agree; target >= 99%). MinHash with different hash functions decides pairs near the LSH
+  threshold differently by chance, so two more figures separate chance from method: our banding
+  and union-find run on datatrove's own signatures (must reproduce its clusters: 100%), and
+  datatrove against itself with seed 2 instead of 1 (the noise floor of any independent hash);
 - tokens/s of our encode path (`encode_documents`, one thread) against plain HF `tokenizers`
   `encode_batch` (one thread) with the same tokenizer file.
 
@@ -152,10 +155,40 @@ def dedup_agreement(docs: list[dict], tmp: Path) -> dict:
     for cid in np.unique(pairs[:, 1]):
         members = np.sort(pairs[pairs[:, 1] == cid, 0])
         dt_near_first[members[1:]] = True
+    # Two hash families never agree on every pair near the LSH threshold. To tell that apart from a
+    # difference of method: (1) our banding + union-find on datatrove's own signatures must give
+    # datatrove's clusters exactly; (2) datatrove against itself with another seed is the noise floor.
+    sig1, sig2 = _dt_signatures(texts, seeds=(1, 2))
+    on_dt1, _ = duplicate_mask(bands=band_hashes(sig1))
+    on_dt2, _ = duplicate_mask(bands=band_hashes(sig2))
     return {"documents": len(texts), "exact_ours": int(ours_exact.sum()), "exact_datatrove": int(dt_exact.sum()),
             "exact_identical": bool((ours_exact == dt_exact).all()), "near_ours": int(ours_near.sum()),
             "near_datatrove": int(dt_near.sum()), "near_agreement": float((ours_near == dt_near).mean()),
-            "near_agreement_same_keep_rule": float((ours_near == dt_near_first).mean())}
+            "near_agreement_same_keep_rule": float((ours_near == dt_near_first).mean()),
+            "clusters_on_datatrove_signatures": float((on_dt1 == dt_near_first).mean()),
+            "datatrove_seed_1_vs_2": float((on_dt1 == on_dt2).mean())}
+
+
+def _dt_signatures(texts: list[str], seeds: tuple[int, ...]) -> list:
+    """datatrove's MinHash signatures (its simplification, spaCy words, hashes) per seed, (N, 112) uint64.
+
+    A document without shingles gets our empty-set signature (`EMPTY_MINHASH` everywhere).
+    """
+    import numpy as np
+    from datatrove.pipeline.dedup.minhash import MinhashConfig, MinhashDedupSignature
+
+    from gptforge.data.dedup import EMPTY_MINHASH
+
+    steps = [MinhashDedupSignature(str(Path(tempfile.gettempdir()) / "unused"), MinhashConfig(seed=s)) for s in seeds]
+    shingles = [steps[0].get_shingles(t) for t in texts]
+    out = []
+    for step in steps:
+        sig = np.full((len(texts), 14 * 8), EMPTY_MINHASH, dtype=np.uint64)
+        for i, sh in enumerate(shingles):
+            if sh.size:
+                sig[i] = np.concatenate([np.asarray(b, dtype=np.uint64) for b in step.get_signature(sh)])
+        out.append(sig)
+    return out
 
 
 # --------------------------------------------------------------------------------------------
@@ -246,6 +279,9 @@ def main() -> None:
                       f"{a['near_ours']}, datatrove {a['near_datatrove']}, keep decisions agree on "
                       f"{100 * a['near_agreement']:.2f}% of documents as kept, "
                       f"{100 * a['near_agreement_same_keep_rule']:.2f}% with the first of each datatrove cluster kept")
+                print(f"  our banding and union-find on datatrove's signatures: "
+                      f"{100 * a['clusters_on_datatrove_signatures']:.2f}% agreement (same keep rule); noise floor, "
+                      f"datatrove seed 1 vs seed 2: {100 * a['datatrove_seed_1_vs_2']:.2f}%", flush=True)
             e = encode_speed(tmp / "tok.json", [d["text"] for d in docs])
             print(f"encode: ours {e['ours_tokens_per_second']:,.0f} tokens/s, HF tokenizers encode_batch "
                   f"{e['hf_tokens_per_second']:,.0f} tokens/s ({e['tokens']:,} vs {e['tokens_hf']:,} tokens)",

@@ -52,7 +52,7 @@ log = logging.getLogger("gptforge.data")
 DEFAULT_SHARD_BYTES = 64 << 20
 #: documents per batch for MinHash signatures and Arrow record batches.
 BATCH_DOCS = 1024
-WORK_FORMAT_VERSION = 1
+WORK_FORMAT_VERSION = 2  # 2: FineWeb text simplification and short-document rule in near dedup
 
 
 # --------------------------------------------------------------------------------------------
@@ -256,7 +256,8 @@ def curate_task(task: dict[str, Any]) -> dict[str, Any]:
             if dedup is not None and dedup.exact:
                 exact.extend(exact_hash(t) for t in texts)
             if dedup is not None and dedup.near:
-                sig = minhash_signatures(texts, dedup.bands * dedup.rows, dedup.ngram, dedup.seed)
+                sig = minhash_signatures(texts, dedup.bands * dedup.rows, dedup.ngram, dedup.seed,
+                                         dedup.simplify, dedup.skip_short)
                 bands.append(band_hashes(sig, dedup.bands, dedup.rows))
     with open(tmp, "rb+") as f:
         os.fsync(f.fileno())
@@ -332,7 +333,7 @@ def global_dedup(work: Path, n_shards: int, recipe: Recipe) -> dict[str, Any]:
         maps = [np.load(cur / f"{i:05d}.bands.npy", mmap_mode="r") for i in range(n_shards)]
         for b in range(cfg.bands):
             column = np.concatenate([np.asarray(m[:, b]) for m in maps])
-            near_edges += union_equal_keys(uf, column)
+            near_edges += union_equal_keys(uf, column, bands=True)
     roots = uf.roots() if n else np.zeros(0, np.int64)
     idx = np.arange(n)
     drop = roots != idx
