@@ -6,7 +6,10 @@ A tokenizer is trained once up front so that the figures are about curation, not
 
 Printed, for the `default` and `web` recipes and each worker count:
 - curation seconds (reading, normalization, every step, global boilerplate and dedup; not
-  tokenization), documents/s, MB/s and MB/s per worker (input UTF-8 bytes);
+  tokenization), documents/s, MB/s and MB/s per worker (input UTF-8 bytes), with the default
+  shard size; the CPU seconds the shards took in their processes (the same for any worker
+  count when nothing is wasted; on a shared machine more telling than wall time) and the
+  1-minute load average at the end (other jobs on the machine show there);
 - tokenization tokens/s inside prepare;
 - with datatrove installed (`pip install 'gptforge[bench]'`), the equivalent datatrove chain on
   one core in the same run, and the ratio of MB/s per core. datatrove's language filter is left
@@ -251,19 +254,21 @@ def main() -> None:
         for rep in range(args.repeat):
             print(f"\n== run {rep + 1} of {args.repeat}")
             print(f"{'chain':18} {'workers':>7} {'docs/s':>8} {'MB/s':>7} {'MB/s/core':>9} {'curate s':>9} "
-                  f"{'tok/s':>9} {'kept docs':>9}")
+                  f"{'tok/s':>9} {'kept docs':>9} {'shard cpu':>10} {'load':>5}")
             per_core: dict[tuple[str, int], float] = {}
             for recipe in args.recipes:
                 for w in args.workers:
                     r = prepare(PrepareConfig(inputs=[str(f) for f in files], out=str(tmp / f"o-{recipe}-{w}-{rep}"),
-                                              tokenizer=str(tmp / "tok.json"), workers=w, recipe=recipe,
-                                              shard_bytes=2_000_000), show_progress=False)
+                                              tokenizer=str(tmp / "tok.json"), workers=w, recipe=recipe),
+                                show_progress=False)
                     th = r.report["throughput"]
                     cur = sum(th.get(k, {}).get("seconds", 0.0) for k in ("count_lines", "curate", "dedup"))
                     per_core[(recipe, w)] = mb / cur / w
+                    cpu = sum(th.get(k, {}).get("shard_cpu_seconds", 0.0) for k in ("count_lines", "curate"))
                     print(f"{'gptforge ' + recipe:18} {w:>7} {len(docs) / cur:>8.1f} {mb / cur:>7.2f} "
                           f"{mb / cur / w:>9.2f} {cur:>9.1f} {th['tokenize'].get('tokens_per_second', 0):>9.0f} "
-                          f"{r.report['check']['documents_written']:>9}", flush=True)
+                          f"{r.report['check']['documents_written']:>9} {cpu:>10.1f} {os.getloadavg()[0]:>5.1f}",
+                          flush=True)
                 if have_dt:
                     secs, kept = datatrove_chain(files, recipe, tmp / "dt")
                     dt = mb / secs
