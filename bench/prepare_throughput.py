@@ -6,7 +6,10 @@ A tokenizer is trained once up front so that the figures are about curation, not
 
 Printed, for the `default` and `web` recipes and each worker count:
 - curation seconds (reading, normalization, every step, global boilerplate and dedup; not
-  tokenization), documents/s, MB/s and MB/s per worker (input UTF-8 bytes);
+  tokenization), documents/s, MB/s and MB/s per worker (input UTF-8 bytes), with the default
+  shard size; the CPU seconds the shards took in their processes (the same for any worker
+  count when nothing is wasted; on a shared machine more telling than wall time) and the
+  1-minute load average at the end (other jobs on the machine show there);
 - tokenization tokens/s inside prepare;
 - with datatrove installed (`pip install 'gptforge[bench]'`), the equivalent datatrove chain on
   one core in the same run, and the ratio of MB/s per core. datatrove's language filter is left
@@ -16,7 +19,10 @@ Printed, for the `default` and `web` recipes and each worker count:
   datatrove;
 - dedup agreement on identical input (our read + normalization output): exact-dedup drop sets
   (must be identical) and near-dedup keep decisions (fraction of documents on which the two
-  agree; target >= 99%);
+  agree; target >= 99%). MinHash with different hash functions decides pairs near the LSH
+  threshold differently by chance, so two more figures separate chance from method: our banding
+  and union-find run on datatrove's own signatures (must reproduce its clusters: 100%), and
+  datatrove against itself with seed 2 instead of 1 (the noise floor of any independent hash);
 - tokens/s of our encode path (`encode_documents`, one thread) against plain HF `tokenizers`
   `encode_batch` (one thread) with the same tokenizer file.
 
@@ -152,10 +158,40 @@ def dedup_agreement(docs: list[dict], tmp: Path) -> dict:
     for cid in np.unique(pairs[:, 1]):
         members = np.sort(pairs[pairs[:, 1] == cid, 0])
         dt_near_first[members[1:]] = True
+    # Two hash families never agree on every pair near the LSH threshold. To tell that apart from a
+    # difference of method: (1) our banding + union-find on datatrove's own signatures must give
+    # datatrove's clusters exactly; (2) datatrove against itself with another seed is the noise floor.
+    sig1, sig2 = _dt_signatures(texts, seeds=(1, 2))
+    on_dt1, _ = duplicate_mask(bands=band_hashes(sig1))
+    on_dt2, _ = duplicate_mask(bands=band_hashes(sig2))
     return {"documents": len(texts), "exact_ours": int(ours_exact.sum()), "exact_datatrove": int(dt_exact.sum()),
             "exact_identical": bool((ours_exact == dt_exact).all()), "near_ours": int(ours_near.sum()),
             "near_datatrove": int(dt_near.sum()), "near_agreement": float((ours_near == dt_near).mean()),
-            "near_agreement_same_keep_rule": float((ours_near == dt_near_first).mean())}
+            "near_agreement_same_keep_rule": float((ours_near == dt_near_first).mean()),
+            "clusters_on_datatrove_signatures": float((on_dt1 == dt_near_first).mean()),
+            "datatrove_seed_1_vs_2": float((on_dt1 == on_dt2).mean())}
+
+
+def _dt_signatures(texts: list[str], seeds: tuple[int, ...]) -> list:
+    """datatrove's MinHash signatures (its simplification, spaCy words, hashes) per seed, (N, 112) uint64.
+
+    A document without shingles gets our empty-set signature (`EMPTY_MINHASH` everywhere).
+    """
+    import numpy as np
+    from datatrove.pipeline.dedup.minhash import MinhashConfig, MinhashDedupSignature
+
+    from gptforge.data.dedup import EMPTY_MINHASH
+
+    steps = [MinhashDedupSignature(str(Path(tempfile.gettempdir()) / "unused"), MinhashConfig(seed=s)) for s in seeds]
+    shingles = [steps[0].get_shingles(t) for t in texts]
+    out = []
+    for step in steps:
+        sig = np.full((len(texts), 14 * 8), EMPTY_MINHASH, dtype=np.uint64)
+        for i, sh in enumerate(shingles):
+            if sh.size:
+                sig[i] = np.concatenate([np.asarray(b, dtype=np.uint64) for b in step.get_signature(sh)])
+        out.append(sig)
+    return out
 
 
 # --------------------------------------------------------------------------------------------
@@ -218,19 +254,21 @@ def main() -> None:
         for rep in range(args.repeat):
             print(f"\n== run {rep + 1} of {args.repeat}")
             print(f"{'chain':18} {'workers':>7} {'docs/s':>8} {'MB/s':>7} {'MB/s/core':>9} {'curate s':>9} "
-                  f"{'tok/s':>9} {'kept docs':>9}")
+                  f"{'tok/s':>9} {'kept docs':>9} {'shard cpu':>10} {'load':>5}")
             per_core: dict[tuple[str, int], float] = {}
             for recipe in args.recipes:
                 for w in args.workers:
                     r = prepare(PrepareConfig(inputs=[str(f) for f in files], out=str(tmp / f"o-{recipe}-{w}-{rep}"),
-                                              tokenizer=str(tmp / "tok.json"), workers=w, recipe=recipe,
-                                              shard_bytes=2_000_000), show_progress=False)
+                                              tokenizer=str(tmp / "tok.json"), workers=w, recipe=recipe),
+                                show_progress=False)
                     th = r.report["throughput"]
                     cur = sum(th.get(k, {}).get("seconds", 0.0) for k in ("count_lines", "curate", "dedup"))
                     per_core[(recipe, w)] = mb / cur / w
+                    cpu = sum(th.get(k, {}).get("shard_cpu_seconds", 0.0) for k in ("count_lines", "curate"))
                     print(f"{'gptforge ' + recipe:18} {w:>7} {len(docs) / cur:>8.1f} {mb / cur:>7.2f} "
                           f"{mb / cur / w:>9.2f} {cur:>9.1f} {th['tokenize'].get('tokens_per_second', 0):>9.0f} "
-                          f"{r.report['check']['documents_written']:>9}", flush=True)
+                          f"{r.report['check']['documents_written']:>9} {cpu:>10.1f} {os.getloadavg()[0]:>5.1f}",
+                          flush=True)
                 if have_dt:
                     secs, kept = datatrove_chain(files, recipe, tmp / "dt")
                     dt = mb / secs
@@ -246,6 +284,9 @@ def main() -> None:
                       f"{a['near_ours']}, datatrove {a['near_datatrove']}, keep decisions agree on "
                       f"{100 * a['near_agreement']:.2f}% of documents as kept, "
                       f"{100 * a['near_agreement_same_keep_rule']:.2f}% with the first of each datatrove cluster kept")
+                print(f"  our banding and union-find on datatrove's signatures: "
+                      f"{100 * a['clusters_on_datatrove_signatures']:.2f}% agreement (same keep rule); noise floor, "
+                      f"datatrove seed 1 vs seed 2: {100 * a['datatrove_seed_1_vs_2']:.2f}%", flush=True)
             e = encode_speed(tmp / "tok.json", [d["text"] for d in docs])
             print(f"encode: ours {e['ours_tokens_per_second']:,.0f} tokens/s, HF tokenizers encode_batch "
                   f"{e['hf_tokens_per_second']:,.0f} tokens/s ({e['tokens']:,} vs {e['tokens_hf']:,} tokens)",

@@ -42,8 +42,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--limit", type=int, default=0, metavar="N", help="read only the first N documents (0: all), for trials")
     p.add_argument("--strict", action="store_true",
                    help="stop at the first bad file, record or line instead of skipping and counting it")
-    p.add_argument("--shard-bytes", type=int, default=64 << 20, metavar="B",
-                   help="input bytes per work shard (the unit of parallel work and of resume after a crash)")
+    p.add_argument("--shard-bytes", type=int, default=0, metavar="B",
+                   help="input bytes per work shard (the unit of parallel work and of resume after a crash; "
+                        "0: the corpus size / 64, between 1 MiB and 64 MiB)")
     p.add_argument("--keep-work", action="store_true", help="keep the work folder (.OUT.work) after success")
     p.add_argument("--vocab-size", type=int, default=32000, metavar="N",
                    help="vocabulary size of the trained tokenizer, including the 256 byte tokens and <|endoftext|> "

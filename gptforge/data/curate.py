@@ -52,9 +52,14 @@ log = logging.getLogger("gptforge.data")
 
 #: input bytes per shard (compressed size as stored): the unit of parallel work and of resume.
 DEFAULT_SHARD_BYTES = 64 << 20
+#: smallest automatic shard: below ~1 MB the per-shard files and fsyncs start to show.
+MIN_AUTO_SHARD_BYTES = 1 << 20
+#: an automatic shard size aims at this many shards, so that any worker count up to ~16 finds
+#: work for every process and the last shards do not leave most of them idle.
+AUTO_SHARDS = 64
 #: documents per batch for MinHash signatures and Arrow record batches.
 BATCH_DOCS = 1024
-WORK_FORMAT_VERSION = 1
+WORK_FORMAT_VERSION = 2  # 2: FineWeb text simplification and short-document rule in near dedup
 
 
 # --------------------------------------------------------------------------------------------
@@ -101,6 +106,17 @@ def open_work_dir(work: Path, fingerprint: dict[str, Any]) -> bool:
     return False
 
 
+def auto_shard_bytes(files: Sequence[Path]) -> int:
+    """Shard size for `files`: total / AUTO_SHARDS, within [MIN_AUTO_SHARD_BYTES, DEFAULT_SHARD_BYTES].
+
+    Depends only on the input (never on the worker count), so the shards, and with them the
+    resume state, are the same whatever `--workers` says. A 25 MB corpus gets ~25 shards of
+    1 MB instead of one 64 MB shard that a single worker would process alone.
+    """
+    total = sum(source_size(f) for f in files)
+    return int(min(DEFAULT_SHARD_BYTES, max(MIN_AUTO_SHARD_BYTES, total // AUTO_SHARDS)))
+
+
 def plan_shards(files: Sequence[Path], shard_bytes: int = DEFAULT_SHARD_BYTES) -> list[list[str]]:
     """Consecutive files grouped into shards of about `shard_bytes` input bytes each.
 
@@ -126,10 +142,44 @@ def plan_shards(files: Sequence[Path], shard_bytes: int = DEFAULT_SHARD_BYTES) -
 # --------------------------------------------------------------------------------------------
 
 
+class WorkerPool:
+    """Worker processes shared by every phase of one run (spawned once, on first need).
+
+    Spawning a worker costs an interpreter start and the imports (~0.5 s per worker, more on a
+    loaded machine); one pool per phase paid that three times, which on a small corpus cost as
+    much as the work. With `workers` <= 1 no process is started and tasks run in this one.
+    Use as a context manager; leaving it shuts the processes down.
+    """
+
+    def __init__(self, workers: int):
+        self.workers = max(1, int(workers))
+        self._pool: ProcessPoolExecutor | None = None
+
+    def executor(self) -> ProcessPoolExecutor:
+        if self._pool is None:
+            import multiprocessing as mp
+
+            # spawn: forking a process whose Rust thread pools (tokenizers, rensa) already ran can deadlock.
+            self._pool = ProcessPoolExecutor(self.workers, mp_context=mp.get_context("spawn"), initializer=_worker_init)
+        return self._pool
+
+    def close(self, cancel: bool = False) -> None:
+        if self._pool is not None:
+            self._pool.shutdown(wait=True, cancel_futures=cancel)
+            self._pool = None
+
+    def __enter__(self) -> WorkerPool:
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        self.close(cancel=exc_type is not None)
+
+
 def run_tasks(fn: Callable[[dict[str, Any]], dict[str, Any]], tasks: list[dict[str, Any]], done: Callable[[int], bool],
-              workers: int, progress: Any = None, description: str = "") -> None:
+              workers: int | WorkerPool, progress: Any = None, description: str = "") -> None:
     """Run `fn(task)` for every task whose index is not `done`, in `workers` processes.
 
+    `workers` is a count (a pool is made for this call) or a `WorkerPool` shared between calls.
     Each task writes its own result files; this only schedules. Results are not needed in
     order because they are files named by shard index. A Ctrl-C cancels what has not started
     (finished shards stay done for the next run).
@@ -139,35 +189,35 @@ def run_tasks(fn: Callable[[dict[str, Any]], dict[str, Any]], tasks: list[dict[s
                             info=f"{len(tasks) - len(todo)} reused" if len(todo) < len(tasks) else "") if progress else None
     if not todo:
         return
-    if workers <= 1 or len(todo) == 1:
+    n = workers.workers if isinstance(workers, WorkerPool) else max(1, int(workers))
+    if n <= 1 or len(todo) == 1:
         for t in todo:
             fn(t)
             if bar is not None:
                 progress.advance(bar)
         return
-    import multiprocessing as mp
-
-    # spawn: forking a process whose Rust thread pools (tokenizers, rensa) already ran can deadlock.
-    with ProcessPoolExecutor(min(workers, len(todo)), mp_context=mp.get_context("spawn"),
-                             initializer=_worker_init) as pool:
-        pending = set()
-        it = iter(todo)
-        try:
-            for t in itertools.islice(it, 2 * workers):
-                pending.add(pool.submit(fn, t))
-            while pending:
-                finished, pending = wait(pending, return_when=FIRST_COMPLETED)
-                for fut in finished:
-                    fut.result()
-                    if bar is not None:
-                        progress.advance(bar)
-                    nxt = next(it, None)
-                    if nxt is not None:
-                        pending.add(pool.submit(fn, nxt))
-        except BaseException:
-            for fut in pending:
-                fut.cancel()
-            raise
+    if not isinstance(workers, WorkerPool):
+        with WorkerPool(n) as own:
+            return run_tasks(fn, tasks, done, own, progress, description)
+    pool = workers.executor()
+    pending = set()
+    it = iter(todo)
+    try:
+        for t in itertools.islice(it, 2 * n):
+            pending.add(pool.submit(fn, t))
+        while pending:
+            finished, pending = wait(pending, return_when=FIRST_COMPLETED)
+            for fut in finished:
+                fut.result()
+                if bar is not None:
+                    progress.advance(bar)
+                nxt = next(it, None)
+                if nxt is not None:
+                    pending.add(pool.submit(fn, nxt))
+    except BaseException:
+        for fut in pending:
+            fut.cancel()
+        raise
 
 
 def _worker_init() -> None:
@@ -194,6 +244,7 @@ def lines_task(task: dict[str, Any]) -> dict[str, Any]:
     """Phase 1 for one shard: line document frequencies after the steps before boilerplate."""
     from gptforge.data.boilerplate import count_lines
 
+    c0 = time.process_time()
     recipe = build_recipe(task["recipe"])
     assert recipe.boilerplate is not None
     rstats, nstats = ReadStats(quiet=True, strict=task.get("strict", False)), NormalizeStats()
@@ -203,7 +254,7 @@ def lines_task(task: dict[str, Any]) -> dict[str, Any]:
     i = task["index"]
     atomic_save_npy(out / f"{i:05d}.keys.npy", keys)
     atomic_save_npy(out / f"{i:05d}.counts.npy", counts)
-    result = {"documents": n}
+    result = {"documents": n, "cpu_seconds": time.process_time() - c0}
     atomic_write_json(out / f"{i:05d}.json", result)
     return result
 
@@ -215,7 +266,7 @@ def curate_task(task: dict[str, Any]) -> dict[str, Any]:
     from gptforge.data.boilerplate import BoilerplateLines
     from gptforge.data.dedup import band_hashes, exact_hash, minhash_signatures
 
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     recipe = build_recipe(task["recipe"])
     work = Path(task["work"])
     i = task["index"]
@@ -248,7 +299,8 @@ def curate_task(task: dict[str, Any]) -> dict[str, Any]:
             if dedup is not None and dedup.exact:
                 exact.extend(exact_hash(t) for t in texts)
             if dedup is not None and dedup.near:
-                sig = minhash_signatures(texts, dedup.bands * dedup.rows, dedup.ngram, dedup.seed)
+                sig = minhash_signatures(texts, dedup.bands * dedup.rows, dedup.ngram, dedup.seed,
+                                         dedup.simplify, dedup.skip_short)
                 bands.append(band_hashes(sig, dedup.bands, dedup.rows))
     with open(tmp, "rb+") as f:
         os.fsync(f.fileno())
@@ -268,6 +320,7 @@ def curate_task(task: dict[str, Any]) -> dict[str, Any]:
         "documents_out": n_out,
         "characters_out": chars_out,
         "seconds": time.perf_counter() - t0,
+        "cpu_seconds": time.process_time() - c0,  # this process's CPU: what the shard cost on a busy machine
     }
     atomic_write_json(out / f"{i:05d}.json", result)
     return result
@@ -324,7 +377,7 @@ def global_dedup(work: Path, n_shards: int, recipe: Recipe) -> dict[str, Any]:
         maps = [np.load(cur / f"{i:05d}.bands.npy", mmap_mode="r") for i in range(n_shards)]
         for b in range(cfg.bands):
             column = np.concatenate([np.asarray(m[:, b]) for m in maps])
-            near_edges += union_equal_keys(uf, column)
+            near_edges += union_equal_keys(uf, column, bands=True)
     roots = uf.roots() if n else np.zeros(0, np.int64)
     idx = np.arange(n)
     drop = roots != idx

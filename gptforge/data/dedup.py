@@ -3,8 +3,10 @@
 Exact: a 64-bit BLAKE2b hash of the document's normalized text; documents with equal hashes
 are one cluster.
 
-Near: MinHash (Broder 1997) over word n-gram shingles, signatures computed by `rensa`
-(`RMinHash`, Rust), then locality-sensitive hashing (Leskovec, Rajaraman, Ullman, "Mining of
+Near: MinHash (Broder 1997) over word n-gram shingles of FineWeb's simplified text (lower
+case, numbers to "0", no punctuation or diacritics: `dedup_words`; a document with fewer than n
+words has no signature and is never a near duplicate, as in FineWeb/datatrove), signatures
+computed by `rensa` (`RMinHash`, Rust), then locality-sensitive hashing (Leskovec, Rajaraman, Ullman, "Mining of
 Massive Datasets", section 3.4): the signature is cut into `bands` bands of `rows` rows; two
 documents are candidates when any band is equal. With Jaccard similarity s the probability of
 becoming candidates is
@@ -16,6 +18,12 @@ permutations: P(0.75) ~ 0.77, P(0.8) ~ 0.92, P(0.7) ~ 0.56, P(0.6) ~ 0.22. The 5
 near (1/bands)**(1/rows) ~ 0.72. (datasketch's `MinHashLSH(threshold=...)` picks bands and rows
 minimizing a weighted sum of false positive and negative areas; its `threshold` is not where
 P = 0.5.)
+
+Two hash families (rensa's here, datatrove's xxhash + universal hashing) decide pairs near the
+threshold differently by chance: on a corpus with many documents at Jaccard 0.4-0.7 (the
+standard library's generated codec tables) datatrove agrees with itself under another seed on
+only ~97.7% of keep decisions. Run on datatrove's own signatures, the banding and union-find
+here reproduce its clusters exactly (bench/prepare_throughput.py measures both).
 
 Candidate pairs are joined with union-find; each cluster keeps the document with the smallest
 global index (its position in the deterministic input order), so the result does not depend on
@@ -29,13 +37,19 @@ array, never the text or the full signatures.
 from __future__ import annotations
 
 import hashlib
+import re
+import unicodedata
 from collections.abc import Iterable, Sequence
 
 import numpy as np
 
-from gptforge.data.text_stats import words
+from gptforge.data.text_stats import CJK_CLASS, words
 
 _MASK64 = (1 << 64) - 1
+#: MinHash value of the empty set (the minimum over nothing).
+EMPTY_MINHASH = np.uint32(0xFFFFFFFF)
+#: band key of a document without shingles: never a candidate (`union_equal_keys` skips it).
+NO_KEY = np.uint64(0)
 
 
 def exact_hash(text: str) -> int:
@@ -43,31 +57,110 @@ def exact_hash(text: str) -> int:
     return int.from_bytes(hashlib.blake2b(text.strip().encode("utf-8", "surrogatepass"), digest_size=8).digest(), "little")
 
 
-def shingles(text: str, n: int = 5) -> list[str]:
-    """Word n-grams of the lower-cased `text` joined by spaces (CJK: character n-grams).
+# --------------------------------------------------------------------------------------------
+# Text simplification before shingling (FineWeb / datatrove)
+# --------------------------------------------------------------------------------------------
 
-    A text with fewer than n words gives one shingle (all its words), so short documents
-    still get a signature and exact-short duplicates still match.
+#: a run of digits, with at most one decimal separator inside, becomes "0" (FineWeb).
+_NUMBER = re.compile(r"\d+(?:[.,\u060c\u066b\u2396\u2397\u2398]\d+)?")
+_simplify_res: tuple[re.Pattern, re.Pattern] | None = None
+#: ASCII text: every character but letters and digits becomes a space (str.translate's fast path).
+_ASCII_SEPARATORS = str.maketrans({chr(c): " " for c in range(128) if not chr(c).isalnum()})
+
+
+def _char_class(pred) -> str:
+    """A regex character class body listing the code points for which `pred(category)` holds.
+
+    Scans planes 0, 1 and 14 only: the other planes hold ideographs (Lo), private use and
+    unassigned code points, none of them marks, punctuation or symbols (a test checks this
+    against a full scan).
     """
-    ws = words(text.lower())
-    if len(ws) <= n:
-        return [" ".join(ws)]
+    ranges: list[list[int]] = []
+    for lo, hi in ((0, 0x20000), (0xE0000, 0xE1000)):
+        for c in range(lo, hi):
+            if pred(unicodedata.category(chr(c))):
+                if ranges and ranges[-1][1] == c - 1:
+                    ranges[-1][1] = c
+                else:
+                    ranges.append([c, c])
+    return "".join(re.escape(chr(a)) if a == b else f"{re.escape(chr(a))}-{re.escape(chr(b))}" for a, b in ranges)
+
+
+def _simplify_patterns() -> tuple[re.Pattern, re.Pattern]:
+    """(word pattern, non-spacing-mark pattern) for non-ASCII text, built once per process (~30 ms).
+
+    A word is one CJK character, or a run of letters and digits (`str.isalnum`) that may hold
+    spacing or enclosing marks (Mc, Me: vowel signs of Indic scripts) after its first
+    character. Everything else separates: whitespace, punctuation, symbols, controls, "_".
+    """
+    global _simplify_res
+    if _simplify_res is None:
+        cjk = CJK_CLASS
+        marks = _char_class(lambda cat: cat in ("Mc", "Me"))
+        word = re.compile(f"[{cjk}]|[^\\W_{cjk}]+(?:[{marks}]+[^\\W_{cjk}]*)*")
+        _simplify_res = (word, re.compile(f"[{_char_class(lambda cat: cat == 'Mn')}]+"))
+    return _simplify_res
+
+
+def dedup_words(text: str, simplify: bool = True) -> list[str]:
+    """The words near-duplicate detection shingles, after FineWeb's text simplification.
+
+    With `simplify` (the default), as datatrove's `simplify_text` does for FineWeb's MinHash
+    (datatrove `utils/text.py`, `TextNormConfig` defaults; Penedo et al. 2024, section 3.4):
+    lower case; every number (a digit run, optionally with one decimal part) becomes "0";
+    punctuation and symbols become spaces; whitespace runs are one separator; diacritics are
+    removed (NFD, then non-spacing marks dropped). Two documents that differ only in numbers,
+    punctuation, spacing or accents thus have the same shingles.
+
+    Differences from datatrove, on purpose: a word is a run of letters and digits (with spacing
+    marks), so every other character separates words (datatrove replaces a hand-made list of
+    punctuation with spaces, then runs spaCy's tokenizer, which in English also splits off
+    symbols, units from numbers ("0kg") and contractions written without an apostrophe, which
+    the simplification makes of "can't", "don't", "I'd": "cannot", "dont", "id"); Chinese and
+    Japanese characters are one word each (`text_stats.words`), where spaCy's English tokenizer
+    sees a whole unspaced run as one word. On the benchmark corpus (standard-library sources,
+    Shakespeare) these splits are the only differences: 0.1% of words.
+
+    Without `simplify`: the lower-cased `text_stats.words` (punctuation inside words such as
+    "don't" kept, numbers kept).
+    """
+    if not simplify:
+        return words(text.lower())
+    text = _NUMBER.sub("0", text.lower())
+    if text.isascii():
+        return text.translate(_ASCII_SEPARATORS).split()
+    word, nonspacing = _simplify_patterns()
+    return word.findall(nonspacing.sub("", unicodedata.normalize("NFD", text)))
+
+
+def shingles(text: str, n: int = 5, simplify: bool = True, skip_short: bool = True) -> list[str]:
+    """Word n-grams of `text` (words from `dedup_words`) joined by spaces.
+
+    A text with fewer than n words has no shingle when `skip_short` (FineWeb/datatrove: such a
+    document gets no MinHash signature and is never a near-duplicate; exact dedup still sees
+    it); otherwise it gives one shingle of all its words.
+    """
+    ws = dedup_words(text, simplify)
+    if len(ws) < n:
+        return [] if skip_short else [" ".join(ws)]
     return [" ".join(ws[i:i + n]) for i in range(len(ws) - n + 1)]
 
 
-def shingle_hashes(text: str, n: int = 5) -> np.ndarray:
-    """64-bit hashes of the lower-cased word n-grams of `text` (the set `shingles` would give).
+def shingle_hashes(text: str, n: int = 5, simplify: bool = True, skip_short: bool = True) -> np.ndarray:
+    """64-bit hashes of the word n-grams of `text` (the set `shingles` would give).
 
     Words are hashed by rensa (`RMinHash.hash_token_sets`, the same hash its `update` applies to
     strings), then each n-gram's hash is chained over its words' hashes with numpy, so no
-    n-gram string is ever built. Fewer than n words give one shingle of all of them.
+    n-gram string is ever built.
 
-    Returns: (max(1, words - n + 1),) uint64.
+    Returns: (words - n + 1,) uint64; with fewer than n words (0,) when `skip_short`, else (1,).
     """
     from rensa import RMinHash
 
-    ws = words(text.lower()) or [""]
-    h = np.array(RMinHash.hash_token_sets([ws])[0], dtype=np.uint64)
+    ws = dedup_words(text, simplify)
+    if len(ws) < n and skip_short:
+        return np.zeros(0, dtype=np.uint64)
+    h = np.array(RMinHash.hash_token_sets([ws or [""]])[0], dtype=np.uint64)
     m = min(n, len(h))
     with np.errstate(over="ignore"):
         g = h[:len(h) - m + 1].copy()
@@ -86,11 +179,14 @@ def _mix64(h: np.ndarray) -> np.ndarray:
         return h ^ (h >> np.uint64(31))
 
 
-def minhash_signatures(texts: Sequence[str], num_perm: int = 112, ngram: int = 5, seed: int = 1) -> np.ndarray:
+def minhash_signatures(texts: Sequence[str], num_perm: int = 112, ngram: int = 5, seed: int = 1,
+                       simplify: bool = True, skip_short: bool = True) -> np.ndarray:
     """MinHash signatures of `texts` over word n-gram shingles (`shingle_hashes`).
 
     One rensa call for the whole batch (`RMinHash.digest_matrix_from_flat_token_hashes`, Rust):
-    the per-text Python work is only word splitting.
+    the per-text Python work is only word splitting. A text without shingles (fewer than
+    `ngram` words with `skip_short`) gets the empty set's signature, every value 2**32 - 1,
+    which `band_hashes` turns into "no candidate".
 
     Returns: array of shape (len(texts), num_perm), dtype uint32.
     """
@@ -98,12 +194,16 @@ def minhash_signatures(texts: Sequence[str], num_perm: int = 112, ngram: int = 5
 
     if not len(texts):
         return np.zeros((0, num_perm), dtype=np.uint32)
-    parts = [shingle_hashes(t, ngram) for t in texts]
+    parts = [shingle_hashes(t, ngram, simplify, skip_short) for t in texts]
     offsets = np.zeros(len(parts) + 1, dtype=np.uint64)
     np.cumsum([len(p) for p in parts], out=offsets[1:])
-    matrix = RMinHash.digest_matrix_from_flat_token_hashes(np.concatenate(parts), offsets, num_perm=num_perm,
-                                                           seed=seed)
-    return np.array(matrix.to_rows(), dtype=np.uint32).reshape(len(texts), num_perm)
+    flat = np.concatenate(parts)
+    if not len(flat):
+        return np.full((len(texts), num_perm), EMPTY_MINHASH, dtype=np.uint32)
+    matrix = RMinHash.digest_matrix_from_flat_token_hashes(flat, offsets, num_perm=num_perm, seed=seed)
+    sig = np.array(matrix.to_rows(), dtype=np.uint32).reshape(len(texts), num_perm)
+    sig[offsets[1:] == offsets[:-1]] = EMPTY_MINHASH  # the library's value for an empty set, made explicit
+    return sig
 
 
 # Odd 64-bit multipliers (fixed, from a seeded generator) to mix the rows of a band into one key.
@@ -117,7 +217,8 @@ def band_hashes(signatures: np.ndarray, bands: int = 14, rows: int = 8) -> np.nd
         signatures: (N, bands * rows) uint32 MinHash signatures.
 
     Returns: (N, bands) uint64; column b of different bands are also made distinct by mixing in
-        the band index, so keys may be stored together.
+        the band index, so keys may be stored together. A document whose signature is the empty
+        set's (`EMPTY_MINHASH` everywhere) gets `NO_KEY` (0) in every band; no other key is 0.
 
     Raises:
         ValueError: the signature width is not bands * rows.
@@ -137,6 +238,8 @@ def band_hashes(signatures: np.ndarray, bands: int = 14, rows: int = 8) -> np.nd
         h ^= h >> np.uint64(27)
         h *= np.uint64(0x94D049BB133111EB)
         h ^= h >> np.uint64(31)
+    h[h == NO_KEY] = 1
+    h[(signatures == EMPTY_MINHASH).all(axis=1)] = NO_KEY
     return h
 
 
@@ -166,15 +269,20 @@ class UnionFind:
         return np.array([self.find(i) for i in range(len(self.parent))], dtype=np.int64)
 
 
-def union_equal_keys(uf: UnionFind, keys: np.ndarray, index: np.ndarray | None = None) -> int:
+def union_equal_keys(uf: UnionFind, keys: np.ndarray, index: np.ndarray | None = None, bands: bool = False) -> int:
     """Join every group of equal `keys` (1-D) in `uf`; `index[i]` is the element of keys[i].
 
+    With `bands` (the keys are a column of `band_hashes`), `NO_KEY` (documents without a MinHash
+    signature) joins nothing.
     Returns the number of union operations (candidate edges).
     """
     index = np.arange(len(keys)) if index is None else index
     order = np.argsort(keys, kind="stable")
     sk = keys[order]
-    same = np.flatnonzero(sk[1:] == sk[:-1])
+    eq = sk[1:] == sk[:-1]
+    if bands:
+        eq &= sk[1:] != NO_KEY
+    same = np.flatnonzero(eq)
     for i in same:
         uf.union(int(index[order[i]]), int(index[order[i + 1]]))
     return len(same)
@@ -197,7 +305,7 @@ def duplicate_mask(exact: np.ndarray | None = None, bands: np.ndarray | None = N
         union_equal_keys(uf, np.asarray(exact))
     if bands is not None:
         for b in range(bands.shape[1]):
-            union_equal_keys(uf, np.ascontiguousarray(bands[:, b]))
+            union_equal_keys(uf, np.ascontiguousarray(bands[:, b]), bands=True)
     roots = uf.roots()
     return roots != np.arange(n), roots
 

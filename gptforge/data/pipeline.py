@@ -58,7 +58,14 @@ TOP_LEVEL_KEYS = ("normalization", "steps", "description")
 
 @dataclass
 class DedupConfig:
-    """The global deduplication step (see `gptforge.data.dedup`; FineWeb's defaults)."""
+    """The global deduplication step (see `gptforge.data.dedup`; FineWeb's defaults).
+
+    `simplify`: shingle FineWeb's simplified text (lower case, numbers to 0, no punctuation or
+    symbols, whitespace normalized, no diacritics; `dedup.dedup_words`) instead of the
+    lower-cased words. `skip_short`: documents with fewer than `ngram` words get no MinHash
+    signature and are never near-duplicates (FineWeb/datatrove), instead of one shingle of all
+    their words. Exact dedup is unaffected by both.
+    """
 
     exact: bool = True
     near: bool = True
@@ -66,6 +73,8 @@ class DedupConfig:
     bands: int = 14
     rows: int = 8
     seed: int = 1
+    simplify: bool = True
+    skip_short: bool = True
 
 
 @dataclass

@@ -31,8 +31,9 @@ from typing import Any
 
 import numpy as np
 
-from gptforge.data.curate import (DEFAULT_SHARD_BYTES, atomic_write_json, curate_task, fingerprint_of, global_dedup,
-                                  lines_task, open_work_dir, plan_shards, run_tasks, shard_documents, work_dir_for)
+from gptforge.data.curate import (WorkerPool, atomic_write_json, auto_shard_bytes, curate_task, fingerprint_of,
+                                  global_dedup, lines_task, open_work_dir, plan_shards, run_tasks, shard_documents,
+                                  work_dir_for)
 from gptforge.data.normalize import NormalizeStats
 from gptforge.data.pipeline import StepStats, build_recipe, load_recipe
 from gptforge.data.readers import ReadStats, expand_inputs
@@ -73,7 +74,7 @@ class PrepareConfig:
     doc_separator: str | None = None
     limit: int = 0  # 0: no limit
     strict: bool = False
-    shard_bytes: int = DEFAULT_SHARD_BYTES
+    shard_bytes: int = 0  # 0: chosen from the corpus size (`auto_shard_bytes`)
     keep_work: bool = False
     languages: list[str] | None = None  # sets the recipe's langid step
     language_score: float | None = None
@@ -93,8 +94,8 @@ class PrepareConfig:
             raise ValueError(f"--workers must be >= 0 (0 = all cores), got {self.workers}")
         if self.max_shard_bytes <= 0:
             raise ValueError(f"--max-shard-bytes must be positive, got {self.max_shard_bytes}")
-        if self.shard_bytes <= 0:
-            raise ValueError(f"--shard-bytes must be positive, got {self.shard_bytes}")
+        if self.shard_bytes < 0:
+            raise ValueError(f"--shard-bytes must be >= 0 (0 = chosen from the corpus size), got {self.shard_bytes}")
         if self.limit < 0:
             raise ValueError(f"--limit must be >= 0 (0 = no limit), got {self.limit}")
         if self.tokenizer is None and self.vocab_size < 257:
@@ -298,10 +299,11 @@ def prepare(cfg: PrepareConfig, show_progress: bool = True) -> PrepareResult:
     workers = cfg.workers or default_workers()
 
     # With --limit the first N documents in reading order are wanted: one shard reads them.
-    shards = [[str(f) for f in files]] if cfg.limit else plan_shards(files, cfg.shard_bytes)
+    shard_bytes = cfg.shard_bytes or auto_shard_bytes(files)
+    shards = [[str(f) for f in files]] if cfg.limit else plan_shards(files, shard_bytes)
     work = work_dir_for(out_dir)
     options = {"recipe": recipe_dict, "text_field": cfg.text_field, "doc_separator": cfg.doc_separator,
-               "limit": cfg.limit, "strict": cfg.strict, "shard_bytes": cfg.shard_bytes}
+               "limit": cfg.limit, "strict": cfg.strict, "shard_bytes": shard_bytes}
     reused = open_work_dir(work, fingerprint_of(files, options))
     if reused:
         log.info(f"resuming from {work}")
@@ -314,11 +316,11 @@ def prepare(cfg: PrepareConfig, show_progress: bool = True) -> PrepareResult:
     boilerplate_info: dict[str, Any] = {}
 
     progress = _make_progress(show_progress)
-    with progress:
+    with progress, WorkerPool(workers) as pool:
         # ---- curation ----
         if recipe.boilerplate is not None:
             t = time.perf_counter()
-            run_tasks(lines_task, tasks, lambda i: (work / "lines" / f"{i:05d}.json").exists(), workers,
+            run_tasks(lines_task, tasks, lambda i: (work / "lines" / f"{i:05d}.json").exists(), pool,
                       progress, "count lines")
             from gptforge.data.boilerplate import merge_frequent
             from gptforge.data.curate import atomic_save_npy
@@ -333,7 +335,7 @@ def prepare(cfg: PrepareConfig, show_progress: bool = True) -> PrepareResult:
                                 "boilerplate_lines": int(np.load(work / "boilerplate.npy").size)}
             timings["count_lines"] = time.perf_counter() - t
         t = time.perf_counter()
-        run_tasks(curate_task, tasks, lambda i: (work / "curate" / f"{i:05d}.json").exists(), workers,
+        run_tasks(curate_task, tasks, lambda i: (work / "curate" / f"{i:05d}.json").exists(), pool,
                   progress, "curate")
         timings["curate"] = time.perf_counter() - t
         results = [json.loads((work / "curate" / f"{i:05d}.json").read_text(encoding="utf-8")) for i in range(len(shards))]
@@ -401,7 +403,7 @@ def prepare(cfg: PrepareConfig, show_progress: bool = True) -> PrepareResult:
                    "eos_token": tokenizer.eos_token, "dtype": dtype.name,
                    "dedup": recipe.dedup is not None, "moved": moved, "seed": cfg.seed,
                    "val_fraction": cfg.val_fraction, "test_fraction": cfg.test_fraction} for i in range(len(shards))]
-        run_tasks(encode_task, etasks, lambda i: (enc / f"{i:05d}.json").exists(), workers, progress, "tokenize")
+        run_tasks(encode_task, etasks, lambda i: (enc / f"{i:05d}.json").exists(), pool, progress, "tokenize")
         timings["tokenize"] = time.perf_counter() - t
         encoded = [json.loads((enc / f"{i:05d}.json").read_text()) for i in range(len(shards))]
 
@@ -428,6 +430,13 @@ def prepare(cfg: PrepareConfig, show_progress: bool = True) -> PrepareResult:
                                       normalize=nstats, steps=steps, dedup=dedup_info, boilerplate=boilerplate_info,
                                       encoded=encoded, meta=meta, recount=recount, timings=timings,
                                       seconds=time.perf_counter() - t0, hist_edges=HIST_EDGES, resumed=reused)
+                # CPU seconds the shards took in their processes (wall time on a shared machine
+                # says little): input MB per CPU second is the throughput per core.
+                for phase, folder in (("count_lines", "lines"), ("curate", "curate")):
+                    if phase in report["throughput"]:
+                        cpu = sum(json.loads((work / folder / f"{i:05d}.json").read_text()).get("cpu_seconds", 0.0)
+                                  for i in range(len(shards)))
+                        report["throughput"][phase]["shard_cpu_seconds"] = round(cpu, 3)
                 write_report(tmp_dir, report)
                 report_holder["report"] = report
 

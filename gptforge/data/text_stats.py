@@ -12,14 +12,14 @@ from __future__ import annotations
 import re
 
 # Han (CJK unified ideographs and extensions A, compatibility), hiragana, katakana.
-_CJK_CLASS = "\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\U00020000-\U0002ffff"
-_CJK_CHAR = re.compile(f"[{_CJK_CLASS}]")
+CJK_CLASS = "\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\U00020000-\U0002ffff"
+_CJK_CHAR = re.compile(f"[{CJK_CLASS}]")
 #: a word: one CJK character, or a run of word characters (letters, digits, underscore, marks)
 #: possibly joined by apostrophes or hyphens ("don't", "state-of-the-art").
 #: `[^\\W...]` is "a word character that is not CJK" as one class (no per-character lookahead: ~3x faster).
-_WORD = re.compile(f"[{_CJK_CLASS}]|[^\\W{_CJK_CLASS}]+(?:['’\\-][^\\W{_CJK_CLASS}]+)*")
+_WORD = re.compile(f"[{CJK_CLASS}]|[^\\W{CJK_CLASS}]+(?:['’\\-][^\\W{CJK_CLASS}]+)*")
 #: non-space tokens, as Gopher counts symbols and words (whitespace split; CJK per character).
-_TOKEN = re.compile(f"[{_CJK_CLASS}]|[^\\s{_CJK_CLASS}]+")
+_TOKEN = re.compile(f"[{CJK_CLASS}]|[^\\s{CJK_CLASS}]+")
 
 
 _last_words: tuple[str, list[str]] = ("", [])

@@ -181,3 +181,19 @@ def test_cli_show_recipe_and_languages(tmp_path, capsys, small_tokenizer):
     rep = json.loads((tmp_path / "o" / "report.json").read_text())
     lid = next(s for s in rep["steps"] if s["name"] == "langid")
     assert lid["dropped"] == {"language_not_kept": 1} and load_meta(tmp_path / "o")["splits"]["train"]["documents"] == 2
+
+
+def test_auto_shard_size_depends_on_corpus_not_workers(tmp_path, dup_corpus):
+    from gptforge.data.curate import AUTO_SHARDS, DEFAULT_SHARD_BYTES, MIN_AUTO_SHARD_BYTES, auto_shard_bytes
+
+    files = sorted(dup_corpus.iterdir())
+    assert auto_shard_bytes(files) == MIN_AUTO_SHARD_BYTES  # a small corpus: 1 MiB shards
+    big = tmp_path / "big.txt"
+    with open(big, "wb") as f:  # sparse: size without writing the bytes
+        f.truncate(AUTO_SHARDS * (8 << 20))
+    assert auto_shard_bytes([big]) == 8 << 20
+    with open(big, "wb") as f:
+        f.truncate(AUTO_SHARDS * (256 << 20))
+    assert auto_shard_bytes([big]) == DEFAULT_SHARD_BYTES
+    r = _run(dup_corpus, tmp_path / "o", shard_bytes=0)  # the default
+    assert r.report["inputs"]["shards"] == 1 and r.report["throughput"]["curate"]["shard_cpu_seconds"] > 0

@@ -9,8 +9,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from gptforge.data.dedup import (UnionFind, band_hashes, candidate_probability, cluster_sizes, duplicate_mask,
-                                 exact_hash, minhash_signatures, shingles)
+from gptforge.data.dedup import (NO_KEY, UnionFind, band_hashes, candidate_probability, cluster_sizes, dedup_words,
+                                 duplicate_mask, exact_hash, minhash_signatures, shingles)
 from gptforge.data.normalize import normalize_text
 from gptforge.data.text_stats import words
 
@@ -100,3 +100,51 @@ def test_openshakespeare_milton_copies_go_folio_editions_stay():
     assert not any(f.parent.name == "shakespeare" for f in files if f.name in dropped)  # editions stay
     for name in ("lear_gut.txt", "lear_gut_f.txt"):
         assert name not in dropped
+
+
+def test_fineweb_simplification_before_shingling():
+    assert dedup_words("Hello, World!  It's 3.14 or 1,000 -- café ÉTÉ_x") == \
+        ["hello", "world", "it", "s", "0", "or", "0", "cafe", "ete", "x"]
+    assert dedup_words("Hello, World! 3.14", simplify=False) == ["hello", "world", "3", "14"]
+    assert dedup_words("我们测试中文。") == list("我们测试中文")  # one word per character
+    a = "Version 1.2 of the library, released on 2023-01-05, fixed twelve bugs in the parser module."
+    b = "version 7.9 of the library released on 1999-12-31 -- fixed twelve bugs in the parser module"
+    assert shingles(a) == shingles(b)
+    assert shingles(a, simplify=False) != shingles(b, simplify=False)
+
+
+def test_ascii_fast_path_splits_like_the_unicode_pattern(stdlib_texts):
+    from gptforge.data.dedup import _NUMBER, _simplify_patterns
+
+    word, _ = _simplify_patterns()
+    ascii_texts = [t for t in stdlib_texts if t.isascii()][:10]
+    assert ascii_texts
+    for t in ascii_texts:
+        assert dedup_words(t) == word.findall(_NUMBER.sub("0", t.lower()))
+    assert dedup_words("नमस्ते दुनिया") == ["नमसत", "दनिया"]  # Mn (virama, e, u signs) dropped as FineWeb does; Mc (i, aa signs) stay inside words
+
+
+def test_short_documents_are_not_near_duplicate_candidates():
+    texts = ["only four words here", "only four words here", "Only four, words here!"]
+    sig = minhash_signatures(texts)
+    keys = band_hashes(sig)
+    assert (keys == NO_KEY).all()
+    drop, _ = duplicate_mask(bands=keys)
+    assert not drop.any()  # datatrove/FineWeb: no signature under n words
+    drop_exact, _ = duplicate_mask(exact=np.array([exact_hash(t) for t in texts], dtype=np.uint64), bands=keys)
+    assert drop_exact.tolist() == [False, True, False]  # exact dedup still sees them
+    drop, _ = duplicate_mask(bands=band_hashes(minhash_signatures(texts, skip_short=False)))
+    assert drop.tolist() == [False, True, True]  # the old rule: one shingle of all the words
+    five = minhash_signatures(["one two three four five", "One, two; three four five."])
+    assert (five[0] == five[1]).all() and not (band_hashes(five) == NO_KEY).any()
+
+
+def test_separator_classes_cover_every_plane():
+    import unicodedata
+
+    from gptforge.data.dedup import _char_class
+
+    skipped = [c for c in list(range(0x20000, 0xE0000)) + list(range(0xE1000, 0x110000))
+               if unicodedata.category(chr(c)) in ("Cc", "Mn") or unicodedata.category(chr(c))[0] in "PS"]
+    assert skipped == []
+    assert "\\-" in _char_class(lambda cat: cat == "Pd")

@@ -12,7 +12,10 @@ def test_builtin_recipes_build():
     for name in ("default", "web", "code"):
         steps, dedup = build_steps(load_recipe(name))
         assert isinstance(dedup, DedupConfig) and (dedup.bands, dedup.rows, dedup.ngram) == (14, 8, 5)
+        assert dedup.simplify and dedup.skip_short  # FineWeb's text simplification and short-document rule
         assert "steps:" in show_recipe(name)
+    _, dedup = build_steps({"steps": [{"dedup": {"simplify": False, "skip_short": False}}]})
+    assert not dedup.simplify and not dedup.skip_short
     web, _ = build_steps(load_recipe("web"))
     assert [s.name for s in web] == ["clean", "langid", "blocklist", "c4", "gopher_repetition", "gopher_quality",
                                      "fineweb", "pii"]
