@@ -82,3 +82,17 @@ def atomic_copy(src: str | Path, dst: str | Path) -> None:
     finally:
         if tmp.exists():
             tmp.unlink()
+
+
+def replace_dir(tmp: str | Path, out: str | Path) -> None:
+    """Rename a finished temp folder onto `out`; an existing `out` is moved aside first and removed
+    only after the rename, so a kill leaves either the old or the new folder in place."""
+    tmp, out = Path(tmp), Path(out)
+    if out.exists():
+        old = out.parent / f".{out.name}.old-{os.getpid()}"
+        out.rename(old)
+        tmp.rename(out)
+        shutil.rmtree(old, ignore_errors=True)
+    else:
+        tmp.rename(out)
+    fsync_dir(out.parent)

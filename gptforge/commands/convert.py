@@ -21,6 +21,8 @@ from pathlib import Path
 
 import torch
 
+from gptforge.atomic import replace_dir
+
 DTYPES = {"auto": None, "float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 
@@ -107,7 +109,7 @@ def from_hf(hf_dir: Path, out: Path, dtype: torch.dtype | None = None, block_siz
         for name in TOKENIZER_FILES + ("generation_config.json",):
             if (hf_dir / name).is_file():
                 shutil.copyfile(hf_dir / name, tmp / name)
-        _replace_dir(tmp, out)
+        replace_dir(tmp, out)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
@@ -282,14 +284,3 @@ def _write(path: Path, text: str) -> None:
         f.write(text)
         f.flush()
         os.fsync(f.fileno())
-
-
-def _replace_dir(tmp: Path, out: Path) -> None:
-    """Rename the finished temp folder onto `out`; an old `out` is removed only afterwards."""
-    if out.exists():
-        old = out.parent / f".{out.name}.old-{os.getpid()}"
-        out.rename(old)
-        tmp.rename(out)
-        shutil.rmtree(old, ignore_errors=True)
-    else:
-        tmp.rename(out)

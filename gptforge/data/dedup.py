@@ -43,7 +43,7 @@ from collections.abc import Iterable, Sequence
 
 import numpy as np
 
-from gptforge.data.text_stats import CJK_CLASS, words
+from gptforge.data.text_stats import CJK_CLASS, mix64, words
 
 _MASK64 = (1 << 64) - 1
 #: MinHash value of the empty set (the minimum over nothing).
@@ -165,18 +165,8 @@ def shingle_hashes(text: str, n: int = 5, simplify: bool = True, skip_short: boo
     with np.errstate(over="ignore"):
         g = h[:len(h) - m + 1].copy()
         for k in range(1, m):
-            g = _mix64(g * np.uint64(0x9E3779B97F4A7C15) + h[k:len(h) - m + 1 + k])
+            g = mix64(g * np.uint64(0x9E3779B97F4A7C15) + h[k:len(h) - m + 1 + k])
     return g
-
-
-def _mix64(h: np.ndarray) -> np.ndarray:
-    """splitmix64 finalizer (Steele et al. 2014) on uint64, wrapping."""
-    with np.errstate(over="ignore"):
-        h = h ^ (h >> np.uint64(30))
-        h = h * np.uint64(0xBF58476D1CE4E5B9)
-        h = h ^ (h >> np.uint64(27))
-        h = h * np.uint64(0x94D049BB133111EB)
-        return h ^ (h >> np.uint64(31))
 
 
 def minhash_signatures(texts: Sequence[str], num_perm: int = 112, ngram: int = 5, seed: int = 1,

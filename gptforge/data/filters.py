@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 
 from gptforge.data.readers import Document
-from gptforge.data.text_stats import is_cjk, tokens, words
+from gptforge.data.text_stats import is_cjk, mix64, tokens, words
 
 BULLETS = ("•", "●", "○", "◦", "▪", "▫", "‣", "⁃", "-", "*", "–", "—", "·")
 ELLIPSES = ("...", "…")
@@ -145,16 +145,6 @@ def duplicate_ngram_char_fraction(ws: list[str], n: int) -> float:
     return NgramStats(ws).duplicate_fraction(n)
 
 
-def _mix64(h: np.ndarray) -> np.ndarray:
-    """splitmix64 finalizer (Steele et al. 2014), elementwise on uint64 (wrapping)."""
-    with np.errstate(over="ignore"):
-        h = h ^ (h >> np.uint64(30))
-        h = h * np.uint64(0xBF58476D1CE4E5B9)
-        h = h ^ (h >> np.uint64(27))
-        h = h * np.uint64(0x94D049BB133111EB)
-        return h ^ (h >> np.uint64(31))
-
-
 class NgramStats:
     """Word n-gram statistics of one document, vectorized with numpy.
 
@@ -171,7 +161,7 @@ class NgramStats:
         self.lengths = np.fromiter(map(len, ws), dtype=np.int64, count=len(ws))
         self.cum = np.concatenate([[0], np.cumsum(self.lengths)])
         self.total = int(self.cum[-1])
-        self._ids = _mix64(ids + np.uint64(1))
+        self._ids = mix64(ids + np.uint64(1))
         self._keys = {1: self._ids}
 
     def keys(self, n: int) -> np.ndarray:
@@ -179,7 +169,7 @@ class NgramStats:
         if n not in self._keys:
             prev = self.keys(n - 1)
             with np.errstate(over="ignore"):
-                self._keys[n] = _mix64(prev[:-1] * np.uint64(0x9E3779B97F4A7C15) + self._ids[n - 1:])
+                self._keys[n] = mix64(prev[:-1] * np.uint64(0x9E3779B97F4A7C15) + self._ids[n - 1:])
         return self._keys[n]
 
     def top_fraction(self, n: int) -> float:

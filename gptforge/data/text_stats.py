@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import re
 
+import numpy as np
+
 # Han (CJK unified ideographs and extensions A, compatibility), hiragana, katakana.
 CJK_CLASS = "\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\U00020000-\U0002ffff"
 _CJK_CHAR = re.compile(f"[{CJK_CLASS}]")
@@ -57,3 +59,13 @@ def cjk_fraction(text: str) -> float:
 def is_cjk(text: str, threshold: float = 0.3) -> bool:
     """True when at least `threshold` of the non-space characters are CJK."""
     return cjk_fraction(text) >= threshold
+
+
+def mix64(h: np.ndarray) -> np.ndarray:
+    """splitmix64 finalizer (Steele et al. 2014), elementwise on uint64 (wrapping)."""
+    with np.errstate(over="ignore"):
+        h = h ^ (h >> np.uint64(30))
+        h = h * np.uint64(0xBF58476D1CE4E5B9)
+        h = h ^ (h >> np.uint64(27))
+        h = h * np.uint64(0x94D049BB133111EB)
+        return h ^ (h >> np.uint64(31))

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import torch
 
-from gptforge.atomic import default_mode, fsync_dir, fsync_file
+from gptforge.atomic import default_mode, fsync_dir, fsync_file, replace_dir
 
 from gptforge.config import ModelConfig
 from gptforge.model.hf import config_to_hf, state_dict_to_hf
@@ -152,14 +152,7 @@ def save_hf(
         for name, data in tok_files.items():
             _fsync_write(tmp / name, data)
         fsync_dir(tmp)
-        if out_dir.exists():
-            old = out_dir.parent / f".{out_dir.name}.old-{os.getpid()}"
-            out_dir.rename(old)
-            tmp.rename(out_dir)
-            shutil.rmtree(old, ignore_errors=True)
-        else:
-            tmp.rename(out_dir)
-        fsync_dir(out_dir.parent)
+        replace_dir(tmp, out_dir)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise

@@ -13,7 +13,6 @@ The module knows nothing of parallelism, data or losses: it maps token ids (B, T
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 
 import torch
 import torch.nn as nn

@@ -21,7 +21,6 @@ to convert, only to test that the results load (the optional `hf` extra).
 from __future__ import annotations
 
 import json
-import math
 import re
 from dataclasses import replace
 from pathlib import Path

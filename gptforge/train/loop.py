@@ -365,7 +365,7 @@ def train(cfg: RunConfig, data_dir: str | Path, run_dir: str | Path, resume: boo
     from gptforge.data.shards import load_meta
 
     data_dir, run_dir = Path(data_dir), Path(run_dir)
-    tc, mc_in, pc = cfg.train, cfg.model, cfg.parallel
+    tc, pc = cfg.train, cfg.parallel
     meta = load_meta(data_dir) if data is None else None
     if tc.num_threads:
         torch.set_num_threads(tc.num_threads)

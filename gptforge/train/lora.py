@@ -26,6 +26,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from gptforge.atomic import replace_dir
 from gptforge.config import ModelConfig
 
 LORA_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
@@ -281,13 +282,7 @@ def save_peft_adapter(model: nn.Module, model_cfg: ModelConfig, lora_cfg: LoRACo
             json.dump(config, f, indent=2, sort_keys=True)
             f.flush()
             os.fsync(f.fileno())
-        if out_dir.exists():
-            old = out_dir.parent / f".{out_dir.name}.old-{os.getpid()}"
-            out_dir.rename(old)
-            tmp.rename(out_dir)
-            shutil.rmtree(old, ignore_errors=True)
-        else:
-            tmp.rename(out_dir)
+        replace_dir(tmp, out_dir)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise

@@ -2,7 +2,7 @@ import pytest
 import torch
 
 from gptforge.config import ModelConfig
-from gptforge.model import GPT, PRESETS
+from gptforge.model import GPT
 
 
 @pytest.mark.parametrize(

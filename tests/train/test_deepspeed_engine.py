@@ -19,7 +19,7 @@ import shutil
 import pytest
 import torch
 
-from gptforge.config import ModelConfig, ParallelConfig, RunConfig, TrainConfig
+from gptforge.config import ModelConfig, RunConfig, TrainConfig
 from gptforge.train import checkpoint as ck
 from gptforge.train.backend import deepspeed_available
 from gptforge.train.loop import train

@@ -8,7 +8,6 @@ import sys
 import time
 
 import pytest
-import torch
 
 import gptforge.train.loop as loop
 from gptforge.config import ModelConfig, RunConfig, TrainConfig
