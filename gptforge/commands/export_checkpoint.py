@@ -7,7 +7,6 @@ import argparse
 import json
 import os
 import sys
-import warnings
 from pathlib import Path
 
 from gptforge.atomic import default_mode, fsync_file
@@ -46,6 +45,8 @@ def consolidated_model_state(ckpt: Path) -> dict:
     import torch.distributed.checkpoint as dcp
     from torch.distributed.checkpoint.metadata import TensorStorageMetadata
 
+    from gptforge.train.checkpoint import quiet_single_process_dcp
+
     md = dcp.FileSystemReader(str(ckpt)).read_metadata()
     model = {}
     for key, meta in md.state_dict_metadata.items():
@@ -54,8 +55,7 @@ def consolidated_model_state(ckpt: Path) -> dict:
     if not model:
         raise ValueError(f"{ckpt} holds no model tensors (expected keys model.*)")
     state = {"model": model}
-    with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", message=".*torch.distributed is disabled.*")
+    with quiet_single_process_dcp():
         dcp.load(state, checkpoint_id=str(ckpt), no_dist=True)
     return state["model"]
 

@@ -15,6 +15,7 @@ naming a complete checkpoint, and a half-written `.tmp_*` folder is never read.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import random
 import shutil
@@ -41,6 +42,23 @@ STATE_FILE = "trainer_state.pt"
 # by position in param_groups: each rank of a pipeline (or ZeRO-1 shard) saves the keys of the
 # parameters it holds, and any other layout finds its own parameters' keys on load.
 _OPTIONS = StateDictOptions(flatten_optimizer_state_dict=True)
+
+
+@contextlib.contextmanager
+def quiet_single_process_dcp():
+    """Silence DCP's warning that it runs without a process group (the normal single-process case)."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=".*torch.distributed is disabled.*")
+        yield
+
+
+def _dcp_state(model: torch.nn.Module, optimizer: torch.optim.Optimizer | None) -> dict[str, Any]:
+    """{"model": ..., "optim": ...} in DCP's layout-independent form (optimizer state keyed by name)."""
+    model_sd, optim_sd = get_state_dict(model, optimizer if optimizer is not None else [], options=_OPTIONS)
+    state = {"model": model_sd}
+    if optimizer is not None:
+        state["optim"] = optim_sd
+    return state
 
 
 def _is_main() -> bool:
@@ -104,12 +122,8 @@ def save_checkpoint(ckpt_root: Path, step: int, model: torch.nn.Module, optimize
     if model_state is not None:
         state = {"model": model_state}
     else:
-        model_sd, optim_sd = get_state_dict(model, optimizer if optimizer is not None else [], options=_OPTIONS)
-        state = {"model": model_sd}
-        if optimizer is not None:
-            state["optim"] = optim_sd
-    with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", message=".*torch.distributed is disabled.*")
+        state = _dcp_state(model, optimizer)
+    with quiet_single_process_dcp():
         dcp.save(state, checkpoint_id=str(tmp))
     if extra is not None:
         extra(tmp)
@@ -208,12 +222,8 @@ def load_checkpoint(ckpt: Path, model: torch.nn.Module, optimizer: torch.optim.O
     Returns: the trainer state dict (step, tokens_seen, ...).
     """
     ckpt = Path(ckpt)
-    model_sd, optim_sd = get_state_dict(model, optimizer if optimizer is not None else [], options=_OPTIONS)
-    state = {"model": model_sd}
-    if optimizer is not None:
-        state["optim"] = optim_sd
-    with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", message=".*torch.distributed is disabled.*")
+    state = _dcp_state(model, optimizer)
+    with quiet_single_process_dcp():
         dcp.load(state, checkpoint_id=str(ckpt))
     set_state_dict(
         model, optimizer if optimizer is not None else [],
@@ -236,8 +246,7 @@ def restore_rng(trainer_state: dict[str, Any]) -> None:
 def load_model_weights(ckpt: Path, model: torch.nn.Module) -> None:
     """Load only the model weights of a DCP checkpoint into `model` (for evaluate/generate)."""
     sd = model.state_dict()
-    with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", message=".*torch.distributed is disabled.*")
+    with quiet_single_process_dcp():
         dcp.load({"model": sd}, checkpoint_id=str(ckpt))
     model.load_state_dict(sd)
 
