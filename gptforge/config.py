@@ -115,6 +115,11 @@ class ModelConfig:
         values.setdefault("activation", "gelu")
         values.setdefault("attention", "sdpa")
         out = ModelConfig(**values)
+        for name in ("n_layer", "n_head", "n_kv_head", "d_model", "d_ff", "block_size", "vocab_size"):
+            if getattr(out, name) < 1:
+                raise ValueError(f"model.{name} must be >= 1, got {getattr(out, name)}")
+        if not 0.0 <= out.dropout < 1.0:
+            raise ValueError(f"model.dropout must be in [0, 1), got {out.dropout}")
         if out.d_model % out.n_head:
             raise ValueError(f"model.d_model ({out.d_model}) must be divisible by model.n_head ({out.n_head})")
         if out.n_head % out.n_kv_head:
@@ -393,6 +398,8 @@ def parse_args(parser, argv: list[str]):
         for i, a in enumerate(argv[:-1]):
             if a == "--config" and "<unicode string>" in message:
                 message = message.replace("<unicode string>", argv[i + 1])
+            elif a == "--config" and argv[i + 1] not in message:
+                message += f"\n(recipe: {argv[i + 1]})"
             if a in ("--model", "--train", "--parallel") and not argv[i + 1].endswith((".yaml", ".yml", ".json")):
                 message += (f"\n{a} takes a YAML file for that section; for a preset write --model.preset "
                             f"{argv[i + 1]}" if a == "--model" else f"\n{a} takes a YAML file for that section")

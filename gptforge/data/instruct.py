@@ -285,6 +285,13 @@ def render_example(tok: ChatTokenizer, row: dict, template: str | None = None, w
     raise ValueError(f"{where}: a row needs `messages` (chat) or `prompt` and `completion`; it has {sorted(row)}")
 
 
+def _warn_skipped(path: Path, errors: list[str], kept: int) -> None:
+    """Warn that `errors` rows of `path` were skipped (first five named by file:line)."""
+    if errors:
+        shown = "\n  ".join(errors[:5]) + (f"\n  ... and {len(errors) - 5} more" if len(errors) > 5 else "")
+        warnings.warn(f"{path}: skipped {len(errors)} bad row(s) of {len(errors) + kept}:\n  {shown}", stacklevel=3)
+
+
 def read_jsonl(path: str | Path, errors: list[str] | None = None) -> Iterator[tuple[str, dict]]:
     """(file:line, object) for each non-blank line.
 
@@ -363,7 +370,10 @@ def load_examples(path: str | Path, tok: ChatTokenizer, template: str | None = N
     if cache_path is not None and cache_path.is_file():
         with np.load(cache_path) as z:
             ids, target, offsets = z["ids"].tolist(), z["target"].astype(bool).tolist(), z["offsets"].tolist()
-        return [Example(ids[a:b], target[a:b]) for a, b in zip(offsets[:-1], offsets[1:])]
+            cached_errors = z["errors"].tolist() if "errors" in z.files else []
+        examples = [Example(ids[a:b], target[a:b]) for a, b in zip(offsets[:-1], offsets[1:])]
+        _warn_skipped(path, cached_errors, len(examples))  # the cache remembers what it skipped
+        return examples
     examples, errors = [], []
     with Progress(transient=True) as progress:
         task = progress.add_task(f"tokenizing {path.name}", total=path.stat().st_size)
@@ -374,12 +384,10 @@ def load_examples(path: str | Path, tok: ChatTokenizer, template: str | None = N
             except ValueError as e:
                 errors.append(str(e))
             progress.update(task, advance=len(json.dumps(row)) + 1)
-    if errors:
+    if errors and not examples:
         shown = "\n  ".join(errors[:5]) + (f"\n  ... and {len(errors) - 5} more" if len(errors) > 5 else "")
-        if not examples:
-            raise ValueError(f"{path}: no usable row; {len(errors)} bad row(s):\n  {shown}")
-        warnings.warn(f"{path}: skipped {len(errors)} bad row(s) of {len(errors) + len(examples)}:\n  {shown}",
-                      stacklevel=2)
+        raise ValueError(f"{path}: no usable row; {len(errors)} bad row(s):\n  {shown}")
+    _warn_skipped(path, errors, len(examples))
     if cache_path is not None:
         offsets = np.cumsum([0] + [len(e.ids) for e in examples], dtype=np.int64)
         flat_ids = np.fromiter((i for e in examples for i in e.ids), dtype=np.int64, count=int(offsets[-1]))
@@ -388,7 +396,8 @@ def load_examples(path: str | Path, tok: ChatTokenizer, template: str | None = N
             fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{cache_path.name}.", suffix=".tmp")
             try:
                 with os.fdopen(fd, "wb") as f:
-                    np.savez(f, ids=flat_ids.astype(np.uint32), target=flat_target, offsets=offsets)
+                    np.savez(f, ids=flat_ids.astype(np.uint32), target=flat_target, offsets=offsets,
+                             errors=np.array(errors, dtype=str))
                     f.flush()
                     os.fsync(f.fileno())
                 os.replace(tmp, cache_path)

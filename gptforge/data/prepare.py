@@ -500,6 +500,11 @@ def _small_corpus_rule(cfg: PrepareConfig, scan: _Scan) -> dict[str, str]:
 
 def _empty_message(files: list[Path], rstats: ReadStats, nstats: NormalizeStats, steps: list[StepStats]) -> str:
     parts = [f"no documents to prepare: {len(files)} file(s) found, {rstats.files_read} read"]
+    if not files:
+        from gptforge.data.readers import SUPPORTED_EXTS
+
+        parts.append(f"folders are searched for {', '.join(sorted(SUPPORTED_EXTS))} files (optionally compressed); "
+                     "name other files explicitly, or use a glob such as 'src/**/*.py'")
     if rstats.documents and nstats.documents_out:
         for st in steps:
             if st.documents_in and not st.documents_out:

@@ -228,3 +228,13 @@ def test_instruction_batches_deterministic_and_layout_free(tmp_path):
     for e in range(4):
         assert sorted(seen[e * 30:(e + 1) * 30].tolist()) == list(range(30))
     assert not (InstructionBatches(ds, 8, 1, seed=4).rows(0) == big.rows(0)).all()
+
+
+def test_skipped_rows_are_reported_again_from_the_cache(tmp_path):
+    tok = train_tokenizer(tmp_path / "t")
+    path = tmp_path / "d.jsonl"
+    path.write_text('{"prompt": "a", "completion": "b"}\n{"prompt": \n')
+    for _ in range(2):  # the second read comes from the tokenized cache beside the file
+        with pytest.warns(UserWarning, match=r"skipped 1 bad row\(s\) of 2[\s\S]*d\.jsonl:2"):
+            InstructionDataset.from_jsonl(path, tok, block_size=32)
+    assert list(tmp_path.glob("d.jsonl.gptforge-*.npz"))

@@ -72,3 +72,10 @@ def test_block_size_is_enforced():
     m = _tiny("gpt2")
     with pytest.raises(ValueError, match="block_size"):
         m(torch.zeros(1, 65, dtype=torch.long))
+
+
+def test_nonpositive_shapes_are_refused():
+    with pytest.raises(ValueError, match="model.block_size must be >= 1"):
+        ModelConfig(preset="gpt2-nano", block_size=0).resolved()
+    with pytest.raises(ValueError, match="model.dropout"):
+        ModelConfig(dropout=1.5).resolved()
