@@ -58,7 +58,7 @@ def section_plan(deadline: float, smoke: bool = False) -> list[str]:
     from gptforge.model.gpt import GPT
     from gptforge.plan import plan as make_plan
     from gptforge.plan import predict_peak_memory_bytes
-    from gptforge.train.parallelize import apply_activation_checkpointing
+    from gptforge.runtime.activation import apply_activation_checkpointing
 
     device = "cpu" if smoke else "cuda"
     if smoke:

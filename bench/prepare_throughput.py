@@ -36,8 +36,8 @@ import argparse
 import logging
 import os
 import shutil
-import tempfile
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -79,8 +79,12 @@ def load_documents(files: list[Path]) -> list[dict]:
 
 def _dt_exact(docs: list, tmp: Path) -> list:
     """datatrove's three exact-dedup stages on one task; returns the surviving documents."""
-    from datatrove.pipeline.dedup.exact_dedup import (ExactDedupConfig, ExactDedupFilter, ExactDedupSignature,
-                                                      ExactFindDedups)
+    from datatrove.pipeline.dedup.exact_dedup import (
+        ExactDedupConfig,
+        ExactDedupFilter,
+        ExactDedupSignature,
+        ExactFindDedups,
+    )
 
     def content(doc):
         return doc.text.encode("utf-8", "surrogatepass")  # xxhash 4 hashes bytes only
@@ -93,8 +97,13 @@ def _dt_exact(docs: list, tmp: Path) -> list:
 
 def _dt_minhash(docs: list, tmp: Path) -> list:
     """datatrove's four MinHash stages (FineWeb's 5-grams, 14 x 8) on one core; survivors."""
-    from datatrove.pipeline.dedup.minhash import (MinhashConfig, MinhashDedupBuckets, MinhashDedupCluster,
-                                                  MinhashDedupFilter, MinhashDedupSignature)
+    from datatrove.pipeline.dedup.minhash import (
+        MinhashConfig,
+        MinhashDedupBuckets,
+        MinhashDedupCluster,
+        MinhashDedupFilter,
+        MinhashDedupSignature,
+    )
 
     cfg = MinhashConfig(n_grams=5, num_buckets=14, hashes_per_bucket=8)
     list(MinhashDedupSignature(str(tmp / "mh_sigs"), cfg)(iter(docs), 0, 1) or [])
@@ -113,8 +122,12 @@ def datatrove_chain(files: list[Path], recipe: str, tmp: Path) -> tuple[float, i
     quality and FineWeb filters, then the same (no language filter: it downloads its model).
     """
     from datatrove.data import Document as DTDocument
-    from datatrove.pipeline.filters import (C4QualityFilter, FineWebQualityFilter, GopherQualityFilter,
-                                            GopherRepetitionFilter)
+    from datatrove.pipeline.filters import (
+        C4QualityFilter,
+        FineWebQualityFilter,
+        GopherQualityFilter,
+        GopherRepetitionFilter,
+    )
     from datatrove.pipeline.formatters import PIIFormatter
 
     shutil.rmtree(tmp, ignore_errors=True)
@@ -138,7 +151,12 @@ def dedup_agreement(docs: list[dict], tmp: Path) -> dict:
     import numpy as np
     from datatrove.data import Document as DTDocument
 
-    from gptforge.data.dedup import band_hashes, duplicate_mask, exact_hash, minhash_signatures
+    from gptforge.data.dedup import (
+        band_hashes,
+        duplicate_mask,
+        exact_hash,
+        minhash_signatures,
+    )
 
     texts = [d["text"] for d in docs]
     ours_exact, _ = duplicate_mask(exact=np.array([exact_hash(t) for t in texts], dtype=np.uint64))

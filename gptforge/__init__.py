@@ -1,3 +1,22 @@
-"""gptforge: raw text -> tokenizer -> trained GPT -> evaluation -> generated text, with one tool."""
+"""gptforge: raw text -> tokenizer -> trained GPT -> evaluation -> generated text, with one tool.
+
+Packages form layers, bottom to top; a module imports only from its own layer or those below it,
+and nothing imports `gptforge.commands` (the CLI loads a command by name):
+
+    base      gptforge (this file), atomic, config, presets, errors
+    model     the GPT module, LoRA / 4-bit layers, Hugging Face tensor mapping and writing
+    runtime   device and autocast, loss helpers, the checkpoint format, model loading
+    data      readers, curation, tokenizer, token shards, batches
+    plan      memory / FLOPs / time model, hardware table, layout search
+    infer     generation
+    eval      perplexity and task evaluation
+    report    run reports
+    train     the trainer and its components, parallelism, fine-tuning
+    export    other model formats, compression
+    serve     the HTTP server
+    commands  `gptforge <command>` (gptforge.cli, gptforge.commands.*, gptforge.quickstart)
+
+`tests/test_layers.py` parses every module's imports and fails on an edge against this order.
+"""
 
 __version__ = "0.1.0"

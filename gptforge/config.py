@@ -80,7 +80,7 @@ class ModelConfig:
             ValueError: unknown preset (with the nearest name), or inconsistent shapes
                 (d_model not divisible by n_head, n_head not divisible by n_kv_head).
         """
-        from gptforge.model.presets import PRESETS
+        from gptforge.presets import PRESETS
 
         values: dict[str, Any] = {}
         if self.preset is not None:

@@ -39,7 +39,8 @@ def measure_step_seconds(model_cfg: ModelConfig, train_cfg: TrainConfig, repeats
     """Seconds per optimizer step of this shape on this machine (median of `repeats` after a warm-up),
     measured on random tokens with the same model, optimizer, batch and precision as the run."""
     from gptforge.model.gpt import GPT
-    from gptforge.train.loop import forward_backward, pick_device
+    from gptforge.runtime.device import pick_device
+    from gptforge.train.loop import forward_backward
     from gptforge.train.optim import build_optimizer
 
     device = pick_device(train_cfg.device)
@@ -84,7 +85,8 @@ def run_quickstart(out: Path, minutes: float = 10.0, vocab_size: int = 4096, pre
     from gptforge.data.tokenizer import Tokenizer
     from gptforge.eval.perplexity import evaluate_tokens, unigram_entropy
     from gptforge.infer.generate import generate
-    from gptforge.train.checkpoint import find_checkpoint, load_for_inference
+    from gptforge.runtime.checkpoint import find_checkpoint
+    from gptforge.runtime.loading import load_for_inference
     from gptforge.train.loop import train
 
     out = Path(out)

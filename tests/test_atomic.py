@@ -1,7 +1,12 @@
 import os
 import stat
 
-from gptforge.atomic import atomic_copy, atomic_write_json, atomic_write_text, default_mode
+from gptforge.atomic import (
+    atomic_copy,
+    atomic_write_json,
+    atomic_write_text,
+    default_mode,
+)
 
 
 def test_atomic_writes_leave_no_temp_files_and_usual_modes(tmp_path):

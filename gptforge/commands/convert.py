@@ -4,7 +4,7 @@
     gptforge convert --to-hf CKPT --out HF_DIR          # run dir / checkpoint -> HF folder
 
 A converted run directory is one that `pretrain` could have written: `config.yaml` (its `model`
-section), `checkpoints/step_0000000/` (train.checkpoint's format: DCP model state, trainer state,
+section), `checkpoints/step_0000000/` (gptforge.runtime.checkpoint's format: DCP model state, trainer state,
 config.yaml), `checkpoints/latest`, the tokenizer files, and the source's `hf_config.json` and
 `generation_config.json` so that exporting it again gives the same Hugging Face folder.
 """
@@ -12,16 +12,10 @@ config.yaml), `checkpoints/latest`, the tokenizer files, and the source's `hf_co
 from __future__ import annotations
 
 import argparse
-import json
-import os
-import shutil
 import sys
-import warnings
 from pathlib import Path
 
 import torch
-
-from gptforge.atomic import replace_dir
 
 DTYPES = {"auto": None, "float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
@@ -51,7 +45,8 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str]) -> int:
-    from gptforge.train.qlora import QLoRAUnavailable
+    from gptforge.model.qlora import QLoRAUnavailable
+    from gptforge.runtime.loading import from_hf, to_hf
 
     args = _parser().parse_args(argv)
     try:
@@ -69,218 +64,3 @@ def main(argv: list[str]) -> int:
         return 2
     print(f"wrote {path}")
     return 0
-
-
-# ---------------------------------------------------------------------------------------------
-# HF -> gptforge
-
-
-def from_hf(hf_dir: Path, out: Path, dtype: torch.dtype | None = None, block_size: int | None = None,
-            overwrite: bool = False) -> Path:
-    """Convert the Hugging Face folder `hf_dir` into the gptforge run directory `out`.
-
-    Raises:
-        FileExistsError: `out` exists and not overwrite. UnsupportedHFConfig (a ValueError),
-        FileNotFoundError: see `gptforge.model.hf.load_hf_model`.
-    """
-    import yaml
-    from rich.console import Console
-
-    from gptforge.config import to_dict
-    from gptforge.export.hf import TOKENIZER_FILES
-    from gptforge.model.hf import load_hf_model, read_hf_config
-    from gptforge.train.checkpoint import save_checkpoint
-
-    if out.exists() and not overwrite:
-        raise FileExistsError(f"{out} exists; choose another --out or pass --overwrite")
-    with Console(stderr=True).status(f"reading {hf_dir}"):
-        model = load_hf_model(hf_dir, dtype=dtype, block_size=block_size)
-    cfg = model.config
-    tmp = out.parent / f".{out.name}.tmp-{os.getpid()}"
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir(parents=True)
-    try:
-        config_yaml = yaml.safe_dump({"model": to_dict(cfg)}, sort_keys=False)
-        with Console(stderr=True).status(f"writing {out}"):
-            save_checkpoint(tmp / "checkpoints", 0, model, None,
-                            {"step": 0, "tokens_seen": 0, "converted_from": "hf"}, config_yaml, keep=1)
-        _write(tmp / "config.yaml", config_yaml)
-        _write(tmp / "hf_config.json", json.dumps(read_hf_config(hf_dir), indent=2) + "\n")
-        for name in TOKENIZER_FILES + ("generation_config.json",):
-            if (hf_dir / name).is_file():
-                shutil.copyfile(hf_dir / name, tmp / name)
-        replace_dir(tmp, out)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
-    return out
-
-
-# ---------------------------------------------------------------------------------------------
-# gptforge -> HF
-
-
-def load_model_checkpoint(path: Path, dtype: torch.dtype | None = None):
-    """(GPT, checkpoint folder) from a gptforge run dir or checkpoint (see
-    `gptforge.train.checkpoint.find_checkpoint`).
-
-    The model config comes from the checkpoint's config.yaml (`model` section). Parameter names
-    are found in the checkpoint's metadata under whatever prefix holds `wte.weight` (`model.`,
-    and wrappers such as `_orig_mod.` or `module.`). A LoRA fine-tune's adapters are merged into
-    the base weights (W += alpha/r * B @ A), so the model returned is a plain GPT; a QLoRA
-    fine-tune's 4-bit base is dequantized first (needs bitsandbytes), so its weights are
-    dequant(W4) + alpha/r * B @ A, not the original full-precision weights plus the adapters.
-
-    Raises:
-        FileNotFoundError: no config.yaml or checkpoint. ValueError: no model weights in it, or
-            tensors missing.
-    """
-    import torch.distributed.checkpoint as dcp
-    import yaml
-
-    from gptforge.config import ModelConfig, from_dict
-    from gptforge.model.gpt import GPT
-    from gptforge.train.checkpoint import find_checkpoint
-    from gptforge.train.finetune import load_lora_for_export, merge_for_export
-
-    step = find_checkpoint(path)
-    cfg_path = next((p / "config.yaml" for p in (step, step.parent.parent) if (p / "config.yaml").is_file()), None)
-    if cfg_path is None:
-        raise FileNotFoundError(f"{step}: no config.yaml with the model config in the checkpoint or its run directory")
-    raw = yaml.safe_load(cfg_path.read_text()) or {}
-    if "model" not in raw:
-        raise ValueError(f"{cfg_path}: no `model` section")
-    model_cfg = from_dict(ModelConfig, {k: v for k, v in raw["model"].items() if v is not None}, "model.")
-    cfg = model_cfg.resolved()
-    meta = dcp.FileSystemReader(str(step)).read_metadata().state_dict_metadata
-    prefix = next((k[: -len("wte.weight")] for k in meta if k.endswith("wte.weight")), None)
-    if prefix is None:
-        raise ValueError(f"{step}: no model weights (no tensor named *wte.weight)")
-    # Built on the meta device and allocated once in the stored dtype (bf16 stays bf16 under
-    # --dtype auto): no random init, no fp32 copy of a large model.
-    with torch.device("meta"):
-        model = GPT(cfg)
-    model = model.to(dtype or meta[prefix + "wte.weight"].properties.dtype).to_empty(device="cpu")
-    if cfg.tie_embeddings:
-        model.lm_head.weight = model.wte.weight
-    # A LoRA fine-tune's checkpoint holds base weights plus adapters: load both, then merge.
-    n_lora = load_lora_for_export(model, step, [k[len(prefix):] for k in meta if k.startswith(prefix)])
-    own = model.state_dict()
-    missing = [k for k in own if prefix + k not in meta and not (cfg.tie_embeddings and k == "lm_head.weight")]
-    if missing:
-        raise ValueError(f"{step}: checkpoint lacks model tensors {missing[:8]}")
-    # dcp.load fills tensors in place; flat keys with the checkpoint's own prefix.
-    target = {prefix + k: v for k, v in own.items() if prefix + k in meta}
-    with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", message=".*single process.*")
-        dcp.load(target, checkpoint_id=str(step))
-    model.reset_rope()  # the RoPE tables stay fp32 whatever the weights' dtype
-    if n_lora:
-        merge_for_export(model)
-    return model, step
-
-
-def checkpoint_sources(step: Path) -> dict:
-    """What an export of checkpoint folder `step` needs besides weights, looked for in the
-    checkpoint, then its run directory, then the data folder its config.yaml names:
-    `tokenizer_dir` (first folder holding tokenizer files, or None), `hf_config` and
-    `generation_config` (dicts from hf_config.json / generation_config.json, or None)."""
-    import yaml
-
-    from gptforge.export.hf import TOKENIZER_FILES
-
-    folders = [step, step.parent.parent]
-    doc = yaml.safe_load((step / "config.yaml").read_text()) if (step / "config.yaml").is_file() else None
-    data_path = ((doc or {}).get("data") or {}).get("path")
-    if data_path:
-        folders.append(Path(data_path))
-
-    def first_json(name):
-        f = next((d / name for d in folders if (d / name).is_file()), None)
-        return json.loads(f.read_text()) if f is not None else None
-
-    return {
-        "tokenizer_dir": next((d for d in folders if any((d / n).is_file() for n in TOKENIZER_FILES)), None),
-        "hf_config": first_json("hf_config.json"),
-        "generation_config": first_json("generation_config.json"),
-    }
-
-
-def to_hf(ckpt: Path, out: Path, dtype: torch.dtype | None = None, tokenizer: Path | None = None,
-          max_shard_bytes: int = 5 * 2**30, overwrite: bool = False) -> Path:
-    """Export a gptforge run dir / checkpoint as a Hugging Face folder at `out`.
-
-    The tokenizer: `tokenizer` (a tokenizer.json or a folder of tokenizer files), else the one
-    `checkpoint_sources` finds. A run converted from Hugging Face keeps its hf_config.json
-    (model_type, special-token ids) and generation_config.json.
-
-    Raises:
-        FileNotFoundError: no checkpoint, or no tokenizer anywhere (pass --tokenizer).
-        FileExistsError: `out` exists and not overwrite.
-    """
-    from rich.console import Console
-
-    from gptforge.export.hf import save_hf
-
-    if out.exists() and not overwrite:
-        raise FileExistsError(f"{out} exists; choose another --out or pass --overwrite")
-    with Console(stderr=True).status(f"reading {ckpt}"):
-        model, step = load_model_checkpoint(ckpt, dtype)
-    src = checkpoint_sources(step)
-    tok_dir = src["tokenizer_dir"]
-    if tokenizer is not None:
-        tokenizer = Path(tokenizer)
-        if not tokenizer.exists():
-            raise FileNotFoundError(f"--tokenizer {tokenizer}: no such file or folder")
-        if tokenizer.is_file() and tokenizer.name != "tokenizer.json":
-            raise ValueError(f"--tokenizer {tokenizer}: expected a tokenizer.json or a folder of tokenizer files")
-        tok_dir = tokenizer if tokenizer.is_dir() else tokenizer.parent
-    elif tok_dir is None:
-        raise FileNotFoundError(
-            f"{step}: no tokenizer in the checkpoint, its run directory or its data folder; "
-            "pass --tokenizer path/to/tokenizer.json"
-        )
-    with Console(stderr=True).status(f"writing {out}"):
-        return save_hf(model, model.config, out, tokenizer_dir=tok_dir, base_config=src["hf_config"],
-                       generation_config=src["generation_config"], dtype=dtype, max_shard_bytes=max_shard_bytes,
-                       overwrite=overwrite)
-
-
-def load_pretrained(path: Path, dtype: torch.dtype | None = None, block_size: int | None = None):
-    """(GPT, source) from a Hugging Face folder (config.json) or a gptforge run dir / checkpoint.
-
-    The entry point for fine-tuning (`--from DIR_or_HF_DIR`). `source` holds what an export needs
-    later: `tokenizer_dir` (folder with the tokenizer files, or None), `hf_config` (the original
-    config.json dict, or None) and `generation_config` (dict or None); a fine-tuning run should
-    copy these into its run directory (tokenizer files, hf_config.json, generation_config.json) so
-    that `convert --to-hf` of the result gives the same kind of Hugging Face folder.
-
-    Raises:
-        FileNotFoundError: neither kind of folder. See `load_hf_model` and `load_model_checkpoint`.
-    """
-    from gptforge.export.hf import TOKENIZER_FILES
-    from gptforge.model.hf import load_hf_model, read_hf_config
-
-    path = Path(path)
-    if (path / "config.json").is_file():
-        model = load_hf_model(path, dtype=dtype, block_size=block_size)
-        gen = path / "generation_config.json"
-        return model, {
-            "tokenizer_dir": path if any((path / n).is_file() for n in TOKENIZER_FILES) else None,
-            "hf_config": read_hf_config(path),
-            "generation_config": json.loads(gen.read_text()) if gen.is_file() else None,
-        }
-    if block_size is not None:
-        raise ValueError("block_size applies to Hugging Face folders; a gptforge checkpoint keeps its own")
-    model, step = load_model_checkpoint(path, dtype)
-    return model, checkpoint_sources(step)
-
-
-# ---------------------------------------------------------------------------------------------
-
-
-def _write(path: Path, text: str) -> None:
-    with open(path, "w") as f:
-        f.write(text)
-        f.flush()
-        os.fsync(f.fileno())

@@ -34,8 +34,8 @@ def main(argv: list[str]) -> int:
 
     from gptforge.data.loader import TokenStream
     from gptforge.eval.perplexity import evaluate_tokens
-    from gptforge.train.checkpoint import load_for_inference
-    from gptforge.train.loop import pick_device
+    from gptforge.runtime.device import pick_device
+    from gptforge.runtime.loading import load_for_inference
 
     try:
         device = pick_device(args.device)

@@ -45,7 +45,7 @@ def consolidated_model_state(ckpt: Path) -> dict:
     import torch.distributed.checkpoint as dcp
     from torch.distributed.checkpoint.metadata import TensorStorageMetadata
 
-    from gptforge.train.checkpoint import quiet_single_process_dcp
+    from gptforge.runtime.checkpoint import quiet_single_process_dcp
 
     md = dcp.FileSystemReader(str(ckpt)).read_metadata()
     model = {}
@@ -98,7 +98,7 @@ def export(ckpt: Path, out: Path, fmt: str) -> dict:
 
 def main(argv: list[str]) -> int:
     args = build_parser().parse_args(argv)
-    from gptforge.train.checkpoint import find_checkpoint
+    from gptforge.runtime.checkpoint import find_checkpoint
 
     try:
         if Path(args.out).exists() and not args.overwrite:

@@ -3,12 +3,19 @@
 from __future__ import annotations
 
 import sys
-import tempfile
 from pathlib import Path
 
 import yaml
 
-from gptforge.config import FinetuneConfig, ModelConfig, ParallelConfig, RunConfig, TrainConfig, make_parser, parse_args
+from gptforge.config import (
+    FinetuneConfig,
+    ModelConfig,
+    ParallelConfig,
+    RunConfig,
+    TrainConfig,
+    make_parser,
+    parse_args,
+)
 
 DESCRIPTION = """Fine-tune a pretrained model: a Hugging Face folder (GPT-2, Llama 2/3, Mistral, Qwen2) or a
 gptforge run directory, on an instruction .jsonl (prompt/completion or chat messages; the loss counts
@@ -43,34 +50,6 @@ def build_parser():
     return parser
 
 
-def _out_of(argv: list[str]) -> str | None:
-    for i, a in enumerate(argv):
-        if a == "--out" and i + 1 < len(argv):
-            return argv[i + 1]
-        if a.startswith("--out="):
-            return a.split("=", 1)[1]
-    return None
-
-
-def _resume_argv(argv: list[str]) -> list[str]:
-    """Put the run directory's saved train/parallel/finetune config first, so options override it."""
-    out = _out_of(argv)
-    if out is None:
-        return argv
-    saved = Path(out) / "config.yaml"
-    if not saved.exists():
-        print(f"gptforge finetune: --resume but {saved} does not exist: nothing to resume", file=sys.stderr)
-        raise SystemExit(2)
-    doc = yaml.safe_load(saved.read_text()) or {}
-    base = {k: doc[k] for k in SECTIONS if k in doc}
-    # A saved stop_at_step was for the interrupted session, not for the continuation.
-    base.get("train", {})["stop_at_step"] = 0
-    tmp = tempfile.NamedTemporaryFile("w", suffix=".yaml", delete=False)
-    yaml.safe_dump(base, tmp)
-    tmp.close()
-    return ["--config", tmp.name, *argv]
-
-
 def run(fc: FinetuneConfig, cfg: RunConfig, source: str | Path | None, data: str | Path, run_dir: str | Path,
         resume: bool = False, progress: bool = True, log=None):
     """Fine-tune `source` on `data` into `run_dir` (see gptforge.train.finetune); returns loop.train's
@@ -84,11 +63,13 @@ def run(fc: FinetuneConfig, cfg: RunConfig, source: str | Path | None, data: str
 
     import torch
 
-    from gptforge.commands.convert import load_pretrained
     from gptforge.config import from_dict, to_dict
+    from gptforge.runtime.adapters import save_adapter_from_checkpoint
+    from gptforge.runtime.checkpoint import find_checkpoint
+    from gptforge.runtime.device import pick_device
+    from gptforge.runtime.loading import load_pretrained
     from gptforge.train import finetune as ft
-    from gptforge.train.checkpoint import find_checkpoint
-    from gptforge.train.loop import pick_device, train
+    from gptforge.train.loop import train
 
     say = log or (lambda m: None)
     run_dir, data = Path(run_dir), Path(data)
@@ -147,19 +128,21 @@ def run(fc: FinetuneConfig, cfg: RunConfig, source: str | Path | None, data: str
     base = str(Path(source).resolve()) if source is not None else None
     extra = {"finetune": to_dict(fc), "base_model": {"path": base}}
     lora = fc.method != "full"
-    on_save = (lambda step, path: ft.save_adapter_from_checkpoint(path, path / ft.ADAPTER_DIR, base)) if lora else None
+    on_save = (lambda step, path: save_adapter_from_checkpoint(path, path / ft.ADAPTER_DIR, base)) if lora else None
     say(f"fine-tuning ({fc.method}) at sequence length {seq_len}")
     result = train(RunConfig(model=mc, train=cfg.train, parallel=cfg.parallel), data, run_dir, resume=resume,
                    progress=progress, log=log, model_factory=model_factory, data=source_data,
                    config_extra=extra, on_save=on_save)
     if lora and int(os.environ.get("RANK", "0")) == 0:
-        ft.save_adapter_from_checkpoint(find_checkpoint(run_dir), run_dir / ft.ADAPTER_DIR, base)
+        save_adapter_from_checkpoint(find_checkpoint(run_dir), run_dir / ft.ADAPTER_DIR, base)
     return result
 
 
 def main(argv: list[str]) -> int:
     if "--resume" in argv:
-        argv = _resume_argv(argv)
+        from gptforge.train.resume import saved_config_argv
+
+        argv = saved_config_argv(argv, SECTIONS, "gptforge finetune")
     init, ns = parse_args(build_parser(), argv)
     fc: FinetuneConfig = init.finetune
     cfg = RunConfig(train=init.train, parallel=init.parallel)
@@ -172,6 +155,5 @@ def main(argv: list[str]) -> int:
     except (FileNotFoundError, FileExistsError, ValueError, RuntimeError) as e:
         print(f"gptforge finetune: error: {e}", file=sys.stderr)
         return 1
-    from gptforge.commands.pretrain import report
-
-    return report(console, result)
+    console.print(result.summary(), highlight=False)
+    return result.exit_code

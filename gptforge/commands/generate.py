@@ -42,8 +42,8 @@ def main(argv: list[str]) -> int:
 
     from gptforge.data.tokenizer import Tokenizer
     from gptforge.infer.generate import generate
-    from gptforge.train.checkpoint import load_for_inference
-    from gptforge.train.loop import pick_device
+    from gptforge.runtime.device import pick_device
+    from gptforge.runtime.loading import load_for_inference
 
     try:
         device = pick_device(args.device)
@@ -52,7 +52,11 @@ def main(argv: list[str]) -> int:
             raise FileNotFoundError(f"no tokenizer.json found beside {ckpt} or its run directory")
         tok = Tokenizer.from_file(tok_path)
         if args.chat:
-            from gptforge.data.instruct import DEFAULT_TEMPLATE, ChatTokenizer, prompt_ids
+            from gptforge.data.instruct import (
+                DEFAULT_TEMPLATE,
+                ChatTokenizer,
+                prompt_ids,
+            )
 
             chat = ChatTokenizer.from_dir(tok_path)
             use_default = ((_doc.get("finetune") or {}).get("chat_template") == "default")

@@ -251,9 +251,9 @@ def main(argv: list[str]) -> int:
         p = make_plan(model, train, parallel, gpu=ns.gpu, num_gpus=ns.num_gpus, tokens=tokens, price=ns.price)
         measured = None
         if ns.measure:
-            from gptforge.plan.measure import measure_step
-
             from rich.console import Console
+
+            from gptforge.plan.measure import measure_step
 
             with Console(stderr=True).status("running one fake-tensor training step ..."):
                 measured = measure_step(model, train, parallel)

@@ -136,7 +136,7 @@ def main(argv: list[str]) -> int:
     except ValueError as e:
         print(f"gptforge slurm: error: {e}", file=sys.stderr)
         return 2
-    from gptforge.train.checkpoint import atomic_write_text
+    from gptforge.atomic import atomic_write_text
 
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)

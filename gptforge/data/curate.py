@@ -42,7 +42,6 @@ from typing import Any
 import numpy as np
 
 from gptforge.atomic import atomic_write_json as _atomic_write_json
-
 from gptforge.data.normalize import NormalizeStats, normalize_documents
 from gptforge.data.pipeline import Recipe, StepStats, apply_steps, build_recipe
 from gptforge.data.readers import Document, ReadStats, read_documents, source_size

@@ -33,8 +33,8 @@ from __future__ import annotations
 
 import bisect
 import json
-import warnings
 import re
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable, Iterator, Literal
@@ -42,8 +42,9 @@ from typing import Iterable, Iterator, Literal
 import numpy as np
 import torch
 
-IGNORE_INDEX = -100
-"""Label of positions that count for no loss (torch.nn.functional.cross_entropy's default)."""
+from gptforge.runtime.loss import (
+    IGNORE_INDEX,  # labels of positions that count for no loss
+)
 
 DEFAULT_TEMPLATE = "default"
 ROLE_HEADERS = {"system": "### System:\n", "user": "### User:\n", "assistant": "### Assistant:\n"}

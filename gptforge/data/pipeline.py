@@ -34,7 +34,14 @@ from typing import Any
 
 import yaml
 
-from gptforge.data.filters import Blocklist, C4Quality, FineWebQuality, GopherQuality, GopherRepetition, LengthFilter
+from gptforge.data.filters import (
+    Blocklist,
+    C4Quality,
+    FineWebQuality,
+    GopherQuality,
+    GopherRepetition,
+    LengthFilter,
+)
 from gptforge.data.langid import LanguageID
 from gptforge.data.normalize import Clean
 from gptforge.data.pii import PIIRedactor

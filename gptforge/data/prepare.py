@@ -31,13 +31,30 @@ from typing import Any
 
 import numpy as np
 
-from gptforge.data.curate import (WorkerPool, atomic_write_json, auto_shard_bytes, curate_task, fingerprint_of,
-                                  global_dedup, lines_task, open_work_dir, plan_shards, run_tasks, shard_documents,
-                                  work_dir_for)
+from gptforge.data.curate import (
+    WorkerPool,
+    atomic_write_json,
+    auto_shard_bytes,
+    curate_task,
+    fingerprint_of,
+    global_dedup,
+    lines_task,
+    open_work_dir,
+    plan_shards,
+    run_tasks,
+    shard_documents,
+    work_dir_for,
+)
 from gptforge.data.normalize import NormalizeStats
 from gptforge.data.pipeline import StepStats, build_recipe, load_recipe
 from gptforge.data.readers import ReadStats, expand_inputs
-from gptforge.data.shards import DEFAULT_MAX_SHARD_BYTES, SPLITS, ShardWriter, check_output_dir, dtype_for_vocab
+from gptforge.data.shards import (
+    DEFAULT_MAX_SHARD_BYTES,
+    SPLITS,
+    ShardWriter,
+    check_output_dir,
+    dtype_for_vocab,
+)
 from gptforge.data.tokenizer import Tokenizer, train_bpe
 
 log = logging.getLogger("gptforge.data")
@@ -242,7 +259,14 @@ class _Scan:
 
 
 def _make_progress(show: bool):
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        TextColumn,
+        TimeElapsedColumn,
+        TimeRemainingColumn,
+    )
 
     return Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
                     TextColumn("{task.fields[info]}"), TimeElapsedColumn(), TimeRemainingColumn(),

@@ -38,7 +38,6 @@ from typing import Any
 import numpy as np
 
 from gptforge.atomic import atomic_write_json, fsync_dir
-
 from gptforge.data.tokenizer import Tokenizer
 
 FORMAT = "gptforge-shards"

@@ -1,1 +1,1 @@
-"""Perplexity / bits per byte, multiple choice, lm-eval adapter."""
+"""Evaluation: loss, perplexity and bits per byte over token windows and text."""

@@ -16,11 +16,11 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 
+from gptforge.data.loader import TokenStream
 from gptforge.model.gpt import GPT
-
-IGNORE_INDEX = -100
+from gptforge.runtime.device import autocast_context
+from gptforge.runtime.loss import IGNORE_INDEX, token_loss_sum
 
 
 @dataclass
@@ -106,8 +106,7 @@ def evaluate_tokens(model: GPT, tokens: np.ndarray | torch.Tensor, n_bytes: int 
             ctx = torch.autocast(device.type, dtype=autocast_dtype) if autocast_dtype else torch.no_grad()
             with ctx:
                 logits = model(x)
-            total += float(F.cross_entropy(logits.float().reshape(-1, logits.size(-1)), y.reshape(-1),
-                                           ignore_index=IGNORE_INDEX, reduction="sum"))
+            total += float(token_loss_sum(logits, y))
             count += int((y != IGNORE_INDEX).sum())
             i += len(group)
             if bar is not None:
@@ -136,3 +135,21 @@ def unigram_entropy(tokens: np.ndarray, vocab_size: int, reference: np.ndarray |
     p = counts / counts.sum()
     t = np.asarray(tokens)
     return float(-np.log(p[t]).mean())
+
+
+@torch.no_grad()
+def evaluate_windows(model: torch.nn.Module, stream: TokenStream, offsets: np.ndarray, block_size: int,
+                     batch_size: int, device: torch.device, precision: str) -> float:
+    """Mean next-token loss (nats/token) over fixed windows, in eval mode."""
+    was_training = model.training
+    model.eval()
+    total, count = 0.0, 0
+    for i in range(0, len(offsets), batch_size):
+        rows = np.stack([stream.read(int(o), block_size + 1) for o in offsets[i : i + batch_size]])
+        t = torch.from_numpy(rows).to(device)
+        with autocast_context(device, precision):
+            logits = model(t[:, :-1])
+        total += float(token_loss_sum(logits, t[:, 1:]))
+        count += t[:, 1:].numel()
+    model.train(was_training)
+    return total / count

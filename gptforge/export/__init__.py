@@ -1,1 +1,1 @@
-"""Hugging Face, ONNX and GGUF writers; quantize, prune, distill."""
+"""Other model formats (the Hugging Face writer lives in gptforge.model.hf_save)."""

@@ -1,1 +1,1 @@
-"""Generation with a KV cache; OpenAI-compatible server."""
+"""Generation with a KV cache (temperature, top-k, top-p sampling)."""

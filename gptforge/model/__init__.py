@@ -1,6 +1,5 @@
-"""The GPT module (GPT-2 and Llama-style blocks) and named presets."""
+"""The GPT module (GPT-2 and Llama-style blocks), LoRA / 4-bit layers, Hugging Face mapping."""
 
 from gptforge.model.gpt import GPT, KVCache, flops_per_token
-from gptforge.model.presets import PRESETS
 
-__all__ = ["GPT", "KVCache", "PRESETS", "flops_per_token"]
+__all__ = ["GPT", "KVCache", "flops_per_token"]

@@ -62,8 +62,9 @@ def measure_step(model_cfg: ModelConfig, train_cfg: TrainConfig, parallel_cfg: P
     from torch.distributed._tools.mem_tracker import MemTracker
 
     from gptforge.model.gpt import GPT
+
     # The same wrapping the trainer applies, so "selective" means the same blocks in both.
-    from gptforge.train.parallelize import apply_activation_checkpointing
+    from gptforge.runtime.activation import apply_activation_checkpointing
 
     parallel_cfg = parallel_cfg or ParallelConfig()
     if parallel_cfg.world_size != 1:

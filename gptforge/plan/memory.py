@@ -36,7 +36,12 @@ import math
 from dataclasses import asdict, dataclass, field
 
 from gptforge.config import ModelConfig, ParallelConfig, TrainConfig
-from gptforge.plan.params import block_param_count, block_param_shapes, param_count, param_shapes
+from gptforge.plan.params import (
+    block_param_count,
+    block_param_shapes,
+    param_count,
+    param_shapes,
+)
 
 GiB = 2**30
 MiB = 2**20

@@ -13,11 +13,11 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from gptforge.config import ModelConfig, ParallelConfig, TrainConfig
+from gptforge.plan.flops import flops_per_token
 from gptforge.plan.hardware import GPU
 from gptforge.plan.memory import MemoryEstimate, estimate_memory
 from gptforge.plan.params import param_count
 from gptforge.plan.timing import mfu_range
-from gptforge.plan.flops import flops_per_token
 
 
 @dataclass

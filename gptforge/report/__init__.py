@@ -1,1 +1,1 @@
-"""HTML run report with plots."""
+"""Run reports."""

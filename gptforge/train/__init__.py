@@ -1,1 +1,1 @@
-"""Training loop, optimizer and schedules, precision, parallelize, checkpoint, loggers."""
+"""The training loop, optimizer and schedules, parallelism, fine-tuning, loggers."""

@@ -27,7 +27,7 @@ from typing import Any
 
 import torch
 
-from gptforge.train import checkpoint as ckpt_lib
+from gptforge.runtime import checkpoint as ckpt_lib
 from gptforge.train import distributed as D
 
 DEEPSPEED_DIR = "deepspeed"

@@ -24,85 +24,28 @@ from typing import Any, Callable
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 import yaml
 
 import gptforge
 from gptforge.config import ModelConfig, RunConfig, to_dict
 from gptforge.data.loader import TokenStream, TrainBatches, eval_windows
+from gptforge.eval.perplexity import evaluate_windows
 from gptforge.model.gpt import GPT, flops_per_token
-from gptforge.train import checkpoint as ckpt_lib
+from gptforge.runtime import checkpoint as ckpt_lib
+from gptforge.runtime.activation import apply_activation_checkpointing
+from gptforge.runtime.device import autocast_context, pick_device
+from gptforge.runtime.loss import (
+    IGNORE_INDEX,
+    count_targets,
+    token_loss_sum,
+    unpack_micro_batch,
+)
+from gptforge.train import distributed as D
 from gptforge.train.backend import DeepSpeedBackend, TorchBackend
 from gptforge.train.loggers import MetricsWriter, Progress
-from gptforge.train import distributed as D
 from gptforge.train.mfu import Peak, device_peak
 from gptforge.train.optim import build_optimizer, lr_at
-from gptforge.train.parallelize import Parallelized, apply_activation_checkpointing, apply_compile, parallelize
-
-IGNORE_INDEX = -100
-
-AUTOCAST_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
-
-
-def pick_device(name: str) -> torch.device:
-    """`auto` -> CUDA if available, then MPS, then CPU; otherwise torch.device(name).
-
-    Raises:
-        ValueError: an unavailable device was asked for.
-    """
-    if name == "auto":
-        if torch.cuda.is_available():
-            return torch.device("cuda")
-        if getattr(torch.backends, "mps", None) is not None and torch.backends.mps.is_available():
-            return torch.device("mps")
-        return torch.device("cpu")
-    dev = torch.device(name)
-    if dev.type == "cuda" and not torch.cuda.is_available():
-        raise ValueError(f"train.device={name!r} but CUDA is not available here; use auto or cpu")
-    return dev
-
-
-def autocast_context(device: torch.device, precision: str):
-    """torch.autocast for bf16/fp16, a no-op for fp32.
-
-    Raises:
-        ValueError: fp8 (planner-only) or bf16 on a CUDA GPU without bf16 support.
-    """
-    if precision == "fp32":
-        return contextlib.nullcontext()
-    if precision not in AUTOCAST_DTYPES:
-        raise ValueError(f"train.precision={precision!r} is not trainable here; use fp32, bf16 or fp16")
-    if precision == "bf16" and device.type == "cuda" and not torch.cuda.is_bf16_supported():
-        raise ValueError("train.precision=bf16 but this GPU has no bf16 support; use fp16")
-    return torch.autocast(device_type=device.type, dtype=AUTOCAST_DTYPES[precision])
-
-
-def token_loss_sum(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-    """Summed next-token cross-entropy in nats over targets != -100, computed in fp32.
-
-    logits: (B, T, V); targets: (B, T) int64. Returns a 0-dim fp32 tensor.
-    """
-    return F.cross_entropy(logits.float().reshape(-1, logits.size(-1)), targets.reshape(-1),
-                           ignore_index=IGNORE_INDEX, reduction="sum")
-
-
-def unpack_micro_batch(mb) -> tuple[torch.Tensor, torch.Tensor, dict[str, torch.Tensor]]:
-    """(inputs (b, T), targets (b, T), extra model kwargs) of a micro-batch.
-
-    A micro-batch is a pair (inputs, targets), or a dict as `gptforge.data.instruct` makes them:
-    input_ids, labels, and optional position_ids (b, T) / attn_mask (b, 1, T, T) bool that are
-    passed to the model as keyword arguments (packed sequences).
-    """
-    if isinstance(mb, dict):
-        extra = {k: mb[k] for k in ("position_ids", "attn_mask") if mb.get(k) is not None}
-        return mb["input_ids"], mb["labels"], extra
-    x, y = mb
-    return x, y, {}
-
-
-def count_targets(micro_batches: list) -> int:
-    """Number of target tokens that count (!= -100) over all micro-batches of one optimizer step."""
-    return sum(int((unpack_micro_batch(mb)[1] != IGNORE_INDEX).sum()) for mb in micro_batches)
+from gptforge.train.parallelize import Parallelized, apply_compile, parallelize
 
 
 def forward_backward(model: torch.nn.Module, micro_batches: list[tuple[torch.Tensor, torch.Tensor]],
@@ -284,6 +227,22 @@ class TrainResult:
     signal: int | None = None
     """The signal (SIGINT 2, SIGTERM 15) that stopped the run, when one did."""
 
+    def summary(self) -> str:
+        """One line saying how the run ended."""
+        if not self.history and self.stopped == "max_steps":
+            return (f"nothing to do: {self.run_dir} is already at train.max_steps ({self.step}); "
+                    "raise --train.max_steps to train further")
+        val = f", val loss {self.val_loss:.4f}" if self.val_loss is not None else ""
+        train_loss = f"{self.train_loss:.4f}" if self.train_loss is not None else "n/a"
+        return (f"stopped ({self.stopped}) at step {self.step}: train loss {train_loss}{val}; "
+                f"run directory {self.run_dir}")
+
+    @property
+    def exit_code(self) -> int:
+        """128 + signal for a run stopped by SIGINT/SIGTERM (as a shell reports a killed program),
+        so that schedulers can tell it from a finished run; 0 otherwise."""
+        return 128 + int(self.signal) if self.signal else 0
+
 
 class _StopFlag:
     """Set by SIGINT/SIGTERM; the loop checkpoints after the current step and exits."""
@@ -308,24 +267,6 @@ class _StopFlag:
     def __exit__(self, *exc):
         for s, h in self._old.items():
             signal.signal(s, h)
-
-
-@torch.no_grad()
-def evaluate_windows(model: torch.nn.Module, stream: TokenStream, offsets: np.ndarray, block_size: int,
-                     batch_size: int, device: torch.device, precision: str) -> float:
-    """Mean next-token loss (nats/token) over fixed windows, in eval mode."""
-    was_training = model.training
-    model.eval()
-    total, count = 0.0, 0
-    for i in range(0, len(offsets), batch_size):
-        rows = np.stack([stream.read(int(o), block_size + 1) for o in offsets[i : i + batch_size]])
-        t = torch.from_numpy(rows).to(device)
-        with autocast_context(device, precision):
-            logits = model(t[:, :-1])
-        total += float(token_loss_sum(logits, t[:, 1:]))
-        count += t[:, 1:].numel()
-    model.train(was_training)
-    return total / count
 
 
 def train(cfg: RunConfig, data_dir: str | Path, run_dir: str | Path, resume: bool = False,

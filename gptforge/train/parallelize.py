@@ -26,30 +26,9 @@ from typing import Any, Callable
 
 import torch
 import torch.nn as nn
-from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import checkpoint_wrapper
 
 from gptforge.config import ModelConfig, ParallelConfig, TrainConfig
-
-
-def apply_activation_checkpointing(model: nn.Module, mode: str, preserve_rng_state: bool = True) -> None:
-    """Recompute block activations in backward.
-
-    - "full": every transformer block is wrapped: only block inputs are kept, (B, T, C) per layer.
-    - "selective": every other block is wrapped (torchtitan's per-layer selective AC), halving the
-      saved activations for about a third of full recompute's extra forward cost.
-    - "none": nothing.
-    Non-reentrant checkpointing (torch.utils.checkpoint, use_reentrant=False) keeps RNG state, so
-    dropout masks match between the forward and the recompute. `model.blocks` may be the GPT's
-    ModuleList or a pipeline stage's ModuleDict keyed by the original layer index.
-    `preserve_rng_state=False` is for fake-tensor runs (the planner's --measure), which have no RNG.
-    """
-    if mode == "none":
-        return
-    if mode not in ("full", "selective"):
-        raise ValueError(f"train.activation_checkpointing: unknown mode {mode!r} (none, selective, full)")
-    for name, block in list(model.blocks.named_children()):
-        if mode == "full" or int(name) % 2 == 0:
-            setattr(model.blocks, name, checkpoint_wrapper(block, preserve_rng_state=preserve_rng_state))
+from gptforge.runtime.activation import apply_activation_checkpointing
 
 
 def apply_compile(model: nn.Module) -> nn.Module:
@@ -229,7 +208,11 @@ def apply_fsdp(model: nn.Module, dp_mesh, reshard_after_forward: bool, precision
     reduced in fp32. offload: CPUOffloadPolicy (sharded parameters, gradients and the optimizer
     step in CPU memory; pinned only when CUDA exists).
     """
-    from torch.distributed.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy, fully_shard
+    from torch.distributed.fsdp import (
+        CPUOffloadPolicy,
+        MixedPrecisionPolicy,
+        fully_shard,
+    )
 
     kw: dict[str, Any] = {"mesh": dp_mesh, "reshard_after_forward": reshard_after_forward}
     if precision in ("bf16", "fp16"):
@@ -329,7 +312,12 @@ def parallelize(model: nn.Module, tc: TrainConfig, pc: ParallelConfig, env,
     core = parts[0] if len(parts) == 1 else _ModelPartsView(parts)
     out = Parallelized(module=None, core=core, zero_stage=zero, fsdp=zero in (2, 3))
     if pc.pp > 1:
-        from torch.distributed.pipelining import PipelineStage, Schedule1F1B, ScheduleGPipe, ScheduleInterleaved1F1B
+        from torch.distributed.pipelining import (
+            PipelineStage,
+            Schedule1F1B,
+            ScheduleGPipe,
+            ScheduleInterleaved1F1B,
+        )
 
         if pp_loss_fn is None:
             raise ValueError("pipeline parallelism needs a loss function for the last stage")

@@ -10,9 +10,12 @@ import torch
 transformers = pytest.importorskip("transformers")
 
 from gptforge.cli import main  # noqa: E402
-from gptforge.commands.convert import load_model_checkpoint  # noqa: E402
 from gptforge.model.hf import read_hf_state_dict  # noqa: E402
-from gptforge.train.checkpoint import find_checkpoint, load_for_inference  # noqa: E402
+from gptforge.runtime.checkpoint import find_checkpoint  # noqa: E402
+from gptforge.runtime.loading import (
+    load_for_inference,  # noqa: E402
+    load_model_checkpoint,  # noqa: E402
+)
 
 
 def _tiny_qwen2(path, dtype=torch.float32):
@@ -96,7 +99,7 @@ def test_convert_errors_name_the_problem(tmp_path, capsys):
 
 
 def test_load_pretrained_from_either_kind(tmp_path):
-    from gptforge.commands.convert import load_pretrained
+    from gptforge.runtime.loading import load_pretrained
 
     src = tmp_path / "hf"
     _tiny_qwen2(src)

@@ -45,7 +45,7 @@ def _bins(out):
 
 def test_dedup_report_and_worker_invariance(dup_corpus, tmp_path):
     a = _run(dup_corpus, tmp_path / "a", workers=1)
-    b = _run(dup_corpus, tmp_path / "b", workers=2)
+    _run(dup_corpus, tmp_path / "b", workers=2)
     rep = a.report
     assert rep["inputs"]["shards"] > 3  # several shards, duplicates spread across them
     dedup = next(s for s in rep["steps"] if s["name"] == "dedup")
@@ -72,7 +72,7 @@ def test_dedup_report_and_worker_invariance(dup_corpus, tmp_path):
 def test_resume_after_interrupt_skips_finished_shards(dup_corpus, tmp_path, small_tokenizer, monkeypatch):
     tok = tmp_path / "tok.json"
     small_tokenizer.save(tok)
-    ref = _run(dup_corpus, tmp_path / "ref", tok)
+    _run(dup_corpus, tmp_path / "ref", tok)
     calls = []
     real = prepare_mod.curate_task
 
@@ -184,7 +184,12 @@ def test_cli_show_recipe_and_languages(tmp_path, capsys, small_tokenizer):
 
 
 def test_auto_shard_size_depends_on_corpus_not_workers(tmp_path, dup_corpus):
-    from gptforge.data.curate import AUTO_SHARDS, DEFAULT_SHARD_BYTES, MIN_AUTO_SHARD_BYTES, auto_shard_bytes
+    from gptforge.data.curate import (
+        AUTO_SHARDS,
+        DEFAULT_SHARD_BYTES,
+        MIN_AUTO_SHARD_BYTES,
+        auto_shard_bytes,
+    )
 
     files = sorted(dup_corpus.iterdir())
     assert auto_shard_bytes(files) == MIN_AUTO_SHARD_BYTES  # a small corpus: 1 MiB shards

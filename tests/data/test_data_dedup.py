@@ -9,8 +9,18 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from gptforge.data.dedup import (NO_KEY, UnionFind, band_hashes, candidate_probability, cluster_sizes, dedup_words,
-                                 duplicate_mask, exact_hash, minhash_signatures, shingles)
+from gptforge.data.dedup import (
+    NO_KEY,
+    UnionFind,
+    band_hashes,
+    candidate_probability,
+    cluster_sizes,
+    dedup_words,
+    duplicate_mask,
+    exact_hash,
+    minhash_signatures,
+    shingles,
+)
 from gptforge.data.normalize import normalize_text
 from gptforge.data.text_stats import words
 

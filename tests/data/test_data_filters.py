@@ -4,8 +4,15 @@ from __future__ import annotations
 
 import pytest
 
-from gptforge.data.filters import (Blocklist, C4Quality, FineWebQuality, GopherQuality, GopherRepetition,
-                                   duplicate_ngram_char_fraction, top_ngram_char_fraction)
+from gptforge.data.filters import (
+    Blocklist,
+    C4Quality,
+    FineWebQuality,
+    GopherQuality,
+    GopherRepetition,
+    duplicate_ngram_char_fraction,
+    top_ngram_char_fraction,
+)
 from gptforge.data.text_stats import words
 
 SENT = "The quick brown fox jumps over the lazy dog and then it runs to the river with the others."

@@ -5,7 +5,14 @@ from __future__ import annotations
 import pytest
 
 from gptforge.data.filters import GopherQuality
-from gptforge.data.pipeline import DedupConfig, apply_steps, build_recipe, build_steps, load_recipe, show_recipe
+from gptforge.data.pipeline import (
+    DedupConfig,
+    apply_steps,
+    build_recipe,
+    build_steps,
+    load_recipe,
+    show_recipe,
+)
 
 
 def test_builtin_recipes_build():

@@ -11,7 +11,13 @@ import pytest
 from gptforge.commands.prepare import main as prepare_main
 from gptforge.data.normalize import normalize_text
 from gptforge.data.pipeline import apply_steps, build_recipe, load_recipe
-from gptforge.data.prepare import EmptyCorpusError, PrepareConfig, assign_split, prepare, summary_rows
+from gptforge.data.prepare import (
+    EmptyCorpusError,
+    PrepareConfig,
+    assign_split,
+    prepare,
+    summary_rows,
+)
 from gptforge.data.shards import load_meta, load_tokenizer, open_split
 from gptforge.data.tokenizer import EOS_TOKEN
 
@@ -98,7 +104,7 @@ def test_split_independent_of_input_order_and_workers(corpus, tmp_path, small_to
     files = sorted(str(p) for p in (corpus / "txt").iterdir())
     common = dict(tokenizer=str(tok_path), val_fraction=0.2, seed=7)
     a = prepare(PrepareConfig(inputs=files, out=str(tmp_path / "a"), workers=1, **common), show_progress=False)
-    b = prepare(PrepareConfig(inputs=files[::-1], out=str(tmp_path / "b"), workers=1, **common), show_progress=False)
+    prepare(PrepareConfig(inputs=files[::-1], out=str(tmp_path / "b"), workers=1, **common), show_progress=False)
     c = prepare(PrepareConfig(inputs=files, out=str(tmp_path / "c"), workers=2, **common), show_progress=False)
     assert a.meta["tokenizer_sha256"] == small_tokenizer.sha256
     assert _docs_by_split(tmp_path / "a", small_tokenizer) == _docs_by_split(tmp_path / "b", small_tokenizer)
@@ -111,7 +117,7 @@ def test_split_independent_of_input_order_and_workers(corpus, tmp_path, small_to
     n_val = sum(assign_split(f, 7, 0.2, 0.0) == "val" for f in files)
     assert a.meta["splits"]["val"]["documents"] == n_val > 0
     # Another seed gives another split.
-    d = prepare(PrepareConfig(inputs=files, out=str(tmp_path / "d"), workers=1, **{**common, "seed": 8}), show_progress=False)
+    prepare(PrepareConfig(inputs=files, out=str(tmp_path / "d"), workers=1, **{**common, "seed": 8}), show_progress=False)
     assert _docs_by_split(tmp_path / "d", small_tokenizer)["val"] != _docs_by_split(tmp_path / "a", small_tokenizer)["val"]
 
 

@@ -12,7 +12,12 @@ import tarfile
 import pyarrow as pa
 import pytest
 
-from gptforge.data.readers import BadInputError, ReadStats, expand_inputs, read_documents
+from gptforge.data.readers import (
+    BadInputError,
+    ReadStats,
+    expand_inputs,
+    read_documents,
+)
 
 
 def _texts(docs):

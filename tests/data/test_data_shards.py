@@ -7,7 +7,13 @@ import json
 import numpy as np
 import pytest
 
-from gptforge.data.shards import ShardWriter, dtype_for_vocab, load_meta, load_tokenizer, open_split
+from gptforge.data.shards import (
+    ShardWriter,
+    dtype_for_vocab,
+    load_meta,
+    load_tokenizer,
+    open_split,
+)
 
 
 def _ids(tok, texts):

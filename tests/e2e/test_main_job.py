@@ -9,7 +9,8 @@ import yaml
 
 from gptforge.cli import main
 from gptforge.data.shards import load_meta
-from gptforge.train.checkpoint import find_checkpoint, load_for_inference
+from gptforge.runtime.checkpoint import find_checkpoint
+from gptforge.runtime.loading import load_for_inference
 from gptforge.train.loggers import read_metrics
 from tests.conftest import stdlib_sample_files
 

@@ -13,7 +13,6 @@ import torch
 transformers = pytest.importorskip("transformers")
 
 from gptforge.config import ModelConfig  # noqa: E402
-from gptforge.export.hf import save_hf  # noqa: E402
 from gptforge.model.gpt import GPT  # noqa: E402
 from gptforge.model.hf import (  # noqa: E402
     UnsupportedHFConfig,
@@ -22,6 +21,7 @@ from gptforge.model.hf import (  # noqa: E402
     read_hf_config,
     read_hf_state_dict,
 )
+from gptforge.model.hf_save import save_hf  # noqa: E402
 
 VOCAB = 97
 

@@ -4,8 +4,7 @@ import pytest
 
 from gptforge.config import ModelConfig, ParallelConfig, TrainConfig
 from gptforge.plan import plan, predict_peak_memory_bytes
-from gptforge.plan.hardware import GPUS, get_gpu, gpu_for_device_name
-from gptforge.plan.hardware import GiB
+from gptforge.plan.hardware import GPUS, GiB, get_gpu, gpu_for_device_name
 from gptforge.plan.search import recommend
 
 NAMES = ["v100-16g", "v100-32g", "t4", "a10", "a100-40g", "a100-80g", "l40s", "h100-sxm", "h100-pcie", "h200",

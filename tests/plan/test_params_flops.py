@@ -5,10 +5,10 @@ import torch
 
 from gptforge.config import ModelConfig
 from gptforge.model.gpt import GPT
-from gptforge.model.presets import PRESETS
 from gptforge.plan.flops import chinchilla_tokens, flops_per_token, gpu_hours, mfu
 from gptforge.plan.hardware import get_gpu
 from gptforge.plan.params import param_count, param_shapes
+from gptforge.presets import PRESETS
 
 
 @pytest.mark.parametrize("preset,expected", [

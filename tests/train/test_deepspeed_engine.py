@@ -20,10 +20,10 @@ import pytest
 import torch
 
 from gptforge.config import ModelConfig, RunConfig, TrainConfig
-from gptforge.train import checkpoint as ck
+from gptforge.runtime import checkpoint as ck
+from gptforge.runtime.loading import load_for_inference
 from gptforge.train.backend import deepspeed_available
 from gptforge.train.loop import train
-
 from tests.train.dist_harness import run_layouts
 
 pytestmark = pytest.mark.skipif(not deepspeed_available(), reason="DeepSpeed is not importable "
@@ -113,8 +113,8 @@ def test_deepspeed_checkpoint_weights_are_readable_dcp(ds_runs, name):
     1e-5 is 300x below one step's update (lr 3e-3): Adam magnifies ulp-level gradient differences of
     near-zero gradients, so bitwise-equal weights are not expected."""
     _run(ds_runs, name)
-    got, _, doc, _ = ck.load_for_inference(ds_runs["root"] / name)
-    want, _, _, _ = ck.load_for_inference(ds_runs["root"] / "ref")
+    got, _, doc, _ = load_for_inference(ds_runs["root"] / name)
+    want, _, _, _ = load_for_inference(ds_runs["root"] / "ref")
     assert doc["parallel"]["zero_stage"] == (1 if name == "zero1" else 3)
     want_sd = want.state_dict()
     for k, v in got.state_dict().items():

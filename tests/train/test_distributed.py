@@ -13,11 +13,10 @@ import pytest
 import torch
 
 from gptforge.config import ModelConfig, ParallelConfig, RunConfig, TrainConfig
-from gptforge.train import checkpoint as ck
+from gptforge.runtime import checkpoint as ck
 from gptforge.train import distributed as D
 from gptforge.train.loggers import read_metrics
 from gptforge.train.loop import train
-
 from tests.train.dist_harness import run_layouts
 
 REL = 1e-5

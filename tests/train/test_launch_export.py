@@ -10,7 +10,8 @@ import sys
 import torch
 
 from gptforge.cli import main as cli
-from gptforge.train import checkpoint as ck
+from gptforge.runtime import checkpoint as ck
+from gptforge.runtime.loading import load_for_inference
 from gptforge.train.loggers import read_metrics
 
 TINY = ["--model.preset", "gpt2-nano", "--model.d_model", "32", "--model.block_size", "32",
@@ -46,7 +47,7 @@ def test_launch_fsdp_run_then_export(tiny_shards, tmp_path):
     assert cli(["export-checkpoint", str(run), "--out", str(out)]) == 0
     from safetensors import safe_open
 
-    model, _, doc, _ = ck.load_for_inference(run)
+    model, _, doc, _ = load_for_inference(run)
     with safe_open(str(out), "pt") as f:
         assert json.loads(f.metadata()["gptforge_model_config"]) == doc["model"]
         exported = {k: f.get_tensor(k) for k in f.keys()}

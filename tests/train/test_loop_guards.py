@@ -13,7 +13,7 @@ import gptforge.train.loop as loop
 from gptforge.config import ModelConfig, RunConfig, TrainConfig
 from gptforge.data.loader import TokenStream, TrainBatches
 from gptforge.data.shards import load_meta
-from gptforge.train import checkpoint as ck
+from gptforge.runtime import checkpoint as ck
 from gptforge.train.loggers import read_metrics
 
 

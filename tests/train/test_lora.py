@@ -9,7 +9,14 @@ import torch
 
 from gptforge.config import ModelConfig
 from gptforge.model.gpt import GPT
-from gptforge.train.lora import LoRAConfig, LoRALinear, apply_lora, lora_parameters, merge_lora, save_peft_adapter
+from gptforge.model.lora import (
+    LoRAConfig,
+    LoRALinear,
+    apply_lora,
+    lora_parameters,
+    merge_lora,
+    save_peft_adapter,
+)
 
 
 def _model(arch: str, n_kv_head: int = 2, seed: int = 0) -> GPT:
@@ -100,7 +107,7 @@ def test_bad_config_is_named():
 def test_peft_loads_saved_adapter(arch, targets, n_kv_head, tmp_path):
     transformers = pytest.importorskip("transformers")
     peft = pytest.importorskip("peft")
-    from gptforge.export.hf import save_hf
+    from gptforge.model.hf_save import save_hf
 
     model = _model(arch, n_kv_head=n_kv_head)
     base_dir = save_hf(model, model.config, tmp_path / "base")

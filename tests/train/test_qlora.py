@@ -11,8 +11,8 @@ bnb = pytest.importorskip("bitsandbytes")
 
 from gptforge.config import ModelConfig  # noqa: E402
 from gptforge.model.gpt import GPT  # noqa: E402
-from gptforge.train.lora import LoRAConfig, LoRALinear, lora_parameters  # noqa: E402
-from gptforge.train.qlora import (  # noqa: E402
+from gptforge.model.lora import LoRAConfig, LoRALinear, lora_parameters  # noqa: E402
+from gptforge.model.qlora import (  # noqa: E402
     Linear4bit,
     LoRALinear4bit,
     QLoRAUnavailable,
@@ -123,7 +123,13 @@ transformers = pytest.importorskip("transformers")
 
 from gptforge.cli import main  # noqa: E402
 from gptforge.train.loggers import read_metrics  # noqa: E402
-from tests.train.test_finetune import CHATML, _finetune, instructions, one_thread, train_tokenizer  # noqa: E402,F401
+from tests.train.test_finetune import (  # noqa: E402,F401
+    CHATML,
+    _finetune,
+    instructions,
+    one_thread,
+    train_tokenizer,
+)
 
 
 @pytest.fixture(scope="module")
@@ -152,10 +158,10 @@ def test_qlora_cli_learns_and_exports_the_trained_model(hf_model, instructions, 
     peft = pytest.importorskip("peft")
     import torch.distributed.checkpoint as dcp
 
-    from gptforge.commands.convert import load_model_checkpoint
-    from gptforge.export.hf import save_hf
-    from gptforge.train.checkpoint import find_checkpoint, load_model_weights
-    from gptforge.train.finetune import load_lora_for_export
+    from gptforge.model.hf_save import save_hf
+    from gptforge.runtime.adapters import load_lora_for_export
+    from gptforge.runtime.checkpoint import find_checkpoint, load_model_weights
+    from gptforge.runtime.loading import load_model_checkpoint
 
     run = tmp_path / "run"
     assert _finetune(hf_model, instructions, run, *QLORA, "--train.max_steps", "20", "--train.lr", "3e-2",
@@ -198,7 +204,7 @@ def test_qlora_cli_learns_and_exports_the_trained_model(hf_model, instructions, 
     with torch.no_grad():
         for p in lora_parameters(deq).values():
             p.zero_()
-    from gptforge.train.finetune import merge_for_export
+    from gptforge.runtime.adapters import merge_for_export
 
     merge_for_export(deq)
     base_dir = save_hf(deq, deq.config, tmp_path / "deq_base", tokenizer_dir=hf_model,
@@ -209,7 +215,7 @@ def test_qlora_cli_learns_and_exports_the_trained_model(hf_model, instructions, 
         assert (adapted(idx).logits - theirs).abs().max() < 1e-4
         assert (model(idx) - ours).abs().max() < 1e-4
     # generate / evaluate load a QLoRA run through the same dequantize-and-merge path.
-    from gptforge.train.checkpoint import load_for_inference
+    from gptforge.runtime.loading import load_for_inference
 
     loaded, *_ = load_for_inference(run)
     with torch.no_grad():

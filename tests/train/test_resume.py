@@ -3,7 +3,7 @@ import shutil
 import pytest
 
 from gptforge.config import ModelConfig, RunConfig, TrainConfig
-from gptforge.train import checkpoint as ck
+from gptforge.runtime import checkpoint as ck
 from gptforge.train.loggers import read_metrics
 from gptforge.train.loop import train
 

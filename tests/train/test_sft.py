@@ -12,11 +12,22 @@ import torch
 from gptforge.config import ModelConfig
 from gptforge.data.instruct import IGNORE_INDEX, InstructionDataset, render_example
 from gptforge.model.gpt import GPT
-from gptforge.train.lora import LoRAConfig, apply_lora
-from gptforge.train.sft import masked_mean_loss, token_loss_sum
+from gptforge.model.lora import LoRAConfig, apply_lora
+from gptforge.runtime.loss import token_loss_sum as summed_token_loss
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "data"))
 from test_instruct import CHATML, train_tokenizer  # noqa: E402
+
+
+def token_loss_sum(logits, labels):
+    """(summed loss over counted labels, their count), as the trainer divides a step's loss."""
+    return summed_token_loss(logits, labels), (labels != IGNORE_INDEX).sum()
+
+
+def masked_mean_loss(logits, labels):
+    """Mean over counted labels; 0 (not NaN) when none counts."""
+    total, count = token_loss_sum(logits, labels)
+    return total / count.clamp(min=1)
 
 
 @pytest.fixture(autouse=True)

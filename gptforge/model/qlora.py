@@ -45,7 +45,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from gptforge.train.lora import LORA_TARGETS, LoRAConfig, LoRALinear
+from gptforge.model.lora import LORA_TARGETS, LoRAConfig, LoRALinear
 
 QUANT_TYPES = ("nf4", "fp4")
 COMPUTE_DTYPES = {"bf16": torch.bfloat16, "fp32": torch.float32}

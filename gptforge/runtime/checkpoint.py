@@ -19,10 +19,9 @@ import contextlib
 import os
 import random
 import shutil
+import warnings
 from pathlib import Path
 from typing import Any, Callable
-
-import warnings
 
 import numpy as np
 import torch
@@ -34,7 +33,7 @@ from torch.distributed.checkpoint.state_dict import (
     set_state_dict,
 )
 
-from gptforge.atomic import atomic_write_text, fsync_dir  # noqa: E402,F401  (atomic_write_text is used by callers)
+from gptforge.atomic import atomic_write_text, fsync_dir
 
 STATE_FILE = "trainer_state.pt"
 
@@ -251,40 +250,3 @@ def load_model_weights(ckpt: Path, model: torch.nn.Module) -> None:
     model.load_state_dict(sd)
 
 
-def load_for_inference(path: str | Path, device: str | torch.device = "cpu", which: str = "latest"):
-    """Build the model of a run directory or checkpoint folder and load its weights.
-
-    Returns: (model in eval mode on `device`, checkpoint folder, saved config dict, tokenizer.json
-    path or None). The tokenizer is looked for in the checkpoint folder, then the run directory,
-    then the data folder the run was trained on.
-
-    Raises:
-        FileNotFoundError: no complete checkpoint at `path` (see `find_checkpoint`).
-    """
-    import yaml
-
-    from gptforge.config import ModelConfig
-    from gptforge.model.gpt import GPT
-
-    ckpt = find_checkpoint(path, which)
-    doc = yaml.safe_load((ckpt / "config.yaml").read_text())
-    model = GPT(ModelConfig(**doc["model"]).resolved())
-    # A (Q)LoRA fine-tune's checkpoint: load base and adapters, then dequantize and merge
-    # (inference needs no adapters).
-    from gptforge.train.finetune import load_lora_for_export, merge_for_export
-
-    keys = dcp.FileSystemReader(str(ckpt)).read_metadata().state_dict_metadata
-    n_lora = load_lora_for_export(model, ckpt, [k[len("model."):] for k in keys if k.startswith("model.")])
-    load_model_weights(ckpt, model)
-    if n_lora:
-        merge_for_export(model)
-    model.to(device).eval()
-    tok = None
-    candidates = [ckpt / "tokenizer.json", ckpt.parent.parent / "tokenizer.json"]
-    if doc.get("data", {}).get("path"):
-        candidates.append(Path(doc["data"]["path"]) / "tokenizer.json")
-    for c in candidates:
-        if c.exists():
-            tok = c
-            break
-    return model, ckpt, doc, tok

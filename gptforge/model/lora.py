@@ -138,7 +138,7 @@ def merge_lora(model: nn.Module) -> int:
 
     Returns the number of merged layers. The merged model computes what the adapted one did
     (up to rounding in the weight dtype) and has the base model's state-dict names, ready for
-    `gptforge.export.hf.save_hf`. Parameters become trainable again (requires_grad=True).
+    `gptforge.model.hf_save.save_hf`. Parameters become trainable again (requires_grad=True).
     """
     n = 0
     for name, module in list(model.named_modules()):
@@ -252,7 +252,7 @@ def save_peft_adapter(model: nn.Module, model_cfg: ModelConfig, lora_cfg: LoRACo
                       base_model_name_or_path: str | None = None, dtype: torch.dtype | None = None) -> Path:
     """Write the adapters in PEFT's format: adapter_config.json + adapter_model.safetensors.
 
-    The names are those of the Hugging Face model that `gptforge.export.hf.save_hf` writes for
+    The names are those of the Hugging Face model that `gptforge.model.hf_save.save_hf` writes for
     `model_cfg` (or that the model was converted from), so
     `PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(base), out_dir)` loads them.
     The folder is written under a temporary name and renamed into place.

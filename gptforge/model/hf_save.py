@@ -20,7 +20,6 @@ from pathlib import Path
 import torch
 
 from gptforge.atomic import default_mode, fsync_dir, fsync_file, replace_dir
-
 from gptforge.config import ModelConfig
 from gptforge.model.hf import config_to_hf, state_dict_to_hf
 
