@@ -1,7 +1,13 @@
 """`gptforge <command>`: one entry point; each command parses its config and calls into a stage.
 
 Each command is a module `gptforge/commands/<name>.py` with `main(argv) -> int`, imported only
-when run, so that `gptforge --help` stays fast.
+when run, so that `gptforge --help` stays fast. Its options are a typed dataclass parsed by
+`gptforge.options` (hyphenated `--option-name`; config sections as `--section.field`).
+
+Every command runs inside one error wrapper: a `gptforge.errors.GptforgeError` or an
+operating-system error (missing file, full disk, read-only folder, ...) prints one
+`gptforge <command>: error: ...` line and exits 1; anything else keeps its traceback.
+`gptforge --debug <command> ...` (or GPTFORGE_DEBUG=1) shows the traceback for every error.
 """
 
 from __future__ import annotations
@@ -25,14 +31,20 @@ COMMANDS = {
 
 def _usage() -> str:
     width = max(map(len, COMMANDS))
-    lines = ["usage: gptforge <command> [options]   (gptforge <command> --help for its options)", "", "commands:"]
+    lines = ["usage: gptforge [--debug] <command> [options]   (gptforge <command> --help for its options)", "",
+             "  --debug   show the traceback of every error", "", "commands:"]
     lines += [f"  {name:<{width}}  {text}" for name, text in COMMANDS.items()]
     return "\n".join(lines)
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Dispatch `gptforge <command> ...`. Returns the process exit code."""
+    """Dispatch `gptforge [--debug] <command> ...`. Returns the process exit code."""
+    import os
+
     argv = list(sys.argv[1:] if argv is None else argv)
+    debug = os.environ.get("GPTFORGE_DEBUG", "") not in ("", "0")
+    while argv and argv[0] == "--debug":
+        debug, argv = True, argv[1:]
     if not argv or argv[0] in ("-h", "--help", "help"):
         print(_usage())
         return 0
@@ -52,11 +64,36 @@ def main(argv: list[str] | None = None) -> int:
     import importlib
 
     module = importlib.import_module(f"gptforge.commands.{name.replace('-', '_')}")
+    return run_command(name, module.main, rest, debug)
+
+
+def run_command(name: str, fn, argv: list[str], debug: bool = False) -> int:
+    """Run a command's `fn(argv)` inside the error wrapper (see the module docstring)."""
+    from gptforge.errors import GptforgeError
+
     try:
-        return module.main(rest) or 0
+        return fn(argv) or 0
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
+    except (GptforgeError, OSError) as e:
+        if debug:
+            raise
+        print(f"gptforge {name}: error: {describe_error(e)}", file=sys.stderr)
+        return 1
+
+
+def describe_error(e: BaseException) -> str:
+    """One line for a known failure; an OSError names its path and what to do."""
+    if isinstance(e, OSError) and e.filename is not None and str(e.filename) not in str(e.args[-1] if e.args else ""):
+        import errno
+
+        advice = {errno.ENOSPC: "free disk space or choose another --out",
+                  errno.EACCES: "choose a folder you can write, or fix its permissions",
+                  errno.EROFS: "the file system is read-only: choose another --out",
+                  errno.ENOENT: "check the path"}.get(e.errno, "")
+        return f"{e.filename}: {e.strerror or e}" + (f" ({advice})" if advice else "")
+    return str(e)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,131 @@
+"""One way to parse every command: a typed dataclass of options, attribute docstrings as `--help`.
+
+A command declares its own options as a dataclass; each field becomes `--field-name` (hyphens,
+the spelling rule for a command's own options) with the field's type, default and docstring.
+Config sections (`model`, `train`, `parallel`, ...) are added as dotted keys with the fields'
+underscore names (`--train.max_steps`), the same in YAML recipes (`--config recipe.yaml`).
+Parsing itself is jsonargparse's (typed values, Optional, Literal choices, lists).
+
+    @dataclass
+    class GenerateOptions:
+        model: str
+        '''Run directory or checkpoint folder.'''
+        max_new_tokens: int = 200
+        '''Tokens to generate per sample.'''
+
+    opts, _ = parse_command(command_parser("gptforge generate", "...", GenerateOptions,
+                                           positional=("model",)), argv)
+"""
+
+from __future__ import annotations
+
+import ast
+import dataclasses
+import inspect
+import sys
+import textwrap
+import typing
+from typing import Any
+
+
+def attribute_docs(cls: type) -> dict[str, str]:
+    """{field name: its attribute docstring} of a dataclass, read from its source (and its bases')."""
+    docs: dict[str, str] = {}
+    for klass in reversed(cls.__mro__):
+        if klass is object:
+            continue
+        try:
+            tree = ast.parse(textwrap.dedent(inspect.getsource(klass)))
+        except (OSError, TypeError, SyntaxError):
+            continue
+        body = tree.body[0].body if tree.body and isinstance(tree.body[0], ast.ClassDef) else []
+        for a, b in zip(body, body[1:]):
+            if (isinstance(a, ast.AnnAssign) and isinstance(a.target, ast.Name) and isinstance(b, ast.Expr)
+                    and isinstance(b.value, ast.Constant) and isinstance(b.value.value, str)):
+                docs[a.target.id] = " ".join(b.value.value.split())
+    return docs
+
+
+def command_parser(prog: str, description: str, options: type | None = None,
+                   sections: dict[str, type] | None = None, positional: tuple[str, ...] = (),
+                   config_file: bool | None = None):
+    """A jsonargparse parser for one command.
+
+    Args:
+        options: dataclass of the command's own options (`--max-new-tokens`); fields without a
+            default are required; bool fields are flags (`--flag`, or `--no-flag` when the
+            default is True).
+        sections: {name: dataclass} added as dotted keys (`--train.lr`), as in config.make_parser.
+        positional: fields of `options` taken by position instead (`gptforge generate RUN`).
+        config_file: add `--config recipe.yaml` (default: when there are sections).
+    """
+    import jsonargparse
+
+    jsonargparse.set_parsing_settings(docstring_parse_attribute_docstrings=True)
+    parser = jsonargparse.ArgumentParser(prog=prog, description=description, exit_on_error=False)
+    if config_file if config_file is not None else bool(sections):
+        parser.add_argument("--config", action=jsonargparse.ActionConfigFile,
+                            help="YAML recipe with one section per config group (any subset of keys).")
+    for name, cls in (sections or {}).items():
+        parser.add_class_arguments(cls, name, help=(cls.__doc__ or "").strip().splitlines()[0])
+    if options is not None:
+        add_options(parser, options, positional)
+    parser.options_class = options
+    return parser
+
+
+def add_options(parser, options: type, positional: tuple[str, ...] = ()) -> None:
+    """Add the fields of dataclass `options` to `parser` (see `command_parser`)."""
+    docs = attribute_docs(options)
+    hints = typing.get_type_hints(options)
+    for f in dataclasses.fields(options):
+        help_text = docs.get(f.name, "")
+        required = f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
+        default = None if required else (f.default if f.default is not dataclasses.MISSING else f.default_factory())
+        kind = hints[f.name]
+        if f.name in positional:
+            nargs = "+" if typing.get_origin(kind) is list else None
+            parser.add_argument(f.name, type=kind if nargs is None else typing.get_args(kind)[0], nargs=nargs,
+                                help=help_text)
+            continue
+        flag = "--" + f.name.replace("_", "-")
+        if kind is bool:
+            if default:
+                parser.add_argument("--no-" + f.name.replace("_", "-"), dest=f.name, action="store_false",
+                                    help=help_text)
+            else:
+                parser.add_argument(flag, dest=f.name, action="store_true", help=help_text)
+            continue
+        inner = [a for a in typing.get_args(kind) if a is not type(None)] if typing.get_origin(kind) is typing.Union else [kind]
+        if len(inner) == 1 and typing.get_origin(inner[0]) is list:  # list[str] / Optional[list[str]]: --tasks a b c
+            parser.add_argument(flag, dest=f.name, type=typing.get_args(inner[0])[0], nargs="+", default=default,
+                                required=required, help=help_text)
+            continue
+        parser.add_argument(flag, dest=f.name, type=kind, default=default, required=required, help=help_text)
+
+
+def parse_command(parser, argv: list[str]) -> tuple[Any, Any]:
+    """Parse `argv` with a `command_parser`.
+
+    Returns: (the options dataclass instance, or None without one; the instantiated namespace,
+    whose section attributes are dataclass instances).
+
+    Raises:
+        SystemExit(2): a bad option or value, after printing `PROG: error: ...` with a 'did you
+        mean' hint for a misspelt option or key.
+    """
+    from gptforge.config import explain_unknown
+
+    try:
+        ns = parser.parse_args(argv)
+    except SystemExit:
+        raise
+    except Exception as e:  # jsonargparse.ArgumentError and friends
+        print(f"{parser.prog}: error: {explain_unknown(str(e))}", file=sys.stderr)
+        raise SystemExit(2) from None
+    init = parser.instantiate(ns) if hasattr(parser, "instantiate") else ns
+    cls = getattr(parser, "options_class", None)
+    opts = None
+    if cls is not None:
+        opts = cls(**{f.name: getattr(ns, f.name) for f in dataclasses.fields(cls)})
+    return opts, init
