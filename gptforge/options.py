@@ -114,14 +114,14 @@ def parse_command(parser, argv: list[str]) -> tuple[Any, Any]:
         SystemExit(2): a bad option or value, after printing `PROG: error: ...` with a 'did you
         mean' hint for a misspelt option or key.
     """
-    from gptforge.config import explain_unknown
+    from gptforge.config import describe_parse_error
 
     try:
         ns = parser.parse_args(argv)
     except SystemExit:
         raise
     except Exception as e:  # jsonargparse.ArgumentError and friends
-        print(f"{parser.prog}: error: {explain_unknown(str(e))}", file=sys.stderr)
+        print(f"{parser.prog}: error: {describe_parse_error(str(e), argv)}", file=sys.stderr)
         raise SystemExit(2) from None
     init = parser.instantiate(ns) if hasattr(parser, "instantiate") else ns
     cls = getattr(parser, "options_class", None)

@@ -188,7 +188,7 @@ def deepspeed_run_config(cfg: RunConfig, world_size: int) -> tuple[RunConfig, di
             set to something other than the number of processes.
         FileNotFoundError: the config file does not exist.
     """
-    pc = cfg.parallel
+    pc = cfg.parallel.resolved(world_size)
     if not pc.deepspeed_config:
         raise ValueError("parallel.backend=deepspeed needs parallel.deepspeed_config (a DeepSpeed JSON file); "
                          "pass --deepspeed-config ds_config.json")
@@ -197,5 +197,5 @@ def deepspeed_run_config(cfg: RunConfig, world_size: int) -> tuple[RunConfig, di
                          f"parallel.dp_replicate {pc.dp_replicate} x parallel.dp_shard {pc.dp_shard} = {pc.dp} and this job has {world_size} "
                          "processes; leave both at 1")
     merged, ds = translate(load_ds_config(pc.deepspeed_config), cfg, world_size, source=str(pc.deepspeed_config))
-    env_pc = ParallelConfig(dp_replicate=world_size, timeout_minutes=pc.timeout_minutes)
+    env_pc = ParallelConfig(dp_replicate=world_size, dp_shard=1, timeout_minutes=pc.timeout_minutes)
     return merged, ds, env_pc

@@ -268,9 +268,8 @@ def parallelize(model: nn.Module, tc: TrainConfig, pc: ParallelConfig, env,
         ValueError: a layout the model cannot take (heads not divisible by tp, fewer layers
             than stages, tied embeddings split across pipeline stages).
     """
-    from gptforge.train import distributed as D
 
-    zero = D.effective_zero_stage(pc)
+    zero = pc.effective_zero_stage()
     if not env.distributed:
         model.to(env.device)
         apply_activation_checkpointing(model, tc.activation_checkpointing)
@@ -338,7 +337,7 @@ def parallelize(model: nn.Module, tc: TrainConfig, pc: ParallelConfig, env,
             cls = ScheduleGPipe if pc.pp_schedule == "gpipe" else Schedule1F1B
             out.schedule = cls(out.stages[0], n_mb, loss_fn=pp_loss_fn, scale_grads=False)
         return out
-    if D.uses_ddp(pc):
+    if pc.uses_ddp():
         from torch.nn.parallel import DistributedDataParallel as DDP
 
         ddp = DDP(model, process_group=env.group("dp"),
