@@ -54,7 +54,8 @@ def command_parser(prog: str, description: str, options: type | None = None,
     Args:
         options: dataclass of the command's own options (`--max-new-tokens`); fields without a
             default are required; bool fields are flags (`--flag`, or `--no-flag` when the
-            default is True).
+            default is True); `field(metadata={"flag": "--from"})` names an option whose name is
+            no Python identifier.
         sections: {name: dataclass} added as dotted keys (`--train.lr`), as in config.make_parser.
         positional: fields of `options` taken by position instead (`gptforge generate RUN`).
         config_file: add `--config recipe.yaml` (default: when there are sections).
@@ -88,7 +89,7 @@ def add_options(parser, options: type, positional: tuple[str, ...] = ()) -> None
             parser.add_argument(f.name, type=kind if nargs is None else typing.get_args(kind)[0], nargs=nargs,
                                 help=help_text)
             continue
-        flag = "--" + f.name.replace("_", "-")
+        flag = f.metadata.get("flag", "--" + f.name.replace("_", "-"))  # e.g. --from for a field `source`
         if kind is bool:
             if default:
                 parser.add_argument("--no-" + f.name.replace("_", "-"), dest=f.name, action="store_false",

@@ -2,16 +2,11 @@
 
 from __future__ import annotations
 
-import sys
+from dataclasses import dataclass, field
+from typing import Optional
 
-from gptforge.config import (
-    FinetuneConfig,
-    ParallelConfig,
-    RunConfig,
-    TrainConfig,
-    make_parser,
-    parse_args,
-)
+from gptforge.config import FinetuneConfig, ParallelConfig, RunConfig, TrainConfig
+from gptforge.options import command_parser, parse_command
 
 DESCRIPTION = """Fine-tune a pretrained model: a Hugging Face folder (GPT-2, Llama 2/3, Mistral, Qwen2) or a
 gptforge run directory, on an instruction .jsonl (prompt/completion or chat messages; the loss counts
@@ -31,18 +26,24 @@ FINETUNE_DEFAULTS = {"train.lr": 2e-4, "train.min_lr": 2e-5, "train.warmup_steps
                      "train.max_steps": 500}
 
 
+@dataclass
+class FinetuneOptions:
+    out: str
+    """Run directory: config.yaml, metrics.jsonl, checkpoints/, tokenizer, adapter/."""
+    data: str
+    """Instruction .jsonl (prompt/completion or messages rows) or a shard folder (meta.json)."""
+    source: Optional[str] = field(default=None, metadata={"flag": "--from"})
+    """Pretrained model: a Hugging Face folder (config.json + safetensors) or a gptforge run
+    directory / checkpoint. With --resume: default the one the run started from."""
+    resume: bool = False
+    """Continue from RUN_DIR/checkpoints/latest."""
+    quiet: bool = False
+    """No progress bar."""
+
+
 def build_parser():
-    parser = make_parser("gptforge finetune", DESCRIPTION, sections=SECTIONS)
+    parser = command_parser("gptforge finetune", DESCRIPTION, FinetuneOptions, sections=SECTIONS)
     parser.set_defaults(FINETUNE_DEFAULTS)
-    parser.add_argument("--from", dest="source", default=None,
-                        help="Pretrained model: a Hugging Face folder (config.json + safetensors) or a gptforge run "
-                             "directory / checkpoint. With --resume: default the one the run started from.")
-    parser.add_argument("--data", required=True,
-                        help="Instruction .jsonl (prompt/completion or messages rows) or a shard folder (meta.json).")
-    parser.add_argument("--out", required=True, help="Run directory: config.yaml, metrics.jsonl, checkpoints/, "
-                                                     "tokenizer, adapter/.")
-    parser.add_argument("--resume", action="store_true", help="Continue from RUN_DIR/checkpoints/latest.")
-    parser.add_argument("--quiet", action="store_true", help="No progress bar.")
     return parser
 
 
@@ -51,19 +52,14 @@ def main(argv: list[str]) -> int:
         from gptforge.train.resume import saved_config_argv
 
         argv = saved_config_argv(argv, SECTIONS, "gptforge finetune")
-    init, ns = parse_args(build_parser(), argv)
-    fc: FinetuneConfig = init.finetune
+    opts, init = parse_command(build_parser(), argv)
     cfg = RunConfig(train=init.train, parallel=init.parallel)
     from rich.console import Console
 
-    console = Console(stderr=False)
-    try:
-        from gptforge.train.finetune import finetune
+    from gptforge.train.finetune import finetune
 
-        result = finetune(fc, cfg, ns.source, ns.data, ns.out, resume=ns.resume, progress=not ns.quiet,
-                     log=lambda m: console.print(m, highlight=False))
-    except (FileNotFoundError, FileExistsError, ValueError, RuntimeError) as e:
-        print(f"gptforge finetune: error: {e}", file=sys.stderr)
-        return 1
+    console = Console(stderr=False)
+    result = finetune(init.finetune, cfg, opts.source, opts.data, opts.out, resume=opts.resume,
+                      progress=not opts.quiet, log=lambda m: console.print(m, highlight=False))
     console.print(result.summary(), highlight=False)
     return result.exit_code

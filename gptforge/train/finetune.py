@@ -267,13 +267,10 @@ def finetune(fc: FinetuneConfig, cfg: RunConfig, source: str | Path | None, data
     """
     import os
 
-    import torch
-
-    from gptforge.config import from_dict, to_dict
+    from gptforge.config import to_dict
     from gptforge.runtime.adapters import save_adapter_from_checkpoint
     from gptforge.runtime.checkpoint import find_checkpoint
     from gptforge.runtime.device import pick_device
-    from gptforge.runtime.loading import load_pretrained
     from gptforge.train.loop import train
     from gptforge.train.sources import ShardSource
 
@@ -292,27 +289,7 @@ def finetune(fc: FinetuneConfig, cfg: RunConfig, source: str | Path | None, data
         raise FileNotFoundError(f"--data {data}: a folder without meta.json; give a `gptforge prepare` shard folder "
                                 "or an instruction .jsonl file")
 
-    if resume:
-        saved = run_dir / "config.yaml"
-        if not saved.is_file():
-            raise FileNotFoundError(f"--resume but {saved} does not exist: nothing to resume")
-        doc = yaml.safe_load(saved.read_text()) or {}
-        mc = from_dict(ModelConfig, doc["model"], "model.").resolved()
-        source = source or (doc.get("base_model") or {}).get("path")
-        find_checkpoint(run_dir)  # fail before any data work
-        tok_dir = run_dir if (run_dir / "tokenizer.json").is_file() else None
-        model = None
-    else:
-        if source is None:
-            raise ValueError("--from is required: a Hugging Face model folder or a gptforge run directory")
-        say(f"loading {source}")
-        model, src = load_pretrained(Path(source), dtype=torch.float32)
-        mc = model.config
-        tok_dir = src["tokenizer_dir"]
-        if int(os.environ.get("RANK", "0")) == 0:
-            write_export_inputs(run_dir, src, chat_template)
-        tok_dir = run_dir if (run_dir / "tokenizer.json").is_file() else tok_dir
-
+    model, mc, tok_dir, source = _base_model(run_dir, source, resume, chat_template, say)
     seq_len = seq_len_for(fc, mc.block_size)
     if data.is_file():
         if tok_dir is None:
@@ -342,3 +319,36 @@ def finetune(fc: FinetuneConfig, cfg: RunConfig, source: str | Path | None, data
     if lora and int(os.environ.get("RANK", "0")) == 0:
         save_adapter_from_checkpoint(find_checkpoint(run_dir), run_dir / ADAPTER_DIR, base)
     return result
+
+
+def _base_model(run_dir: Path, source, resume: bool, chat_template: Path | None, say):
+    """(pretrained model or None on resume, its resolved ModelConfig, tokenizer folder or None,
+    the source path) for `finetune`; a new run also gets the source's export inputs."""
+    import torch
+
+    from gptforge.config import from_dict
+    from gptforge.runtime.checkpoint import find_checkpoint
+    from gptforge.runtime.loading import load_pretrained
+
+    if resume:
+        saved = run_dir / "config.yaml"
+        if not saved.is_file():
+            raise FileNotFoundError(f"--resume but {saved} does not exist: nothing to resume")
+        doc = yaml.safe_load(saved.read_text()) or {}
+        mc = from_dict(ModelConfig, doc["model"], "model.").resolved()
+        source = source or (doc.get("base_model") or {}).get("path")
+        find_checkpoint(run_dir)  # fail before any data work
+        tok_dir = run_dir if (run_dir / "tokenizer.json").is_file() else None
+        model = None
+    else:
+        if source is None:
+            raise ValueError("--from is required: a Hugging Face model folder or a gptforge run directory")
+        say(f"loading {source}")
+        model, src = load_pretrained(Path(source), dtype=torch.float32)
+        mc = model.config
+        tok_dir = src["tokenizer_dir"]
+        if int(os.environ.get("RANK", "0")) == 0:
+            write_export_inputs(run_dir, src, chat_template)
+        tok_dir = run_dir if (run_dir / "tokenizer.json").is_file() else tok_dir
+
+    return model, mc, tok_dir, source
