@@ -61,3 +61,18 @@ def test_overlaid_report_in_a_headless_browser(real_run, tmp_path):
     assert shown["tokens_seen"][1] == "—"  # the hand-made run logged no tokens_seen
     summary = json.loads(re.search(r"id=summary-json>(.*?)</script>", out.read_text(), re.S).group(1))
     assert [s["steps"] for s in summary] == [12, 60]
+
+
+def test_prepare_report_in_a_headless_browser(tiny_shards, tmp_path):
+    chromium_paths()
+    path = tiny_shards / "report.html"
+    page = Page(path)
+    try:
+        page.screenshot(tmp_path / "prepare.png")
+        assert page.console_errors() == []
+        assert page.requested_urls() == [path.resolve().as_uri()]
+        bars = page.js("return Array.from(document.querySelectorAll('.plotly-graph-div')).map(g => "
+                       "g.querySelectorAll('.barlayer .point path').length)")
+        assert len(bars) >= 2 and all(n > 0 for n in bars), bars
+    finally:
+        page.close()
