@@ -100,13 +100,13 @@ def _marks(fig: go.Figure, runs: list[RunData], key: str, scale: float = 1.0) ->
                     y=[r["loss"] if _finite(r.get("loss")) else _nearest(xs, ys, r["step"], fallback) for r in skipped],
                     mode="markers", marker=dict(symbol="x", size=9, color="#d62728"),
                     name=_name(runs, run, "skipped step (non-finite)"), legendgroup=run.label))
-        spikes = [e for e in run.events if e.get("kind") == "spike" and e.get("metric") == key
+        spikes = [e for e in run.events if e.get("kind") in ("spike", "divergence") and e.get("metric") == key
                   and _finite(e.get("value"))]
         if spikes:
             fig.add_trace(go.Scatter(
                 x=[e["step"] for e in spikes], y=[e["value"] * scale for e in spikes], mode="markers",
                 marker=dict(symbol="triangle-up", size=11, color="#ff7f0e", line=dict(color="#000", width=1)),
-                text=[str(e.get("advice", "")) for e in spikes], hovertemplate="spike at step %{x}: %{y}<br>%{text}",
+                text=[str(e.get("advice", "")) for e in spikes], hovertemplate="spike at step %{x}: %{y:.4g}<br>%{text}<extra></extra>",
                 name=_name(runs, run, "spike"), legendgroup=run.label))
 
 

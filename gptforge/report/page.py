@@ -176,9 +176,19 @@ def _summary_card(run: RunData, s: dict[str, Any], index: int, color: str) -> st
             + row("val perplexity", "val_perplexity", _num(s["val_perplexity"], "{:,.2f}"))
             + row("val bits per byte", "val_bits_per_byte", _num(s["val_bits_per_byte"]))
             + row("skipped (non-finite) steps", "skipped_steps", _num(s["skipped_steps"]))
+            + row("loss / gradient alarms", "alarms", _e(_alarms(run)))
             + row("resumed at steps", None, ", ".join(f"{x:,}" for x in run.resumes) or "never")
             + row("stopped", "stopped", _e(s["stopped"]))
             + "</table></div>")
+
+
+def _alarms(run: RunData) -> str:
+    kinds: dict[str, int] = {}
+    for e in run.events:
+        if e.get("kind") in ("spike", "divergence"):
+            name = f"{e.get('metric')} {e.get('kind')}"
+            kinds[name] = kinds.get(name, 0) + 1
+    return ", ".join(f"{n} {k}" + ("s" if n > 1 else "") for k, n in sorted(kinds.items())) or "none"
 
 
 def _flatten(d: Any, prefix: str = "") -> dict[str, Any]:
