@@ -2,6 +2,7 @@
 resumed logger continues the same run id. Nothing reaches the network."""
 
 import struct
+import time
 from pathlib import Path
 
 import pytest
@@ -48,6 +49,17 @@ def offline_env(monkeypatch, tmp_path):
     monkeypatch.delenv("WANDB_MODE", raising=False)
 
 
+def finished_records(path: Path, timeout: float = 20.0):
+    """The records once wandb's writer process has flushed the run's final "exit" record
+    (`finish()` returns before the file is complete on a busy machine)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        recs = read_wandb_records(path) if path.exists() and path.stat().st_size > 7 else []
+        if any(r.WhichOneof("record_type") == "exit" for r in recs) or time.monotonic() > deadline:
+            return recs
+        time.sleep(0.1)
+
+
 def _history(records):
     out = {}
     for r in records:
@@ -74,7 +86,7 @@ def test_offline_run_files_and_resume(offline_env, tmp_path):
     rid = state["run_id"]
     assert rid
     (first,) = list((run_dir / "wandb").glob(f"offline-run-*-{rid}/run-{rid}.wandb"))
-    recs = read_wandb_records(first)
+    recs = finished_records(first)
     kinds = [r.WhichOneof("record_type") for r in recs]
     run_rec = next(r.run for r in recs if r.WhichOneof("record_type") == "run")
     assert run_rec.run_id == rid and run_rec.project == "gptforge-test" and run_rec.display_name == "run"
@@ -95,10 +107,12 @@ def test_offline_run_files_and_resume(offline_env, tmp_path):
     again.log({"step": 5, "loss": 3.5})
     assert again.state_dict() == state
     again.finish()
-    files = sorted((run_dir / "wandb").glob(f"offline-run-*-{rid}*/run-{rid}.wandb"))
-    assert len(files) == 2
+    deadline = time.monotonic() + 20
+    while len(files := sorted((run_dir / "wandb").glob(f"offline-run-*-{rid}*/run-{rid}.wandb"))) < 2:
+        assert time.monotonic() < deadline, files
+        time.sleep(0.1)
     second = next(f for f in files if f != first)
-    assert sorted(_history(read_wandb_records(second))) == [5]
+    assert sorted(_history(finished_records(second))) == [5]
     with pytest.raises(RuntimeError):
         started = WandbLogger(run_dir, project="gptforge-test", mode="disabled")
         started.log({"step": 1, "loss": 1.0})
