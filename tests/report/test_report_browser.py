@@ -76,3 +76,13 @@ def test_prepare_report_in_a_headless_browser(tiny_shards, tmp_path):
         assert len(bars) >= 2 and all(n > 0 for n in bars), bars
     finally:
         page.close()
+
+
+def test_browser_tests_skip_cleanly_without_chromium(monkeypatch):
+    import shutil
+
+    import pytest
+
+    monkeypatch.setattr(shutil, "which", lambda name: None)
+    with pytest.raises(pytest.skip.Exception, match="apt-get install -y chromium chromium-driver"):
+        chromium_paths()
