@@ -207,6 +207,20 @@ class TrainConfig:
     """CPU threads for torch (0: leave torch's default)."""
     tensorboard: bool = True
     """Write TensorBoard event files to RUN_DIR/tb."""
+    report: bool = True
+    """Write RUN_DIR/report.html (gptforge report) when the run ends, however it ends."""
+    spike_alarms: bool = True
+    """Watch train loss and gradient norm for spikes and divergence (rolling median / MAD); alarms
+    go on the progress line, into metrics.jsonl (`events`) and the report."""
+    wandb_project: Optional[str] = None
+    """Weights & Biases project: log the config, every metrics row and the report (needs `pip
+    install wandb`). Unset: no W&B."""
+    wandb_entity: Optional[str] = None
+    """W&B entity (team or user); default the account's."""
+    wandb_run_name: Optional[str] = None
+    """W&B run name; default the run directory's name."""
+    wandb_mode: Literal["online", "offline", "disabled"] = "online"
+    """W&B mode: offline writes the run under RUN_DIR/wandb for a later `wandb sync`."""
 
     PLANNER_ONLY = {"optimizer": ("adamw8bit", "adafactor"), "precision": ("fp8",)}
     """Values `gptforge plan` models but the trainer does not run."""

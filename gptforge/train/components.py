@@ -150,14 +150,16 @@ class MetricsLogger:
     """Rows to metrics.jsonl / TensorBoard every `log_interval` steps (and on eval and last steps),
     the progress line after every step, and messages above it."""
 
-    def __init__(self, writer, bar, log_interval: int, max_steps: int):
+    def __init__(self, writer, bar, log_interval: int, max_steps: int, extra_sinks: list | None = None):
         self.writer, self.bar, self.log_interval, self.max_steps = writer, bar, log_interval, max_steps
+        self.sinks = [writer, *(extra_sinks or [])]  # each has log(row) or write(row)
         self.history: list[dict[str, Any]] = []
 
     def log(self, row: dict[str, Any], force: bool = False) -> None:
         step = row["step"]
         if force or step % self.log_interval == 0 or step == self.max_steps or "val_loss" in row:
-            self.writer.write(row)
+            for sink in self.sinks:
+                (sink.write if hasattr(sink, "write") else sink.log)(row)
         self.history.append(row)
 
     def progress(self, row: dict[str, Any], last_val: float | None) -> None:

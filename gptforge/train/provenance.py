@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import hashlib
 import json
+import shlex
 import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -50,10 +52,12 @@ def data_provenance(path: Path) -> dict[str, Any]:
 
 
 def run_config_yaml(cfg: RunConfig, data: dict[str, Any], extra: dict[str, Any] | None = None) -> str:
-    """The resolved config plus provenance (`data`: see `data_provenance`; versions; git commit)."""
+    """The resolved config plus provenance (`data`: see `data_provenance`; versions; git commit;
+    the command line that started the process)."""
     doc = to_dict(cfg)
     doc["data"] = data
     doc["versions"] = {"gptforge": gptforge.__version__, "torch": str(torch.__version__), "git_commit": git_commit()}
+    doc["command"] = " ".join(shlex.quote(a) for a in sys.argv)
     if extra:
         doc.update(extra)
     return yaml.safe_dump(doc, sort_keys=False)

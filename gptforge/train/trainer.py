@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 import torch
+import yaml
 
 from gptforge.atomic import atomic_write_text
 from gptforge.config import ModelConfig, ParallelConfig, RunConfig, to_dict
@@ -46,7 +47,9 @@ from gptforge.train.parallelize import Parallelized, apply_compile, parallelize
 from gptforge.train.provenance import run_config_yaml
 from gptforge.train.resume import check_resume
 from gptforge.train.sources import BatchSource, ShardSource
+from gptforge.train.spikes import SpikeDetector
 from gptforge.train.step import PipelineLoss, forward_backward, pipeline_evaluate, pipeline_forward_backward
+from gptforge.train.wandb_logger import WandbLogger
 
 
 @dataclass
@@ -122,7 +125,8 @@ class Trainer:
             )
         self.zero = pc.effective_zero_stage()
         layout = {"world_size": env.world_size, "dp": env.dp_size, "dp_replicate": pc.dp_replicate,
-                  "dp_shard": pc.dp_shard, "tp": pc.tp, "pp": pc.pp, "zero_stage": self.zero}
+                  "dp_shard": pc.dp_shard, "tp": pc.tp, "pp": pc.pp, "zero_stage": self.zero,
+                  "device": str(self.device)}
         as_asked = RunConfig(model=self.mc, train=self.tc, parallel=requested_parallel or pc)
         self.config_yaml = run_config_yaml(as_asked, source.provenance(), {"layout": layout, **(config_extra or {})})
         if tc.precision == "fp16" and ds_config is None and (self.zero in (2, 3) or pc.tp > 1 or pc.pp > 1):
@@ -134,6 +138,11 @@ class Trainer:
         self.fpt = flops_per_token(mc, self.n_params, self.batches.seq_len)
         self.state: dict[str, Any] = {"step": 0, "tokens_seen": 0, "elapsed_seconds": 0.0, "skipped_steps": 0}
         self.early_stop = EarlyStopping(tc.patience)
+        self.spikes = SpikeDetector(grad_clip=tc.grad_clip, warmup_steps=tc.warmup_steps) if tc.spike_alarms else None
+        self.wandb = (WandbLogger(self.run_dir, tc.wandb_project, tc.wandb_entity, tc.wandb_run_name, tc.wandb_mode,
+                                  config=yaml.safe_load(self.config_yaml))
+                      if tc.wandb_project and self.main else None)
+        self.resumed = resume
         if resume:
             self._resume()
         if self.main:
@@ -203,6 +212,10 @@ class Trainer:
         loaded = self.engine.load(found)
         self.state.update({k: loaded[k] for k in self.state if k in loaded})
         self.early_stop.load_state_dict(loaded)
+        if self.spikes is not None and loaded.get("spikes"):
+            self.spikes.load_state_dict(loaded["spikes"])
+        if self.wandb is not None and loaded.get("wandb"):
+            self.wandb.load_state_dict(loaded["wandb"])
 
     def _components(self, progress: bool, resume: bool, on_save) -> None:
         tc, par = self.tc, self.par
@@ -236,7 +249,7 @@ class Trainer:
         writer = MetricsWriter(self.run_dir, tensorboard=tc.tensorboard,
                                resume_step=self.state["step"] if resume else None) if self.main else NullWriter()
         self.metrics = MetricsLogger(writer, Progress(tc.max_steps, self.state["step"], enabled=progress and self.main),
-                                     tc.log_interval, tc.max_steps)
+                                     tc.log_interval, tc.max_steps, extra_sinks=[self.wandb] if self.wandb else [])
         # Every run checks the planner: its prediction goes beside the measured peak in every row.
         try:
             from gptforge.plan.planner import predict_peak_memory_bytes
@@ -290,7 +303,8 @@ class Trainer:
                     if val is not None:
                         row["val_loss"] = val
                     new_best = self.early_stop.update(val)
-                    self.metrics.log(row)
+                    self._add_events(row, first=done == start + 1)
+                    self.metrics.log(row, force=bool(row.get("events")))
                     self.metrics.progress(row, self.evaluator.last)
                     reason = ("early_stopping" if self.early_stop.should_stop else "signal" if interrupted
                               else "stop_at_step" if tc.stop_at_step and done >= tc.stop_at_step else None)
@@ -360,9 +374,23 @@ class Trainer:
             row["peak_memory_bytes_rank_min"] = min(r[2] for r in stats) if has_mem else None
         return row
 
+    def _add_events(self, row: dict[str, Any], first: bool) -> None:
+        """Alarms of this step (spike detector) and a resume mark, as row["events"]."""
+        events = [{"kind": "resume", "step": row["step"]}] if first and self.resumed else []
+        for e in (self.spikes.update(row["step"], row) if self.spikes is not None else []):
+            events.append(e.as_dict())
+            self.metrics.message(e.message())
+        if events:
+            row["events"] = events
+
     def state_dict(self) -> dict[str, Any]:
         """The trainer's own state saved in trainer_state.pt (the engine adds model, optimizer, RNG)."""
-        return {**self.state, **self.early_stop.state_dict()}
+        state = {**self.state, **self.early_stop.state_dict()}
+        if self.spikes is not None:
+            state["spikes"] = self.spikes.state_dict()
+        if self.wandb is not None:
+            state["wandb"] = self.wandb.state_dict()
+        return state
 
     def _report_memory(self, row: dict[str, Any]) -> None:
         if self.predicted_mem is None:
@@ -381,5 +409,15 @@ class Trainer:
                                  f"{step}; continue with --resume")
 
     def close(self) -> None:
+        """End of the run, however it ended: close the logs and data, write the report (rank 0)."""
         self.metrics.close()
         self.source.close()
+        if self.main and self.tc.report and (self.run_dir / "metrics.jsonl").exists():
+            from gptforge.report import write_run_report
+
+            path = write_run_report(self.run_dir, stopped=getattr(self, "stopped", None))
+            self.say(f"report: {path}")
+            if self.wandb is not None:
+                self.wandb.log_report(path)
+        if self.wandb is not None:
+            self.wandb.finish()
