@@ -99,14 +99,27 @@ def test_metrics_count_requests_and_tokens(live):
     assert float(gen[0].split()[-1]) >= 3
 
 
-def test_a_client_that_disconnects_mid_stream_frees_its_slot(live):
+def _generated(live) -> float:
+    text = httpx.get(live.url + "/metrics", timeout=30).text
+    return float(next(line for line in text.splitlines()
+                      if line.startswith("gptforge_generation_tokens_total")).split()[-1])
+
+
+def test_a_client_that_disconnects_mid_stream_frees_its_slot(live, trained):
+    model, _tok = trained
     engine = live.app.state.server.engine
-    body = {"model": "tiny", "prompt": "x", "max_tokens": 60, "temperature": 0, "stream": True,
-            "stream_options": {"include_usage": True}}
-    with httpx.stream("POST", live.url + "/v1/completions", json=body, headers=H, timeout=60) as r:
-        for _line in r.iter_lines():
-            break  # read one chunk, then hang up
-    deadline = time.time() + 10
-    while (engine.num_running or engine.num_waiting) and time.time() < deadline:
-        time.sleep(0.02)
-    assert engine.num_running == 0 and len(engine.free_slots) == engine.max_batch_size
+    slow = model.register_forward_pre_hook(lambda *_: time.sleep(0.02))  # ~20 ms per decode step
+    try:
+        before = _generated(live)
+        body = {"model": "tiny", "prompt": "x", "max_tokens": 60, "temperature": 0, "stream": True}
+        with httpx.stream("POST", live.url + "/v1/completions", json=body, headers=H, timeout=60) as r:
+            for _line in r.iter_lines():
+                break  # read one chunk, then hang up
+        deadline = time.time() + 10
+        while (engine.num_running or engine.num_waiting) and time.time() < deadline:
+            time.sleep(0.01)
+        assert engine.num_running == 0 and len(engine.free_slots) == engine.max_batch_size
+        time.sleep(0.1)
+        assert _generated(live) - before < 40  # cancelled long before its 60 tokens
+    finally:
+        slow.remove()
