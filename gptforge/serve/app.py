@@ -134,12 +134,17 @@ class Server:
             raise _err(400, "`best_of` other than n is not supported by this server", "best_of",
                        "unsupported_parameter")
 
+    def encode(self, text: str) -> list[int]:
+        """Ids of a prompt string; special-token spellings in it ("<|endoftext|>") are those tokens, as in
+        OpenAI's and vLLM's completions (chat message contents, by contrast, are always plain text)."""
+        return self.chat.encode_template(text)
+
     def prompt_ids(self, prompt) -> list[list[int]]:
         """A completions prompt (str, [str], [int], [[int]]) -> lists of token ids."""
         if isinstance(prompt, str):
-            prompts = [self.tok.encode(prompt)]
+            prompts = [self.encode(prompt)]
         elif prompt and all(isinstance(p, str) for p in prompt):
-            prompts = [self.tok.encode(p) for p in prompt]
+            prompts = [self.encode(p) for p in prompt]
         elif prompt and all(isinstance(p, int) for p in prompt):
             prompts = [list(prompt)]
         else:
@@ -335,7 +340,7 @@ def create_app(model, tokenizer_file: str | Path, cfg: ServeConfig | None = None
         srv.check_model(req.model)
         if (req.prompt is None) == (req.messages is None):
             raise _err(400, "give exactly one of `prompt` or `messages`", "prompt", "invalid_value")
-        ids = srv.tok.encode(req.prompt) if req.prompt is not None else srv.chat_ids(req.messages)
+        ids = srv.encode(req.prompt) if req.prompt is not None else srv.chat_ids(req.messages)
         return ok("/tokenize", {"count": len(ids), "max_model_len": srv.max_model_len, "tokens": ids})
 
     @app.post("/detokenize")

@@ -85,6 +85,8 @@ def test_tokenize_detokenize_tokenizer_info(live, trained):
     assert _post(live, "/detokenize", {"tokens": r["tokens"]}).json()["prompt"] == "héllo 世界"
     info = httpx.get(live.url + "/tokenizer_info", headers=H, timeout=30).json()
     assert info["eos_token_id"] == tok.eos_id and info["vocab_size"] == tok.vocab_size
+    special = _post(live, "/tokenize", {"prompt": tok.eos_token + "a", "add_special_tokens": False}).json()
+    assert special["tokens"][0] == tok.eos_id  # as lm-eval's remote tokenizer finds the EOS id
     chat = _post(live, "/tokenize", {"messages": [{"role": "user", "content": "hi"}]}).json()
     assert chat["count"] > 3
 

@@ -103,3 +103,15 @@ def test_openai_errors(client, live):
     bad = openai.OpenAI(base_url=live.url + "/v1", api_key="wrong", max_retries=0)
     with pytest.raises(openai.AuthenticationError):
         bad.models.list()
+
+
+def test_chat_logprobs_and_top_logprobs(client):
+    r = client.chat.completions.create(model="tiny", messages=[{"role": "system", "content": "be brief"},
+                                                               {"role": "user", "content": "hello"}],
+                                       max_tokens=5, temperature=0, logprobs=True, top_logprobs=3)
+    content = r.choices[0].logprobs.content
+    assert len(content) == r.usage.completion_tokens
+    for entry in content:
+        assert len(entry.top_logprobs) == 3
+        assert entry.logprob == pytest.approx(entry.top_logprobs[0].logprob, abs=1e-5)  # greedy = the best
+        assert bytes(entry.bytes).decode("utf-8", errors="replace") == entry.token
