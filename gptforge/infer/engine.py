@@ -48,14 +48,22 @@ class SlotKVCache:
     def __init__(self, n_slots: int, n_kv_head: int, max_len: int, head_dim: int, device, dtype):
         self.k = torch.zeros(n_slots, n_kv_head, max_len, head_dim, device=device, dtype=dtype)
         self.v = torch.zeros_like(self.k)
-        self.pos = 0  # unused: the engine always passes position ids and a mask
+        self.pos = 0  # unused: the engine always passes position ids
         self.slots = self.lengths = None
+        self.leading = 0
 
-    def bind(self, slots: torch.Tensor, lengths: torch.Tensor) -> None:
-        self.slots, self.lengths = slots, lengths
+    def bind(self, slots: torch.Tensor, lengths: torch.Tensor, leading: int = 0, uniform: int | None = None) -> None:
+        """leading: B when the rows are slots 0..B-1 in order (the cache is then read as a view, no copy);
+        uniform: the common length when every row has filled the same number of positions."""
+        self.slots, self.lengths, self.leading, self.uniform = slots, lengths, leading, uniform
 
     def update(self, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         B, _, T, _ = k.shape
+        if self.leading and self.uniform is not None and self.uniform + T <= self.k.size(2):
+            L = self.uniform  # the common case of equal lengths in slots 0..B-1: plain slice writes
+            self.k[:B, :, L:L + T] = k
+            self.v[:B, :, L:L + T] = v
+            return self.k[:B, :, :L + T], self.v[:B, :, :L + T]
         pos = self.lengths[:, None] + torch.arange(T, device=k.device)[None, :]  # (B, T)
         if int(pos.max()) >= self.k.size(2):
             raise ValueError(f"KV cache slot overflow: position {int(pos.max())} >= max_len {self.k.size(2)}")
@@ -63,6 +71,8 @@ class SlotKVCache:
         self.k[rows, :, pos] = k.transpose(1, 2).to(self.k.dtype)
         self.v[rows, :, pos] = v.transpose(1, 2).to(self.v.dtype)
         S = int(self.lengths.max()) + T
+        if self.leading:
+            return self.k[: self.leading, :, :S], self.v[: self.leading, :, :S]
         return self.k[self.slots, :, :S], self.v[self.slots, :, :S]
 
 
@@ -252,11 +262,12 @@ class Engine:
             self.running = [s for s in self.running if not (s.cancelled or s.finished)]
             self.waiting = collections.deque(s for s in self.waiting if not s.cancelled)
             admitted = []
+            self.free_slots.sort()  # lowest slots first: a batch of slots 0..B-1 reads the cache without a copy
             while self.waiting and self.free_slots:
                 seq = self.waiting.popleft()
                 seq.slot = self.free_slots.pop(0)
                 admitted.append(seq)
-        decoding = list(self.running)
+        decoding = sorted(self.running, key=lambda s: s.slot)
         if not admitted and not decoding:
             return False
         self.steps += 1
@@ -279,16 +290,24 @@ class Engine:
     def _forward(self, seqs: list[Request], ids: list[list[int]], last_only: bool) -> torch.Tensor:
         """Feed `ids[b]` (equal lengths T) to row b at its own positions; logits (B, T or 1, V)."""
         T = len(ids[0])
-        slots = torch.tensor([s.slot for s in seqs], device=self.device)
-        lengths = torch.tensor([self._filled(s, T) for s in seqs], device=self.device)
+        slot_list = [s.slot for s in seqs]
+        filled = [self._filled(s, T) for s in seqs]
+        slots = torch.tensor(slot_list, device=self.device)
+        lengths = torch.tensor(filled, device=self.device)
+        leading = len(seqs) if slot_list == list(range(len(seqs))) else 0
+        uniform = filled[0] if min(filled) == max(filled) else None
         for c in self.caches:
-            c.bind(slots, lengths)
+            c.bind(slots, lengths, leading, uniform)
         ar = torch.arange(T, device=self.device)
         pos = lengths[:, None] + ar[None, :]  # (B, T)
-        S = int(lengths.max()) + T
-        mask = torch.arange(S, device=self.device)[None, None, :] <= pos[:, :, None]  # (B, T, S)
+        S = max(filled) + T
+        mask = None
+        if T > 1 or min(filled) != max(filled):
+            # Row b sees its own filled positions and its new ones causally; not the stale rest of its slot.
+            mask = (torch.arange(S, device=self.device)[None, None, :] <= pos[:, :, None])[:, None]  # (B, 1, T, S)
+        # else: one new token per row and every row fills all S positions: nothing to hide.
         idx = torch.tensor(ids, dtype=torch.long, device=self.device)
-        return self.model(idx, position_ids=pos, attn_mask=mask[:, None], caches=self.caches, last_only=last_only)
+        return self.model(idx, position_ids=pos, attn_mask=mask, caches=self.caches, last_only=last_only)
 
     @staticmethod
     def _filled(seq: Request, T: int) -> int:
