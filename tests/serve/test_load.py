@@ -39,6 +39,7 @@ def test_eight_clients_three_requests_each_match_greedy_alone(live):
     top-2 gaps; here exact text equality is the check.)"""
     jobs = [(PROMPTS[(c + k) % 8], 4 + 3 * ((c * 3 + k) % 5), (c + k) % 2 == 0) for c in range(8) for k in range(3)]
     alone = {(p, n): _complete(live.url, p, n, False) for p, n, _ in jobs}
+    baseline = _rss_bytes()  # the server runs in this process (a thread); warmed up by the runs above
     results, errors = {}, []
 
     def client(c):
@@ -59,6 +60,17 @@ def test_eight_clients_three_requests_each_match_greedy_alone(live):
     assert len(mismatched) <= 1, mismatched  # a rare near-tie may flip one token under batching
     engine = live.app.state.server.engine
     assert engine.num_running == 0 and len(engine.free_slots) == engine.max_batch_size
+    if baseline:
+        assert _rss_bytes() <= 1.10 * baseline, (baseline, _rss_bytes())  # memory back to its baseline
+
+
+def _rss_bytes() -> int:
+    """Resident set size of this process (0 where /proc is missing)."""
+    try:
+        with open("/proc/self/statm") as f:
+            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except OSError:
+        return 0
 
 
 def test_sigterm_shuts_the_server_down_cleanly(trained_run, tmp_path):
