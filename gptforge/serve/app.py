@@ -86,9 +86,14 @@ def _err(status: int, message: str, param: str | None = None, code: str | None =
     return APIError(status, message, param, code)
 
 
+def _is_union_tag(part) -> bool:
+    # pydantic names the member of a union it tried in the error location ("str", "list[int]", "ContentPart").
+    return isinstance(part, str) and (part in ("str", "int", "float", "bool") or "[" in part or part[:1].isupper())
+
+
 def _validation_error(e) -> APIError:
     first = e.errors()[0]
-    loc = ".".join(str(p) for p in first["loc"] if p not in ("body",))
+    loc = ".".join(str(p) for p in first["loc"] if not _is_union_tag(p))
     if first["type"] == "extra_forbidden":
         return _err(400, f"unrecognized request argument supplied: {loc}", loc, "invalid_field")
     return _err(400, f"{loc}: {first['msg']} (got {first.get('input')!r})"[:500], loc, "invalid_value")
@@ -194,7 +199,7 @@ class Server:
         stop = [req.stop] if isinstance(req.stop, str) else list(req.stop or [])
         return SamplingParams(
             max_tokens=max_tokens, temperature=req.temperature, top_k=max(req.top_k, 0), top_p=req.top_p,
-            seed=None if req.seed is None else req.seed + choice, stop=stop, stop_token_ids=stop_ids,
+            seed=None if req.seed is None else (req.seed + choice) % 2**64, stop=stop, stop_token_ids=stop_ids,
             logprobs=logprobs, prompt_logprobs=prompt_logprobs, presence_penalty=req.presence_penalty,
             frequency_penalty=req.frequency_penalty)
 
