@@ -9,8 +9,8 @@ a BPE trained on the standard library), exported as a Hugging Face folder and lo
    `generate` (KV cache on both, same prompt, same dtype, exactly --new-tokens tokens), best of 3;
 2. aggregate tokens/s of the continuous-batching engine with 8 concurrent streams vs 1
    (in process), and transformers' `generate` on a batch of 8 as a reference;
-3. through HTTP (`gptforge serve`'s app on 127.0.0.1, 8 streaming clients x 3 requests): time to
-   first token p50/p99 and aggregate tokens/s.
+3. through HTTP (`gptforge serve`'s app on 127.0.0.1, max batch 8; --clients streaming clients x
+   --per-client requests, default 8 x 3): time to first token p50/p99 and aggregate tokens/s.
 Prints a Markdown table; --write appends it to bench/RESULTS.md with the command line.
 """
 
@@ -109,7 +109,7 @@ def http_load(model, tok_file, prompts, n, clients=8, per_client=3):
 
     from gptforge.serve.app import ServeConfig, create_app
 
-    app = create_app(model, tok_file, ServeConfig(model_name="bench", max_batch_size=clients))
+    app = create_app(model, tok_file, ServeConfig(model_name="bench", max_batch_size=min(clients, 8)))
     sock = socket.socket()
     sock.bind(("127.0.0.1", 0))
     server = uvicorn.Server(uvicorn.Config(app, log_level="warning"))
@@ -158,6 +158,8 @@ def main() -> int:
     ap.add_argument("--prompt-tokens", type=int, default=32)
     ap.add_argument("--threads", type=int, default=1, help="torch threads (default 1: the machine is shared)")
     ap.add_argument("--presets", nargs="+", default=["gpt2-mini", "llama-micro"])
+    ap.add_argument("--clients", type=int, default=8, help="concurrent HTTP streaming clients (issue's full load: 32)")
+    ap.add_argument("--per-client", type=int, default=3, help="requests per client (issue's full load: 10)")
     ap.add_argument("--write", action="store_true", help="append the table to bench/RESULTS.md")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
@@ -180,7 +182,8 @@ def main() -> int:
             agg1 = engine_rate(model, tok.decode, prompts[:1], args.new_tokens, 1)
             agg8 = engine_rate(model, tok.decode, prompts, args.new_tokens, 8)
             hf8 = hf_batch_rate(hf, prompts, args.new_tokens)
-            p50, p99, http = http_load(model, tmp / "tok" / "tokenizer.json", prompts, args.new_tokens)
+            p50, p99, http = http_load(model, tmp / "tok" / "tokenizer.json", prompts, args.new_tokens,
+                                       args.clients, args.per_client)
             rows.append((preset, ours1, hf1, agg1, agg8, hf8, p50, p99, http))
             print(f"{preset}: single {ours1:.0f} vs {hf1:.0f} tok/s; engine 1={agg1:.0f} 8={agg8:.0f}; "
                   f"HF batch 8={hf8:.0f}; HTTP TTFT p50 {p50 * 1e3:.0f} ms p99 {p99 * 1e3:.0f} ms, {http:.0f} tok/s",
@@ -189,7 +192,7 @@ def main() -> int:
             f"{transformers.__version__}; shared and loaded by other jobs. Prompt {args.prompt_tokens} tokens, "
             f"{args.new_tokens} new tokens, greedy, fp32, random weights, vocabulary 1000.")
     table = ["| model | gptforge generate | transformers generate | ratio | engine 1 stream | engine 8 streams | "
-             "8 / 1 | transformers batch 8 | HTTP 8x3 streams | TTFT p50 / p99 |",
+             f"8 / 1 | transformers batch 8 | HTTP {args.clients}x{args.per_client} streams | TTFT p50 / p99 |",
              "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for preset, ours1, hf1, agg1, agg8, hf8, p50, p99, http in rows:
         table.append(f"| {preset} | {ours1:.0f} tok/s | {hf1:.0f} tok/s | {ours1 / hf1:.2f}x | {agg1:.0f} tok/s | "
