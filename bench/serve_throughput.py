@@ -149,6 +149,8 @@ def http_load(model, tok_file, prompts, n, clients=8, per_client=3):
     th.join(10)
     ttfts.sort()
     p99 = ttfts[min(len(ttfts) - 1, int(round(0.99 * (len(ttfts) - 1))))]
+    if len(tokens) != clients * per_client:
+        raise RuntimeError(f"only {len(tokens)} of {clients * per_client} streamed requests completed")
     return statistics.median(ttfts), p99, sum(tokens) / wall
 
 
@@ -190,7 +192,8 @@ def main() -> int:
                   flush=True)
     head = (f"Machine: {cpu_name()}, torch {torch.__version__} ({args.threads} thread(s)), transformers "
             f"{transformers.__version__}; shared and loaded by other jobs. Prompt {args.prompt_tokens} tokens, "
-            f"{args.new_tokens} new tokens, greedy, fp32, random weights, vocabulary 1000.")
+            f"{args.new_tokens} new tokens, greedy, fp32, random weights, vocabulary 1000. Every one of the "
+            f"{args.clients * args.per_client} HTTP requests completed.")
     table = ["| model | gptforge generate | transformers generate | ratio | engine 1 stream | engine 8 streams | "
              f"8 / 1 | transformers batch 8 | HTTP {args.clients}x{args.per_client} streams | TTFT p50 / p99 |",
              "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
