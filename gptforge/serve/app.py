@@ -370,12 +370,10 @@ def create_app(model, tokenizer_file: str | Path, cfg: ServeConfig | None = None
         srv.check_model(req.model)
         srv.check_unsupported(req)
         prompts = srv.prompt_ids(req.prompt)
-        jobs, owner = [], []
-        for pi, p in enumerate(prompts):
-            for c in range(req.n):
-                jobs.append((p, srv.params(req, len(p), req.max_tokens, req.echo, [srv.tok.eos_id], req.logprobs,
-                                           req.logprobs if req.echo and req.logprobs is not None else None, c)))
-                owner.append(pi)
+        # Choice index j = prompt index * n + c, as OpenAI numbers the choices of several prompts.
+        jobs = [(p, srv.params(req, len(p), req.max_tokens, req.echo, [srv.tok.eos_id], req.logprobs,
+                               req.logprobs if req.echo and req.logprobs is not None else None, c))
+                for p in prompts for c in range(req.n)]
         rid, created = f"cmpl-{uuid.uuid4().hex}", int(time.time())
         include_usage = bool(req.stream_options and req.stream_options.include_usage)
         n_prompt = sum(len(p) for p in prompts)

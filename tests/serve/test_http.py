@@ -125,3 +125,15 @@ def test_a_client_that_disconnects_mid_stream_frees_its_slot(live, trained):
         assert _generated(live) - before < 40  # cancelled long before its 60 tokens
     finally:
         slow.remove()
+
+
+def test_several_prompts_times_n_choices_are_numbered_prompt_major(live, trained):
+    _model, tok = trained
+    prompts = [tok.encode("import os"), tok.encode("class A:")]
+    r = _post(live, "/v1/completions", {"model": "tiny", "prompt": prompts, "n": 2, "max_tokens": 3, "echo": True,
+                                        "temperature": 0}).json()
+    assert [c["index"] for c in r["choices"]] == [0, 1, 2, 3]
+    heads = ["import os", "import os", "class A:", "class A:"]
+    assert all(c["text"].startswith(h) and len(c["text"]) > len(h) for c, h in zip(r["choices"], heads))
+    assert r["usage"] == {"prompt_tokens": len(prompts[0]) + len(prompts[1]), "completion_tokens": 12,
+                          "total_tokens": len(prompts[0]) + len(prompts[1]) + 12}
