@@ -28,3 +28,15 @@ def test_load_model_errors_name_the_problem(tmp_path):
         load_model(tmp_path / "missing", "cpu")
     with pytest.raises(InputError, match="--precision 'fp8'"):
         load_model(tmp_path, "cpu", "fp8")
+
+
+def test_serve_command_errors_are_one_line(tmp_path, trained_run, capsys):
+    from gptforge.cli import main
+
+    assert main(["serve", str(tmp_path / "missing")]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("gptforge serve: error:") and "missing" in err[0]
+    assert main(["serve", str(trained_run), "--max-model-len", "65"]) == 1
+    assert "--max-model-len must be in 1..64" in capsys.readouterr().err
+    assert main(["serve", str(trained_run), "--max-batch-size", "0"]) == 1
+    assert "--max-batch-size must be >= 1" in capsys.readouterr().err
