@@ -97,11 +97,28 @@ def open_work_dir(work: Path, fingerprint: dict[str, Any]) -> bool:
             old = None
         if old == fingerprint:
             return True
-        log.warning(f"{work}: left by a run with other inputs or options; starting over")
+        log.warning(f"{work}: left by a run with {_fingerprint_difference(old, fingerprint)}; starting over")
         shutil.rmtree(work)
     work.mkdir(parents=True)
     atomic_write_json(marker, fingerprint)
     return False
+
+
+def _fingerprint_difference(old: Any, new: dict[str, Any]) -> str:
+    """What differs between two fingerprints, in words ("other options (vocab_size: 400 -> 300)")."""
+    if not isinstance(old, dict):
+        return "no readable fingerprint"
+    parts = []
+    if old.get("work_format_version") != new.get("work_format_version"):
+        parts.append("another gptforge version")
+    if old.get("files_sha256") != new.get("files_sha256") or old.get("files") != new.get("files"):
+        parts.append("other input files (names, sizes or times)")
+    a, b = old.get("options") or {}, new.get("options") or {}
+    changed = [f"{k}: {a.get(k)!r} -> {b.get(k)!r}" for k in sorted(set(a) | set(b), key=str) if a.get(k) != b.get(k)]
+    if changed:
+        shown = [c if len(c) < 120 else c[:117] + "..." for c in changed]
+        parts.append(f"other options ({'; '.join(shown)})")
+    return ", ".join(parts) or "another fingerprint"
 
 
 def auto_shard_bytes(files: Sequence[Path]) -> int:

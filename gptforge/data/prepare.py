@@ -140,6 +140,25 @@ class PrepareResult:
     report: dict[str, Any] = field(default_factory=dict)
 
 
+def work_fingerprint(cfg: PrepareConfig, files: list[Path], curate_options: dict[str, Any]) -> dict[str, Any]:
+    """The work folder's fingerprint: the input files and every option that changes any output.
+
+    Covers the curation options (`curate_options`: recipe, text field, shard size, ...), and all of
+    `PrepareConfig.meta_dict` (vocab size, min frequency, tokenizer training bytes, seed, split
+    fractions, shard file size, ...), with a given --tokenizer file by its SHA-256 (its path says
+    nothing about its content). Options that never change the output (workers, keep_work) are
+    left out, so a rerun with another worker count resumes. A work folder with another
+    fingerprint is deleted and the run starts over (`curate.open_work_dir` names what differs).
+    """
+    options = dict(curate_options)
+    for key, value in cfg.meta_dict().items():
+        if key not in ("inputs", "tokenizer"):
+            options.setdefault(key, value)
+    if cfg.tokenizer:
+        options["tokenizer_sha256"] = hashlib.sha256(Path(cfg.tokenizer).read_bytes()).hexdigest()
+    return fingerprint_of(files, options)
+
+
 def split_score(doc_id: str, seed: int) -> float:
     """A uniform number in [0, 1) from BLAKE2b(seed, id): the document's split coordinate."""
     h = hashlib.blake2b(f"{seed}\x00{doc_id}".encode("utf-8", "surrogatepass"), digest_size=8).digest()
@@ -328,7 +347,7 @@ def prepare(cfg: PrepareConfig, show_progress: bool = True) -> PrepareResult:
     work = work_dir_for(out_dir)
     options = {"recipe": recipe_dict, "text_field": cfg.text_field, "doc_separator": cfg.doc_separator,
                "limit": cfg.limit, "strict": cfg.strict, "shard_bytes": shard_bytes}
-    reused = open_work_dir(work, fingerprint_of(files, options))
+    reused = open_work_dir(work, work_fingerprint(cfg, files, options))
     if reused:
         log.info(f"resuming from {work}")
     for sub in ("lines", "curate", "dedup"):
