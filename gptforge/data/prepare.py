@@ -138,6 +138,7 @@ class PrepareResult:
     moved_to_split: dict[str, str] = field(default_factory=dict)  # doc id -> split (small-corpus rule)
     steps: list[StepStats] = field(default_factory=list)
     report: dict[str, Any] = field(default_factory=dict)
+    already_done: bool = False  # the output was complete for these inputs and options: nothing ran
 
 
 def work_fingerprint(cfg: PrepareConfig, files: list[Path], curate_options: dict[str, Any]) -> dict[str, Any]:
@@ -329,12 +330,49 @@ def prepare(cfg: PrepareConfig, show_progress: bool = True) -> PrepareResult:
         BadInputError: bad input under `strict`.
         ValueError: an invalid option or recipe.
     """
-    from gptforge.data.report import build_report, recount_output, write_report
+    from gptforge.runtime.lock import FolderLock
 
     t0 = time.perf_counter()
     cfg.validate()
     out_dir = Path(cfg.out)
-    check_output_dir(out_dir, cfg.overwrite)
+    with FolderLock(out_dir, command="gptforge prepare"):
+        return _prepare_locked(cfg, out_dir, show_progress, t0)
+
+
+def _remove_leftovers(out_dir: Path) -> None:
+    """Temporary output folders (`.OUT.tmp-*`) and old copies (`.OUT.old-*`) of dead runs.
+
+    Only called under the output's lock, so none of them belongs to a live writer.
+    """
+    for pattern in (f".{out_dir.name}.tmp-*", f".{out_dir.name}.old-*"):
+        for p in out_dir.parent.glob(pattern):
+            shutil.rmtree(p, ignore_errors=True)
+
+
+def _remove_partial_files(work: Path) -> None:
+    """Half-written temp files (`.NAME.XXXX.tmp*`) in a reused work folder: a dead run's debris."""
+    for p in work.rglob(".*.tmp*"):
+        if p.is_file():
+            p.unlink(missing_ok=True)
+
+
+def _completed_output(out_dir: Path, fingerprint_sha: str) -> dict[str, Any] | None:
+    """meta.json of `out_dir` when it is a complete output of this very run (same fingerprint)."""
+    from gptforge.data.shards import load_meta
+
+    if not (out_dir / "meta.json").is_file():
+        return None
+    try:
+        meta = load_meta(out_dir)
+    except (OSError, ValueError):
+        return None
+    if meta.get("prepare_config", {}).get("work_fingerprint_sha256") != fingerprint_sha:
+        return None
+    return meta
+
+
+def _prepare_locked(cfg: PrepareConfig, out_dir: Path, show_progress: bool, t0: float) -> PrepareResult:
+    """`prepare` once the output folder's lock is held: cleans up after itself on every exit."""
     files = expand_inputs(cfg.inputs)
     recipe_dict = with_languages(load_recipe(cfg.recipe), cfg.languages, cfg.language_score)
     recipe = build_recipe(recipe_dict)
@@ -347,9 +385,37 @@ def prepare(cfg: PrepareConfig, show_progress: bool = True) -> PrepareResult:
     work = work_dir_for(out_dir)
     options = {"recipe": recipe_dict, "text_field": cfg.text_field, "doc_separator": cfg.doc_separator,
                "limit": cfg.limit, "strict": cfg.strict, "shard_bytes": shard_bytes}
-    reused = open_work_dir(work, work_fingerprint(cfg, files, options))
+    fingerprint = work_fingerprint(cfg, files, options)
+    fingerprint_sha = hashlib.sha256(json.dumps(fingerprint, sort_keys=True).encode()).hexdigest()
+    _remove_leftovers(out_dir)
+    done_meta = None if cfg.overwrite else _completed_output(out_dir, fingerprint_sha)
+    if done_meta is not None:
+        # A kill after the output's rename but before the work folder's removal, or a plain rerun.
+        shutil.rmtree(work, ignore_errors=True)
+        log.info(f"{out_dir} is already complete for these inputs and options: nothing to do")
+        return PrepareResult(out_dir, done_meta, ReadStats(), NormalizeStats(), time.perf_counter() - t0,
+                             already_done=True)
+    check_output_dir(out_dir, cfg.overwrite)
+    reused = open_work_dir(work, fingerprint)
+    try:
+        return _run_pipeline(cfg, out_dir, files, recipe_dict, recipe, tokenizer, workers, shards, work,
+                             reused, fingerprint_sha, show_progress, t0)
+    except Exception:
+        # A failed run's work folder cannot be resumed into success and may fill a disk; an
+        # interrupted one (Ctrl-C, SIGTERM as KeyboardInterrupt/SystemExit) is kept for the rerun.
+        if not cfg.keep_work:
+            shutil.rmtree(work, ignore_errors=True)
+        raise
+
+
+def _run_pipeline(cfg: PrepareConfig, out_dir: Path, files: list[Path], recipe_dict: dict[str, Any], recipe: Any,
+                  tokenizer: Tokenizer | None, workers: int, shards: list[list[str]], work: Path, reused: bool,
+                  fingerprint_sha: str, show_progress: bool, t0: float) -> PrepareResult:
+    from gptforge.data.report import build_report, recount_output, write_report
+
     if reused:
         log.info(f"resuming from {work}")
+        _remove_partial_files(work)
     for sub in ("lines", "curate", "dedup"):
         (work / sub).mkdir(exist_ok=True)
     base = {"work": str(work), "recipe": recipe_dict, "text_field": cfg.text_field,
@@ -359,7 +425,7 @@ def prepare(cfg: PrepareConfig, show_progress: bool = True) -> PrepareResult:
     boilerplate_info: dict[str, Any] = {}
 
     progress = _make_progress(show_progress)
-    with progress, WorkerPool(workers) as pool:
+    with progress, WorkerPool(workers, lock_folder=out_dir) as pool:
         # ---- curation ----
         if recipe.boilerplate is not None:
             t = time.perf_counter()
@@ -463,7 +529,8 @@ def prepare(cfg: PrepareConfig, show_progress: bool = True) -> PrepareResult:
                 raise RuntimeError(f"the work folder changed while prepare ran: {total_docs} documents curated, "
                                    f"{written} encoded; delete {work} and run prepare again")
             prepare_config = {**cfg.meta_dict(), "recipe_steps": recipe_dict, "tokenizer_trained": cfg.tokenizer is None,
-                              "moved_to_val_or_test": sorted(moved)}
+                              "moved_to_val_or_test": sorted(moved),
+                              "work_fingerprint_sha256": fingerprint_sha}
             report_holder: dict[str, Any] = {}
 
             def add_report(tmp_dir: Path, meta: dict[str, Any]) -> None:
@@ -570,6 +637,11 @@ def _empty_message(files: list[Path], rstats: ReadStats, nstats: NormalizeStats,
 def summary_rows(result: PrepareResult) -> list[tuple[str, str]]:
     """(label, value) lines of the prepare summary, for printing."""
     r, n, meta = result.read, result.normalize, result.meta
+    if result.already_done:
+        rows = [("status", "already complete for these inputs and options; nothing ran (report.html has the counts)")]
+        rows += _output_rows(meta)
+        rows.append(("time", f"{result.seconds:.1f} s"))
+        return rows
     rows = [
         ("files read", f"{r.files_read:,}" + (f" ({r.files_truncated} truncated, readable part kept)" if r.files_truncated else "")),
     ]
@@ -593,7 +665,18 @@ def summary_rows(result: PrepareResult) -> list[tuple[str, str]]:
     written_chars = result.steps[-1].characters_out if result.steps else n.characters_out
     rows.append(("documents kept", f"{kept:,}"))
     rows.append(("characters kept", f"{written_chars:,}"))
-    rows.append(("tokenizer", f"vocab {meta['vocab_size']:,}, eos id {meta['eos_id']}, {meta['dtype']}, sha256 {meta['tokenizer_sha256'][:12]}"))
+    rows += _output_rows(meta)
+    cfg = meta.get("prepare_config", {})
+    if cfg.get("val_fraction", 0) > 0 and not meta["splits"]["val"]["documents"]:
+        rows.append(("WARNING", "no val split: too few documents (a single big file is one document; split it "
+                                "with --doc-separator, or give more files); pretrain will run without validation"))
+    rows.append(("time", f"{result.seconds:.1f} s"))
+    return rows
+
+
+def _output_rows(meta: dict[str, Any]) -> list[tuple[str, str]]:
+    rows = [("tokenizer", f"vocab {meta['vocab_size']:,}, eos id {meta['eos_id']}, {meta['dtype']}, "
+                          f"sha256 {meta['tokenizer_sha256'][:12]}")]
     for split in SPLITS:
         s = meta["splits"][split]
         if not s["documents"]:
@@ -602,9 +685,4 @@ def summary_rows(result: PrepareResult) -> list[tuple[str, str]]:
         bpt = s["bytes"] / text_tokens if text_tokens else float("nan")
         rows.append((f"{split}", f"{s['documents']:,} docs, {s['tokens']:,} tokens, {s['bytes']:,} bytes, "
                      f"{bpt:.2f} bytes/token, {len(s['files'])} file(s)"))
-    cfg = meta.get("prepare_config", {})
-    if cfg.get("val_fraction", 0) > 0 and not meta["splits"]["val"]["documents"]:
-        rows.append(("WARNING", "no val split: too few documents (a single big file is one document; split it "
-                                "with --doc-separator, or give more files); pretrain will run without validation"))
-    rows.append(("time", f"{result.seconds:.1f} s"))
     return rows
