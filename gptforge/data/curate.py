@@ -304,7 +304,8 @@ def lines_task(task: dict[str, Any]) -> dict[str, Any]:
     c0 = time.process_time()
     recipe = build_recipe(task["recipe"])
     assert recipe.boilerplate is not None
-    rstats, nstats = ReadStats(quiet=True, strict=task.get("strict", False)), NormalizeStats()
+    rstats, nstats = ReadStats(quiet=True, strict=task.get("strict", False),
+                               encoding=task.get("encoding")), NormalizeStats()
     docs = apply_steps(_read(task, rstats, nstats, recipe), recipe.before)
     keys, counts, n = count_lines((d["text"] for d in docs), recipe.boilerplate.min_line_chars)
     out = Path(task["work"]) / "lines"
@@ -327,7 +328,8 @@ def curate_task(task: dict[str, Any]) -> dict[str, Any]:
     recipe = build_recipe(task["recipe"])
     work = Path(task["work"])
     i = task["index"]
-    rstats, nstats = ReadStats(quiet=task.get("quiet", True), strict=task.get("strict", False)), NormalizeStats()
+    rstats, nstats = ReadStats(quiet=task.get("quiet", True), strict=task.get("strict", False),
+                               encoding=task.get("encoding")), NormalizeStats()
     chain = list(recipe.before)
     if recipe.boilerplate is not None:
         keys = np.load(work / "boilerplate.npy")

@@ -95,6 +95,7 @@ class PrepareConfig:
     keep_work: bool = False
     languages: list[str] | None = None  # sets the recipe's langid step
     language_score: float | None = None
+    encoding: str | None = None  # of text files without a BOM (None: UTF-8)
 
     def validate(self) -> None:
         """Raise ValueError naming the first invalid option."""
@@ -115,6 +116,14 @@ class PrepareConfig:
             raise ValueError(f"--shard-bytes must be >= 0 (0 = chosen from the corpus size), got {self.shard_bytes}")
         if self.limit < 0:
             raise ValueError(f"--limit must be >= 0 (0 = no limit), got {self.limit}")
+        if self.encoding:
+            import codecs
+
+            try:
+                codecs.lookup(self.encoding)
+            except LookupError:
+                raise ValueError(f"--encoding {self.encoding!r}: not an encoding Python knows "
+                                 f"(e.g. utf-8, utf-16-le, latin-1, cp1252)") from None
         if self.tokenizer is None and self.vocab_size < 257:
             raise ValueError(f"--vocab-size must be at least 257 (256 bytes + <|endoftext|>), got {self.vocab_size}")
 
@@ -419,7 +428,7 @@ def _run_pipeline(cfg: PrepareConfig, out_dir: Path, files: list[Path], recipe_d
     for sub in ("lines", "curate", "dedup"):
         (work / sub).mkdir(exist_ok=True)
     base = {"work": str(work), "recipe": recipe_dict, "text_field": cfg.text_field,
-            "doc_separator": cfg.doc_separator, "limit": cfg.limit, "strict": cfg.strict}
+            "doc_separator": cfg.doc_separator, "limit": cfg.limit, "strict": cfg.strict, "encoding": cfg.encoding}
     tasks = [{**base, "index": i, "files": shard} for i, shard in enumerate(shards)]
     timings: dict[str, float] = {}
     boilerplate_info: dict[str, Any] = {}
