@@ -5,7 +5,9 @@ intermediate result in a work folder beside the output so that a killed run resu
 
 1. curate: read, normalize and run the recipe's steps over each shard; global boilerplate and
    dedup steps over all shards (see `gptforge.data.curate`);
-2. split: each surviving document's split is a hash of its id and the seed;
+2. split: each surviving document's split is a hash of its id and the seed; when that leaves
+   val (or test) empty (one input.txt is one document), they are cut from the end of the largest
+   train document instead, by character position at a line break (`_position_split`);
 3. tokenizer: unless one is given, a byte-level BPE is trained on the train split's text;
 4. encode: each shard's documents are tokenized in a worker and saved per split;
 5. write: the per-shard token arrays are appended to the shard files in shard order, so the
@@ -256,13 +258,19 @@ def encode_task(task: dict[str, Any]) -> dict[str, Any]:
         tok_lens.append(lengths)
         buffers[split], sizes[split] = [], 0
 
+    cuts = task.get("cuts") or {}
     for _, d in shard_documents(work, i, mask):
-        split = moved.get(d["id"]) or assign_split(d["id"], task["seed"], task["val_fraction"], task["test_fraction"])
-        buffers[split].append(d["text"])
-        char_lens.append(len(d["text"]))
-        sizes[split] += len(d["text"])
-        if sizes[split] >= BATCH_CHARS or len(buffers[split]) >= BATCH_DOCS:
-            flush(split)
+        if d["id"] in cuts:
+            pieces = cut_pieces(d["text"], cuts[d["id"]])
+        else:
+            pieces = [(moved.get(d["id"]) or assign_split(d["id"], task["seed"], task["val_fraction"],
+                                                          task["test_fraction"]), d["text"])]
+        for split, text in pieces:
+            buffers[split].append(text)
+            char_lens.append(len(text))
+            sizes[split] += len(text)
+            if sizes[split] >= BATCH_CHARS or len(buffers[split]) >= BATCH_DOCS:
+                flush(split)
     for split in SPLITS:
         if buffers[split]:
             flush(split)
@@ -487,13 +495,25 @@ def _run_pipeline(cfg: PrepareConfig, out_dir: Path, files: list[Path], recipe_d
         total_docs = sum(scan.documents.values())
         if total_docs == 0:
             raise EmptyCorpusError(_empty_message(files, rstats, nstats, steps))
-        moved = _small_corpus_rule(cfg, scan)
-        for doc_id, split in moved.items():
+        moved: dict[str, str] = {}
+        if scan.documents["train"] == 0:
+            # Every document hashed into val/test (one input.txt does so with probability
+            # val_fraction + test_fraction): start them all in train, then split as below.
+            ids = sorted((split_score(d["id"], cfg.seed), d["id"]) for i in range(len(shards))
+                         for _, d in shard_documents(work, i, masks[i], ("id",)))
+            moved = {doc_id: "train" for _, doc_id in ids}
+            scan.documents = {"train": total_docs, "val": 0, "test": 0}
+            scan.lowest_train = ids[:2]
+        small = _small_corpus_rule(cfg, scan)
+        moved.update(small)
+        for doc_id, split in small.items():
             scan.documents["train"] -= 1
             scan.documents[split] += 1
         if scan.documents["train"] == 0:
             raise EmptyCorpusError(f"no document left for the train split ({total_docs} documents, all in "
                                    f"val/test); lower --val-fraction/--test-fraction or add documents")
+        cuts = _position_split(cfg, scan, work, len(shards), masks, moved)
+        pieces_added = sum(len(c) - 1 for c in cuts.values())
 
         # ---- tokenizer ----
         t = time.perf_counter()
@@ -502,7 +522,7 @@ def _run_pipeline(cfg: PrepareConfig, out_dir: Path, files: list[Path], recipe_d
             if tok_path.exists():
                 tokenizer = Tokenizer.from_file(tok_path)
             else:
-                tokenizer = train_bpe(_train_texts(work, len(shards), masks, cfg, moved), cfg.vocab_size,
+                tokenizer = train_bpe(_train_texts(work, len(shards), masks, cfg, moved, cuts), cfg.vocab_size,
                                       min_frequency=cfg.min_frequency)
                 tokenizer.save(tok_path)
             timings["train_tokenizer"] = time.perf_counter() - t
@@ -514,13 +534,14 @@ def _run_pipeline(cfg: PrepareConfig, out_dir: Path, files: list[Path], recipe_d
         # ---- encode ----
         t = time.perf_counter()
         key = hashlib.sha256(json.dumps([tokenizer.sha256, cfg.seed, cfg.val_fraction, cfg.test_fraction,
-                                         sorted(moved.items())]).encode()).hexdigest()[:12]
+                                         sorted(moved.items()), sorted(cuts.items())]).encode()).hexdigest()[:12]
         enc = work / f"encode-{key}"
         enc.mkdir(exist_ok=True)
         etasks = [{"work": str(work), "out": str(enc), "index": i, "tokenizer": str(tok_path),
                    "eos_token": tokenizer.eos_token, "dtype": dtype.name,
                    "dedup": recipe.dedup is not None, "moved": moved, "seed": cfg.seed,
-                   "val_fraction": cfg.val_fraction, "test_fraction": cfg.test_fraction} for i in range(len(shards))]
+                   "val_fraction": cfg.val_fraction, "test_fraction": cfg.test_fraction, "cuts": cuts}
+                  for i in range(len(shards))]
         run_tasks(encode_task, etasks, lambda i: (enc / f"{i:05d}.json").exists(), pool, progress, "tokenize")
         timings["tokenize"] = time.perf_counter() - t
         encoded = [json.loads((enc / f"{i:05d}.json").read_text()) for i in range(len(shards))]
@@ -534,12 +555,13 @@ def _run_pipeline(cfg: PrepareConfig, out_dir: Path, files: list[Path], recipe_d
                     if c["documents"]:
                         writer.write(split, np.load(enc / f"{i:05d}.{split}.npy"), c["documents"], c["bytes"])
             written = sum(writer.splits[s]["documents"] for s in SPLITS)
-            if written != total_docs:
+            if written != total_docs + pieces_added:
                 raise RuntimeError(f"the work folder changed while prepare ran: {total_docs} documents curated, "
                                    f"{written} encoded; delete {work} and run prepare again")
             prepare_config = {**cfg.meta_dict(), "recipe_steps": recipe_dict, "tokenizer_trained": cfg.tokenizer is None,
-                              "moved_to_val_or_test": sorted(moved),
-                              "work_fingerprint_sha256": fingerprint_sha}
+                              "moved_to_val_or_test": sorted(k for k, v in moved.items() if v != "train"),
+                              "work_fingerprint_sha256": fingerprint_sha,
+                              "position_split": {k: v for k, v in sorted(cuts.items())}}
             report_holder: dict[str, Any] = {}
 
             def add_report(tmp_dir: Path, meta: dict[str, Any]) -> None:
@@ -548,7 +570,8 @@ def _run_pipeline(cfg: PrepareConfig, out_dir: Path, files: list[Path], recipe_d
                 report = build_report(cfg=cfg, recipe=recipe_dict, files=files, shards=len(shards), read=rstats,
                                       normalize=nstats, steps=steps, dedup=dedup_info, boilerplate=boilerplate_info,
                                       encoded=encoded, meta=meta, recount=recount, timings=timings,
-                                      seconds=time.perf_counter() - t0, hist_edges=HIST_EDGES, resumed=reused)
+                                      seconds=time.perf_counter() - t0, hist_edges=HIST_EDGES, resumed=reused,
+                                      pieces_added=pieces_added)
                 # CPU seconds the shards took in their processes (wall time on a shared machine
                 # says little): input MB per CPU second is the throughput per core.
                 for phase, folder in (("count_lines", "lines"), ("curate", "curate")):
@@ -586,18 +609,94 @@ def with_languages(recipe: dict[str, Any], languages: list[str] | None, score: f
     return {**recipe, "steps": steps}
 
 
-def _train_texts(work: Path, n_shards: int, masks: list, cfg: PrepareConfig, moved: dict[str, str]) -> Iterator[str]:
+def _train_texts(work: Path, n_shards: int, masks: list, cfg: PrepareConfig, moved: dict[str, str],
+                 cuts: dict[str, list] | None = None) -> Iterator[str]:
     """Train-split texts in shard order, up to `tokenizer_train_bytes` characters."""
     used = 0
+    cuts = cuts or {}
+    for i in range(n_shards):
+        for _, d in shard_documents(work, i, masks[i]):
+            if d["id"] in cuts:
+                texts = [t for split, t in cut_pieces(d["text"], cuts[d["id"]]) if split == "train"]
+            elif (moved.get(d["id"]) or assign_split(d["id"], cfg.seed, cfg.val_fraction, cfg.test_fraction)) == "train":
+                texts = [d["text"]]
+            else:
+                continue
+            for text in texts:
+                if cfg.tokenizer_train_bytes and used >= cfg.tokenizer_train_bytes:
+                    return
+                used += len(text)
+                yield text
+
+
+#: a split cut from inside a document holds at least this many characters (~4k tokens: a few
+#: context windows of a small model), or a quarter of the document when that is less.
+MIN_POSITION_SPLIT_CHARS = 16_384
+
+
+def cut_pieces(text: str, cut: list[list]) -> list[tuple[str, str]]:
+    """(split, piece) of `text` for a cut [[0, "train"], [c1, "val"], ...] (start characters)."""
+    bounds = [int(b) for b, _ in cut] + [len(text)]
+    return [(split, text[bounds[k]:bounds[k + 1]]) for k, (_, split) in enumerate(cut)]
+
+
+def _snap(text: str, pos: int) -> int:
+    """`pos` moved forward to just after the next line break (or space) within 1/20 of the text."""
+    limit = min(len(text), pos + max(64, len(text) // 20))
+    for sep in ("\n", " "):
+        k = text.find(sep, pos, limit)
+        if k >= 0:
+            return k + 1
+    return pos
+
+
+def _position_split(cfg: PrepareConfig, scan: _Scan, work: Path, n_shards: int, masks: list,
+                    moved: dict[str, str]) -> dict[str, list]:
+    """Val/test cut from the end of the largest train document, when the document split leaves them empty.
+
+    nanoGPT's layout (one input.txt) is one document, so a split by document gives val nothing:
+    then the last `val_fraction` (and before it `test_fraction`) of that document's characters,
+    at least `MIN_POSITION_SPLIT_CHARS` each (at most a quarter of the document), become the
+    val (test) split, cut just after a line break. With enough documents nothing is cut.
+    Updates `scan.documents`. Returns {doc id: [[0, "train"], [start, split], ...]}.
+    """
+    missing = [s for s, f in (("test", cfg.test_fraction), ("val", cfg.val_fraction)) if f > 0 and not scan.documents[s]]
+    if not missing:
+        return {}
+    best: tuple[int, str] | None = None
     for i in range(n_shards):
         for _, d in shard_documents(work, i, masks[i]):
             split = moved.get(d["id"]) or assign_split(d["id"], cfg.seed, cfg.val_fraction, cfg.test_fraction)
-            if split != "train":
-                continue
-            if cfg.tokenizer_train_bytes and used >= cfg.tokenizer_train_bytes:
-                return
-            used += len(d["text"])
-            yield d["text"]
+            if split == "train" and (best is None or len(d["text"]) > best[0]):
+                best = (len(d["text"]), d["id"])
+    if best is None:
+        return {}
+    for i in range(n_shards):
+        for _, d in shard_documents(work, i, masks[i]):
+            if d["id"] == best[1]:
+                text = d["text"]
+    n = len(text)
+    fractions = {"val": cfg.val_fraction, "test": cfg.test_fraction}
+    cut: list[list] = []
+    end = n
+    for split in missing:  # test last in the text, val before it (nanoGPT: val is the end)
+        size = min(max(int(fractions[split] * n), MIN_POSITION_SPLIT_CHARS), n // 4)
+        start = _snap(text, end - size) if size else end
+        if not 0 < start < end:
+            continue
+        cut.insert(0, [start, split])
+        end = start
+    if not cut:
+        return {}
+    for start, split in cut:
+        scan.documents[split] += 1
+    ends = [c[0] for c in cut[1:]] + [n]
+    shares = ", ".join(f"{split}: the {b - start:,} characters from {start:,}" for (start, split), b in zip(cut, ends))
+    log.warning(f"the corpus has too few documents for a {'/'.join(missing)} split by document "
+                f"({sum(scan.documents.values()) - len(cut)} after curation): split by position inside "
+                f"{best[1]} instead, as nanoGPT does ({shares}, of {n:,}); give more documents, or cut "
+                f"a file into documents with --doc-separator, for a split by document")
+    return {best[1]: [[0, "train"]] + cut}
 
 
 def _small_corpus_rule(cfg: PrepareConfig, scan: _Scan) -> dict[str, str]:

@@ -45,8 +45,12 @@ def recount_output(shard_dir: Path, meta: dict[str, Any]) -> dict[str, dict[str,
 
 
 def build_report(*, cfg, recipe, files, shards, read, normalize, steps, dedup, boilerplate, encoded, meta,
-                 recount, timings, seconds, hist_edges, resumed) -> dict[str, Any]:
-    """Assemble the report dict (see module docstring for what is checked)."""
+                 recount, timings, seconds, hist_edges, resumed, pieces_added: int = 0) -> dict[str, Any]:
+    """Assemble the report dict (see module docstring for what is checked).
+
+    pieces_added: documents made by cutting a document into train/val/test pieces (a split by
+    position inside a document), which the written count holds on top of the documents read.
+    """
     hist_tokens = np.sum([e["hist_tokens"] for e in encoded], axis=0).tolist() if encoded else []
     hist_chars = np.sum([e["hist_characters"] for e in encoded], axis=0).tolist() if encoded else []
     chain = [{"name": "read + normalize", "documents_in": read.documents, "documents_out": normalize.documents_out,
@@ -80,7 +84,8 @@ def build_report(*, cfg, recipe, files, shards, read, normalize, steps, dedup, b
         "output_recounted": recount,
         "histograms": {"edges": hist_edges, "characters_per_document": hist_chars, "tokens_per_document": hist_tokens},
         "check": {"documents_read": read.documents, "documents_dropped": dropped_total, "documents_written": written,
-                  "adds_up": read.documents == dropped_total + written and links_ok,
+                  "position_split_pieces": pieces_added,
+                  "adds_up": read.documents + pieces_added == dropped_total + written and links_ok,
                   "steps_chain": links_ok,
                   "meta_matches_files": all(recount[s]["documents"] == meta["splits"][s]["documents"]
                                             and recount[s]["tokens"] == meta["splits"][s]["tokens"] for s in SPLITS)},

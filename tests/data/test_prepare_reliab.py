@@ -142,12 +142,23 @@ def test_workers_die_with_a_killed_parent_and_a_rerun_waits_for_them(tmp_path):
     import sys
     import time
 
-    from gptforge.runtime.lock import FolderLock
+    from gptforge.runtime.lock import FolderLock, helpers_path_for
 
     out = tmp_path / "data"
     p = subprocess.Popen([sys.executable, "-c", POOL_SCRIPT, str(out)], stdout=subprocess.PIPE, text=True)
     workers = [int(x) for x in p.stdout.readline().split()]
     assert len(workers) == 2 and all(_alive(w) for w in workers)
+    helpers = str(helpers_path_for(out))
+
+    def holds_helpers(pid):
+        try:
+            return any(os.readlink(f"/proc/{pid}/fd/{fd}") == helpers for fd in os.listdir(f"/proc/{pid}/fd"))
+        except OSError:
+            return False
+    deadline = time.time() + 30  # the workers' initializer has run (spawn start-up is slow on a busy machine)
+    while not all(holds_helpers(w) for w in workers) and time.time() < deadline:
+        time.sleep(0.05)
+    assert all(holds_helpers(w) for w in workers)
     os.kill(p.pid, signal.SIGKILL)
     p.wait()
     with FolderLock(out, helper_wait=10):  # waits until no worker holds the helpers' lock
