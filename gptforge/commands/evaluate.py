@@ -66,9 +66,8 @@ def main(argv: list[str]) -> int:
         else:
             if tok_path is None:
                 raise FileNotFoundError(f"no tokenizer.json found for {ckpt}; evaluate with --data instead")
-            from gptforge.data.tokenizer import Tokenizer
-
             from gptforge.data.readers import read_text_file
+            from gptforge.data.tokenizer import Tokenizer
 
             path = Path(args.text)
             if not path.is_file():

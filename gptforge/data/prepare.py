@@ -48,7 +48,7 @@ from gptforge.data.curate import (
     work_dir_for,
 )
 from gptforge.data.normalize import NormalizeStats
-from gptforge.data.pipeline import StepStats, build_recipe, load_recipe
+from gptforge.data.pipeline import StepStats, build_recipe, load_recipe, warn_heavy_steps
 from gptforge.data.readers import ReadStats, expand_inputs
 from gptforge.data.shards import (
     DEFAULT_MAX_SHARD_BYTES,
@@ -479,6 +479,7 @@ def _run_pipeline(cfg: PrepareConfig, out_dir: Path, files: list[Path], recipe_d
             dedup_info = json.loads(done.read_text()) if done.exists() else global_dedup(work, len(shards), recipe)
             steps.append(step_from_dict(dedup_info["step"]))
             timings["dedup"] = time.perf_counter() - t
+        warn_heavy_steps(steps)
         masks = ([np.load(work / "dedup" / f"{i:05d}.npy") for i in range(len(shards))]
                  if recipe.dedup is not None else [None] * len(shards))
 
