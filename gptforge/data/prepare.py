@@ -15,7 +15,12 @@ intermediate result in a work folder beside the output so that a killed run resu
    are written beside them, with the output recounted from the files written.
 
 Memory is bounded by one shard per worker (a few tens of MB with the default shard size) plus
-the BPE trainer's word counts and the dedup step's 16 bytes per document.
+the BPE trainer's word counts and the dedup step's 16 bytes per document. A single document
+larger than that is held whole as text a few times (read, normalized, curated), but tokenized,
+counted for the BPE trainer and MinHashed in whitespace-cut pieces of `TOKENIZE_PIECE_CHARS`
+(the same tokens and signatures): peak RSS per process stays below `MEMORY_BASE_MB` MB +
+`MEMORY_BYTES_PER_CHAR` bytes per character of the largest document (measured: 433 MB for a
+50 MB one-line file, recipe none; it was about 150 bytes per character before).
 """
 
 from __future__ import annotations
@@ -57,10 +62,14 @@ from gptforge.data.shards import (
     check_output_dir,
     dtype_for_vocab,
 )
+from gptforge.data.text_stats import whitespace_pieces
 from gptforge.data.tokenizer import Tokenizer, train_bpe
 
 log = logging.getLogger("gptforge.data")
 
+#: the documented memory bound (see the module docstring), checked by a test on a 50 MB document.
+MEMORY_BASE_MB = 250
+MEMORY_BYTES_PER_CHAR = 8
 #: characters of text per tokenizer call inside an encode worker.
 BATCH_CHARS = 1 << 20
 BATCH_DOCS = 2048
@@ -202,23 +211,57 @@ def default_workers() -> int:
 # --------------------------------------------------------------------------------------------
 
 
+#: a text longer than this is tokenized in pieces cut at whitespace (`text_stats.whitespace_pieces`),
+#: which gives the same tokens: the tokenizer library keeps ~100 bytes per token of a call's
+#: input alive, which made one 200 MB document need 21 GB. (256 KiB: 10 MB of text tokenized
+#: in 180 MB peak RSS against 330 MB with 1 MiB pieces, at the same speed.)
+TOKENIZE_PIECE_CHARS = 1 << 18
+
+
 def encode_documents(tokenizer: Tokenizer, texts: list[str], dtype: np.dtype) -> tuple[np.ndarray, int, np.ndarray]:
     """Token ids of `texts`, each followed by EOS, concatenated; their UTF-8 bytes; tokens per text.
+
+    Texts are tokenized in calls of about `TOKENIZE_PIECE_CHARS` characters (long texts in
+    whitespace-cut pieces, identical tokens), so memory does not grow with a document's size
+    beyond its ids.
 
     Returns (ids of shape (sum of token counts + len(texts),), bytes, lengths (len(texts),) int64
     without the EOS).
     """
-    encoded = tokenizer.encode_batch(texts)
-    lengths = np.fromiter(map(len, encoded), dtype=np.int64, count=len(encoded))
-    out = np.empty(int(lengths.sum()) + len(encoded), dtype=dtype)
-    pos = 0
     eos = tokenizer.eos_id
-    for ids in encoded:
-        n = len(ids)
-        out[pos:pos + n] = ids
-        out[pos + n] = eos
-        pos += n + 1
-    nbytes = sum(len(t.encode("utf-8", "surrogatepass")) for t in texts)
+    lengths = np.zeros(len(texts), dtype=np.int64)
+    chunks: list[np.ndarray] = []
+    group: list[str] = []
+    owners: list[int] = []  # text index of each piece in `group`; -1 marks an EOS after the piece
+    size = 0
+
+    def run() -> None:
+        for piece_ids, k in zip(tokenizer.encode_batch(group), owners):
+            arr = np.asarray(piece_ids, dtype=dtype)
+            lengths[abs(k) - 1] += arr.size
+            chunks.append(arr)
+            if k < 0:
+                chunks.append(np.array([eos], dtype=dtype))
+        group.clear()
+        owners.clear()
+
+    nbytes = 0
+    for k, text in enumerate(texts):
+        pieces = whitespace_pieces(text, TOKENIZE_PIECE_CHARS) if len(text) > TOKENIZE_PIECE_CHARS else iter([text])
+        piece = next(pieces)
+        while piece is not None:  # one piece of lookahead: the last one is followed by EOS
+            following = next(pieces, None)
+            group.append(piece)
+            owners.append(-(k + 1) if following is None else k + 1)
+            size += len(piece)
+            nbytes += len(piece.encode("utf-8", "surrogatepass"))
+            if size >= TOKENIZE_PIECE_CHARS:
+                run()
+                size = 0
+            piece = following
+    if group:
+        run()
+    out = np.concatenate(chunks) if chunks else np.zeros(0, dtype=dtype)
     return out, nbytes, lengths
 
 
@@ -624,10 +667,13 @@ def _train_texts(work: Path, n_shards: int, masks: list, cfg: PrepareConfig, mov
             else:
                 continue
             for text in texts:
-                if cfg.tokenizer_train_bytes and used >= cfg.tokenizer_train_bytes:
-                    return
-                used += len(text)
-                yield text
+                # Long texts in whitespace-cut pieces: the BPE trainer's pre-tokenization of one
+                # huge string took ~80 bytes per character; the word counts are the same.
+                for piece in whitespace_pieces(text, TOKENIZE_PIECE_CHARS):
+                    if cfg.tokenizer_train_bytes and used >= cfg.tokenizer_train_bytes:
+                        return
+                    used += len(piece)
+                    yield piece
 
 
 #: a split cut from inside a document holds at least this many characters (~4k tokens: a few
