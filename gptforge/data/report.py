@@ -191,6 +191,14 @@ def render_html(r: dict[str, Any]) -> str:
             ex = "<hr>".join(_e(t) for t in s["examples"].get(reason, []))
             out.append(f"<tr><td class=l>{_e(s['name'])}</td><td class=l>{_e(reason)}</td><td>{n:,}</td>"
                        f"<td class=ex>{ex}</td></tr>")
+        # Lines a step removed from documents it kept (C4's line rules): counted in lines.
+        for key, texts in s["examples"].items():
+            if key in s["dropped"] or not key.startswith("line removed: "):
+                continue
+            n = s["counts"].get(key[len("line removed: "):], 0)
+            ex = "<hr>".join(_e(t) for t in texts)
+            out.append(f"<tr><td class=l>{_e(s['name'])}</td><td class=l>{_e(key)}</td><td>{n:,} lines</td>"
+                       f"<td class=ex>{ex}</td></tr>")
     out.append("</table>")
     d = r.get("dedup") or {}
     if d:

@@ -97,3 +97,22 @@ def test_a_hard_wrapped_book_keeps_its_text_under_the_web_recipe(tmp_path):
     assert len(docs) == 1, {s.name: dict(s.dropped) for s in stats}
     assert docs[0]["text"].strip() == _book().strip()
     assert all(s.characters_out >= 0.99 * s.characters_in for s in stats)
+
+
+def test_prepare_warns_and_reports_removed_lines(tmp_path, caplog):
+    from gptforge.data.prepare import PrepareConfig, prepare
+
+    src = tmp_path / "src"
+    src.mkdir()
+    for i in range(4):
+        menu = "\n".join(f"menu entry number {i} {k}" for k in range(150))
+        (src / f"page{i}.txt").write_text("\n".join(PARAGRAPHS) + "\n" + menu + "\n", encoding="utf-8")
+    recipe = tmp_path / "c4.yaml"
+    recipe.write_text("steps:\n  - c4: {}\n")
+    out = tmp_path / "data"
+    with caplog.at_level(logging.WARNING, logger="gptforge.data"):
+        prepare(PrepareConfig(inputs=[str(src)], out=str(out), vocab_size=300, workers=1, recipe=str(recipe),
+                              val_fraction=0.25), show_progress=False)
+    assert "recipe step 'c4' removed" in caplog.text
+    html = (out / "report.html").read_text()
+    assert "line removed: line_no_terminal_punct" in html and "menu entry number" in html
