@@ -126,18 +126,16 @@ def save_checkpoint(ckpt_root: Path, step: int, model: torch.nn.Module, optimize
     rank = dist.get_rank() if dist.is_initialized() else 0
     if _is_main():
         ckpt_root.mkdir(parents=True, exist_ok=True)
-        if tmp.exists():
-            shutil.rmtree(tmp)
+        remove_partial_files(ckpt_root)
         tmp.mkdir()
     _barrier()
-    if model_state is not None:
-        state = {"model": model_state}
-    else:
-        state = _dcp_state(model, optimizer)
-    with quiet_single_process_dcp():
-        dcp.save(state, checkpoint_id=str(tmp))
-    if extra is not None:
-        extra(tmp)
+    try:
+        _write_checkpoint(tmp, model, optimizer, model_state, extra)
+    except BaseException:
+        # A failed write (disk full, Ctrl-C) must not leave a half checkpoint filling the disk.
+        if _is_main():
+            shutil.rmtree(tmp, ignore_errors=True)
+        raise
     # RNG states differ per rank; everything else is identical, so rank 0's copy is kept.
     rng = [None] * (dist.get_world_size() if dist.is_initialized() else 1)
     if dist.is_initialized():
@@ -170,6 +168,34 @@ def save_checkpoint(ckpt_root: Path, step: int, model: torch.nn.Module, optimize
     del rank
     _barrier()
     return final
+
+
+def _write_checkpoint(tmp: Path, model, optimizer, model_state, extra) -> None:
+    if model_state is not None:
+        state = {"model": model_state}
+    else:
+        state = _dcp_state(model, optimizer)
+    with quiet_single_process_dcp():
+        dcp.save(state, checkpoint_id=str(tmp))
+    if extra is not None:
+        extra(tmp)
+
+
+def remove_partial_files(ckpt_root: Path) -> list[Path]:
+    """Delete what dead writers left in `ckpt_root`: `.tmp_step_*` folders and `.NAME.XXXX.tmp` files.
+
+    Only the run's single writer may call this (the run folder's lock, `runtime.lock`, makes it
+    so), before it writes. Returns what was removed.
+    """
+    removed = []
+    for p in Path(ckpt_root).glob(".tmp_step_*"):
+        shutil.rmtree(p, ignore_errors=True)
+        removed.append(p)
+    for p in Path(ckpt_root).glob(".*.tmp"):
+        if p.is_file():
+            p.unlink(missing_ok=True)
+            removed.append(p)
+    return removed
 
 
 def _prune(ckpt_root: Path, keep: int) -> None:

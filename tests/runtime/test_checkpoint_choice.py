@@ -91,3 +91,19 @@ def test_truncated_metadata_falls_back(run):
     md.write_bytes(md.read_bytes()[:40])
     assert ".metadata" in verify_checkpoint(root / step_dir_name(2))
     assert find_checkpoint(run_dir) == root / step_dir_name(1)
+
+
+def test_partial_files_of_dead_writers_are_removed_and_a_failed_save_leaves_none(run):
+    run_dir, root = run
+    stale = root / ".tmp_step_0000009"
+    stale.mkdir()
+    (stale / "__0_0.distcp").write_bytes(b"x" * 1000)
+    (root / ".latest.deadbeef.tmp").write_text("step_0000009\n")
+    model = GPT(ModelConfig(n_layer=2, n_head=2, d_model=32, block_size=32, vocab_size=64).resolved())
+
+    def boom(tmp):
+        raise OSError(28, "No space left on device")
+    with pytest.raises(OSError):
+        save_checkpoint(root, 3, model, None, {"step": 3}, "model: {}\n", extra=boom)
+    assert sorted(p.name for p in root.iterdir() if p.name.startswith(".")) == []
+    assert find_checkpoint(run_dir) == root / step_dir_name(2)
