@@ -98,13 +98,17 @@ def test_rerun_removes_a_dead_runs_partial_files(txt_corpus, tmp_path):
     assert load_meta(out)["splits"]["train"]["tokens"] > 0
 
 
-def test_second_prepare_on_one_output_is_refused(txt_corpus, tmp_path):
+def test_second_prepare_on_one_output_is_refused(txt_corpus, tmp_path, capsys):
     from gptforge.runtime.lock import FolderLock, FolderLockedError
 
     out = tmp_path / "data"
     with FolderLock(out, command="gptforge prepare (first)"):
         with pytest.raises(FolderLockedError, match=r"in use by pid \d+ .*prepare \(first\)"):
             prepare(_cfg(txt_corpus, out), show_progress=False)
+        from gptforge.cli import main
+
+        assert main(["prepare", str(txt_corpus), "--out", str(out), "--no-progress"]) == 1
+        assert "is in use by pid" in capsys.readouterr().err
     assert not out.exists() and not work_dir_for(out).exists()
 
 
