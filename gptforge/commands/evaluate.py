@@ -17,7 +17,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("model", help="Run directory (uses checkpoints/latest, or best with --best) or a checkpoint folder.")
     src = p.add_mutually_exclusive_group(required=True)
     src.add_argument("--data", help="Shard folder from `gptforge prepare`; scores --split.")
-    src.add_argument("--text", help="A UTF-8 text file, tokenized with the run's tokenizer.")
+    src.add_argument("--text", help="A text file, tokenized with the run's tokenizer (binary files are refused).")
+    p.add_argument("--encoding", default=None,
+                   help="Encoding of --text when it has no byte-order mark (default UTF-8; UTF-16/32 with a BOM "
+                        "are decoded).")
     p.add_argument("--split", default="val", choices=["train", "val", "test"], help="Split of --data (default val).")
     p.add_argument("--stride", type=int, default=None, help="Window shift in tokens (default block_size/2).")
     p.add_argument("--batch-size", type=int, default=8, help="Windows per forward pass (default 8).")
@@ -63,12 +66,13 @@ def main(argv: list[str]) -> int:
         else:
             if tok_path is None:
                 raise FileNotFoundError(f"no tokenizer.json found for {ckpt}; evaluate with --data instead")
+            from gptforge.data.readers import read_text_file
             from gptforge.data.tokenizer import Tokenizer
 
             path = Path(args.text)
             if not path.is_file():
                 raise FileNotFoundError(f"--text {path}: no such file")
-            text = path.read_text(encoding="utf-8", errors="replace")
+            text = read_text_file(path, encoding=args.encoding)
             tok = Tokenizer.from_file(tok_path)
             tokens = np.array(tok.encode(text), dtype=np.int64)
             if args.max_tokens is not None:

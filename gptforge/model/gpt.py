@@ -165,9 +165,17 @@ class Attention(nn.Module):
             att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(self.head_dim))
             if is_causal:
                 attn_mask = torch.ones(T, S, dtype=torch.bool, device=x.device).tril()[None, None]
+            att = att.float()
             if attn_mask is not None:
-                att = att.masked_fill(~attn_mask, float("-inf"))
-            att = F.dropout(att.float().softmax(-1).type_as(q), p=p, training=self.training)
+                # The lowest finite value, not -inf: a fully masked (padding) row would be
+                # softmax(all -inf) = NaN, and NaN reaches the real tokens through the next
+                # layer's keys and through the backward pass. Such a row attends to nothing
+                # (zeros), as scaled_dot_product_attention returns.
+                att = att.masked_fill(~attn_mask, torch.finfo(att.dtype).min).softmax(-1)
+                att = att.masked_fill(~attn_mask.any(-1, keepdim=True), 0.0)
+            else:
+                att = att.softmax(-1)
+            att = F.dropout(att.type_as(q), p=p, training=self.training)
             y = att @ v
         elif q.device.type == "cpu" and q.dtype == torch.bfloat16:
             # On CPUs, torch's bf16 flash-attention backward is slower than its fp32 one (measured
