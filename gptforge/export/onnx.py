@@ -187,43 +187,55 @@ def quantize_int8(src: Path, dst: Path) -> None:
     quantize_dynamic(str(src), str(dst), weight_type=QuantType.QInt8)
 
 
-def export_onnx(model: nn.Module, sources: dict, out: str | Path, dtype: torch.dtype = torch.float32,
-                quantize: str | None = None, overwrite: bool = False) -> Path:
-    """Write an ONNX folder at `out`: model.onnx, onnx_io.json, tokenizer files,
-    generation_config.json.
+def write_onnx_folder(model: nn.Module, sources: dict, folder: Path, dtype: torch.dtype = torch.float32,
+                      quantize: str | None = None) -> dict:
+    """Write model.onnx, onnx_io.json, the tokenizer files and generation_config.json into the
+    existing folder `folder`; returns the onnx_io.json dict. See `export_onnx`."""
+    import shutil
 
-    quantize: None or "int8" (see `quantize_int8`; needs f32 weights).
-
-    Raises:
-        InputError: `out` exists without overwrite, an unsupported dtype or quantization.
-        MissingInputError: no tokenizer (see `tokenizer_files`).
-    """
-    from gptforge.export.common import staged_dir, tokenizer_files
+    from gptforge.export.common import tokenizer_files
 
     if quantize not in (None, "int8"):
-        raise InputError(f"--quantize {quantize}: the onnx format offers int8 (onnxruntime dynamic quantization)")
+        raise InputError(f"--quantize {quantize} cannot be written in the onnx format: it offers int8 "
+                         "(onnxruntime dynamic quantization)")
     if quantize == "int8" and dtype != torch.float32:
         raise InputError("--quantize int8 with the onnx format quantizes f32 weights; pass --dtype f32")
     cfg = model.config
     tok = tokenizer_files(sources.get("tokenizer_dir"), cfg.block_size)
     gen = _generation_config(sources, tok)
-    with staged_dir(out, overwrite) as tmp:
-        if quantize == "int8":
-            (tmp / "fp32").mkdir()
-            spec = export_onnx_graph(model, tmp / "fp32" / "model.onnx", dtype)
-            quantize_int8(tmp / "fp32" / "model.onnx", tmp / "model.onnx")
-            import shutil
+    if quantize == "int8":
+        (folder / ".fp32").mkdir()
+        spec = export_onnx_graph(model, folder / ".fp32" / "model.onnx", dtype)
+        quantize_int8(folder / ".fp32" / "model.onnx", folder / "model.onnx")
+        shutil.rmtree(folder / ".fp32")
+        spec["quantization"] = "int8 dynamic (onnxruntime.quantization.quantize_dynamic, QInt8 weights)"
+    else:
+        spec = export_onnx_graph(model, folder / "model.onnx", dtype)
+    if gen.get("eos_token_id") is not None:
+        spec["model"]["eos_token_id"] = gen["eos_token_id"]
+    (folder / IO_FILE).write_text(json.dumps(spec, indent=2) + "\n")
+    (folder / "generation_config.json").write_text(json.dumps(gen, indent=2, sort_keys=True) + "\n")
+    for name, data in tok.items():
+        (folder / name).write_bytes(data)
+    return spec
 
-            shutil.rmtree(tmp / "fp32")
-            spec["quantization"] = "int8 dynamic (onnxruntime.quantization.quantize_dynamic, QInt8 weights)"
-        else:
-            spec = export_onnx_graph(model, tmp / "model.onnx", dtype)
-        if gen.get("eos_token_id") is not None:
-            spec["model"]["eos_token_id"] = gen["eos_token_id"]
-        (tmp / IO_FILE).write_text(json.dumps(spec, indent=2) + "\n")
-        (tmp / "generation_config.json").write_text(json.dumps(gen, indent=2, sort_keys=True) + "\n")
-        for name, data in tok.items():
-            (tmp / name).write_bytes(data)
+
+def export_onnx(model: nn.Module, sources: dict, out: str | Path, dtype: torch.dtype = torch.float32,
+                quantize: str | None = None, overwrite: bool = False) -> Path:
+    """Write an ONNX folder at `out` (staged, then renamed into place): model.onnx,
+    onnx_io.json, tokenizer files, generation_config.json.
+
+    sources: `load_pretrained`'s dict (tokenizer_dir, generation_config). quantize: None or
+    "int8" (see `quantize_int8`; needs f32 weights).
+
+    Raises:
+        InputError: `out` exists without overwrite, an unsupported dtype or quantization.
+        MissingInputError: no tokenizer (see `tokenizer_files`).
+    """
+    from gptforge.export.common import staged_dir
+
+    with staged_dir(out, overwrite) as tmp:
+        write_onnx_folder(model, sources, tmp, dtype, quantize)
     return Path(out)
 
 
