@@ -276,7 +276,7 @@ def write_gguf(model: torch.nn.Module, tokenizer_dir: Path | None, path: str | P
         elif qtype == gguf.GGMLQuantizationType.F16:
             w.add_tensor(tname, data.astype(np.float16))
         else:
-            w.add_tensor(tname, gguf.quants.quantize(data, qtype), raw_shape=data.shape, raw_dtype=qtype)
+            w.add_tensor(tname, gguf.quants.quantize(data, qtype), raw_dtype=qtype)
     w.write_header_to_file()
     w.write_kv_data_to_file()
     w.write_tensors_to_file(progress=False)
