@@ -71,7 +71,11 @@ def test_export_hf_is_convert_to_hf(trained_runs, tmp_path):
     assert main(["export", str(tmp_path / "a"), "--format", "hf", "--dtype", "f16", "--out", str(tmp_path / "c")]) == 0
     c = load_file(tmp_path / "c" / "model.safetensors")
     assert all(v.dtype == np.float16 for v in c.values())
-    assert json.loads((tmp_path / "c" / "config.json").read_text())["architectures"] == ["GPT2LMHeadModel"]
+    config = json.loads((tmp_path / "c" / "config.json").read_text())
+    # What vLLM reads from a Hugging Face folder.
+    assert config["architectures"] == ["GPT2LMHeadModel"] and config["n_positions"] == 64
+    assert config.get("torch_dtype", config.get("dtype")) == "float16"
+    assert json.loads((tmp_path / "c" / "generation_config.json").read_text())["eos_token_id"] == 0
 
 
 def test_export_bad_input(trained_runs, tmp_path, capsys, monkeypatch):
