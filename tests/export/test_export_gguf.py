@@ -107,6 +107,25 @@ def test_gguf_quantized_values_within_the_format_bound(quant, trained_runs, tmp_
     assert reader.tensors[0].n_bytes == want["token_embd.weight"].numel() // 32 * sizes
 
 
+@pytest.mark.parametrize("dtype", ["f16", "bf16"])
+def test_gguf_half_precision_matrices_round_like_torch(dtype, trained_runs, tmp_path):
+    run = trained_runs["gpt2"]
+    model, _ = load_model_checkpoint(run)
+    reader = _export(run, tmp_path / dtype, "--dtype", dtype)
+    want = dict(gguf_tensors(model))
+    qtype = {"f16": gguf.GGMLQuantizationType.F16, "bf16": gguf.GGMLQuantizationType.BF16}[dtype]
+    tdtype = {"f16": torch.float16, "bf16": torch.bfloat16}[dtype]
+    assert _field(reader, "general.file_type") == {"f16": 1, "bf16": 32}[dtype]
+    for t in reader.tensors:
+        ref = want[t.name]
+        if ref.dim() == 1 or t.name == "position_embd.weight":
+            assert t.tensor_type == gguf.GGMLQuantizationType.F32
+            continue
+        assert t.tensor_type == qtype, t.name
+        got = gguf.quants.dequantize(np.asarray(t.data), qtype).reshape(ref.shape)
+        np.testing.assert_array_equal(got, ref.to(tdtype).float().numpy())
+
+
 def test_gguf_refuses_what_it_cannot_represent(trained_runs, tiny_shards, tmp_path, capsys):
     from gptforge.config import ModelConfig, RunConfig, TrainConfig
     from gptforge.train.loop import train
