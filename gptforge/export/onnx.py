@@ -120,16 +120,20 @@ def io_spec(cfg, dtype: str) -> dict:
     }
 
 
-def _name_dims(model_proto, spec: dict) -> None:
+def _name_dims(ir_model, spec: dict) -> None:
     """Give the graph's inputs and outputs the readable dim names of `spec` (torch.export names
-    them s0, s1, ...), and drop inner shape annotations that still use the old names."""
+    them s0, s1, ...), and drop the shapes of inner values, which still use the old names."""
+    import onnx_ir as ir
+
     by_name = {d["name"]: d["dims"] for d in spec["inputs"] + spec["outputs"]}
-    g = model_proto.graph
-    for vi in list(g.input) + list(g.output):
-        for dim, want in zip(vi.type.tensor_type.shape.dim, by_name[vi.name]):
-            if isinstance(want, str):
-                dim.dim_param = want
-    del g.value_info[:]
+    g = ir_model.graph
+    io = {id(v) for v in list(g.inputs) + list(g.outputs)}
+    for v in list(g.inputs) + list(g.outputs):
+        v.shape = ir.Shape(by_name[v.name])
+    for node in g:
+        for v in node.outputs:
+            if id(v) not in io:
+                v.shape = None
 
 
 def export_onnx_graph(model: nn.Module, path: Path, dtype: torch.dtype = torch.float32) -> dict:
@@ -141,7 +145,6 @@ def export_onnx_graph(model: nn.Module, path: Path, dtype: torch.dtype = torch.f
     """
     import warnings
 
-    import onnx
     from torch.export import Dim
 
     if dtype not in (torch.float32, torch.float16):
@@ -168,14 +171,10 @@ def export_onnx_graph(model: nn.Module, path: Path, dtype: torch.dtype = torch.f
         program = torch.onnx.export(wrapper, (ids, am, pos, past), dynamo=True, dynamic_shapes=shapes,
                                     opset_version=OPSET, input_names=ins, output_names=outs, verbose=False)
     spec = io_spec(cfg, "float32" if dtype == torch.float32 else "float16")
-    proto = program.model_proto  # a fresh ModelProto per access: take it once
-    _name_dims(proto, spec)
+    _name_dims(program.model, spec)
+    # Weights above protobuf's 2 GB limit go to model.onnx.data beside the graph.
     big = sum(p.numel() * p.element_size() for p in model.parameters()) > 1.8 * 2**30
-    if big:
-        onnx.save_model(proto, str(path), save_as_external_data=True, all_tensors_to_one_file=True,
-                        location=path.name + ".data")
-    else:
-        onnx.save_model(proto, str(path))
+    program.save(str(path), external_data=big)
     return spec
 
 
