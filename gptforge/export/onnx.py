@@ -36,6 +36,8 @@ import torch.nn as nn
 from gptforge.errors import InputError
 
 OPSET = 18
+EXTERNAL_DATA_BYTES = int(1.8 * 2**30)
+"""Weights above this size are written to `model.onnx.data` beside the graph (protobuf files stop at 2 GB)."""
 IO_FILE = "onnx_io.json"
 ONNX_DTYPES = ("f32", "f16")
 """--dtype values the ONNX export writes: onnxruntime's CPU kernels lack most bfloat16 operators."""
@@ -172,18 +174,22 @@ def export_onnx_graph(model: nn.Module, path: Path, dtype: torch.dtype = torch.f
                                     opset_version=OPSET, input_names=ins, output_names=outs, verbose=False)
     spec = io_spec(cfg, "float32" if dtype == torch.float32 else "float16")
     _name_dims(program.model, spec)
-    # Weights above protobuf's 2 GB limit go to model.onnx.data beside the graph.
-    big = sum(p.numel() * p.element_size() for p in model.parameters()) > 1.8 * 2**30
-    program.save(str(path), external_data=big)
+    # Weights near protobuf's 2 GB limit go to model.onnx.data beside the graph.
+    program.save(str(path), external_data=_weight_bytes(model) > EXTERNAL_DATA_BYTES)
     return spec
 
 
-def quantize_int8(src: Path, dst: Path) -> None:
+def _weight_bytes(model: nn.Module) -> int:
+    return sum(p.numel() * p.element_size() for p in model.parameters())
+
+
+def quantize_int8(src: Path, dst: Path, external_data: bool = False) -> None:
     """onnxruntime dynamic quantization of `src` into `dst`: MatMul / Gather weights as int8 with
-    per-tensor scales, activations quantized at run time (onnxruntime.quantization.quantize_dynamic)."""
+    per-tensor scales, activations quantized at run time (onnxruntime.quantization.quantize_dynamic).
+    external_data: write the weights to a `.data` file beside `dst`."""
     from onnxruntime.quantization import QuantType, quantize_dynamic
 
-    quantize_dynamic(str(src), str(dst), weight_type=QuantType.QInt8)
+    quantize_dynamic(str(src), str(dst), weight_type=QuantType.QInt8, use_external_data_format=external_data)
 
 
 def write_onnx_folder(model: nn.Module, sources: dict, folder: Path, dtype: torch.dtype = torch.float32,
@@ -205,7 +211,8 @@ def write_onnx_folder(model: nn.Module, sources: dict, folder: Path, dtype: torc
     if quantize == "int8":
         (folder / ".fp32").mkdir()
         spec = export_onnx_graph(model, folder / ".fp32" / "model.onnx", dtype)
-        quantize_int8(folder / ".fp32" / "model.onnx", folder / "model.onnx")
+        quantize_int8(folder / ".fp32" / "model.onnx", folder / "model.onnx",
+                      external_data=_weight_bytes(model) // 4 > EXTERNAL_DATA_BYTES)
         shutil.rmtree(folder / ".fp32")
         spec["quantization"] = "int8 dynamic (onnxruntime.quantization.quantize_dynamic, QInt8 weights)"
     else:
