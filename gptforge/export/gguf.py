@@ -107,6 +107,16 @@ def read_tokenizer(tokenizer_json: Path, vocab_size: int) -> dict:
     return {"tokens": tokens, "types": types, "merges": merges, "eos_id": eos, "bos_id": eos}
 
 
+def chat_template(tokenizer_dir: Path) -> str | None:
+    """The tokenizer folder's chat template as gptforge's chat formatting reads it
+    (`gptforge.data.instruct.ChatTokenizer.from_dir`: chat_template.jinja, chat_template.json or
+    tokenizer_config.json), or None."""
+    from gptforge.data.instruct import ChatTokenizer
+
+    template = ChatTokenizer.from_dir(tokenizer_dir).chat_template
+    return template if isinstance(template, str) and template else None
+
+
 def gguf_tensors(model: torch.nn.Module) -> list[tuple[str, torch.Tensor]]:
     """(GGUF name, tensor in GGUF row order) for every weight of GPT `model`, in file order.
 
@@ -263,9 +273,8 @@ def write_gguf(model: torch.nn.Module, tokenizer_dir: Path | None, path: str | P
     w.add_eos_token_id(tok["eos_id"])
     w.add_add_bos_token(False)  # gptforge trains without a BOS token
     w.add_add_eos_token(False)
-    tcfg_file = tokenizer_dir / "tokenizer_config.json"
-    template = json.loads(tcfg_file.read_text()).get("chat_template") if tcfg_file.is_file() else None
-    if isinstance(template, str):
+    template = chat_template(tokenizer_dir)
+    if template is not None:
         w.add_chat_template(template)
 
     for tname, t in gguf_tensors(model):

@@ -29,10 +29,7 @@ def _export(run, out, *args) -> "gguf.GGUFReader":
 
 
 def _field(reader, key):
-    f = reader.fields[key]
-    if f.types and f.types[0] == gguf.GGUFValueType.ARRAY:
-        return f.contents()
-    return f.contents()
+    return reader.fields[key].contents()
 
 
 @pytest.mark.parametrize("arch", ["llama", "gpt2"])
@@ -126,6 +123,23 @@ def test_gguf_half_precision_matrices_round_like_torch(dtype, trained_runs, tmp_
         np.testing.assert_array_equal(got, ref.to(tdtype).float().numpy())
 
 
+def test_gguf_embeds_the_chat_template(trained_runs, tmp_path):
+    import shutil
+
+    from gptforge.export.gguf import write_gguf
+
+    model, _ = load_model_checkpoint(trained_runs["llama"])
+    tok_dir = tmp_path / "tok"
+    tok_dir.mkdir()
+    shutil.copy(trained_runs["llama"] / "tokenizer.json", tok_dir)
+    template = "{% for m in messages %}<{{ m.role }}>{{ m.content }}{% endfor %}"
+    (tok_dir / "chat_template.jinja").write_text(template)
+    reader = gguf.GGUFReader(write_gguf(model, tok_dir, tmp_path / "m.gguf", dtype="f32"))
+    assert _field(reader, "tokenizer.chat_template") == template
+    reader = gguf.GGUFReader(write_gguf(model, trained_runs["llama"], tmp_path / "n.gguf", dtype="f32"))
+    assert "tokenizer.chat_template" not in reader.fields
+
+
 def test_gguf_refuses_what_it_cannot_represent(trained_runs, tiny_shards, tmp_path, capsys):
     from gptforge.config import ModelConfig, RunConfig, TrainConfig
     from gptforge.train.loop import train
@@ -183,5 +197,34 @@ def test_llama_cpp_logits_greedy_and_tokenizer(arch, trained_runs, tiny_shards, 
         for text in TEXTS:
             assert llm.tokenize(text.encode(), add_bos=False, special=False) == tok.encode(text), text
             assert llm.detokenize(tok.encode(text)).decode() == text
+    finally:
+        llm.close()
+
+
+@pytest.mark.parametrize("extra", [
+    dict(preset="llama-nano", bias=True, qkv_bias=True),  # biases everywhere, tied head
+    dict(preset="llama-nano", rope_scaling={"rope_type": "linear", "factor": 2.0}, n_kv_head=1),  # MQA
+    dict(preset="gpt2-nano", activation="gelu_tanh", bias=False, n_kv_head=1),  # no biases: zeros written
+], ids=["llama-biases", "llama-linear-rope-mqa", "gpt2-no-bias-mqa"])
+def test_llama_cpp_logits_for_other_block_options(extra, tiny_shards, tmp_path):
+    pytest.importorskip("llama_cpp")
+    from gptforge.config import ModelConfig
+    from gptforge.export.gguf import write_gguf
+    from gptforge.model.gpt import GPT
+
+    torch.manual_seed(0)
+    tie = extra["preset"] == "llama-nano" and extra.get("bias", False)
+    model = GPT(ModelConfig(vocab_size=384, d_model=32, block_size=64, tie_embeddings=tie or None, **extra)).eval()
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(torch.randn_like(p) * 0.05)  # biases and norms away from their 0 / 1 init
+    path = write_gguf(model, tiny_shards, tmp_path / "m.gguf", dtype="f32")
+    llm = _llama(path)
+    try:
+        ids = val_tokens(tiny_shards, 40).tolist()
+        llm.eval(ids)
+        with torch.no_grad():
+            ours = model(torch.tensor([ids]))[0].numpy()
+        np.testing.assert_allclose(np.array(llm.scores[: len(ids)]), ours, atol=1e-3, rtol=0)
     finally:
         llm.close()
