@@ -228,3 +228,42 @@ def test_llama_cpp_logits_for_other_block_options(extra, tiny_shards, tmp_path):
         np.testing.assert_allclose(np.array(llm.scores[: len(ids)]), ours, atol=1e-3, rtol=0)
     finally:
         llm.close()
+
+
+def test_lora_run_is_exported_merged(trained_runs, tmp_path):
+    """A LoRA fine-tune of the llama run: the gguf holds base + alpha/r * B @ A, not the base."""
+    import json
+    import random
+
+    rng = random.Random(0)
+    data = tmp_path / "inst.jsonl"
+    words = ["".join(rng.choice("abcdefgh") for _ in range(4)) for _ in range(40)]
+    data.write_text("".join(json.dumps({"prompt": f"reverse: {w}\n", "completion": w[::-1]}) + "\n" for w in words))
+    lora = tmp_path / "lora"
+    assert main(["finetune", "--from", str(trained_runs["llama"]), "--data", str(data), "--out", str(lora),
+                 "--train.max_steps", "4", "--train.micro_batch_size", "4", "--finetune.block_size", "32",
+                 "--train.lr", "5e-2", "--train.eval_interval", "0", "--train.tensorboard", "false",
+                 "--train.device", "cpu", "--train.warmup_steps", "1", "--quiet"]) == 0
+    assert (lora / "adapter" / "adapter_config.json").is_file()
+    merged, _ = load_model_checkpoint(lora)
+    base, _ = load_model_checkpoint(trained_runs["llama"])
+    reader = _export(lora, tmp_path / "g", "--dtype", "f32")
+    tensors = {t.name: np.asarray(t.data) for t in reader.tensors}
+    want = dict(gguf_tensors(merged))
+    moved = 0
+    for name, ref in dict(gguf_tensors(base)).items():
+        np.testing.assert_array_equal(tensors[name].reshape(ref.shape), want[name].numpy())
+        moved += not np.array_equal(want[name].numpy(), ref.numpy())
+    assert moved >= 2  # the adapted projections of both layers
+    import importlib.util
+
+    if importlib.util.find_spec("llama_cpp") is not None:  # llama.cpp's own logits, when installed
+        llm = _llama(next((tmp_path / "g").glob("*.gguf")))
+        try:
+            ids = list(range(1, 30))
+            llm.eval(ids)
+            with torch.no_grad():
+                ours = merged.float()(torch.tensor([ids]))[0].numpy()
+            np.testing.assert_allclose(np.array(llm.scores[: len(ids)]), ours, atol=1e-3, rtol=0)
+        finally:
+            llm.close()
