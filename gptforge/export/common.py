@@ -38,8 +38,10 @@ def load_source(path: str | Path, dtype: torch.dtype | None = None):
 
     Raises:
         MissingInputError: nothing loadable at `path` (the message says what was looked for).
-        InputError: a checkpoint without model weights, or an unsupported Hugging Face config.
+        InputError: a checkpoint without model weights, an unsupported Hugging Face config, or a
+            QLoRA run without bitsandbytes to dequantize its base.
     """
+    from gptforge.model.qlora import QLoRAUnavailable
     from gptforge.runtime.loading import load_pretrained
 
     path = Path(path)
@@ -49,7 +51,7 @@ def load_source(path: str | Path, dtype: torch.dtype | None = None):
         model, sources = load_pretrained(path, dtype)
     except FileNotFoundError as e:
         raise MissingInputError(str(e)) from None
-    except ValueError as e:
+    except (ValueError, QLoRAUnavailable) as e:
         raise InputError(str(e)) from None
     model.eval()
     if dtype is not None:
