@@ -28,6 +28,7 @@ COMMANDS = {
     "slurm": "Write a Slurm sbatch script that runs a gptforge command with torchrun on N nodes x G GPUs.",
     "report": "Write an interactive HTML report of one run, or several runs overlaid (self-contained, no network).",
     "serve": "Serve a run or Hugging Face folder over the OpenAI HTTP API (continuous batching, streaming).",
+    "export": "Export a run or Hugging Face folder as hf, onnx (KV cache), gguf (llama.cpp) or a Triton repository.",
     "export-checkpoint": "Consolidate a sharded training checkpoint into one safetensors (or torch) file.",
 }
 
