@@ -24,6 +24,10 @@ class EvaluateOptions:
     """Run directory (checkpoints/latest, or best with --best), checkpoint folder, or Hugging Face folder."""
     tasks: Optional[list[str]] = None
     """Task files (.jsonl, .csv, or .yaml task definitions) to score."""
+    harness: Optional[list[str]] = None
+    """lm-evaluation-harness task names, run by lm-eval's own task code on this model, offline (needs gptforge[eval])."""
+    include_path: Optional[str] = None
+    """Folder of lm-eval task YAML definitions for --harness (their data as local files)."""
     num_fewshot: int = 0
     """Few-shot demonstrations before each example (from the task's fewshot_data or its other rows)."""
     limit: Optional[int] = None
@@ -72,13 +76,50 @@ def main(argv: list[str]) -> int:
 
     opts, _ = parse_command(command_parser("gptforge evaluate", DESCRIPTION, EvaluateOptions, positional=("model",)),
                             argv)
-    chosen = [k for k in ("tasks", "data", "text") if getattr(opts, k)]
+    chosen = [k for k in ("tasks", "harness", "data", "text") if getattr(opts, k)]
     if len(chosen) != 1:
-        raise InputError("give exactly one of --tasks FILE..., --data DIR or --text FILE"
+        raise InputError("give exactly one of --tasks FILE..., --harness TASK..., --data DIR or --text FILE"
                          + (f" (got {', '.join('--' + c for c in chosen)})" if chosen else ""))
     if opts.tasks:
         return _tasks(opts)
+    if opts.harness:
+        return _harness(opts)
     return _perplexity(opts)
+
+
+def _out_path(opts: EvaluateOptions) -> Path:
+    model_dir = Path(opts.model)
+    if model_dir.parent.name == "checkpoints":  # a step folder: results beside it in the run, not inside it
+        model_dir = model_dir.parent.parent
+    return Path(opts.out) if opts.out else model_dir / "eval" / "results.json"
+
+
+def _harness(opts: EvaluateOptions) -> int:
+    from gptforge.atomic import atomic_write_text
+    from gptforge.data.tokenizer import Tokenizer
+    from gptforge.errors import MissingInputError
+    from gptforge.eval.harness import run_harness
+    from gptforge.runtime.device import pick_device
+
+    device = pick_device(opts.device)
+    model, ckpt, _doc, tok_path = _load(opts, device)
+    if tok_path is None:
+        raise MissingInputError(f"no tokenizer.json found for {ckpt} (checkpoint, run directory, data folder)")
+    res = run_harness(model, Tokenizer.from_file(tok_path), opts.harness, opts.include_path,
+                      opts.num_fewshot, opts.limit, device, opts.precision, opts.batch_size or 32, opts.seed)
+    from lm_eval.utils import make_table
+
+    out = _out_path(opts)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    keep = {k: res[k] for k in ("results", "n-shot", "n-samples", "versions", "higher_is_better") if k in res}
+    keep["checkpoint"], keep["checkpoint_sha256"] = str(ckpt), _tree_sha256(Path(ckpt))
+    atomic_write_text(out, json.dumps(keep, indent=2, default=str) + "\n")
+    if opts.json:
+        print(json.dumps(keep, indent=2, default=str))
+    else:
+        print(make_table(res))
+        print(f"results: {out}")
+    return 0
 
 
 def _tasks(opts: EvaluateOptions) -> int:
@@ -119,10 +160,7 @@ def _tasks(opts: EvaluateOptions) -> int:
     }
     if agg:
         doc["aggregate"] = agg
-    model_dir = Path(opts.model)
-    if model_dir.parent.name == "checkpoints":  # a step folder: results beside it in the run, not inside it
-        model_dir = model_dir.parent.parent
-    out = Path(opts.out) if opts.out else model_dir / "eval" / "results.json"
+    out = _out_path(opts)
     out.parent.mkdir(parents=True, exist_ok=True)
     atomic_write_json(out, doc)
     atomic_write_json(out.with_name(out.stem + ".predictions.json"), {r.name: r.predictions for r in results})
