@@ -36,6 +36,11 @@ class EvaluateOptions:
     """Seed of the few-shot draw."""
     out: Optional[str] = None
     """results.json path (default MODEL/eval/results.json; the run directory's eval/ for a checkpoint folder)."""
+    contamination: Optional[str] = None
+    """Shard folder of the training data: flag examples sharing a token n-gram with its train split, and
+    report every score on the clean examples too."""
+    contamination_ngram: int = 13
+    """n of the contamination n-grams (tokens of the data's tokenizer; GPT-3 appendix C used 13)."""
     precision: Literal["fp32", "bf16", "fp16"] = "fp32"
     """Autocast precision of the forward passes (log-softmax is always fp32)."""
     data: Optional[str] = None
@@ -151,6 +156,7 @@ def _tasks(opts: EvaluateOptions) -> int:
     results = [run_task(model, tok, t, device, opts.precision, opts.batch_size or 32, opts.num_fewshot, opts.limit,
                         opts.seed, progress=progress) for t in tasks]
     agg = aggregate(results) if len(results) > 1 else None
+    contamination = _contamination(opts, tasks, results) if opts.contamination else None
     doc = {
         "checkpoint": str(ckpt), "checkpoint_sha256": _tree_sha256(Path(ckpt)), "num_fewshot": opts.num_fewshot,
         "seed": opts.seed, "limit": opts.limit, "batch_size": opts.batch_size or 32, "precision": opts.precision,
@@ -160,6 +166,8 @@ def _tasks(opts: EvaluateOptions) -> int:
     }
     if agg:
         doc["aggregate"] = agg
+    if contamination:
+        doc["contamination"] = contamination
     out = _out_path(opts)
     out.parent.mkdir(parents=True, exist_ok=True)
     atomic_write_json(out, doc)
@@ -172,8 +180,37 @@ def _tasks(opts: EvaluateOptions) -> int:
             if r.truncated:
                 print(f"{r.name}: {r.truncated} requests had their context truncated from the left to fit "
                       f"block_size {model.config.block_size}")
+        if contamination:
+            for name, rec in contamination["tasks"].items():
+                clean = doc["tasks"][name]["clean"]
+                figures = ", ".join(f"{m} {v['value']:.4f}" for m, v in clean["metrics"].items() if "/" not in m)
+                print(f"{name}: {rec['contaminated']} of {doc['tasks'][name]['n']} examples share a "
+                      f"{contamination['ngram']}-gram with {opts.contamination} [{contamination['split']}]"
+                      f" ({rec['too_short']} too short to check); clean subset (n {clean['n']}): {figures or 'empty'}")
         print(f"results: {out}")
     return 0
+
+
+def _contamination(opts: EvaluateOptions, tasks, results) -> dict:
+    """Contaminated examples per task (and each result's `clean` metrics, set on its dict)."""
+    from gptforge.data.tokenizer import Tokenizer
+    from gptforge.errors import MissingInputError
+    from gptforge.eval.contamination import find_contamination
+    from gptforge.eval.runner import subset_metrics
+
+    tok_file = Path(opts.contamination) / "tokenizer.json"
+    if not tok_file.is_file():
+        raise MissingInputError(f"--contamination {opts.contamination}: no tokenizer.json (a `gptforge prepare` folder)")
+    data_tok = Tokenizer.from_file(tok_file)
+    texts = {t.name: [e.demo for e in t.examples[:r.n]] for t, r in zip(tasks, results)}
+    tokens = {name: data_tok.encode_batch(v) for name, v in texts.items()}
+    report = find_contamination(tokens, opts.contamination, n=opts.contamination_ngram)
+    lines = {t.name: [e.line for e in t.examples[:r.n]] for t, r in zip(tasks, results)}
+    for t, r in zip(tasks, results):
+        bad = set(report.contaminated[t.name])
+        keep = [i for i in range(r.n) if i not in bad]
+        r.clean = {"n": len(keep), "metrics": subset_metrics(t, r, keep)}
+    return report.as_dict(lines)
 
 
 def _tree_sha256(path: Path) -> str:

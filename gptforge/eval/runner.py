@@ -72,6 +72,8 @@ class TaskResult:
     chance: float = 0.0
     predictions: list = field(default_factory=list)
     """Per example: {"line", and "pred" (choice index) or "output" (generated text)}."""
+    clean: dict | None = None
+    """{"n", "metrics"} over the examples a contamination check found clean (set by the caller)."""
 
     @property
     def examples_per_s(self) -> float:
@@ -83,6 +85,8 @@ class TaskResult:
         d["examples_per_s"] = self.examples_per_s
         if self.confusion_matrix is not None:
             d["confusion_matrix"] = self.confusion_matrix
+        if self.clean is not None:
+            d["clean"] = self.clean
         return d
 
 
@@ -250,6 +254,21 @@ def run_task(model: torch.nn.Module, tokenizer, task: Task | str | Path, device:
         p["loglikelihoods"] = x
     return TaskResult(**common, truncated=truncated, metrics=metrics, seconds=time.perf_counter() - t0,
                       confusion_matrix=confusion, chance=task.chance, predictions=preds)
+
+
+def subset_metrics(task: Task, result: TaskResult, keep: list[int]) -> dict[str, dict]:
+    """`result`'s metrics recomputed over the examples `keep` (indices into the scored examples),
+    from its stored predictions (e.g. the examples a contamination check found clean); {} if none."""
+    if not keep:
+        return {}
+    examples = [task.examples[i] for i in keep]
+    preds = [result.predictions[i] for i in keep]
+    if task.type == "generation":
+        return {"exact_match": mean_metric([exact_match(p["output"], e.answers) for p, e in zip(preds, examples)]),
+                "f1": mean_metric([token_f1(p["output"], e.answers) for p, e in zip(preds, examples)])}
+    lls = [p["loglikelihoods"] for p in preds]
+    greedy = [[bool(p["pred"])] for p in preds]  # read only for cloze, where pred is the greedy flag
+    return _choice_metrics(task, examples, lls, greedy)[0]
 
 
 def main_metric(result: TaskResult) -> str:
