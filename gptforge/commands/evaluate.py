@@ -1,4 +1,4 @@
-"""`gptforge evaluate MODEL (--tasks T1 T2 ... | --data DIR [--split val|test] | --text FILE)`."""
+"""`gptforge evaluate MODEL (--tasks T1 T2 ... | --harness TASK ... | --data DIR [--split val|test] | --text FILE)`."""
 
 from __future__ import annotations
 

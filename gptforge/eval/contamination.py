@@ -61,7 +61,7 @@ class ContaminationReport:
 
 
 def find_contamination(example_tokens: dict[str, Sequence[Sequence[int]]], data_dir: str | Path, n: int = 13,
-                       split: str = "train", chunk_tokens: int = 1 << 24,
+                       split: str = "train", chunk_tokens: int = 1 << 22,
                        on_chunk: Callable[[int], None] | None = None) -> ContaminationReport:
     """Indices of the examples (per task) that share a token n-gram with `split` of `data_dir`.
 

@@ -296,6 +296,12 @@ def evaluate_tasks(model: torch.nn.Module, tokenizer, tasks: list[Task | str | P
     return out
 
 
+def log_items(scores: dict[str, dict[str, float]], prefix: str = "eval") -> dict[str, float]:
+    """`evaluate_tasks`'s output as flat metric names for metrics.jsonl / TensorBoard:
+    {"eval/<task>/<metric>": value} (per-class names keep their slash: eval/t/f1/pos)."""
+    return {f"{prefix}/{task}/{m}": v for task, ms in scores.items() for m, v in ms.items()}
+
+
 def format_table(results: list[TaskResult], agg: dict | None = None) -> str:
     """A plain-text table: task, metric, value ± stderr, n, k-shot, truncated, examples/s."""
     rows = [("task", "metric", "value", "stderr", "n", "shots", "truncated", "ex/s")]

@@ -74,3 +74,20 @@ def test_loglikelihoods_of_strings(loaded):
     assert truncated == 0
     assert ll[0] > ll[1]  # real code beats gibberish after a model trained on code
     assert all(v < 0 for v in ll)
+
+
+def test_evaluate_tasks_for_a_training_loop(loaded, tmp_path):
+    from gptforge.eval.runner import evaluate_tasks, log_items
+    from gptforge.eval.tasks import load_task
+
+    model, tok = loaded
+    tasks = [load_task(write_mc_task(tmp_path / "a.jsonl", n=8)), load_task(write_mc_task(tmp_path / "b.jsonl", n=6,
+                                                                                          seed=5))]
+    model.train()
+    scores = evaluate_tasks(model, tok, tasks, device="cpu", precision="fp32", batch_size=8)
+    assert model.training  # mode restored
+    assert set(scores) == {"a", "b", "core"} and set(scores["a"]) == {"acc", "acc_norm"}
+    again = evaluate_tasks(model.eval(), tok, tasks, batch_size=3)
+    assert again == scores  # dropout off while scoring: the same figures in train or eval mode
+    items = log_items(scores)
+    assert items["eval/a/acc"] == scores["a"]["acc"] and "eval/core/centered_acc" in items
