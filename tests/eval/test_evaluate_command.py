@@ -44,3 +44,17 @@ def test_evaluate_bad_task_and_bad_options_are_one_line_errors(trained_run, tmp_
     assert err.startswith("gptforge evaluate: error:") and "bad.jsonl, line 1: field 'label' = 5" in err
     assert main(["evaluate", str(trained_run)]) == 1
     assert "exactly one of --tasks" in capsys.readouterr().err
+
+
+def test_evaluate_a_hugging_face_folder_gives_the_run_s_scores(trained_run, tmp_path, capsys):
+    from gptforge.runtime.loading import to_hf
+
+    mc = write_mc_task(tmp_path / "mc.jsonl", n=10, seed=2)
+    hf = to_hf(trained_run, tmp_path / "hf")
+    assert main(["evaluate", str(hf), "--tasks", str(mc), "--json"]) == 0
+    from_hf = json.loads(capsys.readouterr().out)["tasks"]["mc"]["metrics"]
+    assert (hf / "eval" / "results.json").is_file()
+    assert main(["evaluate", str(trained_run), "--tasks", str(mc), "--json", "--out", str(tmp_path / "r.json")]) == 0
+    from_run = json.loads(capsys.readouterr().out)["tasks"]["mc"]["metrics"]
+    assert from_hf["acc"]["value"] == from_run["acc"]["value"]
+    assert from_hf["acc_norm"]["value"] == from_run["acc_norm"]["value"]
