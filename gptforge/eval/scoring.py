@@ -102,33 +102,39 @@ def pack(units: list[Unit], padding_side: str = "right"):
 
     Returns: (idx (B, T) int64, position_ids (B, T), attn_mask (B, 1, T, T) bool, targets) where
     targets is a list of (row, position predicting the token, token id, request index).
-    Padding positions attend only to themselves, so no softmax row is empty.
+    Query q may attend to key k when k <= q and k is in the context or in q's own continuation;
+    padding positions attend only to themselves, so no softmax row is empty.
     """
     T = max(u.length for u in units)
-    B = len(units)
-    idx = torch.zeros(B, T, dtype=torch.long)
-    pos = torch.zeros(B, T, dtype=torch.long)
-    mask = torch.zeros(B, 1, T, T, dtype=torch.bool)
-    mask[:, 0] = torch.eye(T, dtype=torch.bool)
-    targets = []
+    ids, pos, seg, targets = [], [], [], []
     for r, u in enumerate(units):
-        off = T - u.length if padding_side == "left" else 0
-        L = len(u.ctx)
-        idx[r, off:off + L] = torch.tensor(u.ctx)
-        pos[r, off:off + L] = torch.arange(L)
-        mask[r, 0, off:off + L, off:off + L] = torch.ones(L, L, dtype=torch.bool).tril()
+        L, pad = len(u.ctx), T - u.length
+        off = pad if padding_side == "left" else 0
+        row_ids, row_pos, row_seg = list(u.ctx), list(range(L)), [0] * L
         start = off + L
-        for cont, req in zip(u.conts, u.requests):
+        for j, (cont, req) in enumerate(zip(u.conts, u.requests), start=1):
             n = len(cont) - 1
-            if n:
-                idx[r, start:start + n] = torch.tensor(cont[:-1])
-                pos[r, start:start + n] = torch.arange(L, L + n)
-                mask[r, 0, start:start + n, off:off + L] = True
-                mask[r, 0, start:start + n, start:start + n] = torch.ones(n, n, dtype=torch.bool).tril()
+            row_ids += cont[:-1]
+            row_pos += range(L, L + n)
+            row_seg += [j] * n
             preds = [off + L - 1] + list(range(start, start + n))
             targets.extend((r, p, t, req) for p, t in zip(preds, cont))
             start += n
-    return idx, pos, mask, targets
+        fill = ([0] * pad, [0] * pad, [-1] * pad)
+        if padding_side == "left":
+            row_ids, row_pos, row_seg = fill[0] + row_ids, fill[1] + row_pos, fill[2] + row_seg
+        else:
+            row_ids, row_pos, row_seg = row_ids + fill[0], row_pos + fill[1], row_seg + fill[2]
+        ids.append(row_ids)
+        pos.append(row_pos)
+        seg.append(row_seg)
+    idx = torch.tensor(ids, dtype=torch.long)
+    segs = torch.tensor(seg, dtype=torch.long)
+    sq, sk = segs[:, :, None], segs[:, None, :]
+    causal = torch.ones(T, T, dtype=torch.bool).tril()
+    mask = causal & (sq >= 0) & ((sk == 0) | (sk == sq))
+    mask |= torch.eye(T, dtype=torch.bool)  # padding rows see themselves; real rows already do
+    return idx, torch.tensor(pos, dtype=torch.long), mask[:, None], targets
 
 
 @torch.no_grad()
