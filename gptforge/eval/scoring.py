@@ -160,13 +160,16 @@ def score_units(model: torch.nn.Module, units: list[Unit], n_requests: int, batc
         for b in range(0, len(order), batch_size):
             chunk = [units[i] for i in order[b:b + batch_size]]
             idx, pos, mask, targets = pack(chunk, padding_side)
-            with autocast_context(device, precision):
-                logits = model(idx.to(device), position_ids=pos.to(device), attn_mask=mask.to(device))
             rows = torch.tensor([t[0] for t in targets], device=device)
             cols = torch.tensor([t[1] for t in targets], device=device)
             toks = torch.tensor([t[2] for t in targets], device=device)
             reqs = torch.tensor([t[3] for t in targets])
-            logp = logits[rows, cols].float().log_softmax(-1)
+            with autocast_context(device, precision):
+                # Logits only where a continuation token is predicted: the vocabulary projection
+                # is a large share of a small model's work.
+                logits = model(idx.to(device), position_ids=pos.to(device), attn_mask=mask.to(device),
+                               select=(rows, cols))
+            logp = logits.float().log_softmax(-1)
             tok_lp = logp.gather(1, toks[:, None])[:, 0].double().cpu()
             greedy = (logp.argmax(-1) == toks).cpu()
             ll.index_add_(0, reqs, tok_lp)
