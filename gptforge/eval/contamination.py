@@ -7,8 +7,8 @@ continuation (multiple choice, classification, cloze) or its prompt and first an
 
 Scaling: the set that is held in memory is the evaluation side's n-gram hashes (a sorted uint64
 array; a few per example token), and the training split is read once, streaming, in chunks of
-`chunk_tokens` from its memory-mapped shards; each chunk's rolling hashes are looked up in that
-array by binary search (`numpy.searchsorted`), so memory is O(evaluation tokens + chunk) whatever the training size, and
+`chunk_tokens` tokens; each chunk's rolling hashes are filtered by a 2^24-entry table of the
+wanted hashes' top bits and the survivors looked up in that array by binary search, so memory is O(evaluation tokens + chunk) whatever the training size, and
 the time one linear pass. Hashes are polynomial rolling hashes mod 2^64 (Karp and Rabin 1987);
 a false match needs a 64-bit collision. Examples shorter than n tokens cannot match and are
 counted as `too_short`.
@@ -69,14 +69,17 @@ def find_contamination(example_tokens: dict[str, Sequence[Sequence[int]]], data_
     on_chunk: called with the number of training tokens read after each chunk (progress).
 
     Raises:
-        InputError: n < 1, or the split is empty. MissingInputError / DamagedFileError: see
-            `gptforge.data.shards.load_meta`.
+        InputError: n < 1, the split is empty, or not a shard folder (see
+            `gptforge.data.shards.load_meta`). FileNotFoundError: no folder or meta.json.
     """
     from gptforge.data.shards import load_meta
 
     if n < 1:
         raise InputError(f"--contamination-ngram must be >= 1, got {n}")
-    meta = load_meta(data_dir)
+    try:
+        meta = load_meta(data_dir)
+    except ValueError as e:  # not JSON / not a shard folder; the message names meta.json
+        raise InputError(f"--contamination: {e}") from None
     info = meta["splits"].get(split)
     if not info or not info.get("tokens"):
         raise InputError(f"{Path(data_dir) / 'meta.json'}: split {split!r} is empty; nothing to check against")
@@ -89,25 +92,32 @@ def find_contamination(example_tokens: dict[str, Sequence[Sequence[int]]], data_
         all_hashes.extend(hs)
     wanted = np.unique(np.concatenate(all_hashes)) if all_hashes else np.zeros(0, dtype=np.uint64)
     seen = np.zeros(len(wanted), dtype=bool)
+    # A 2^24-entry table of the wanted hashes' top bits rejects almost every training n-gram with
+    # one lookup; only the few that pass are binary-searched.
+    top = np.zeros(1 << 24, dtype=bool)
+    top[wanted >> np.uint64(40)] = True
+    itemsize = np.dtype(meta["dtype"]).itemsize
     total = 0
-    for f in info["files"]:
-        data = np.memmap(Path(data_dir) / f, dtype=meta["dtype"], mode="r")
-        start = 0
-        while start + n <= len(data):
-            stop = min(len(data), start + chunk_tokens + n - 1)  # chunks overlap by n - 1 tokens
-            h = ngram_hashes(np.asarray(data[start:stop]), n)
-            if len(wanted):
-                pos = np.searchsorted(wanted, h)
-                pos[pos == len(wanted)] = 0
-                hit = wanted[pos] == h
-                seen[pos[hit]] = True
-            if on_chunk is not None:
-                on_chunk(total + stop)
-            if stop == len(data):
-                break
-            start = stop - (n - 1)
-        total += len(data)
-        del data
+    for name in info["files"]:
+        path = Path(data_dir) / name
+        length = path.stat().st_size // itemsize
+        with open(path, "rb") as fh:  # plain reads, not a memory map: resident memory stays one chunk
+            start = 0
+            while start + n <= length:
+                stop = min(length, start + chunk_tokens + n - 1)  # chunks overlap by n - 1 tokens
+                fh.seek(start * itemsize)
+                h = ngram_hashes(np.fromfile(fh, dtype=meta["dtype"], count=stop - start), n)
+                h = h[top[h >> np.uint64(40)]]
+                if len(h) and len(wanted):
+                    pos = np.searchsorted(wanted, h)
+                    pos[pos == len(wanted)] = 0
+                    seen[pos[wanted[pos] == h]] = True
+                if on_chunk is not None:
+                    on_chunk(total + stop)
+                if stop == length:
+                    break
+                start = stop - (n - 1)
+        total += length
     found = set(wanted[seen].tolist())
     contaminated = {task: [i for i, hs in enumerate(exs) if any(int(x) in found for x in hs.tolist())]
                     for task, exs in per_example.items()}
