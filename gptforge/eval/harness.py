@@ -135,8 +135,12 @@ def run_harness(model: torch.nn.Module, tokenizer, tasks: list[str], include_pat
     if unknown:
         raise InputError(f"--harness: lm-eval knows no task {unknown[0]!r}; put its YAML definition in a folder "
                          "and pass --include-path DIR")
+    import warnings
+
     try:
-        task_dict = get_task_dict(tasks, tm)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", DeprecationWarning)  # lm-eval 0.4.10+ prefers TaskManager.load()
+            task_dict = get_task_dict(tasks, tm)
     except OSError as e:
         # datasets' DatasetNotFoundError is a FileNotFoundError; offline hub access a ConnectionError.
         raise MissingInputError(

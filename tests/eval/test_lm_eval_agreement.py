@@ -11,9 +11,7 @@ import pytest
 
 from tests.eval.conftest import write_mc_task
 
-# slow: importing lm_eval (transformers, datasets) takes most of its ~20 s.
-pytestmark = [pytest.mark.skipif(importlib.util.find_spec("lm_eval") is None, reason="lm_eval is not installed"),
-              pytest.mark.slow]
+pytestmark = pytest.mark.skipif(importlib.util.find_spec("lm_eval") is None, reason="lm_eval is not installed")
 
 LM_EVAL_TASK = """task: gptforge_agreement
 dataset_path: json
