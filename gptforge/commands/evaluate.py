@@ -204,7 +204,22 @@ def _contamination(opts: EvaluateOptions, tasks, results) -> dict:
     data_tok = Tokenizer.from_file(tok_file)
     texts = {t.name: [e.demo for e in t.examples[:r.n]] for t, r in zip(tasks, results)}
     tokens = {name: data_tok.encode_batch(v) for name, v in texts.items()}
-    report = find_contamination(tokens, opts.contamination, n=opts.contamination_ngram)
+    bar = None
+    if sys.stderr.isatty():
+        from rich.progress import Progress
+
+        from gptforge.data.shards import load_meta
+
+        total = (load_meta(opts.contamination)["splits"].get("train") or {}).get("tokens", 0)
+        bar = Progress(transient=True)
+        job = bar.add_task("contamination (train tokens)", total=total)
+        bar.start()
+    try:
+        report = find_contamination(tokens, opts.contamination, n=opts.contamination_ngram,
+                                    on_chunk=(lambda k: bar.update(job, completed=k)) if bar is not None else None)
+    finally:
+        if bar is not None:
+            bar.stop()
     lines = {t.name: [e.line for e in t.examples[:r.n]] for t, r in zip(tasks, results)}
     for t, r in zip(tasks, results):
         bad = set(report.contaminated[t.name])
