@@ -15,7 +15,7 @@ and n, lm-evaluation-harness's conventions; results.json in MODEL/eval/), or mea
 (--text), with windows of block_size tokens sliding by --stride so every token is scored once.
 Task formats: jsonl {context, choices, label}; HellaSwag, ARC and PIQA/WinoGrande jsonl; MMLU csv;
 {text, label} classification; {prompt, answer} generation; {text} cloze (last word); or a YAML
-task definition (data, type, prompt, labels, fewshot_data, ...)."""
+task definition (data, type, prompt, labels, fewshot_data, ...; type: perplexity for documents)."""
 
 
 @dataclass

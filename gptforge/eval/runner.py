@@ -19,6 +19,10 @@ Metrics per type (lm-evaluation-harness 0.4's definitions where it has them):
   (`gptforge.eval.metrics.classification_report`), prediction = most likely verbalizer.
 - generation: greedy decoding until a stop string, the end-of-text token or max_new_tokens;
   `exact_match` and `f1` after SQuAD normalisation, best over the reference answers.
+- perplexity (`{"text"}` rows): lm-eval's rolling log-likelihood (disjoint windows of block_size
+  tokens, the end-of-text token before the text) and its `word_perplexity`, `byte_perplexity` and
+  `bits_per_byte` (totals over the documents); stderr by the delta method for a ratio of sums
+  (Cochran 1977, Sampling Techniques, sec. 6.3: se(R) = sqrt(sum((x_i - R y_i)^2) / (n (n - 1))) / mean(y)).
 - cloze: `acc` (the last word is the greedy continuation, token by token, as lm-eval's LAMBADA) and
   `perplexity` = exp(-mean log-likelihood of the word), stderr by the delta method
   (perplexity * stderr of the mean log-likelihood).
@@ -28,7 +32,9 @@ from __future__ import annotations
 
 import math
 import random
+import re
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -175,6 +181,26 @@ def _generate(model, tokenizer, prompts: list[list[int]], max_new_tokens: int, s
     return outputs
 
 
+def _ratio_se(x: np.ndarray, y: np.ndarray) -> float:
+    n = len(x)
+    if n < 2:
+        return 0.0
+    r = x.sum() / y.sum()
+    return float(math.sqrt(((x - r * y) ** 2).sum() / (n * (n - 1))) / y.mean())
+
+
+def perplexity_metrics(nats: Sequence[float], n_bytes: Sequence[int], words: Sequence[int]) -> dict[str, dict]:
+    """word_perplexity, byte_perplexity, bits_per_byte of documents with total negative
+    log-likelihoods `nats`, UTF-8 byte and whitespace-word counts (see the module doc)."""
+    x, b, w = (np.asarray(v, dtype=np.float64) for v in (nats, n_bytes, words))
+    n = len(x)
+    per_byte, per_word = x.sum() / b.sum(), x.sum() / w.sum()
+    se_b, se_w = _ratio_se(x, b), _ratio_se(x, w)
+    return {"word_perplexity": metric(math.exp(per_word), math.exp(per_word) * se_w, n),
+            "byte_perplexity": metric(math.exp(per_byte), math.exp(per_byte) * se_b, n),
+            "bits_per_byte": metric(per_byte / math.log(2), se_b / math.log(2), n)}
+
+
 def run_task(model: torch.nn.Module, tokenizer, task: Task | str | Path, device: torch.device | str = "cpu",
              precision: str = "fp32", batch_size: int = 32, num_fewshot: int = 0, limit: int | None = None,
              seed: int = DEFAULT_SEED, padding_side: str = "right", progress: bool = False) -> TaskResult:
@@ -196,6 +222,27 @@ def run_task(model: torch.nn.Module, tokenizer, task: Task | str | Path, device:
     block = model.config.block_size
     common = dict(name=task.name, type=task.type, format=task.format, path=str(task.path), sha256=task.sha256, n=n,
                   num_fewshot=num_fewshot, seed=seed)
+    if task.type == "perplexity":
+        from gptforge.eval.perplexity import evaluate_tokens
+        from gptforge.runtime.device import AUTOCAST_DTYPES
+
+        preds = []
+        bar, bt = _progress(progress, task.name, n)
+        try:
+            for e in examples:
+                toks = np.array([tokenizer.eos_id] + tokenizer.encode(e.answers[0]), dtype=np.int64)
+                r = evaluate_tokens(model, toks, stride=block, batch_size=batch_size, device=device,
+                                    autocast_dtype=AUTOCAST_DTYPES.get(precision))
+                preds.append({"line": e.line, "nats": r.total_nats, "tokens": r.tokens,
+                              "bytes": len(e.answers[0].encode("utf-8")), "words": len(re.split(r"\s+", e.answers[0]))})
+                if bar is not None:
+                    bar.update(bt, advance=1)
+        finally:
+            if bar is not None:
+                bar.stop()
+        metrics = perplexity_metrics([p["nats"] for p in preds], [p["bytes"] for p in preds],
+                                     [p["words"] for p in preds])
+        return TaskResult(**common, truncated=0, metrics=metrics, seconds=time.perf_counter() - t0, predictions=preds)
     if task.type == "generation":
         if task.max_new_tokens >= block:
             raise InputError(f"{task.path}: max_new_tokens {task.max_new_tokens} leaves no room for the prompt in "
@@ -263,6 +310,8 @@ def subset_metrics(task: Task, result: TaskResult, keep: list[int]) -> dict[str,
         return {}
     examples = [task.examples[i] for i in keep]
     preds = [result.predictions[i] for i in keep]
+    if task.type == "perplexity":
+        return perplexity_metrics([p["nats"] for p in preds], [p["bytes"] for p in preds], [p["words"] for p in preds])
     if task.type == "generation":
         return {"exact_match": mean_metric([exact_match(p["output"], e.answers) for p, e in zip(preds, examples)]),
                 "f1": mean_metric([token_f1(p["output"], e.answers) for p, e in zip(preds, examples)])}
@@ -276,9 +325,13 @@ def main_metric(result: TaskResult) -> str:
     return "exact_match" if result.type == "generation" else "acc"
 
 
-def aggregate(results: list[TaskResult]) -> dict:
-    """{"core": metric record}: DCLM's centred accuracy averaged over the tasks (see metrics)."""
-    return {"core": centered_aggregate({r.name: (r.metrics[main_metric(r)], r.chance) for r in results})}
+def aggregate(results: list[TaskResult]) -> dict | None:
+    """{"core": metric record}: DCLM's centred accuracy averaged over the scored tasks (see
+    metrics); perplexity tasks have no accuracy and are left out. None without such tasks."""
+    scored = [r for r in results if r.type != "perplexity"]
+    if not scored:
+        return None
+    return {"core": centered_aggregate({r.name: (r.metrics[main_metric(r)], r.chance) for r in scored})}
 
 
 def evaluate_tasks(model: torch.nn.Module, tokenizer, tasks: list[Task | str | Path], device: torch.device | str = "cpu",
@@ -291,8 +344,9 @@ def evaluate_tasks(model: torch.nn.Module, tokenizer, tasks: list[Task | str | P
     """
     results = [run_task(model, tokenizer, t, device, precision, batch_size, num_fewshot, limit, seed) for t in tasks]
     out = {r.name: {m: rec["value"] for m, rec in r.metrics.items()} for r in results}
-    if len(results) > 1:
-        out["core"] = {"centered_acc": aggregate(results)["core"]["value"]}
+    agg = aggregate(results) if len(results) > 1 else None
+    if agg:
+        out["core"] = {"centered_acc": agg["core"]["value"]}
     return out
 
 

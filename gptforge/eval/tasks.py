@@ -13,6 +13,7 @@ A task is a file; its format is recognised from its rows (every row must be in t
 | `classification` | `{"text", "label"}`                                      | classification  |
 | `generation`  | `{"prompt", "answer": str or [str, ...]}`                   | generation      |
 | `cloze`       | `{"text"}`: predict the last word (LAMBADA)                 | cloze           |
+| `perplexity`  | `{"text"}` with `type: perplexity` in a YAML definition      | perplexity      |
 
 Prompts follow lm-evaluation-harness 0.4's task definitions, so scores are comparable:
 HellaSwag `activity_label: ctx_a ctx_b.capitalize()` with its bracket clean-up; ARC and PIQA
@@ -52,17 +53,19 @@ from pathlib import Path
 
 from gptforge.errors import InputError, MissingInputError
 
-TASK_TYPES = ("multiple_choice", "classification", "generation", "cloze")
+TASK_TYPES = ("multiple_choice", "classification", "generation", "cloze", "perplexity")
 
 FORMAT_TYPE = {"mc": "multiple_choice", "hellaswag": "multiple_choice", "arc": "multiple_choice",
                "mmlu": "multiple_choice", "piqa": "multiple_choice", "winogrande": "multiple_choice",
-               "classification": "classification", "generation": "generation", "cloze": "cloze"}
+               "classification": "classification", "generation": "generation", "cloze": "cloze",
+               "perplexity": "perplexity"}
 
 FORMAT_FIELDS = {"mc": ("context", "choices", "label"),
                  "hellaswag": ("ctx_a", "ctx_b", "endings", "label", "activity_label"),
                  "arc": ("question", "answerKey"), "piqa": ("goal", "sol1", "sol2", "label"),
                  "winogrande": ("sentence", "option1", "option2", "answer"),
-                 "classification": ("text", "label"), "generation": ("prompt", "answer"), "cloze": ("text",)}
+                 "classification": ("text", "label"), "generation": ("prompt", "answer"), "cloze": ("text",),
+                 "perplexity": ("text",)}
 
 YAML_KEYS = ("name", "data", "type", "prompt", "labels", "target_delimiter", "fewshot_data", "description",
              "stop", "max_new_tokens")
@@ -267,6 +270,8 @@ def rows_to_examples(path: Path, rows: list[tuple[int, object]], fmt: str, opts:
     out = []
     for line, row in rows:
         got = detect_format(row)
+        if fmt == "perplexity" and got == "cloze":
+            got = "perplexity"
         if got != fmt:
             if got is None:
                 raise _err(path, line, f"row matches no task format; expected the fields {list(FORMAT_FIELDS[fmt])} "
@@ -344,6 +349,11 @@ def rows_to_examples(path: Path, rows: list[tuple[int, object]], fmt: str, opts:
             answers = [ans] if isinstance(ans, str) else _choices(path, line, key, ans)
             ctx = _format_prompt(path, line, prompt, row) if prompt else p
             out.append(Example([ctx], [], [], None, answers, ctx + delim + answers[0], line))
+        elif fmt == "perplexity":
+            text = _get(path, line, row, "text")
+            if not text:
+                raise _err(path, line, "field 'text' is empty")
+            out.append(Example([], [], [], None, [text], text, line))
         elif fmt == "cloze":
             text = _get(path, line, row, "text").rstrip()
             if " " not in text:
@@ -376,8 +386,8 @@ def _read_examples(path: Path, opts: dict, want_type: str | None) -> tuple[str, 
     if fmt is None:
         raise _err(path, rows[0][0], f"row matches no task format; fields found {sorted(rows[0][1])} "
                                      "(see `gptforge evaluate --help` for the formats)")
-    if want_type == "classification" and fmt == "cloze":
-        fmt = "classification"
+    if want_type in ("classification", "perplexity") and fmt == "cloze":
+        fmt = want_type
     if want_type is not None and FORMAT_TYPE[fmt] != want_type:
         raise _err(path, rows[0][0], f"type: {want_type} but the rows are in the {fmt!r} format "
                                      f"({FORMAT_TYPE[fmt]})")

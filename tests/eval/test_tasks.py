@@ -155,3 +155,25 @@ def test_long_context_is_truncated_from_the_left_and_counted(tmp_path, loaded):
     r = run_task(model, tok, path)
     assert r.truncated == 2  # both choices of the first example
     assert r.n == 2
+
+
+def test_perplexity_task_totals_match_direct_scoring(tmp_path, loaded):
+    import math
+
+    import numpy as np
+
+    from gptforge.eval.perplexity import evaluate_tokens
+
+    model, tok = loaded
+    docs = ["import os\nimport sys\n" * 6, "def f(x):\n    return x + 1\n"]
+    _jsonl(tmp_path / "docs.jsonl", [{"text": d} for d in docs])
+    (tmp_path / "ppl.yaml").write_text("data: docs.jsonl\ntype: perplexity\n")
+    r = run_task(model, tok, tmp_path / "ppl.yaml")
+    assert r.type == "perplexity" and r.n == 2
+    nats = [evaluate_tokens(model, np.array([tok.eos_id] + tok.encode(d)), stride=64).total_nats for d in docs]
+    n_bytes = sum(len(d.encode()) for d in docs)
+    assert r.metrics["bits_per_byte"]["value"] == pytest.approx(sum(nats) / n_bytes / math.log(2), rel=1e-9)
+    assert r.metrics["byte_perplexity"]["value"] == pytest.approx(math.exp(sum(nats) / n_bytes), rel=1e-9)
+    assert r.metrics["bits_per_byte"]["stderr"] > 0
+    # Without `type: perplexity` the same rows are a cloze task.
+    assert load_task(tmp_path / "docs.jsonl").type == "cloze"
