@@ -9,7 +9,8 @@ Few-shot examples: `num_fewshot` demonstrations (each example solved: context, d
 answer) joined by "\\n\\n" before the context, after the task's description. They are drawn
 without replacement from the task's few-shot file when it has one (`fewshot_data`, MMLU's dev
 file), else from the task's other rows (never the example itself), by `random.Random` seeded with
-`"{seed}-{row index}"`: the same examples whatever --limit, batch size or device.
+`"{seed}-{row index}"`: the same examples whatever --limit, batch size or device. MMLU's dev file
+gives its first k questions in order, as lm-evaluation-harness's `first_n` sampler.
 
 Metrics per type (lm-evaluation-harness 0.4's definitions where it has them):
 - multiple_choice: `acc` (argmax of the log-likelihoods is the gold choice) and `acc_norm`
@@ -111,7 +112,9 @@ def fewshot_contexts(task: Task, index: int, num_fewshot: int, seed: int) -> lis
             raise InputError(f"{task.path}: --num-fewshot {num_fewshot} but the task has only {candidates} "
                              "few-shot candidates; lower --num-fewshot or give it a fewshot_data file")
         rng = random.Random(f"{seed}-{index}")
-        if task.fewshot_pool is not None:
+        if task.fewshot_sampler == "first_n" and task.fewshot_pool is not None:
+            picks = list(range(num_fewshot))
+        elif task.fewshot_pool is not None:
             picks = rng.sample(range(len(pool)), num_fewshot)
         else:
             picks = [i for i in rng.sample(range(len(pool)), num_fewshot + 1) if i != index][:num_fewshot]

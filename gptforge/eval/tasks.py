@@ -109,6 +109,8 @@ class Task:
     labels: list[str] = field(default_factory=list)
     """Classification: the class names, in the order of each example's continuations."""
     description: str = ""
+    fewshot_sampler: str = "random"
+    """"random" (seeded draw) or "first_n" (the pool's first k rows in order, MMLU's dev file as lm-eval)."""
     fewshot_delimiter: str = "\n\n"
     stop: list[str] = field(default_factory=lambda: ["\n\n"])
     max_new_tokens: int = 32
@@ -433,6 +435,7 @@ def load_task(path: str | Path) -> Task:
     name = str(opts.get("name") or path.stem)
     desc = opts.get("description", "")
     pool = None
+    sampler = "random"
     fewshot = opts.get("fewshot_data")
     if fewshot is not None:
         _, pool = _read_examples((path.parent / str(fewshot)).resolve(), opts, FORMAT_TYPE[fmt])
@@ -444,8 +447,9 @@ def load_task(path: str | Path) -> Task:
         dev = data.parent.parent / "dev" / f"{subject}_dev.csv"
         if pool is None and dev.is_file() and dev.resolve() != data.resolve():
             _, pool = _read_examples(dev, opts, "multiple_choice")
+            sampler = "first_n"
     task = Task(name=name, type=FORMAT_TYPE[fmt], format=fmt, path=path, sha256=file_sha256(data), examples=examples,
-                fewshot_pool=pool, labels=opts.get("_labels", []), description=str(desc))
+                fewshot_pool=pool, labels=opts.get("_labels", []), description=str(desc), fewshot_sampler=sampler)
     if "stop" in opts:
         stop = opts["stop"]
         task.stop = [stop] if isinstance(stop, str) else [str(s) for s in stop]

@@ -45,12 +45,12 @@ def test_arc_mmlu_piqa_winogrande(tmp_path):
     (tmp_path / "data" / "test").mkdir(parents=True)
     (tmp_path / "data" / "dev").mkdir()
     (tmp_path / "data" / "test" / "high_school_math_test.csv").write_text('"What is 1+1?",1,2,3,4,B\n')
-    (tmp_path / "data" / "dev" / "high_school_math_dev.csv").write_text("What is 2+2?,3,4,5,6,B\n")
+    (tmp_path / "data" / "dev" / "high_school_math_dev.csv").write_text("What is 2+2?,3,4,5,6,B\nWhat is 0?,0,1,2,3,A\n")
     mmlu = load_task(tmp_path / "data" / "test" / "high_school_math_test.csv")
     assert mmlu.format == "mmlu" and mmlu.examples[0].label == 1
     assert mmlu.examples[0].contexts == ["What is 1+1?\nA. 1\nB. 2\nC. 3\nD. 4\nAnswer:"]
     assert mmlu.examples[0].continuations == [" A", " B", " C", " D"]
-    assert mmlu.fewshot_pool is not None and len(mmlu.fewshot_pool) == 1
+    assert mmlu.fewshot_pool is not None and len(mmlu.fewshot_pool) == 2 and mmlu.fewshot_sampler == "first_n"
     ctx = fewshot_contexts(mmlu, 0, 1, seed=0)[0]
     assert ctx.startswith("The following are multiple choice questions (with answers) about high school math.\n\n"
                           "What is 2+2?\nA. 3\nB. 4")
