@@ -157,30 +157,23 @@ def _choice_metrics(task: Task, examples, lls: list[list[float]], greedy: list[l
 
 def _generate(model, tokenizer, prompts: list[list[int]], max_new_tokens: int, stop: list[str], batch_size: int,
               device: torch.device, precision: str, bar=None, bar_task=None) -> list[str]:
-    """Greedy continuations of token prompts, cut at the first stop string. Same-length prompts
-    share a batch, so no padding enters the computation."""
-    from gptforge.infer.generate import generate
+    """Greedy continuations of token prompts, cut before the first stop string or end-of-text.
+    Prompts are batched by length (`gptforge.infer.generate.generate_batch`, left-padded); a row
+    stops at its stop string, the batch when every row has."""
+    from gptforge.infer.generate import generate_batch
     from gptforge.runtime.device import autocast_context
 
     outputs: list[str] = [""] * len(prompts)
-    by_len: dict[int, list[int]] = {}
-    for i, p in enumerate(prompts):
-        by_len.setdefault(len(p), []).append(i)
-    for _, idx in sorted(by_len.items(), reverse=True):
-        for b in range(0, len(idx), batch_size):
-            rows = idx[b:b + batch_size]
-            x = torch.tensor([prompts[i] for i in rows], dtype=torch.long, device=device)
-            with autocast_context(device, precision):
-                out = generate(model, x, max_new_tokens, temperature=0.0, eos_id=tokenizer.eos_id)
-            for r, i in enumerate(rows):
-                new = out[r, x.size(1):].tolist()
-                if tokenizer.eos_id in new:
-                    new = new[: new.index(tokenizer.eos_id)]
-                text = tokenizer.decode(new)
-                cut = min((text.find(s) for s in stop if s and s in text), default=len(text))
-                outputs[i] = text[:cut]
-            if bar is not None:
-                bar.update(bar_task, advance=len(rows))
+    order = sorted(range(len(prompts)), key=lambda i: -len(prompts[i]))
+    for b in range(0, len(order), batch_size):
+        rows = order[b:b + batch_size]
+        with autocast_context(device, precision):
+            gens = generate_batch(model, [prompts[i] for i in rows], max_new_tokens, temperature=0.0,
+                                  eos_id=tokenizer.eos_id, stop=stop, decode=tokenizer.decode)
+        for i, g in zip(rows, gens):
+            outputs[i] = g.text
+        if bar is not None:
+            bar.update(bar_task, advance=len(rows))
     return outputs
 
 

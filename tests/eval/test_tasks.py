@@ -92,6 +92,9 @@ def test_generation_and_cloze_run(tmp_path, loaded):
     assert r.type == "generation" and r.n == 2 and set(r.metrics) == {"exact_match", "f1"}
     assert all("\n" not in p["output"] for p in r.predictions)
     assert 0 <= r.metrics["f1"]["value"] <= 1
+    # Prompts of different lengths batched together (left-padded) give the outputs they give alone.
+    assert [p["output"] for p in run_task(model, tok, tmp_path / "gen.yaml", batch_size=1).predictions] == \
+        [p["output"] for p in r.predictions]
     cl = run_task(model, tok, _jsonl(tmp_path / "lambada.jsonl", [{"text": "for i in range(10)"},
                                                                    {"text": "return self"}]))
     assert cl.type == "cloze" and cl.metrics["perplexity"]["value"] > 1 and cl.metrics["acc"]["n"] == 2
