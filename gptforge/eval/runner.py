@@ -276,10 +276,12 @@ def run_task(model: torch.nn.Module, tokenizer, task: Task | str | Path, device:
         return cache[s]
 
     pairs = [encode_pair(encode, c, x, tokenizer.eos_id) for c, x in requests]
-    try:
-        units, truncated = make_units(pairs, block)
-    except InputError as e:
-        raise InputError(f"{task.path}: {e}") from None
+    for (_, cont), (_, text), k in zip(pairs, requests, owner):
+        if not cont or len(cont) > block:
+            why = "encodes to no tokens after the context" if not cont else \
+                f"is {len(cont)} tokens, longer than the model's context of {block}"
+            raise InputError(f"{task.path}, line {examples[k].line}: the continuation {text!r} {why}")
+    units, truncated = make_units(pairs, block)
     bar, bt = _progress(progress, task.name, len(units))
     try:
         ll, greedy = score_units(model, units, len(requests), batch_size, device, precision, padding_side,

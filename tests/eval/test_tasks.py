@@ -180,3 +180,11 @@ def test_perplexity_task_totals_match_direct_scoring(tmp_path, loaded):
     assert r.metrics["bits_per_byte"]["stderr"] > 0
     # Without `type: perplexity` the same rows are a cloze task.
     assert load_task(tmp_path / "docs.jsonl").type == "cloze"
+
+
+def test_a_continuation_longer_than_the_context_window_names_the_line(tmp_path, loaded):
+    model, tok = loaded
+    path = _jsonl(tmp_path / "huge.jsonl", [{"context": "import", "choices": [" os", " zz"], "label": 0},
+                                            {"context": "x", "choices": ["y = 1\n" * 100, "z"], "label": 0}])
+    with pytest.raises(InputError, match=r"huge.jsonl, line 2: the continuation .* longer than the model's context"):
+        run_task(model, tok, path)
