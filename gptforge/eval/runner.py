@@ -348,6 +348,16 @@ def evaluate_tasks(model: torch.nn.Module, tokenizer, tasks: list[Task | str | P
     return out
 
 
+def higher_is_better(metric_name: str) -> bool:
+    """Direction of a metric named by `evaluate_tasks` / `log_items` ("acc", "eval/t/f1/pos", ...):
+    False for perplexities and bits per byte, True for accuracies, F1, exact match, CORE. For a
+    trainer's best-checkpoint choice by a task metric (`train.best_metric`)."""
+    last = metric_name.split("/")[-1]
+    if metric_name.split("/")[-2:-1] in (["precision"], ["recall"], ["f1"]):
+        return True
+    return not (last.endswith("perplexity") or last == "bits_per_byte")
+
+
 def log_items(scores: dict[str, dict[str, float]], prefix: str = "eval") -> dict[str, float]:
     """`evaluate_tasks`'s output as flat metric names for metrics.jsonl / TensorBoard:
     {"eval/<task>/<metric>": value} (per-class names keep their slash: eval/t/f1/pos)."""

@@ -89,5 +89,9 @@ def test_evaluate_tasks_for_a_training_loop(loaded, tmp_path):
     assert set(scores) == {"a", "b", "core"} and set(scores["a"]) == {"acc", "acc_norm"}
     again = evaluate_tasks(model.eval(), tok, tasks, batch_size=3)
     assert again == scores  # dropout off while scoring: the same figures in train or eval mode
+    from gptforge.eval.runner import higher_is_better
+
+    assert higher_is_better("eval/a/acc") and higher_is_better("macro_f1") and higher_is_better("eval/t/f1/pos")
+    assert not higher_is_better("eval/p/bits_per_byte") and not higher_is_better("perplexity")
     items = log_items(scores)
     assert items["eval/a/acc"] == scores["a"]["acc"] and "eval/core/centered_acc" in items
