@@ -20,7 +20,7 @@ COMMANDS = {
     "plan": "Predict per-GPU memory, speed, time and cost of a training job (and check it on fake tensors).",
     "prepare": "Read raw text (txt/md/jsonl/json/parquet, plain or compressed), train/load a tokenizer, write token shards.",
     "pretrain": "Train a GPT from scratch on prepared shards.",
-    "evaluate": "Loss, perplexity and bits per byte of a run or checkpoint on a split or a text file.",
+    "evaluate": "Benchmark tasks (acc, acc_norm, F1, exact match; lm-eval conventions), or loss/perplexity/bits per byte.",
     "generate": "Sample text from a run or checkpoint with a KV cache.",
     "finetune": "Fine-tune a Hugging Face or gptforge model (full or LoRA) on instruction .jsonl or shards.",
     "convert": "Convert Hugging Face model folders (GPT-2, Llama, Mistral, Qwen2) to gptforge checkpoints and back.",

@@ -301,8 +301,12 @@ class GPT(nn.Module):
         attn_mask: torch.Tensor | None = None,
         caches: list[KVCache] | None = None,
         last_only: bool = False,
+        select: tuple[torch.Tensor, torch.Tensor] | None = None,
     ) -> torch.Tensor:
-        """idx (B, T) -> logits (B, T, V), or (B, 1, V) with last_only.
+        """idx (B, T) -> logits (B, T, V), or (B, 1, V) with last_only, or (N, V) with select.
+
+        select: (rows, cols), each (N,) int64: logits only at positions idx[rows, cols] (the final
+        norm and the vocabulary projection run on those N positions only, e.g. for scoring).
 
         position_ids: (B, T) or (T,) absolute positions (default: past + arange(T)), e.g. restarting
         per packed sequence. attn_mask: bool (B or 1, 1, T, S), True = may attend (default causal).
@@ -324,6 +328,8 @@ class GPT(nn.Module):
             x = block(x, rope, caches[i] if caches else None, attn_mask)
         if last_only:
             x = x[:, -1:, :]
+        elif select is not None:
+            x = x[select[0], select[1]]
         return self.head(x)
 
     # The three pieces of forward, also called by pipeline stages (gptforge.train.parallelize),
