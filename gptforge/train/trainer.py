@@ -164,6 +164,8 @@ class Trainer:
     def _nothing_to_resume(self) -> bool:
         """--resume on a run killed before its first checkpoint, with no training progress logged:
         start it fresh (said), rather than leave a folder neither --resume nor a new run accepts."""
+        if not (self.run_dir / "config.yaml").is_file():
+            return False  # never started here: find_checkpoint's error says what is missing
         try:
             ckpt_lib.find_checkpoint(self.run_dir)
             return False

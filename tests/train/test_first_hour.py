@@ -95,6 +95,7 @@ def test_resume_of_a_run_killed_before_its_first_checkpoint_starts_fresh(tiny_sh
     run.mkdir()
     (run / "checkpoints" / ".tmp_step_0000005").mkdir(parents=True)  # a half-written first checkpoint
     (run / "metrics.jsonl").write_text("")
+    (run / "config.yaml").write_text("model: {preset: gpt2-nano}\n")  # written at start, before any step
     said = []
     cfg = RunConfig(model=ModelConfig(preset="gpt2-nano", block_size=32),
                     train=TrainConfig(max_steps=3, micro_batch_size=2, eval_interval=0, tensorboard=False,
