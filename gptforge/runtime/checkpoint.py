@@ -219,8 +219,17 @@ def load_checkpoint(ckpt: Path, model: torch.nn.Module, optimizer: torch.optim.O
     stage); with ZeRO-1 pass the rank's local optimizer (`ZeroRedundancyOptimizer.optim`).
 
     Returns: the trainer state dict (step, tokens_seen, ...).
+
+    Raises:
+        InputError: the checkpoint is a quantized run's (`gptforge quantize`): not trainable.
     """
     ckpt = Path(ckpt)
+    if (ckpt / "config.yaml").is_file():
+        import yaml
+
+        from gptforge.runtime.loading import refuse_quantized
+
+        refuse_quantized(yaml.safe_load((ckpt / "config.yaml").read_text()) or {}, ckpt / "config.yaml")
     state = _dcp_state(model, optimizer)
     with quiet_single_process_dcp():
         dcp.load(state, checkpoint_id=str(ckpt))
