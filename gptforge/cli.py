@@ -25,6 +25,8 @@ COMMANDS = {
     "convert": "Convert Hugging Face model folders (GPT-2, Llama, Mistral, Qwen2) to gptforge checkpoints and back.",
     "launch": "Run a gptforge command under torchrun on N processes (and nodes), printing the command.",
     "slurm": "Write a Slurm sbatch script that runs a gptforge command with torchrun on N nodes x G GPUs.",
+    "quantize": "Quantize a run's weights to int8, int4 or nf4 and report size, speed and perplexity change.",
+    "prune": "Prune a run's heads, MLP channels, embedding channels and layers by activation importance.",
     "export-checkpoint": "Consolidate a sharded training checkpoint into one safetensors (or torch) file.",
 }
 
