@@ -227,8 +227,6 @@ def load_checkpoint(ckpt: Path, model: torch.nn.Module, optimizer: torch.optim.O
     if (ckpt / "config.yaml").is_file():
         import yaml
 
-        from gptforge.runtime.loading import refuse_quantized
-
         refuse_quantized(yaml.safe_load((ckpt / "config.yaml").read_text()) or {}, ckpt / "config.yaml")
     state = _dcp_state(model, optimizer)
     with quiet_single_process_dcp():
@@ -241,6 +239,20 @@ def load_checkpoint(ckpt: Path, model: torch.nn.Module, optimizer: torch.optim.O
     trainer_state = load_trainer_state(ckpt)
     restore_rng(trainer_state)
     return trainer_state
+
+
+def refuse_quantized(doc: dict, where: Path) -> None:
+    """Raise InputError when config dict `doc` (read from `where`) is a quantized run's: its weights
+    are stored int8/int4/nf4 (see `gptforge.model.quant`) and can be loaded for inference only
+    (`load_for_inference`), not trained, fine-tuned or converted."""
+    q = doc.get("quantization")
+    if q:
+        from gptforge.errors import InputError
+
+        raise InputError(
+            f"{where}: this run is quantized ({q.get('method')}): its weights are for inference only "
+            "(evaluate, generate); train, fine-tune or convert the original run it was quantized from"
+        )
 
 
 def restore_rng(trainer_state: dict[str, Any]) -> None:

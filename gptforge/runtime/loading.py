@@ -20,6 +20,7 @@ from gptforge.atomic import atomic_write_text, replace_dir
 from gptforge.runtime.checkpoint import (
     find_checkpoint,
     load_model_weights,
+    refuse_quantized,
     save_checkpoint,
 )
 
@@ -122,20 +123,6 @@ def load_model_checkpoint(path: Path, dtype: torch.dtype | None = None):
     if n_lora:
         merge_for_export(model)
     return model, step
-
-
-def refuse_quantized(doc: dict, where: Path) -> None:
-    """Raise InputError when config dict `doc` (read from `where`) is a quantized run's: its weights
-    are stored int8/int4/nf4 (see `gptforge.model.quant`) and can be loaded for inference only
-    (`load_for_inference`), not trained, fine-tuned or converted."""
-    q = doc.get("quantization")
-    if q:
-        from gptforge.errors import InputError
-
-        raise InputError(
-            f"{where}: this run is quantized ({q.get('method')}): its weights are for inference only "
-            "(evaluate, generate); train, fine-tune or convert the original run it was quantized from"
-        )
 
 
 def checkpoint_sources(step: Path) -> dict:
