@@ -3,7 +3,7 @@
 On tinyshakespeare (../shared/data; the Python standard library's text when it is missing),
 BPE vocabulary 1024:
 1. train a teacher (Llama blocks with GQA) with gptforge's trainer;
-2. quantize it: int8 and int4 (group size 128) with `gptforge.export.quantize.quantize_run`:
+2. quantize it: int8 and int4 (--group-size, default 64: it must divide d_model) with `gptforge.export.quantize.quantize_run`:
    val perplexity change, bytes, forward time;
 3. prune it to about half its parameters (`prune_run --target-params`), then for --student-steps
    steps of the same batches train three students per seed: the pruned model distilled from the
@@ -14,7 +14,7 @@ BPE vocabulary 1024:
 
 The student loop is a plain AdamW loop here (the trainer's distillation wiring is separate).
 
-    python bench/compress.py [--teacher-steps 600] [--student-steps 200] [--seeds 3]
+    python bench/compress.py [--teacher-steps 600] [--student-steps 200] [--seeds 3] [--d-model 64]
 """
 
 from __future__ import annotations
@@ -48,7 +48,11 @@ def main() -> int:
     ap.add_argument("--batch", type=int, default=8)
     ap.add_argument("--lr", type=float, default=2e-3)
     ap.add_argument("--eval-tokens", type=int, default=32768)
-    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--d-model", type=int, default=64)
+    ap.add_argument("--d-ff", type=int, default=192)
+    ap.add_argument("--block", type=int, default=64)
+    ap.add_argument("--group-size", type=int, default=64, help="int4 group size (must divide d_model and d_ff)")
     args = ap.parse_args()
 
     import numpy as np
@@ -95,7 +99,8 @@ def main() -> int:
     data = work / "data"
     prepare(PrepareConfig(inputs=inputs, out=str(data), vocab_size=1024, val_fraction=0.1, workers=1),
             show_progress=False)
-    mc = ModelConfig(arch="llama", n_layer=4, n_head=4, n_kv_head=2, d_model=128, d_ff=384, block_size=128)
+    mc = ModelConfig(arch="llama", n_layer=4, n_head=4, n_kv_head=2, d_model=args.d_model, d_ff=args.d_ff,
+                     block_size=args.block)
     tc = TrainConfig(max_steps=args.teacher_steps, micro_batch_size=args.batch, lr=3e-3, min_lr=3e-4,
                      warmup_steps=30, eval_interval=0, checkpoint_interval=0, tensorboard=False, seed=0)
     t0 = time.time()
@@ -111,13 +116,14 @@ def main() -> int:
           f"{args.batch}x{mc.block_size} tokens in {time.time() - t0:.0f} s; val loss {t_loss:.4f}")
 
     for method in ("int8", "int4"):
-        r = quantize_run(work / "teacher", QuantSpec(method, group_size=128), work / f"q_{method}", data,
+        r = quantize_run(work / "teacher", QuantSpec(method, group_size=args.group_size), work / f"q_{method}", data,
                          max_eval_tokens=args.eval_tokens)
         print(f"{method}: val ppl {r['before']['eval']['perplexity']:.3f} -> {r['after']['eval']['perplexity']:.3f} "
               f"({r['perplexity_change_percent']:+.2f}%), {r['bits_per_weight_quantized_layers']:.2f} bits/weight in "
               f"the block linears, tensors {r['before']['bytes']:,} -> {r['after']['bytes']:,} B, on disk "
               f"{r['before']['disk_bytes']:,} -> {r['after']['disk_bytes']:,} B, forward "
-              f"{r['before']['forward_ms']:.1f} -> {r['after']['forward_ms']:.1f} ms (4x128 tokens)")
+              f"{r['before']['forward_ms']:.1f} -> {r['after']['forward_ms']:.1f} ms (4x{args.block} tokens)"
+              + (f", group size {args.group_size}" if method == "int4" else ""))
 
     target = teacher_model.num_params() // 2
     rep = prune_run(work / "teacher", work / "pruned", data, target_params=target, num_batches=8)

@@ -290,7 +290,7 @@ def quantize_model(model: nn.Module, spec: QuantSpec, allocate_only: bool = Fals
     if any(isinstance(m, QUANTIZED_TYPES + (Linear4bit,)) for m in model.modules()):
         raise ValueError("this model is already quantized; quantize the original run instead")
     names = quantized_linear_names(model, spec)
-    if spec.method != "int8":
+    if spec.method == "int4":  # (bitsandbytes' nf4 blocks run over the flattened weight)
         bad = sorted({model.get_submodule(n).in_features for n in names
                       if model.get_submodule(n).in_features % spec.group_size})
         if bad:
