@@ -174,6 +174,17 @@ def main() -> int:
     for kind, v in results.items():
         spread = statistics.stdev(v) if len(v) > 1 else 0.0
         print(f"  {kind:<21} mean {statistics.mean(v):.4f}  sd {spread:.4f}  [{', '.join(f'{x:.4f}' for x in v)}]")
+    # One linear layer at GPT-2 small's MLP shape, where the matmul, not the per-token
+    # quantization, dominates: median time of a (256, 768) x (768 -> 3072) forward.
+    from gptforge.export.calibration import forward_ms
+    from gptforge.model.quant import Int4Linear, Int8Linear
+
+    lin = torch.nn.Linear(768, 3072)
+    x = torch.randn(1, 256, 768)
+    layers = {"fp32": lin, "int8": Int8Linear.from_linear(lin), "int4": Int4Linear.from_linear(lin, 128)}
+    times = {k: forward_ms(m, x, repeats=20) for k, m in layers.items()}
+    print("linear 768->3072 on 256 tokens: " + ", ".join(f"{k} {v:.2f} ms" for k, v in times.items())
+          + f"; int8 speed-up {times['fp32'] / times['int8']:.2f}x")
     print(f"total {time.time() - t_start:.0f} s")
     return 0
 
