@@ -4,9 +4,10 @@ Each command is a module `gptforge/commands/<name>.py` with `main(argv) -> int`,
 when run, so that `gptforge --help` stays fast. Its options are a typed dataclass parsed by
 `gptforge.options` (hyphenated `--option-name`; config sections as `--section.field`).
 
-Every command runs inside one error wrapper: a `gptforge.errors.GptforgeError` or an
-operating-system error (missing file, full disk, read-only folder, ...) prints one
-`gptforge <command>: error: ...` line and exits 1; anything else keeps its traceback.
+Every command runs inside one error wrapper: a `gptforge.errors.GptforgeError`, a ValueError
+raised by gptforge's own code (a message written for the user), or an operating-system error
+(missing file, full disk, read-only folder, ...) prints one `gptforge <command>: error: ...` line
+and exits 1 (2 for commands whose module sets ERROR_EXIT = 2); anything else keeps its traceback.
 `gptforge --debug <command> ...` (or GPTFORGE_DEBUG=1) shows the traceback for every error.
 """
 
@@ -25,6 +26,8 @@ COMMANDS = {
     "convert": "Convert Hugging Face model folders (GPT-2, Llama, Mistral, Qwen2) to gptforge checkpoints and back.",
     "launch": "Run a gptforge command under torchrun on N processes (and nodes), printing the command.",
     "slurm": "Write a Slurm sbatch script that runs a gptforge command with torchrun on N nodes x G GPUs.",
+    "report": "Write an interactive HTML report of one run, or several runs overlaid (self-contained, no network).",
+    "serve": "Serve a run or Hugging Face folder over the OpenAI HTTP API (continuous batching, streaming).",
     "quantize": "Quantize a run's weights to int8, int4 or nf4 and report size, speed and perplexity change.",
     "prune": "Prune a run's heads, MLP channels, embedding channels and layers by activation importance.",
     "export-checkpoint": "Consolidate a sharded training checkpoint into one safetensors (or torch) file.",
@@ -66,10 +69,10 @@ def main(argv: list[str] | None = None) -> int:
     import importlib
 
     module = importlib.import_module(f"gptforge.commands.{name.replace('-', '_')}")
-    return run_command(name, module.main, rest, debug)
+    return run_command(name, module.main, rest, debug, getattr(module, "ERROR_EXIT", 1))
 
 
-def run_command(name: str, fn, argv: list[str], debug: bool = False) -> int:
+def run_command(name: str, fn, argv: list[str], debug: bool = False, error_exit: int = 1) -> int:
     """Run a command's `fn(argv)` inside the error wrapper (see the module docstring)."""
     from gptforge.errors import GptforgeError
 
@@ -78,11 +81,19 @@ def run_command(name: str, fn, argv: list[str], debug: bool = False) -> int:
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
-    except (GptforgeError, OSError) as e:
-        if debug:
+    except (GptforgeError, OSError, ValueError) as e:
+        if debug or (isinstance(e, ValueError) and not isinstance(e, GptforgeError) and not raised_by_gptforge(e)):
             raise
         print(f"gptforge {name}: error: {describe_error(e)}", file=sys.stderr)
-        return 1
+        return error_exit
+
+
+def raised_by_gptforge(e: BaseException) -> bool:
+    """Whether the innermost frame of `e`'s traceback is gptforge's own code (not a library's)."""
+    tb = e.__traceback__
+    while tb is not None and tb.tb_next is not None:
+        tb = tb.tb_next
+    return tb is not None and str(tb.tb_frame.f_globals.get("__name__", "")).startswith("gptforge.")
 
 
 def describe_error(e: BaseException) -> str:

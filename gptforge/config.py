@@ -155,6 +155,11 @@ class TrainConfig:
     gradient_accumulation_steps: int = 1
     """Micro-batches per optimizer step. global_batch_size = micro_batch_size *
     gradient_accumulation_steps * dp."""
+    global_batch_size: Optional[int] = None
+    """Sequences per optimizer step over all data-parallel ranks. Set: gradient_accumulation_steps
+    becomes global_batch_size / (micro_batch_size * dp), so the same run keeps its batches on any
+    number of processes. Unset: micro_batch_size * gradient_accumulation_steps * dp, recorded in
+    config.yaml (a resume on another number of processes then keeps it)."""
     lr: float = 6e-4
     """Peak learning rate."""
     min_lr: float = 6e-5
@@ -209,10 +214,53 @@ class TrainConfig:
     """CPU threads for torch (0: leave torch's default)."""
     tensorboard: bool = True
     """Write TensorBoard event files to RUN_DIR/tb."""
+    report: bool = True
+    """Write RUN_DIR/report.html (gptforge report) when the run ends, however it ends."""
+    spike_alarms: bool = True
+    """Watch train loss and gradient norm for spikes and divergence (rolling median / MAD); alarms
+    go on the progress line, into metrics.jsonl (`events`) and the report."""
+    wandb_project: Optional[str] = None
+    """Weights & Biases project: log the config, every metrics row and the report (needs `pip
+    install wandb`). Unset: no W&B."""
+    wandb_entity: Optional[str] = None
+    """W&B entity (team or user); default the account's."""
+    wandb_run_name: Optional[str] = None
+    """W&B run name; default the run directory's name."""
+    wandb_mode: Literal["online", "offline", "disabled"] = "online"
+    """W&B mode: offline writes the run under RUN_DIR/wandb for a later `wandb sync`."""
 
-    @property
-    def tokens_per_step_factor(self) -> int:
-        return self.micro_batch_size * self.gradient_accumulation_steps
+    PLANNER_ONLY = {"optimizer": ("adamw8bit", "adafactor"), "precision": ("fp8",)}
+    """Values `gptforge plan` models but the trainer does not run."""
+
+    RANGES = {"max_steps": (1, None), "micro_batch_size": (1, None), "gradient_accumulation_steps": (1, None),
+              "lr": (0.0, None), "min_lr": (0.0, None), "warmup_steps": (0, None), "decay_fraction": (0.0, 1.0),
+              "weight_decay": (0.0, None), "beta1": (0.0, 1.0), "beta2": (0.0, 1.0), "eps": (0.0, None),
+              "grad_clip": (0.0, None), "eval_interval": (0, None), "eval_steps": (1, None), "patience": (0, None),
+              "checkpoint_interval": (0, None), "keep_checkpoints": (1, None), "stop_at_step": (0, None),
+              "max_bad_steps": (1, None), "log_interval": (1, None), "num_threads": (0, None)}
+    """Allowed (min, max) of each numeric field, both inclusive; None: unbounded."""
+
+    def check_trainable(self) -> None:
+        """Refuse, before anything starts, values the trainer cannot run: a number outside its
+        range (RANGES) or a planner-only optimizer/precision (PLANNER_ONLY).
+
+        Raises:
+            InputError: naming the option and the allowed range or values.
+        """
+        from gptforge.errors import InputError
+
+        for name, (lo, hi) in self.RANGES.items():
+            v = getattr(self, name)
+            if (lo is not None and v < lo) or (hi is not None and v > hi):
+                allowed = f">= {lo}" if hi is None else f"in [{lo}, {hi}]"
+                raise InputError(f"train.{name}={v!r}: must be {allowed}")
+        if self.global_batch_size is not None and self.global_batch_size < 1:
+            raise InputError(f"train.global_batch_size={self.global_batch_size!r}: must be >= 1 (or unset)")
+        for name, values in self.PLANNER_ONLY.items():
+            if getattr(self, name) in values:
+                raise InputError(f"train.{name}={getattr(self, name)!r} is modelled by `gptforge plan` only and "
+                                 "cannot be trained here; use " + ("adamw or sgd" if name == "optimizer"
+                                                                   else "fp32, bf16 or fp16"))
 
 
 @dataclass
@@ -226,8 +274,9 @@ class ParallelConfig:
 
     dp_replicate: int = 1
     """Data-parallel replicas (DDP, or HSDP's replicate dimension)."""
-    dp_shard: int = 1
-    """Data-parallel shards (FSDP2 / ZeRO)."""
+    dp_shard: int = -1
+    """Data-parallel shards (FSDP2 / ZeRO). -1 (the default): the processes not used by the other
+    degrees, so a run on N processes with no parallel flags is FSDP2 over N (1 process: 1)."""
     tp: int = 1
     """Tensor-parallel degree."""
     pp: int = 1
@@ -255,13 +304,104 @@ class ParallelConfig:
     """DeepSpeed JSON config (backend deepspeed). Keys it shares with gptforge's config must agree
     with values set here, or the run stops with an error naming both."""
 
+    DEGREES = ("dp_replicate", "dp_shard", "tp", "pp")
+
     @property
     def dp(self) -> int:
+        """Data-parallel ranks (dp_replicate * dp_shard); needs resolved degrees."""
         return self.dp_replicate * self.dp_shard
 
     @property
     def world_size(self) -> int:
+        """Processes the layout uses (dp * tp * pp); needs resolved degrees."""
         return self.dp * self.tp * self.pp
+
+    def resolved(self, world_size: int) -> "ParallelConfig":
+        """The layout on `world_size` processes: a degree of -1 takes the processes the others
+        leave (torchtitan's rule); at most one degree may be -1.
+
+        Raises:
+            InputError: more than one -1, a degree < -1 or 0, or a world size the fixed degrees
+                do not divide.
+        """
+        from gptforge.errors import InputError
+
+        free = [n for n in self.DEGREES if getattr(self, n) == -1]
+        for n in self.DEGREES:
+            if getattr(self, n) < 1 and getattr(self, n) != -1:
+                raise InputError(f"parallel.{n} must be >= 1, or -1 for the rest of the processes (got "
+                                 f"{getattr(self, n)})")
+        if not free:
+            return self
+        if len(free) > 1:
+            raise InputError(f"only one parallel degree may be -1 (the rest of the processes); got {', '.join(free)}")
+        fixed = math.prod(getattr(self, n) for n in self.DEGREES if n != free[0])
+        if world_size % fixed:
+            raise InputError(f"{world_size} processes are not divisible by the fixed parallel degrees "
+                             f"({' x '.join(f'{n} {getattr(self, n)}' for n in self.DEGREES if n != free[0])} = "
+                             f"{fixed}); change them or the number of processes")
+        return dataclasses.replace(self, **{free[0]: world_size // fixed})
+
+    def effective_zero_stage(self) -> int:
+        """zero_stage as run and planned: an explicit 1/2/3, else 3 (FSDP2 full sharding) when
+        dp_shard > 1, else 0. Raises InputError for a stage outside 0-3."""
+        from gptforge.errors import InputError
+
+        if self.zero_stage not in (0, 1, 2, 3):
+            raise InputError(f"parallel.zero_stage must be 0, 1, 2 or 3 (got {self.zero_stage})")
+        if self.zero_stage:
+            return self.zero_stage
+        return 3 if self.dp_shard > 1 else 0
+
+    def uses_fsdp(self) -> bool:
+        """FSDP2 `fully_shard` over dp_shard (HSDP when dp_replicate > 1 too): ZeRO-2 and ZeRO-3."""
+        return self.effective_zero_stage() in (2, 3)
+
+    def uses_ddp(self) -> bool:
+        """DistributedDataParallel: replicated data parallelism, and ZeRO-1's gradient all-reduce."""
+        z = self.effective_zero_stage()
+        return z == 1 or (z == 0 and self.dp_replicate > 1)
+
+    def shard_degree(self) -> int:
+        """Ranks model states are sharded over: dp_shard (FSDP2/HSDP), else the whole dp group."""
+        return self.dp_shard if self.dp_shard > 1 else self.dp
+
+    def validate(self, world_size: int | None = None) -> None:
+        """Check that the (resolved) layout's parts can be combined and, given `world_size`, that
+        it uses exactly that many processes. The planner and the trainer both call this.
+
+        Raises:
+            InputError: naming the field and what to do instead.
+        """
+        from gptforge.errors import InputError
+
+        if world_size is None:  # the planner's view: a degree of -1 is 1
+            world_size_fill = math.prod(max(getattr(self, n), 1) for n in self.DEGREES)
+            self = self.resolved(world_size_fill)
+        else:
+            self = self.resolved(world_size)
+        if world_size is not None and self.world_size != world_size:
+            how = ("launch with `gptforge launch --nproc-per-node N pretrain ...` or torchrun"
+                   if world_size == 1 else "change the parallel.* degrees or the number of processes")
+            raise InputError(
+                f"parallel layout dp_replicate {self.dp_replicate} x dp_shard {self.dp_shard} x tp {self.tp} x pp "
+                f"{self.pp} = {self.world_size} processes, but this job has {world_size}; {how}"
+            )
+        stage = self.effective_zero_stage()
+        if self.zero_stage == 1 and (self.tp > 1 or self.pp > 1):
+            raise InputError("parallel.zero_stage=1 (DDP + ZeroRedundancyOptimizer) is pure data parallel here; "
+                             "with tp or pp use zero_stage 2 or 3 (FSDP2)")
+        if self.offload == "optimizer+params" and stage != 3:
+            raise InputError("parallel.offload=optimizer+params needs parameter sharding: set parallel.zero_stage 3 "
+                             "(FSDP2 CPUOffloadPolicy), or use parallel.offload optimizer")
+        if self.offload != "none" and stage not in (2, 3):
+            raise InputError(f"parallel.offload={self.offload!r} runs through FSDP2's CPUOffloadPolicy: "
+                             "set parallel.zero_stage to 2 or 3 (or parallel.dp_shard > 1)")
+        if self.uses_ddp() and (self.tp > 1 or self.pp > 1):
+            raise InputError("DDP (dp_replicate > 1 with dp_shard 1) cannot wrap tensor- or pipeline-parallel "
+                             "modules; use parallel.dp_shard (FSDP2, or HSDP with dp_replicate) instead")
+        if self.pp_schedule not in ("gpipe", "1f1b", "interleaved_1f1b"):
+            raise InputError(f"parallel.pp_schedule={self.pp_schedule!r}: choose gpipe, 1f1b or interleaved_1f1b")
 
 
 @dataclass
@@ -401,18 +541,24 @@ def parse_args(parser, argv: list[str]):
     except SystemExit:
         raise
     except Exception as e:  # jsonargparse.ArgumentError and friends
-        message = explain_unknown(str(e))
-        for i, a in enumerate(argv[:-1]):
-            if a == "--config" and "<unicode string>" in message:
-                message = message.replace("<unicode string>", argv[i + 1])
-            elif a == "--config" and argv[i + 1] not in message:
-                message += f"\n(recipe: {argv[i + 1]})"
-            if a in ("--model", "--train", "--parallel") and not argv[i + 1].endswith((".yaml", ".yml", ".json")):
-                message += (f"\n{a} takes a YAML file for that section; for a preset write --model.preset "
-                            f"{argv[i + 1]}" if a == "--model" else f"\n{a} takes a YAML file for that section")
-        print(f"{parser.prog}: error: {message}", file=sys.stderr)
+        print(f"{parser.prog}: error: {describe_parse_error(str(e), argv)}", file=sys.stderr)
         raise SystemExit(2) from None
     return parser.instantiate(ns), ns
+
+
+def describe_parse_error(message: str, argv: list[str]) -> str:
+    """A parser's error with hints: the nearest valid option or key, the recipe file it came from,
+    and `--model.preset` for `--model NAME`."""
+    message = explain_unknown(message)
+    for i, a in enumerate(argv[:-1]):
+        if a == "--config" and "<unicode string>" in message:
+            message = message.replace("<unicode string>", argv[i + 1])
+        elif a == "--config" and argv[i + 1] not in message:
+            message += f"\n(recipe: {argv[i + 1]})"
+        if a in ("--model", "--train", "--parallel") and not argv[i + 1].endswith((".yaml", ".yml", ".json")):
+            message += (f"\n{a} takes a YAML file for that section; for a preset write --model.preset "
+                        f"{argv[i + 1]}" if a == "--model" else f"\n{a} takes a YAML file for that section")
+    return message
 
 
 def run_config_from(init) -> RunConfig:

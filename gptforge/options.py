@@ -54,7 +54,8 @@ def command_parser(prog: str, description: str, options: type | None = None,
     Args:
         options: dataclass of the command's own options (`--max-new-tokens`); fields without a
             default are required; bool fields are flags (`--flag`, or `--no-flag` when the
-            default is True).
+            default is True); `field(metadata={"flag": "--from"})` names an option whose name is
+            no Python identifier.
         sections: {name: dataclass} added as dotted keys (`--train.lr`), as in config.make_parser.
         positional: fields of `options` taken by position instead (`gptforge generate RUN`).
         config_file: add `--config recipe.yaml` (default: when there are sections).
@@ -88,7 +89,7 @@ def add_options(parser, options: type, positional: tuple[str, ...] = ()) -> None
             parser.add_argument(f.name, type=kind if nargs is None else typing.get_args(kind)[0], nargs=nargs,
                                 help=help_text)
             continue
-        flag = "--" + f.name.replace("_", "-")
+        flag = f.metadata.get("flag", "--" + f.name.replace("_", "-"))  # e.g. --from for a field `source`
         if kind is bool:
             if default:
                 parser.add_argument("--no-" + f.name.replace("_", "-"), dest=f.name, action="store_false",
@@ -114,14 +115,14 @@ def parse_command(parser, argv: list[str]) -> tuple[Any, Any]:
         SystemExit(2): a bad option or value, after printing `PROG: error: ...` with a 'did you
         mean' hint for a misspelt option or key.
     """
-    from gptforge.config import explain_unknown
+    from gptforge.config import describe_parse_error
 
     try:
         ns = parser.parse_args(argv)
     except SystemExit:
         raise
     except Exception as e:  # jsonargparse.ArgumentError and friends
-        print(f"{parser.prog}: error: {explain_unknown(str(e))}", file=sys.stderr)
+        print(f"{parser.prog}: error: {describe_parse_error(str(e), argv)}", file=sys.stderr)
         raise SystemExit(2) from None
     init = parser.instantiate(ns) if hasattr(parser, "instantiate") else ns
     cls = getattr(parser, "options_class", None)

@@ -40,8 +40,8 @@ def measure_step_seconds(model_cfg: ModelConfig, train_cfg: TrainConfig, repeats
     measured on random tokens with the same model, optimizer, batch and precision as the run."""
     from gptforge.model.gpt import GPT
     from gptforge.runtime.device import pick_device
-    from gptforge.train.loop import forward_backward
     from gptforge.train.optim import build_optimizer
+    from gptforge.train.step import forward_backward
 
     device = pick_device(train_cfg.device)
     cfg = model_cfg.resolved()

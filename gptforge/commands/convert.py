@@ -11,56 +11,58 @@ config.yaml), `checkpoints/latest`, the tokenizer files, and the source's `hf_co
 
 from __future__ import annotations
 
-import argparse
-import sys
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal, Optional
 
 import torch
 
+from gptforge.errors import InputError
+from gptforge.options import command_parser, parse_command
+
+ERROR_EXIT = 2  # exit status of a refused conversion
 DTYPES = {"auto": None, "float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 
-def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
-        prog="gptforge convert",
-        description="Convert a Hugging Face model folder (GPT-2, Llama 2/3, Mistral, Qwen2) to a gptforge "
-        "checkpoint, or a gptforge run/checkpoint to a Hugging Face folder that transformers and vLLM load.",
-    )
-    src = p.add_mutually_exclusive_group(required=True)
-    src.add_argument("--from-hf", metavar="HF_DIR", type=Path,
-                     help="Hugging Face model folder: config.json + model.safetensors (sharded too) or pytorch_model.bin, and tokenizer files.")
-    src.add_argument("--to-hf", metavar="CKPT", type=Path,
-                     help="gptforge run directory (uses checkpoints/latest), checkpoints folder, or one checkpoints/step_N folder.")
-    p.add_argument("--out", required=True, type=Path, help="Folder to write (created atomically).")
-    p.add_argument("--dtype", choices=list(DTYPES), default="auto",
-                   help="Weight dtype written: auto keeps the source's (default auto).")
-    p.add_argument("--block-size", type=int, default=None,
-                   help="--from-hf only: context length of the gptforge model (default the HF config's max_position_embeddings).")
-    p.add_argument("--tokenizer", type=Path, default=None,
-                   help="--to-hf only: tokenizer.json file or tokenizer folder (default: the one in the run directory).")
-    p.add_argument("--max-shard-size", type=float, default=5.0,
-                   help="--to-hf only: largest safetensors shard, in GiB (default 5).")
-    p.add_argument("--overwrite", action="store_true", help="Replace --out if it exists.")
-    return p
+@dataclass
+class ConvertOptions:
+    out: str
+    """Folder to write (created atomically)."""
+    from_hf: Optional[str] = None
+    """Hugging Face model folder: config.json + model.safetensors (sharded too) or pytorch_model.bin,
+    and tokenizer files."""
+    to_hf: Optional[str] = None
+    """gptforge run directory (uses checkpoints/latest), checkpoints folder, or one checkpoints/step_N folder."""
+    dtype: Literal["auto", "float32", "bfloat16", "float16"] = "auto"
+    """Weight dtype written: auto keeps the source's."""
+    block_size: Optional[int] = None
+    """--from-hf only: context length of the gptforge model (default the HF config's max_position_embeddings)."""
+    tokenizer: Optional[str] = None
+    """--to-hf only: tokenizer.json file or tokenizer folder (default: the one in the run directory)."""
+    max_shard_size: float = 5.0
+    """--to-hf only: largest safetensors shard, in GiB."""
+    overwrite: bool = False
+    """Replace --out if it exists."""
+
+
+DESCRIPTION = ("Convert a Hugging Face model folder (GPT-2, Llama 2/3, Mistral, Qwen2) to a gptforge checkpoint, "
+               "or a gptforge run/checkpoint to a Hugging Face folder that transformers and vLLM load.")
 
 
 def main(argv: list[str]) -> int:
-    from gptforge.model.qlora import QLoRAUnavailable
     from gptforge.runtime.loading import from_hf, to_hf
 
-    args = _parser().parse_args(argv)
-    try:
-        if args.from_hf is not None:
-            if args.tokenizer is not None:
-                raise ValueError("--tokenizer applies to --to-hf; --from-hf copies the HF folder's tokenizer")
-            path = from_hf(args.from_hf, args.out, DTYPES[args.dtype], args.block_size, args.overwrite)
-        else:
-            if args.block_size is not None:
-                raise ValueError("--block-size applies to --from-hf")
-            path = to_hf(args.to_hf, args.out, DTYPES[args.dtype], args.tokenizer,
-                         int(args.max_shard_size * 2**30), args.overwrite)
-    except (FileNotFoundError, FileExistsError, ValueError, QLoRAUnavailable) as e:
-        print(f"gptforge convert: error: {e}", file=sys.stderr)
-        return 2
+    args, _ = parse_command(command_parser("gptforge convert", DESCRIPTION, ConvertOptions), argv)
+    if (args.from_hf is None) == (args.to_hf is None):
+        raise InputError("give exactly one of --from-hf HF_DIR or --to-hf RUN_DIR")
+    if args.from_hf is not None:
+        if args.tokenizer is not None:
+            raise InputError("--tokenizer applies to --to-hf; --from-hf copies the HF folder's tokenizer")
+        path = from_hf(Path(args.from_hf), Path(args.out), DTYPES[args.dtype], args.block_size, args.overwrite)
+    else:
+        if args.block_size is not None:
+            raise InputError("--block-size applies to --from-hf")
+        path = to_hf(Path(args.to_hf), Path(args.out), DTYPES[args.dtype],
+                     Path(args.tokenizer) if args.tokenizer else None, int(args.max_shard_size * 2**30), args.overwrite)
     print(f"wrote {path}")
     return 0

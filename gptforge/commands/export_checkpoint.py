@@ -3,13 +3,14 @@ sharded (DCP) training checkpoint, on the CPU of one machine."""
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
-import sys
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal
 
 from gptforge.atomic import default_mode, fsync_file
+from gptforge.options import command_parser, parse_command
 
 DESCRIPTION = """Write one consolidated model file from a training checkpoint, whatever layout and
 number of ranks wrote it. Runs in one process on the CPU: it needs the model's size in RAM, not
@@ -21,16 +22,23 @@ the GPUs that trained it.
       file, through torch.distributed.checkpoint.format_utils.dcp_to_torch_save."""
 
 
-def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="gptforge export-checkpoint", description=DESCRIPTION,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("checkpoint", help="Run directory (checkpoints/latest, or best with --best) or a step folder.")
-    p.add_argument("--out", required=True, help="Output file (.safetensors or .pt).")
-    p.add_argument("--format", choices=("safetensors", "torch"), default="safetensors",
-                   help="safetensors: model weights (default); torch: model + optimizer, one torch.save file.")
-    p.add_argument("--best", action="store_true", help="Use checkpoints/best instead of latest.")
-    p.add_argument("--overwrite", action="store_true", help="Replace an existing --out file.")
-    return p
+@dataclass
+class ExportCheckpointOptions:
+    checkpoint: str
+    """Run directory (checkpoints/latest, or best with --best) or a step folder."""
+    out: str
+    """Output file (.safetensors or .pt)."""
+    format: Literal["safetensors", "torch"] = "safetensors"
+    """safetensors: model weights; torch: model + optimizer, one torch.save file."""
+    best: bool = False
+    """Use checkpoints/best instead of latest."""
+    overwrite: bool = False
+    """Replace an existing --out file."""
+
+
+def build_parser():
+    return command_parser("gptforge export-checkpoint", DESCRIPTION, ExportCheckpointOptions,
+                          positional=("checkpoint",))
 
 
 def consolidated_model_state(ckpt: Path) -> dict:
@@ -97,17 +105,13 @@ def export(ckpt: Path, out: Path, fmt: str) -> dict:
 
 
 def main(argv: list[str]) -> int:
-    args = build_parser().parse_args(argv)
+    args, _ = parse_command(build_parser(), argv)
     from gptforge.runtime.checkpoint import find_checkpoint
 
-    try:
-        if Path(args.out).exists() and not args.overwrite:
-            raise FileExistsError(f"{args.out} exists; pass --overwrite to replace it")
-        ckpt = find_checkpoint(args.checkpoint, "best" if args.best else "latest")
-        summary = export(ckpt, Path(args.out), args.format)
-    except (FileNotFoundError, FileExistsError, ValueError) as e:
-        print(f"gptforge export-checkpoint: error: {e}", file=sys.stderr)
-        return 1
+    if Path(args.out).exists() and not args.overwrite:
+        raise FileExistsError(f"{args.out} exists; pass --overwrite to replace it")
+    ckpt = find_checkpoint(args.checkpoint, "best" if args.best else "latest")
+    summary = export(ckpt, Path(args.out), args.format)
     extra = f", {summary['tensors']} tensors, {summary['parameters']:,} values" if "tensors" in summary else ""
     print(f"wrote {args.out} from {ckpt} ({summary['format']}{extra}, {summary['bytes']:,} bytes)")
     return 0

@@ -2,52 +2,69 @@
 
 from __future__ import annotations
 
-import sys
+from dataclasses import dataclass
+from typing import Literal, Optional
 
-from gptforge.config import make_parser, parse_args, run_config_from
+from gptforge.config import SECTIONS, run_config_from
+from gptforge.options import command_parser, parse_command
 
 DESCRIPTION = """Train a GPT from scratch on token shards written by `gptforge prepare`.
 
 Every option can also be set in a YAML recipe (--config) under model:, train: or parallel:;
 command-line options override the recipe. With --resume, the run directory's config.yaml is the
-base and the options given here override it (e.g. a new --train.stop_at_step)."""
+base and the options given here override it (e.g. a new --train.stop_at_step); --data then
+defaults to the folder the run was trained on."""
+
+
+@dataclass
+class PretrainOptions:
+    out: str
+    """Run directory: config.yaml, metrics.jsonl, tb/, checkpoints/."""
+    data: Optional[str] = None
+    """Shard folder written by `gptforge prepare` (meta.json, *.bin). With --resume: default the
+    one recorded in RUN_DIR/config.yaml."""
+    resume: bool = False
+    """Continue from RUN_DIR/checkpoints/latest."""
+    quiet: bool = False
+    """No progress bar."""
+    backend: Optional[Literal["torch", "deepspeed"]] = None
+    """Shortcut for --parallel.backend."""
+    deepspeed_config: Optional[str] = None
+    """Shortcut for --parallel.deepspeed_config."""
 
 
 def build_parser():
-    parser = make_parser("gptforge pretrain", DESCRIPTION)
-    parser.add_argument("--data", required=True, help="Shard folder written by `gptforge prepare` (meta.json, *.bin).")
-    parser.add_argument("--out", required=True, help="Run directory: config.yaml, metrics.jsonl, tb/, checkpoints/.")
-    parser.add_argument("--resume", action="store_true", help="Continue from RUN_DIR/checkpoints/latest.")
-    parser.add_argument("--quiet", action="store_true", help="No progress bar.")
-    parser.add_argument("--backend", choices=["torch", "deepspeed"], default=None,
-                        help="Shortcut for --parallel.backend.")
-    parser.add_argument("--deepspeed-config", default=None, help="Shortcut for --parallel.deepspeed_config.")
-    return parser
+    return command_parser("gptforge pretrain", DESCRIPTION, PretrainOptions, sections=SECTIONS)
 
 
 def main(argv: list[str]) -> int:
     if "--resume" in argv:
         from gptforge.train.resume import saved_config_argv
 
-        argv = saved_config_argv(argv, ("model", "train", "parallel"), "gptforge pretrain")
-    init, ns = parse_args(build_parser(), argv)
+        argv = saved_config_argv(argv, tuple(SECTIONS), "gptforge pretrain")
+    opts, init = parse_command(build_parser(), argv)
     cfg = run_config_from(init)
-    if ns.backend is not None:
-        cfg.parallel.backend = ns.backend
-    if ns.deepspeed_config is not None:
-        cfg.parallel.deepspeed_config = ns.deepspeed_config
-        if ns.backend is None:
+    if opts.backend is not None:
+        cfg.parallel.backend = opts.backend
+    if opts.deepspeed_config is not None:
+        cfg.parallel.deepspeed_config = opts.deepspeed_config
+        if opts.backend is None:
             cfg.parallel.backend = "deepspeed"
     from rich.console import Console
 
     from gptforge.train.loop import train
+    from gptforge.train.resume import recorded_data_dir
 
+    data = opts.data
+    if data is None:
+        if not opts.resume:
+            from gptforge.errors import InputError
+
+            raise InputError("--data is required: the shard folder written by `gptforge prepare` (with --resume it "
+                             "defaults to the one in RUN_DIR/config.yaml)")
+        data = recorded_data_dir(opts.out)
     console = Console(stderr=False)
-    try:
-        result = train(cfg, ns.data, ns.out, resume=ns.resume, progress=not ns.quiet,
-                       log=lambda m: console.print(m, highlight=False))
-    except (FileNotFoundError, FileExistsError, ValueError, RuntimeError) as e:
-        print(f"gptforge pretrain: error: {e}", file=sys.stderr)
-        return 1
+    result = train(cfg, data, opts.out, resume=opts.resume, progress=not opts.quiet,
+                   log=lambda m: console.print(m, highlight=False))
     console.print(result.summary(), highlight=False)
     return result.exit_code

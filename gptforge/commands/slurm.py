@@ -3,11 +3,14 @@ starts torchrun on every node with a c10d rendezvous on the first node."""
 
 from __future__ import annotations
 
-import argparse
 import os
 import shlex
-import sys
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Optional
+
+from gptforge.errors import InputError
+from gptforge.options import command_parser, parse_command
 
 DESCRIPTION = """Write a Slurm batch script for N nodes x G GPUs running a gptforge command.
 
@@ -22,24 +25,37 @@ instead of silent hangs (see docs/distributed.md)."""
 PARALLEL_DEGREES = ("dp_replicate", "dp_shard", "tp", "pp")
 
 
-def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="gptforge slurm", description=DESCRIPTION,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--nodes", type=int, required=True, help="Number of nodes.")
-    p.add_argument("--gpus-per-node", type=int, required=True, help="GPUs (and processes) per node.")
-    p.add_argument("--job-name", default="gptforge", help="Slurm job name (default gptforge).")
-    p.add_argument("--time", default="24:00:00", help="Wall-clock limit, HH:MM:SS (default 24:00:00).")
-    p.add_argument("--partition", default=None, help="Slurm partition.")
-    p.add_argument("--account", default=None, help="Slurm account.")
-    p.add_argument("--cpus-per-task", type=int, default=None,
-                   help="CPU cores per node for the job (default: 8 per GPU).")
-    p.add_argument("--port", type=int, default=29500, help="Rendezvous port on the first node (default 29500).")
-    p.add_argument("--python", default="python", help="Python interpreter on the nodes (default python).")
-    p.add_argument("--setup", action="append", default=[],
-                   help="A shell line to run before training (module load, source venv/bin/activate); repeatable.")
-    p.add_argument("--out", required=True, help="Where to write the script.")
-    p.add_argument("command", nargs=argparse.REMAINDER, help="-- then the gptforge command, e.g. pretrain ...")
-    return p
+ERROR_EXIT = 2  # exit status of a refused script
+
+
+@dataclass
+class SlurmOptions:
+    nodes: int
+    """Number of nodes."""
+    gpus_per_node: int
+    """GPUs (and processes) per node."""
+    out: str
+    """Where to write the script."""
+    job_name: str = "gptforge"
+    """Slurm job name."""
+    time: str = "24:00:00"
+    """Wall-clock limit, HH:MM:SS."""
+    partition: Optional[str] = None
+    """Slurm partition."""
+    account: Optional[str] = None
+    """Slurm account."""
+    cpus_per_task: Optional[int] = None
+    """CPU cores per node for the job (default: 8 per GPU)."""
+    port: int = 29500
+    """Rendezvous port on the first node."""
+    python: str = "python"
+    """Python interpreter on the nodes."""
+    setup: Optional[list[str]] = None
+    """Shell lines to run before training (module load, source venv/bin/activate)."""
+
+
+def build_parser():
+    return command_parser("gptforge slurm", DESCRIPTION, SlurmOptions)
 
 
 def _degree(cmd: list[str], name: str) -> int | None:
@@ -53,25 +69,28 @@ def _degree(cmd: list[str], name: str) -> int | None:
 
 
 def check_world_size(cmd: list[str], world: int) -> None:
-    """When the command sets parallel degrees on its command line, their product must be nodes x
-    GPUs (a mismatch would only fail after the job waited in the queue).
+    """The command's parallel degrees (a degree left out or -1 fills the rest, as in the trainer)
+    must use exactly nodes x GPUs processes (a mismatch would only fail after the job waited in
+    the queue).
 
     Raises:
-        ValueError: the product differs, naming both.
+        InputError: the layout does not fill the job, naming both.
     """
-    degrees = {n: _degree(cmd, n) for n in PARALLEL_DEGREES}
-    if all(v is None for v in degrees.values()):
-        return
-    prod = 1
-    for v in degrees.values():
-        prod *= v or 1
-    if prod != world:
-        shown = " x ".join(f"{n} {v or 1}" for n, v in degrees.items())
-        raise ValueError(f"the command's layout ({shown} = {prod}) does not use the {world} GPUs of the job "
-                         "(nodes x gpus-per-node)")
+    from gptforge.config import ParallelConfig
+
+    given = {n: _degree(cmd, n) for n in PARALLEL_DEGREES}
+    pc = ParallelConfig(**{n: v for n, v in given.items() if v is not None})
+    shown = " x ".join(f"{n} {getattr(pc, n)}" for n in PARALLEL_DEGREES)
+    try:
+        pc = pc.resolved(world)
+    except InputError as e:
+        raise InputError(f"the command's layout ({shown}) does not fit the {world} GPUs of the job: {e}") from None
+    if pc.world_size != world:
+        raise InputError(f"the command's layout ({shown} = {pc.world_size}) does not use the {world} GPUs of the "
+                         "job (nodes x gpus-per-node)")
 
 
-def render(args: argparse.Namespace, cmd: list[str]) -> str:
+def render(args: SlurmOptions, cmd: list[str]) -> str:
     """The sbatch script text."""
     cpus = args.cpus_per_task or 8 * args.gpus_per_node
     lines = [
@@ -123,19 +142,18 @@ def render(args: argparse.Namespace, cmd: list[str]) -> str:
 
 
 def main(argv: list[str]) -> int:
-    args = build_parser().parse_args(argv)
-    cmd = list(args.command)
-    if cmd and cmd[0] == "--":
-        cmd = cmd[1:]
-    try:
-        if args.nodes < 1 or args.gpus_per_node < 1:
-            raise ValueError("--nodes and --gpus-per-node must be >= 1")
-        if not cmd:
-            raise ValueError("no command given: add `-- pretrain --data DIR --out RUN ...`")
-        check_world_size(cmd, args.nodes * args.gpus_per_node)
-    except ValueError as e:
-        print(f"gptforge slurm: error: {e}", file=sys.stderr)
-        return 2
+    if "--" in argv:  # everything after -- is the gptforge command the job runs
+        cut = argv.index("--")
+        argv, cmd = argv[:cut], argv[cut + 1:]
+    else:
+        cmd = []
+    args, _ = parse_command(build_parser(), argv)
+    args.setup = args.setup or []
+    if args.nodes < 1 or args.gpus_per_node < 1:
+        raise InputError("--nodes and --gpus-per-node must be >= 1")
+    if not cmd:
+        raise InputError("no command given: add `-- pretrain --data DIR --out RUN ...`")
+    check_world_size(cmd, args.nodes * args.gpus_per_node)
     from gptforge.atomic import atomic_write_text
 
     out = Path(args.out)

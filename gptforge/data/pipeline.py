@@ -227,12 +227,6 @@ def build_recipe(recipe: dict[str, Any]) -> Recipe:
     return Recipe(form, before, boilerplate, after, dedup)
 
 
-def build_steps(recipe: dict[str, Any]) -> tuple[list[Any], DedupConfig | None]:
-    """(per-document steps in order, dedup config or None) of a recipe (see `build_recipe`)."""
-    r = build_recipe(recipe)
-    return r.steps, r.dedup
-
-
 def _hint(name: str, choices: Iterable[str]) -> str:
     close = difflib.get_close_matches(name, list(choices), n=1)
     return f" (did you mean {close[0]!r}?)" if close else ""

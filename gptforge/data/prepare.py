@@ -56,6 +56,7 @@ from gptforge.data.shards import (
     dtype_for_vocab,
 )
 from gptforge.data.tokenizer import Tokenizer, train_bpe
+from gptforge.errors import InputError
 
 log = logging.getLogger("gptforge.data")
 
@@ -66,7 +67,7 @@ BATCH_DOCS = 2048
 HIST_EDGES = [0] + [2 ** k for k in range(0, 31)]
 
 
-class EmptyCorpusError(ValueError):
+class EmptyCorpusError(InputError):
     """No document survived reading, normalization and the recipe (the message names the step)."""
 
 

@@ -36,6 +36,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, BinaryIO
 
+from gptforge.errors import InputError
+
 log = logging.getLogger("gptforge.data")
 
 HF_PREFIX = "hf:"
@@ -135,7 +137,7 @@ class ReadStats:
         }
 
 
-class BadInputError(ValueError):
+class BadInputError(InputError):
     """Bad input under `strict` reading: the message names the file (and line)."""
 
 

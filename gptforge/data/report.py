@@ -1,4 +1,5 @@
-"""The curation report of `prepare`: `report.json` and a single self-contained `report.html`.
+"""The curation report of `prepare`: `report.json` and a single self-contained `report.html`
+(interactive plotly charts, plotly.js inlined: it opens from disk with no network).
 
 Counts are made independently so that they check each other: every step counts its drops as
 they happen (in the workers), while the output is recounted from the shard files written
@@ -119,31 +120,22 @@ def _n(x: Any) -> str:
     return f"{x:,}" if isinstance(x, int) else ("" if x is None else _e(x))
 
 
-def svg_bars(labels: list[str], values: list[float], title: str, width: int = 720, height: int = 220) -> str:
-    """An inline SVG bar chart (no scripts, no external files)."""
+def bar_chart(labels: list[str], values: list[float], title: str, div_id: str) -> str:
+    """An interactive plotly bar chart as an HTML fragment (plotly.js itself is inlined once in
+    the page head by `render_html`; nothing is fetched)."""
     if not values or max(values) <= 0:
         return f"<p>{_e(title)}: no data</p>"
-    n = len(values)
-    left, bottom, top = 50, 40, 24
-    bw = (width - left - 10) / n
-    vmax = max(values)
-    parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" role="img">',
-             f'<text x="{width / 2}" y="15" text-anchor="middle" font-size="13">{_e(title)}</text>',
-             f'<text x="4" y="{top + 10}" font-size="10">{vmax:,.0f}</text>']
-    for i, v in enumerate(values):
-        h = (height - bottom - top) * v / vmax
-        x = left + i * bw
-        y = height - bottom - h
-        parts.append(f'<rect x="{x + 1:.1f}" y="{y:.1f}" width="{max(bw - 2, 1):.1f}" height="{h:.1f}" fill="#4a7ebb">'
-                     f'<title>{_e(labels[i])}: {v:,.0f}</title></rect>')
-        if n <= 40 or i % max(1, n // 20) == 0:
-            parts.append(f'<text x="{x + bw / 2:.1f}" y="{height - bottom + 12}" font-size="9" text-anchor="end" '
-                         f'transform="rotate(-45 {x + bw / 2:.1f} {height - bottom + 12})">{_e(labels[i])}</text>')
-    parts.append(f'<line x1="{left}" y1="{height - bottom}" x2="{width - 10}" y2="{height - bottom}" stroke="#333"/></svg>')
-    return "".join(parts)
+    import plotly.graph_objects as go
+
+    fig = go.Figure(go.Bar(x=[str(x) for x in labels], y=values, marker_color="#4a7ebb",
+                           hovertemplate="%{x}: %{y:,}<extra></extra>"))
+    fig.update_layout(title=title, template="plotly_white", height=300, margin=dict(l=60, r=20, t=45, b=90))
+    fig.update_xaxes(type="category", tickangle=-45)
+    return fig.to_html(full_html=False, include_plotlyjs=False, div_id=div_id,
+                       config={"displaylogo": False, "responsive": True}, default_height="300px")
 
 
-def _hist_svg(edges: list[int], counts: list[int], title: str) -> str:
+def _hist_chart(edges: list[int], counts: list[int], title: str, div_id: str) -> str:
     if not counts or not any(counts):
         return f"<p>{_e(title)}: no data</p>"
     nz = [i for i, c in enumerate(counts) if c]
@@ -153,14 +145,17 @@ def _hist_svg(edges: list[int], counts: list[int], title: str) -> str:
         a = edges[i]
         b = edges[i + 1] if i + 1 < len(edges) else None
         labels.append(f"{a:,}–{b - 1:,}" if b is not None and b - 1 > a else (f"{a:,}" if b is not None else f"≥{a:,}"))
-    return svg_bars(labels, counts[lo:hi + 1], title)
+    return bar_chart(labels, counts[lo:hi + 1], title, div_id)
 
 
 def render_html(r: dict[str, Any]) -> str:
-    """The report as one HTML page with inline CSS and SVG."""
+    """The report as one self-contained HTML page: inline CSS, plotly.js inlined once, plotly charts."""
+    from plotly.offline import get_plotlyjs
+
     c = r["check"]
     out = [f"<!doctype html><html><head><meta charset='utf-8'><title>gptforge prepare report</title>"
-           f"<style>{_CSS}</style></head><body><h1>gptforge prepare report</h1>",
+           f"<style>{_CSS}</style><script type='text/javascript'>{get_plotlyjs()}</script></head><body>"
+           "<h1>gptforge prepare report</h1>",
            f"<p>recipe <b>{_e(r['recipe'])}</b>; {r['inputs']['files']:,} input file(s) in {r['inputs']['shards']:,} "
            f"shard(s), {r['inputs']['input_bytes']:,} bytes; {r['seconds']:.1f} s"
            f"{' (resumed)' if r['resumed'] else ''}.</p>",
@@ -177,8 +172,8 @@ def render_html(r: dict[str, Any]) -> str:
                    f"<td>{_n(s['characters_in'])}</td><td>{_n(s['characters_out'])}</td><td class=l>{_e(dropped)}</td>"
                    f"<td class=l>{_e(counts)}</td></tr>")
     out.append("</table>")
-    out.append(svg_bars([s["name"] for s in r["steps"]], [sum(s["dropped"].values()) for s in r["steps"]],
-                        "documents dropped per step"))
+    out.append(bar_chart([s["name"] for s in r["steps"]], [sum(s["dropped"].values()) for s in r["steps"]],
+                         "documents dropped per step", "chart-dropped"))
     out.append("<h2>Drop reasons, with examples</h2><table><tr><th class=l>step</th><th class=l>reason</th>"
                "<th>documents</th><th class=l>examples (truncated)</th></tr>")
     for s in r["steps"]:
@@ -192,8 +187,8 @@ def render_html(r: dict[str, Any]) -> str:
         sizes = sorted(((int(k), v) for k, v in d.get("cluster_sizes", {}).items()))
         out.append(f"<h2>Duplicates</h2><p>{d.get('documents', 0):,} documents checked; candidate pairs: "
                    f"exact {d.get('exact_candidate_pairs', 0):,}, near {d.get('near_candidate_pairs', 0):,}.</p>")
-        out.append(svg_bars([str(k) for k, _ in sizes], [v for _, v in sizes], "duplicate clusters by size (documents)")
-                   if sizes else "<p>no duplicate clusters</p>")
+        out.append(bar_chart([str(k) for k, _ in sizes], [v for _, v in sizes], "duplicate clusters by size (documents)",
+                             "chart-dup-clusters") if sizes else "<p>no duplicate clusters</p>")
     if r.get("boilerplate"):
         b = r["boilerplate"]
         out.append(f"<h2>Boilerplate lines</h2><p>{b['boilerplate_lines']:,} distinct lines held by at least "
@@ -207,8 +202,9 @@ def render_html(r: dict[str, Any]) -> str:
                    f"<td>{(b / text_tokens if text_tokens else 0):.2f}</td><td>{v['files']}</td></tr>")
     out.append("</table>")
     h = r["histograms"]
-    out.append(_hist_svg(h["edges"], h["characters_per_document"], "documents by length (characters)"))
-    out.append(_hist_svg(h["edges"], h["tokens_per_document"], "documents by length (tokens)"))
+    out.append(_hist_chart(h["edges"], h["characters_per_document"], "documents by length (characters)",
+                           "chart-len-chars"))
+    out.append(_hist_chart(h["edges"], h["tokens_per_document"], "documents by length (tokens)", "chart-len-tokens"))
     out.append("<h2>Throughput</h2><table><tr><th class=l>phase</th><th>seconds</th><th>documents/s</th>"
                "<th>input MB/s</th><th>tokens/s</th></tr>")
     for name, t in r["throughput"].items():

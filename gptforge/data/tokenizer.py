@@ -18,13 +18,13 @@ Two encode paths:
 from __future__ import annotations
 
 import hashlib
-import os
-import tempfile
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 from tokenizers import Tokenizer as _HFTokenizer
 from tokenizers import decoders, models, pre_tokenizers, trainers
+
+from gptforge.atomic import atomic_write_bytes
 
 EOS_TOKEN = "<|endoftext|>"
 EOS_CANDIDATES = (EOS_TOKEN, "</s>", "<|end_of_text|>", "<|eot_id|>", "<|im_end|>")
@@ -110,18 +110,7 @@ class Tokenizer:
         """Write tokenizer.json atomically (temp file in the same folder, fsync, rename)."""
         path = Path(path)
         path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-        try:
-            with os.fdopen(fd, "wb") as f:
-                f.write(self._json.encode("utf-8"))
-                f.flush()
-                os.fsync(f.fileno())
-            os.chmod(tmp, 0o644)  # mkstemp makes it owner-only; a tokenizer is meant to be shared
-            os.replace(tmp, path)
-        except BaseException:
-            if os.path.exists(tmp):
-                os.unlink(tmp)
-            raise
+        atomic_write_bytes(path, self._json.encode("utf-8"))
 
     # ---- encoding ---------------------------------------------------------------------------
 

@@ -1,6 +1,18 @@
-"""Autoregressive sampling with a KV cache: temperature, top-k, top-p (nucleus), greedy."""
+"""Autoregressive sampling with a KV cache: temperature, top-k, top-p (nucleus), greedy; batched
+prompts of different lengths (left-padded); stop strings; one sliding rule past the context.
+
+The context rule, the same with and without the KV cache (`slide_window`): a prompt longer than
+the model's block_size keeps its last block_size tokens (with a warning giving both counts); when
+a row's context would then grow past block_size, it keeps its last block_size // 2 tokens, and the
+cache path re-prefills them. The no-cache path recomputes exactly the same window every token, so
+the two paths give the same logits (up to float rounding) however long the generation runs.
+"""
 
 from __future__ import annotations
+
+import warnings
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 
 import torch
 
@@ -35,6 +47,157 @@ def sample_next(logits: torch.Tensor, temperature: float, top_k: int | None, top
     return torch.multinomial(probs, 1, generator=generator)
 
 
+def slide_window(start: int, length: int, block_size: int) -> int:
+    """The one context rule of generation: the start index of a row's context window.
+
+    A row holds `length` tokens (prompt + generated so far) and its window began at `start`.
+    Returns `start` while the window `length - start` fits in `block_size`; otherwise the window
+    moves to the last `max(1, block_size // 2)` tokens (halving amortises the cache re-prefill:
+    one prefill per block_size // 2 new tokens). A prompt cut before generation starts keeps its
+    last block_size tokens instead (`cut_prompt`).
+    """
+    if length - start <= block_size:
+        return start
+    return length - max(1, block_size // 2)
+
+
+def cut_prompt(n_tokens: int, block_size: int, where: str = "prompt") -> int:
+    """Start index of a prompt of `n_tokens` in a context of `block_size`: 0, or with a warning
+    naming both counts, n_tokens - block_size (the prompt keeps its last block_size tokens)."""
+    if n_tokens <= block_size:
+        return 0
+    warnings.warn(f"{where} of {n_tokens} tokens is longer than the model's context of {block_size} tokens: "
+                  f"the first {n_tokens - block_size} tokens are dropped", stacklevel=3)
+    return n_tokens - block_size
+
+
+def padded_batch(rows: Sequence[Sequence[int]], device) -> tuple[torch.Tensor, torch.Tensor | None,
+                                                                  torch.Tensor | None, list[int]]:
+    """Left-pad `rows` (B lists of ids) to one batch.
+
+    Returns (idx (B, W) int64, position_ids (B, W) or None, attn_mask (B, 1, W, W) bool or None,
+    pads: list of B pad counts). Row b's real tokens take positions 0..len_b-1 (position ids start
+    after its padding); a real query attends causally to real keys only. A padding query attends
+    to itself alone, so no attention row is fully masked (finite outputs on every attention path).
+    position_ids and attn_mask are None when no row is padded (plain causal attention).
+    """
+    W = max(len(r) for r in rows)
+    pads = [W - len(r) for r in rows]
+    idx = torch.tensor([[0] * p + list(r) for p, r in zip(pads, rows)], dtype=torch.long, device=device)
+    if not any(pads):
+        return idx, None, None, pads
+    pad = torch.tensor(pads, device=device)[:, None]  # (B, 1)
+    ar = torch.arange(W, device=device)[None, :]  # (1, W)
+    position_ids = (ar - pad).clamp(min=0)
+    real_key = ar >= pad  # (B, W)
+    causal = torch.ones(W, W, dtype=torch.bool, device=device).tril()
+    eye = torch.eye(W, dtype=torch.bool, device=device)
+    mask = (causal[None] & real_key[:, None, :]) | eye[None]
+    return idx, position_ids, mask[:, None], pads
+
+
+@dataclass
+class Generation:
+    """One row's result of `generate_batch`.
+
+    tokens: the generated ids (prompt excluded); with a stop string, up to the token that completed
+    it; with eos_id, up to and including the EOS token. finish_reason: "stop" (EOS or a stop
+    string) or "length" (max_new_tokens reached). text: the decoded continuation, cut before the
+    stop string (only when `decode` was given, else None).
+    """
+
+    tokens: list[int] = field(default_factory=list)
+    finish_reason: str = "length"
+    text: str | None = None
+
+
+def find_stop(text: str, stop: Sequence[str]) -> int | None:
+    """Index in `text` of the earliest occurrence of any of the `stop` strings, or None."""
+    hits = [i for i in (text.find(s) for s in stop if s) if i >= 0]
+    return min(hits) if hits else None
+
+
+@torch.no_grad()
+def generate_batch(model: GPT, prompts: Sequence[Sequence[int]], max_new_tokens: int, temperature: float = 1.0,
+                   top_k: int | None = None, top_p: float | None = None, seed: int | None = None,
+                   use_cache: bool = True, eos_id: int | None = None, stop: Sequence[str] = (),
+                   decode: Callable[[list[int]], str] | None = None) -> list[Generation]:
+    """Continue each prompt (lists of ids, any lengths) by up to `max_new_tokens` tokens, as one batch.
+
+    Prompts of different lengths are left-padded (`padded_batch`): each row's position ids start
+    at 0 after its padding and no real token attends to padding, so a row's greedy continuation
+    equals the same prompt run alone (up to float rounding of batched matrix products). With
+    `use_cache` the prompts are prefilled once and each step feeds one token per row; without it
+    every step recomputes the whole window. Past the context, both follow `slide_window`.
+    A row stops at `eos_id` or when its decoded continuation contains one of the `stop` strings
+    (needs `decode`, ids -> text); the batch stops when every row has stopped.
+
+    Returns: one Generation per prompt, in order.
+
+    Raises:
+        ValueError: an empty prompt (naming its index), stop strings without `decode`.
+    """
+    for i, p in enumerate(prompts):
+        if len(p) == 0:
+            raise ValueError(f"prompt {i} is empty: give at least one token")
+    if stop and decode is None:
+        raise ValueError("stop strings need `decode` (token ids -> text)")
+    was_training = model.training
+    model.eval()
+    device = model.wte.weight.device
+    gen = None
+    if seed is not None:
+        gen = torch.Generator(device=device)
+        gen.manual_seed(seed)
+    block = model.config.block_size
+    tokens = [list(p) for p in prompts]
+    starts = [cut_prompt(len(p), block, f"prompt {i}" if len(prompts) > 1 else "the prompt")
+              for i, p in enumerate(prompts)]
+    results = [Generation() for _ in prompts]
+    done = [False] * len(prompts)
+    caches, pads = None, None
+    for _ in range(max_new_tokens):
+        new_starts = [slide_window(s, len(t), block) for s, t in zip(starts, tokens)]
+        if not use_cache or caches is None or new_starts != starts:
+            starts = new_starts
+            idx, pos, mask, pads = padded_batch([t[s:] for s, t in zip(starts, tokens)], device)
+            if use_cache:
+                caches = model.make_caches(len(tokens))
+            logits = model(idx, position_ids=pos, attn_mask=mask, caches=caches, last_only=True)
+        else:
+            last = torch.tensor([[t[-1]] for t in tokens], dtype=torch.long, device=device)
+            pos = mask = None
+            if any(pads):
+                lengths = [len(t) - s for s, t in zip(starts, tokens)]
+                pos = torch.tensor([[n - 1] for n in lengths], device=device)
+                S = caches[0].pos + 1
+                pad = torch.tensor(pads, device=device)[:, None]
+                mask = (torch.arange(S, device=device)[None, :] >= pad)[:, None, None, :]  # (B, 1, 1, S)
+            logits = model(last, position_ids=pos, attn_mask=mask, caches=caches, last_only=True)
+        nxt = sample_next(logits[:, -1, :], temperature, top_k, top_p, gen)[:, 0].tolist()
+        for b, t in enumerate(nxt):
+            tokens[b].append(t)
+            if done[b]:
+                continue
+            r = results[b]
+            r.tokens.append(t)
+            if eos_id is not None and t == eos_id:
+                done[b], r.finish_reason = True, "stop"
+            elif stop:
+                cut = find_stop(decode(r.tokens), stop)
+                if cut is not None:
+                    done[b], r.finish_reason = True, "stop"
+        if all(done):
+            break
+    model.train(was_training)
+    if decode is not None:
+        for r in results:
+            text = decode([t for t in r.tokens if t != eos_id] if eos_id is not None else r.tokens)
+            cut = find_stop(text, stop) if stop else None
+            r.text = text if cut is None else text[:cut]
+    return results
+
+
 @torch.no_grad()
 def generate(model: GPT, idx: torch.Tensor, max_new_tokens: int, temperature: float = 1.0,
              top_k: int | None = None, top_p: float | None = None, seed: int | None = None,
@@ -43,43 +206,18 @@ def generate(model: GPT, idx: torch.Tensor, max_new_tokens: int, temperature: fl
 
     With `use_cache`, the prompt is run once (prefill) and each new token attends to cached
     keys/values: O(T) work per token instead of O(T^2). Greedy output (temperature 0) is identical
-    with and without the cache. When the context would exceed block_size, the cache path
-    re-prefills the last block_size/2 tokens and the no-cache path crops to the last block_size
-    tokens, so both keep going past the model's context length.
-    Generation stops early when every row has produced `eos_id`.
+    with and without the cache, also past the model's context (`slide_window`: one rule for both
+    paths). A prompt longer than block_size keeps its last block_size tokens, with a warning.
+    Generation stops early when every row has produced `eos_id`; rows that stopped earlier are
+    filled with `eos_id`. For prompts of different lengths and stop strings, see `generate_batch`.
 
     Raises:
         ValueError: an empty prompt.
     """
     if idx.size(1) == 0:
         raise ValueError("the prompt is empty: give at least one token")
-    was_training = model.training
-    model.eval()
-    device = idx.device
-    gen = None
-    if seed is not None:
-        gen = torch.Generator(device=device)
-        gen.manual_seed(seed)
-    block = model.config.block_size
-    out = idx
-    finished = torch.zeros(idx.size(0), dtype=torch.bool, device=device)
-    caches = None
-    for _ in range(max_new_tokens):
-        if use_cache:
-            if caches is None or caches[0].pos + 1 > block:
-                context = out[:, -(block // 2 if caches is not None else block):]
-                caches = model.make_caches(out.size(0))
-                logits = model(context, caches=caches, last_only=True)
-            else:
-                logits = model(out[:, -1:], caches=caches, last_only=True)
-        else:
-            logits = model(out[:, -block:], last_only=True)
-        nxt = sample_next(logits[:, -1, :], temperature, top_k, top_p, gen)
-        if eos_id is not None:
-            nxt = torch.where(finished[:, None], torch.full_like(nxt, eos_id), nxt)
-            finished |= nxt[:, 0] == eos_id
-        out = torch.cat([out, nxt], dim=1)
-        if eos_id is not None and bool(finished.all()):
-            break
-    model.train(was_training)
-    return out
+    res = generate_batch(model, idx.tolist(), max_new_tokens, temperature, top_k, top_p, seed, use_cache, eos_id)
+    n = max(len(r.tokens) for r in res)
+    fill = eos_id if eos_id is not None else 0
+    new = torch.tensor([r.tokens + [fill] * (n - len(r.tokens)) for r in res], dtype=torch.long, device=idx.device)
+    return torch.cat([idx, new.view(idx.size(0), n)], dim=1)

@@ -310,17 +310,32 @@ class GPT(nn.Module):
             position_ids = torch.arange(past, past + T, device=idx.device)
         if position_ids.dim() == 1:
             position_ids = position_ids.unsqueeze(0)
-        x = self.wte(idx)
-        rope = None
-        if self.config.arch == "gpt2":
-            x = x + self.wpe(position_ids)
-        else:
-            rope = (self.rope_cos[position_ids][:, None], self.rope_sin[position_ids][:, None])
-        x = self.drop(x)
+        x = self.embed(idx, position_ids)
+        rope = self.rope_at(position_ids)
         for i, block in enumerate(self.blocks):
             x = block(x, rope, caches[i] if caches else None, attn_mask)
         if last_only:
             x = x[:, -1:, :]
+        return self.head(x)
+
+    # The three pieces of forward, also called by pipeline stages (gptforge.train.parallelize),
+    # which hold these submodules under the same names.
+
+    def embed(self, idx: torch.Tensor, position_ids: torch.Tensor) -> torch.Tensor:
+        """Token (+ learned position, gpt2) embeddings with dropout: idx (B, T) -> (B, T, C)."""
+        x = self.wte(idx)
+        if self.config.arch == "gpt2":
+            x = x + self.wpe(position_ids)
+        return self.drop(x)
+
+    def rope_at(self, position_ids: torch.Tensor):
+        """RoPE (cos, sin) for positions (B or 1, T), each (B or 1, 1, T, hd/2); None for gpt2."""
+        if self.config.arch == "gpt2":
+            return None
+        return self.rope_cos[position_ids][:, None], self.rope_sin[position_ids][:, None]
+
+    def head(self, x: torch.Tensor) -> torch.Tensor:
+        """Final norm and output projection: (B, T, C) -> logits (B, T, V)."""
         return self.lm_head(self.norm_f(x))
 
     def make_caches(self, batch: int, max_len: int | None = None, dtype=None) -> list[KVCache]:

@@ -29,6 +29,7 @@ from typing import Any
 import torch
 
 from gptforge.config import ModelConfig
+from gptforge.errors import InputError
 from gptforge.model.gpt import GPT
 
 SUPPORTED_MODEL_TYPES = ("gpt2", "llama", "mistral", "qwen2")
@@ -37,7 +38,7 @@ SUPPORTED_MODEL_TYPES = ("gpt2", "llama", "mistral", "qwen2")
 _GPT2_TANH_GELU = ("gelu_new", "gelu_pytorch_tanh")
 
 
-class UnsupportedHFConfig(ValueError):
+class UnsupportedHFConfig(InputError):
     """A Hugging Face config that gptforge cannot represent exactly; the message names the field."""
 
 

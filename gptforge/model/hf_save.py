@@ -19,7 +19,7 @@ from pathlib import Path
 
 import torch
 
-from gptforge.atomic import default_mode, fsync_dir, fsync_file, replace_dir
+from gptforge.atomic import atomic_write_bytes, default_mode, fsync_dir, fsync_file, replace_dir
 from gptforge.config import ModelConfig
 from gptforge.model.hf import config_to_hf, state_dict_to_hf
 
@@ -31,13 +31,6 @@ TOKENIZER_FILES = (
 
 EOS_CANDIDATES = ("<|endoftext|>", "</s>", "<|end_of_text|>", "<|eot_id|>", "<|im_end|>")
 """Special tokens taken as end-of-sequence for a bare tokenizer.json, in this order of preference."""
-
-
-def _fsync_write(path: Path, data: bytes) -> None:
-    with open(path, "wb") as f:
-        f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
 
 
 def _json_bytes(obj) -> bytes:
@@ -146,10 +139,10 @@ def save_hf(
     tmp.mkdir()
     try:
         _write_weights(hf_sd, tmp, max_shard_bytes, save_file)
-        _fsync_write(tmp / "config.json", _json_bytes(hf_config))
-        _fsync_write(tmp / "generation_config.json", _json_bytes(generation_config))
+        atomic_write_bytes(tmp / "config.json", _json_bytes(hf_config))
+        atomic_write_bytes(tmp / "generation_config.json", _json_bytes(generation_config))
         for name, data in tok_files.items():
-            _fsync_write(tmp / name, data)
+            atomic_write_bytes(tmp / name, data)
         fsync_dir(tmp)
         replace_dir(tmp, out_dir)
     except BaseException:
@@ -184,5 +177,5 @@ def _write_weights(hf_sd: dict[str, torch.Tensor], folder: Path, max_shard_bytes
         fsync_file(folder / fname)
         weight_map.update({name: fname for name in shard})
     index = {"metadata": {"total_size": total}, "weight_map": weight_map}
-    _fsync_write(folder / "model.safetensors.index.json", _json_bytes(index))
+    atomic_write_bytes(folder / "model.safetensors.index.json", _json_bytes(index))
 

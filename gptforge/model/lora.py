@@ -26,7 +26,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from gptforge.atomic import replace_dir
+from gptforge.atomic import atomic_write_text, replace_dir
 from gptforge.config import ModelConfig
 
 LORA_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
@@ -278,10 +278,7 @@ def save_peft_adapter(model: nn.Module, model_cfg: ModelConfig, lora_cfg: LoRACo
     try:
         save_file({k: v.cpu() for k, v in tensors.items()}, str(tmp / "adapter_model.safetensors"),
                   metadata={"format": "pt"})
-        with open(tmp / "adapter_config.json", "w") as f:
-            json.dump(config, f, indent=2, sort_keys=True)
-            f.flush()
-            os.fsync(f.fileno())
+        atomic_write_text(tmp / "adapter_config.json", json.dumps(config, indent=2, sort_keys=True))
         replace_dir(tmp, out_dir)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)

@@ -45,6 +45,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from gptforge.errors import GptforgeError
 from gptforge.model.lora import LORA_TARGETS, LoRAConfig, LoRALinear
 
 QUANT_TYPES = ("nf4", "fp4")
@@ -52,7 +53,7 @@ COMPUTE_DTYPES = {"bf16": torch.bfloat16, "fp32": torch.float32}
 NESTED_BLOCKSIZE = 256  # bitsandbytes' fixed block size for the double-quantized scales
 
 
-class QLoRAUnavailable(RuntimeError):
+class QLoRAUnavailable(GptforgeError, RuntimeError):
     """bitsandbytes is missing, or cannot run 4-bit quantization on the chosen device."""
 
 

@@ -62,11 +62,12 @@ def measure_step(model_cfg: ModelConfig, train_cfg: TrainConfig, parallel_cfg: P
     from torch.distributed._tools.mem_tracker import MemTracker
 
     from gptforge.model.gpt import GPT
+    from gptforge.plan.memory import planning_layout
 
     # The same wrapping the trainer applies, so "selective" means the same blocks in both.
     from gptforge.runtime.activation import apply_activation_checkpointing
 
-    parallel_cfg = parallel_cfg or ParallelConfig()
+    parallel_cfg = planning_layout(parallel_cfg or ParallelConfig())
     if parallel_cfg.world_size != 1:
         raise ValueError("--measure runs a single-device step; set parallel.* to 1 (the formula still covers "
                          "sharded layouts)")

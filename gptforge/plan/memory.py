@@ -296,18 +296,13 @@ class MemoryEstimate:
         return asdict(self)
 
 
-def effective_zero_stage(parallel: ParallelConfig) -> int:
-    """ZeRO stage actually modelled: dp_shard > 1 without a stage means FSDP2 full sharding (ZeRO-3)."""
-    if parallel.zero_stage not in (0, 1, 2, 3):
-        raise ValueError(f"parallel.zero_stage must be 0, 1, 2 or 3, got {parallel.zero_stage}")
-    if parallel.zero_stage == 0 and parallel.dp_shard > 1:
-        return 3
-    return parallel.zero_stage
-
-
-def shard_degree(parallel: ParallelConfig) -> int:
-    """Ranks model states are sharded over: dp_shard (FSDP2/HSDP), else the whole dp group."""
-    return parallel.dp_shard if parallel.dp_shard > 1 else parallel.dp
+def planning_layout(parallel: ParallelConfig) -> ParallelConfig:
+    """The layout the planner models: a degree of -1 (the rest of the processes) is 1 when no GPU
+    count says otherwise (`gptforge.plan.planner.resolve_layout` fills it from --num-gpus)."""
+    fixed = 1
+    for n in ParallelConfig.DEGREES:
+        fixed *= max(getattr(parallel, n), 1)
+    return parallel.resolved(fixed)
 
 
 def validate(model: ModelConfig, train: TrainConfig, parallel: ParallelConfig) -> None:
@@ -316,9 +311,7 @@ def validate(model: ModelConfig, train: TrainConfig, parallel: ParallelConfig) -
     Raises:
         ValueError: naming the field and what to do.
     """
-    for name in ("dp_replicate", "dp_shard", "tp", "pp"):
-        if getattr(parallel, name) < 1:
-            raise ValueError(f"parallel.{name} must be >= 1, got {getattr(parallel, name)}")
+    planning_layout(parallel).validate()
     if train.micro_batch_size < 1:
         raise ValueError(f"train.micro_batch_size must be >= 1, got {train.micro_batch_size}")
     if train.gradient_accumulation_steps < 1:
@@ -329,12 +322,7 @@ def validate(model: ModelConfig, train: TrainConfig, parallel: ParallelConfig) -
         raise ValueError(f"parallel.tp={parallel.tp} must divide model.d_ff={model.d_ff}")
     if parallel.pp > model.n_layer:
         raise ValueError(f"parallel.pp={parallel.pp} exceeds model.n_layer={model.n_layer}")
-    stage = effective_zero_stage(parallel)
-    if parallel.offload == "optimizer+params" and stage != 3:
-        raise ValueError(
-            "parallel.offload=optimizer+params needs parameter sharding: set parallel.zero_stage 3 "
-            "(FSDP2 CPUOffloadPolicy), or use parallel.offload optimizer"
-        )
+
 
 
 def estimate_memory(model: ModelConfig, train: TrainConfig, parallel: ParallelConfig | None = None,
@@ -359,7 +347,7 @@ def estimate_memory(model: ModelConfig, train: TrainConfig, parallel: ParallelCo
         ValueError: inconsistent layout (see `validate`), unknown optimizer or precision.
     """
     cfg = model.resolved() if model.n_layer is None or model.d_ff is None else model
-    parallel = parallel or ParallelConfig()
+    parallel = planning_layout(parallel or ParallelConfig())
     validate(cfg, train, parallel)
     precision = train.precision
     if precision not in ("fp32", "bf16", "fp16", "fp8"):
@@ -369,8 +357,8 @@ def estimate_memory(model: ModelConfig, train: TrainConfig, parallel: ParallelCo
     L, h, V = cfg.n_layer, cfg.d_model, cfg.vocab_size
     b, s = train.micro_batch_size, cfg.block_size
     t, p = parallel.tp, parallel.pp
-    stage = effective_zero_stage(parallel)
-    nd = shard_degree(parallel) if stage > 0 else 1
+    stage = parallel.effective_zero_stage()
+    nd = parallel.shard_degree() if stage > 0 else 1
     offload = parallel.offload
     assumptions: list[str] = []
 

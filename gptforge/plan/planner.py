@@ -7,7 +7,7 @@ from dataclasses import asdict, dataclass, field, replace
 from gptforge.config import ModelConfig, ParallelConfig, TrainConfig, to_dict
 from gptforge.plan.flops import chinchilla_tokens
 from gptforge.plan.hardware import GPU, get_gpu
-from gptforge.plan.memory import MemoryEstimate, effective_zero_stage, estimate_memory
+from gptforge.plan.memory import MemoryEstimate, estimate_memory, planning_layout
 from gptforge.plan.params import param_count
 from gptforge.plan.timing import SpeedEstimate, estimate_speed
 
@@ -53,6 +53,10 @@ def resolve_layout(parallel: ParallelConfig, num_gpus: int | None) -> tuple[Para
     Raises:
         ValueError: num_gpus not divisible by tp*pp, or disagreeing with an explicit layout.
     """
+    if num_gpus is None or parallel.dp_shard != -1:
+        parallel = planning_layout(parallel)
+    else:  # dp_shard -1 (the default) is "not set": the GPUs left become data parallel below
+        parallel = planning_layout(replace(parallel, dp_shard=1))
     world = parallel.world_size
     if num_gpus is None:
         return parallel, world
@@ -108,7 +112,7 @@ def plan(model_cfg: ModelConfig, train_cfg: TrainConfig | None = None, parallel_
     speed = None
     if g is not None:
         speed = estimate_speed(cfg, train_cfg, parallel_cfg, n, peak, n_gpus, tokens_v, price, mfu=mfu)
-    if effective_zero_stage(parallel_cfg) != parallel_cfg.zero_stage:
+    if parallel_cfg.effective_zero_stage() != parallel_cfg.zero_stage:
         notes.append("parallel.dp_shard > 1 with zero_stage 0 is FSDP2 full sharding: planned as ZeRO-3")
     return Plan(
         fits=mem.fits, param_count=n, model=to_dict(cfg), train=to_dict(train_cfg), parallel=to_dict(parallel_cfg),

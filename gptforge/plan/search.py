@@ -13,6 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from gptforge.config import ModelConfig, ParallelConfig, TrainConfig
+from gptforge.errors import InputError
 from gptforge.plan.flops import flops_per_token
 from gptforge.plan.hardware import GPU
 from gptforge.plan.memory import MemoryEstimate, estimate_memory
@@ -108,6 +109,10 @@ def recommend(model: ModelConfig, train: TrainConfig, gpu: GPU, num_gpus: int, t
                                     tp=tp, pp=pp, zero_stage=stage, offload=offload,
                                     pp_microbatches=ga if pp > 1 else 0,
                                 )
+                                try:
+                                    par.validate()  # the trainer's own rules: recommend only what it runs
+                                except InputError:
+                                    continue
                                 mem = estimate_memory(cfg, t2, par, capacity_bytes=gpu.memory_bytes)
                                 if not mem.fits:
                                     continue

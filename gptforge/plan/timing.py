@@ -25,7 +25,7 @@ from dataclasses import asdict, dataclass, field
 
 from gptforge.config import ModelConfig, ParallelConfig, TrainConfig
 from gptforge.plan.flops import flops_per_token, recompute_flops_per_token
-from gptforge.plan.memory import effective_zero_stage
+from gptforge.plan.memory import planning_layout
 
 
 @dataclass
@@ -70,6 +70,7 @@ def mfu_range(model: ModelConfig, train: TrainConfig, parallel: ParallelConfig, 
     All factors are heuristics stated in the returned list; measured MFU from a real run should
     replace them when available.
     """
+    parallel = planning_layout(parallel)
     notes: list[str] = []
     low, high = (0.35, 0.50) if n_params >= 1e9 else (0.20, 0.40)
     notes.append(f"base MFU {low:.0%}-{high:.0%} for {'>=' if n_params >= 1e9 else '<'}1B parameters")
@@ -92,7 +93,7 @@ def mfu_range(model: ModelConfig, train: TrainConfig, parallel: ParallelConfig, 
         tp_f = {2: 0.95, 4: 0.9, 8: 0.85}.get(t, 0.5)
         factor *= tp_f
         notes.append(f"tensor parallel {t}: x{tp_f}" + (" (beyond one 8-GPU node)" if t > 8 else ""))
-    stage = effective_zero_stage(parallel)
+    stage = parallel.effective_zero_stage()
     if stage == 3 and parallel.dp > 1:
         factor *= 0.95
         notes.append("ZeRO-3 parameter all-gathers: x0.95")
@@ -117,6 +118,7 @@ def estimate_speed(model: ModelConfig, train: TrainConfig, parallel: ParallelCon
     peak_flops: dense peak of one GPU at the training precision, FLOP/s. mfu: override the
     (low, high) range, e.g. with a measured MFU.
     """
+    parallel = planning_layout(parallel)
     f = flops_per_token(model, n_params)
     f6 = flops_per_token(model, n_params, convention="6N")
     hw = f + recompute_flops_per_token(model, n_params, train.activation_checkpointing)

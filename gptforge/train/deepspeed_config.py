@@ -92,25 +92,46 @@ def translate(ds: dict, cfg: RunConfig, world_size: int, source: str = "deepspee
         m.take("train", "gradient_accumulation_steps", "gradient_accumulation_steps", ds["gradient_accumulation_steps"])
     if "gradient_clipping" in ds:
         m.take("train", "grad_clip", "gradient_clipping", float(ds["gradient_clipping"]))
-    opt = ds.get("optimizer")
-    if opt is not None:
-        kind = str(opt.get("type", "")).lower()
-        if kind not in ("adamw", "adam"):
-            errors.append(f"{source}: optimizer.type {opt.get('type')!r} is not supported; use AdamW")
-        elif kind == "adam" and opt.get("params", {}).get("adam_w_mode") is False:
-            errors.append(f"{source}: optimizer Adam with adam_w_mode false (L2, not decoupled decay) is not "
-                          "gptforge's AdamW; set adam_w_mode true or type AdamW")
-        params = opt.get("params", {})
-        if "lr" in params:
-            m.take("train", "lr", "optimizer.params.lr", float(params["lr"]))
-        if "betas" in params:
-            betas = [float(b) for b in params["betas"]]
-            m.take("train", "beta1", "optimizer.params.betas[0]", betas[0])
-            m.take("train", "beta2", "optimizer.params.betas[1]", betas[1])
-        if "eps" in params:
-            m.take("train", "eps", "optimizer.params.eps", float(params["eps"]))
-        if "weight_decay" in params:
-            m.take("train", "weight_decay", "optimizer.params.weight_decay", float(params["weight_decay"]))
+    _take_optimizer(m, ds.get("optimizer"), source, errors)
+    _take_precision_and_zero(m, ds, source, errors)
+    train_cfg = TrainConfig(**m.train)
+    par_cfg = ParallelConfig(**m.parallel)
+    dp = world_size
+    gbs = train_cfg.micro_batch_size * train_cfg.gradient_accumulation_steps * dp
+    errors += _check_merged(ds, train_cfg, par_cfg, gbs, dp, source)
+    problems = m.conflicts + errors
+    if problems:
+        raise ValueError("the DeepSpeed config and gptforge's config disagree:\n  " + "\n  ".join(problems))
+
+    out = _deepspeed_config(ds, train_cfg, par_cfg, gbs)
+    return RunConfig(model=cfg.model, train=train_cfg, parallel=par_cfg), out
+
+
+def _take_optimizer(m: _Merge, opt: dict | None, source: str, errors: list[str]) -> None:
+    """The file's optimizer section: AdamW only; lr, betas, eps and weight decay merged."""
+    if opt is None:
+        return
+    kind = str(opt.get("type", "")).lower()
+    if kind not in ("adamw", "adam"):
+        errors.append(f"{source}: optimizer.type {opt.get('type')!r} is not supported; use AdamW")
+    elif kind == "adam" and opt.get("params", {}).get("adam_w_mode") is False:
+        errors.append(f"{source}: optimizer Adam with adam_w_mode false (L2, not decoupled decay) is not "
+                      "gptforge's AdamW; set adam_w_mode true or type AdamW")
+    params = opt.get("params", {})
+    if "lr" in params:
+        m.take("train", "lr", "optimizer.params.lr", float(params["lr"]))
+    if "betas" in params:
+        betas = [float(b) for b in params["betas"]]
+        m.take("train", "beta1", "optimizer.params.betas[0]", betas[0])
+        m.take("train", "beta2", "optimizer.params.betas[1]", betas[1])
+    if "eps" in params:
+        m.take("train", "eps", "optimizer.params.eps", float(params["eps"]))
+    if "weight_decay" in params:
+        m.take("train", "weight_decay", "optimizer.params.weight_decay", float(params["weight_decay"]))
+
+
+def _take_precision_and_zero(m: _Merge, ds: dict, source: str, errors: list[str]) -> None:
+    """The file's fp16/bf16 and zero_optimization sections (stage, CPU offload)."""
     fp16 = bool(ds.get("fp16", {}).get("enabled", False))
     bf16 = bool(ds.get("bf16", {}).get("enabled", False))
     if fp16 and bf16:
@@ -130,10 +151,12 @@ def translate(ds: dict, cfg: RunConfig, world_size: int, source: str = "deepspee
             errors.append(f"{source}: zero_optimization.offload_param needs stage 3 (got stage {stage})")
         offload = "optimizer+params" if off_par == "cpu" else "optimizer" if off_opt == "cpu" else "none"
         m.take("parallel", "offload", "zero_optimization.offload_*", offload)
-    train_cfg = TrainConfig(**m.train)
-    par_cfg = ParallelConfig(**m.parallel)
-    dp = world_size
-    gbs = train_cfg.micro_batch_size * train_cfg.gradient_accumulation_steps * dp
+
+
+def _check_merged(ds: dict, train_cfg: TrainConfig, par_cfg: ParallelConfig, gbs: int, dp: int,
+                  source: str) -> list[str]:
+    """What the merged configs cannot run together, one message each."""
+    errors: list[str] = []
     if "train_batch_size" in ds and int(ds["train_batch_size"]) != gbs:
         errors.append(f"{source}: train_batch_size = {ds['train_batch_size']} but train.micro_batch_size "
                       f"{train_cfg.micro_batch_size} x train.gradient_accumulation_steps "
@@ -148,10 +171,11 @@ def translate(ds: dict, cfg: RunConfig, world_size: int, source: str = "deepspee
                       "stage 0 is accepted for fp32 only")
     if train_cfg.optimizer != "adamw":
         errors.append(f"train.optimizer={train_cfg.optimizer!r}: the DeepSpeed backend runs AdamW")
-    problems = m.conflicts + errors
-    if problems:
-        raise ValueError("the DeepSpeed config and gptforge's config disagree:\n  " + "\n  ".join(problems))
+    return errors
 
+
+def _deepspeed_config(ds: dict, train_cfg: TrainConfig, par_cfg: ParallelConfig, gbs: int) -> dict:
+    """The complete config for deepspeed.initialize: the file's keys with gptforge's values."""
     out = copy.deepcopy(ds)
     out["train_micro_batch_size_per_gpu"] = train_cfg.micro_batch_size
     out["gradient_accumulation_steps"] = train_cfg.gradient_accumulation_steps
@@ -170,7 +194,7 @@ def translate(ds: dict, cfg: RunConfig, world_size: int, source: str = "deepspee
     if par_cfg.offload == "optimizer+params":
         zo_out["offload_param"] = {**zo_out.get("offload_param", {}), "device": "cpu"}
     out["zero_optimization"] = zo_out
-    return RunConfig(model=cfg.model, train=train_cfg, parallel=par_cfg), out
+    return out
 
 
 def deepspeed_run_config(cfg: RunConfig, world_size: int) -> tuple[RunConfig, dict, ParallelConfig]:
@@ -188,7 +212,7 @@ def deepspeed_run_config(cfg: RunConfig, world_size: int) -> tuple[RunConfig, di
             set to something other than the number of processes.
         FileNotFoundError: the config file does not exist.
     """
-    pc = cfg.parallel
+    pc = cfg.parallel.resolved(world_size)
     if not pc.deepspeed_config:
         raise ValueError("parallel.backend=deepspeed needs parallel.deepspeed_config (a DeepSpeed JSON file); "
                          "pass --deepspeed-config ds_config.json")
@@ -197,5 +221,5 @@ def deepspeed_run_config(cfg: RunConfig, world_size: int) -> tuple[RunConfig, di
                          f"parallel.dp_replicate {pc.dp_replicate} x parallel.dp_shard {pc.dp_shard} = {pc.dp} and this job has {world_size} "
                          "processes; leave both at 1")
     merged, ds = translate(load_ds_config(pc.deepspeed_config), cfg, world_size, source=str(pc.deepspeed_config))
-    env_pc = ParallelConfig(dp_replicate=world_size, timeout_minutes=pc.timeout_minutes)
+    env_pc = ParallelConfig(dp_replicate=world_size, dp_shard=1, timeout_minutes=pc.timeout_minutes)
     return merged, ds, env_pc

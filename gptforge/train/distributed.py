@@ -114,57 +114,6 @@ def resolve_device(name: str, local_rank: int) -> torch.device:
     return torch.device("cpu")
 
 
-def validate_layout(pc: ParallelConfig, world_size: int) -> None:
-    """Check that the layout fits the job and that its parts can be combined.
-
-    Raises:
-        ValueError: the product dp_replicate*dp_shard*tp*pp differs from the number of processes,
-            or an unsupported combination (named, with what to do instead).
-    """
-    for name in MESH_DIMS:
-        v = getattr(pc, name)
-        if v < 1:
-            raise ValueError(f"parallel.{name} must be >= 1 (got {v})")
-    if pc.world_size != world_size:
-        how = ("launch with `gptforge launch --nproc-per-node N pretrain ...` or torchrun"
-               if world_size == 1 else "change the parallel.* degrees or the number of processes")
-        raise ValueError(
-            f"parallel layout dp_replicate {pc.dp_replicate} x dp_shard {pc.dp_shard} x tp {pc.tp} x pp {pc.pp} "
-            f"= {pc.world_size} processes, but this job has {world_size}; {how}"
-        )
-    if pc.zero_stage not in (0, 1, 2, 3):
-        raise ValueError(f"parallel.zero_stage must be 0, 1, 2 or 3 (got {pc.zero_stage})")
-    if pc.zero_stage == 1 and (pc.tp > 1 or pc.pp > 1):
-        raise ValueError("parallel.zero_stage=1 (DDP + ZeroRedundancyOptimizer) is pure data parallel here; "
-                         "with tp or pp use zero_stage 2 or 3 (FSDP2)")
-    if pc.offload != "none" and pc.zero_stage not in (2, 3):
-        raise ValueError(f"parallel.offload={pc.offload!r} runs through FSDP2's CPUOffloadPolicy: "
-                         "set parallel.zero_stage to 2 or 3")
-    if uses_ddp(pc) and (pc.tp > 1 or pc.pp > 1):
-        raise ValueError("DDP (dp_replicate > 1 with dp_shard 1) cannot wrap tensor- or pipeline-parallel "
-                         "modules; use parallel.dp_shard (FSDP2, or HSDP with dp_replicate) instead")
-    if pc.pp_schedule not in ("gpipe", "1f1b", "interleaved_1f1b"):
-        raise ValueError(f"parallel.pp_schedule={pc.pp_schedule!r}: choose gpipe, 1f1b or interleaved_1f1b")
-
-
-def effective_zero_stage(pc: ParallelConfig) -> int:
-    """zero_stage as run: an explicit 1/2/3, else 3 (FSDP2 full sharding) when dp_shard > 1, else 0."""
-    if pc.zero_stage:
-        return pc.zero_stage
-    return 3 if pc.dp_shard > 1 else 0
-
-
-def uses_fsdp(pc: ParallelConfig) -> bool:
-    """FSDP2 `fully_shard` over dp_shard (HSDP when dp_replicate > 1 too): ZeRO-2 and ZeRO-3."""
-    return effective_zero_stage(pc) in (2, 3)
-
-
-def uses_ddp(pc: ParallelConfig) -> bool:
-    """DistributedDataParallel: replicated data parallelism, and ZeRO-1's gradient all-reduce."""
-    z = effective_zero_stage(pc)
-    return z == 1 or (z == 0 and pc.dp_replicate > 1)
-
-
 def init_distributed(pc: ParallelConfig, device_name: str = "auto", force_group: bool = False) -> DistEnv:
     """Join (or create) the process group and build the device mesh for layout `pc`.
 
@@ -174,14 +123,14 @@ def init_distributed(pc: ParallelConfig, device_name: str = "auto", force_group:
     DeepSpeed engine always needs a process group).
 
     Raises:
-        ValueError: the layout does not match the number of processes (see validate_layout).
+        InputError: the layout does not match the number of processes (see ParallelConfig.validate).
     """
     if launched_by_torchrun():
         rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
         local_rank = int(os.environ.get("LOCAL_RANK", 0))
     else:
         rank, world, local_rank = 0, 1, 0
-    validate_layout(pc, world)
+    pc.validate(world)
     device = resolve_device(device_name, local_rank)
     if world == 1 and not needs_process_group(pc) and not force_group and not dist.is_initialized():
         return DistEnv(device=device)

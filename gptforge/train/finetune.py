@@ -26,12 +26,15 @@ from pathlib import Path
 
 import numpy as np
 import torch
+import yaml
 
 from gptforge.atomic import atomic_copy, atomic_write_text
-from gptforge.config import FinetuneConfig, ModelConfig
+from gptforge.config import FinetuneConfig, ModelConfig, RunConfig
 from gptforge.model.lora import LoRAConfig, apply_lora
 from gptforge.model.qlora import QuantConfig
 from gptforge.runtime.loss import IGNORE_INDEX
+from gptforge.train.provenance import data_provenance
+from gptforge.train.sources import ShardBatches
 
 MAX_DEFAULT_BLOCK = 2048
 ADAPTER_DIR = "adapter"
@@ -84,13 +87,12 @@ def check_method(fc: FinetuneConfig, device: torch.device, precision: str = "fp3
         lora_config(fc).targets()
     if fc.method == "qlora":
         from gptforge.model.qlora import check_device
-        from gptforge.train.distributed import uses_ddp, uses_fsdp
 
         qcfg = quant_config(fc, precision)
         qcfg.validate()
         world = int(os.environ.get("WORLD_SIZE", "1"))
-        if world > 1 or (parallel is not None and (parallel.tp > 1 or parallel.pp > 1 or uses_fsdp(parallel)
-                                                   or uses_ddp(parallel))):
+        if world > 1 or (parallel is not None and (parallel.tp > 1 or parallel.pp > 1 or parallel.uses_fsdp()
+                                                   or parallel.uses_ddp())):
             raise ValueError("finetune.method=qlora runs in a single process (one GPU or the CPU) in this version: "
                              "drop the parallel.* layout / torchrun, or use --finetune.method lora for multi-GPU runs")
         check_device(device, qcfg)
@@ -98,19 +100,6 @@ def check_method(fc: FinetuneConfig, device: torch.device, precision: str = "fp3
 
 # ---------------------------------------------------------------------------------------------
 # Data sources (the protocol of loop.train's `data` hook)
-
-
-class _Batches:
-    """Wraps a batch iterator with the figures the loop logs (tokens per step, sequence length)."""
-
-    def __init__(self, inner, seq_len: int):
-        self.inner = inner
-        self.seq_len = seq_len
-        self.global_batch_size = inner.global_batch_size
-        self.tokens_per_step = inner.global_batch_size * seq_len  # rows of seq_len, padding included
-
-    def micro_batches(self, step: int):
-        return self.inner.micro_batches(step)
 
 
 class InstructionData:
@@ -148,6 +137,7 @@ class InstructionData:
         if self.val is not None and not self.val.sequences:
             self.val = None
         self.has_val = self.val is not None
+        self.tokenizer_file = None  # the run directory already holds the model's tokenizer
         self.vocab_size = tokenizer.tokenizer.get_vocab_size(with_added_tokens=True)
         st = self.train.stats
         self.description = (
@@ -157,10 +147,10 @@ class InstructionData:
             + (f"; {len(val_ex)} held out for validation" if self.has_val else "")
         )
 
-    def batches(self, block_size: int, tc, dp_rank: int, dp_size: int) -> _Batches:
+    def batches(self, block_size: int, tc, dp_rank: int, dp_size: int) -> ShardBatches:
         from gptforge.data.instruct import InstructionBatches
 
-        return _Batches(InstructionBatches(self.train, tc.micro_batch_size, tc.gradient_accumulation_steps, tc.seed,
+        return ShardBatches(InstructionBatches(self.train, tc.micro_batch_size, tc.gradient_accumulation_steps, tc.seed,
                                            dp_rank=dp_rank, dp_size=dp_size), self.seq_len)
 
     @torch.no_grad()
@@ -183,68 +173,14 @@ class InstructionData:
         model.train(was)
         return total / max(count, 1)
 
+    def provenance(self) -> dict:
+        return data_provenance(self.path)
+
+    def check_resume(self, saved: dict, checkpoint: Path) -> None:
+        """Nothing to compare: the tokenizer is the run's own (RUN_DIR/tokenizer.json)."""
+
     def close(self) -> None:
         pass
-
-
-class ShardData:
-    """A `gptforge prepare` shard folder as a loop data source, at the fine-tuning sequence length
-    (continued pretraining on raw text).
-
-    Raises:
-        ValueError: the shards were tokenized with another tokenizer than the model's (compared by
-            the tokenizer hash in meta.json), or the data is shorter than one window.
-    """
-
-    def __init__(self, data_dir: Path, seq_len: int, eval_steps: int, micro_batch_size: int,
-                 tokenizer_json: Path | None):
-        from gptforge.data.loader import TokenStream, eval_windows
-        from gptforge.data.shards import load_meta
-        from gptforge.data.tokenizer import Tokenizer
-
-        self.data_dir, self.seq_len = Path(data_dir), seq_len
-        meta = load_meta(self.data_dir)
-        if tokenizer_json is not None and meta.get("tokenizer_sha256"):
-            mine = Tokenizer.from_file(tokenizer_json).sha256
-            if mine != meta["tokenizer_sha256"]:
-                raise ValueError(
-                    f"{self.data_dir / 'meta.json'}: the shards were tokenized with another tokenizer than the "
-                    f"model's ({tokenizer_json}); prepare them with `gptforge prepare ... --tokenizer {tokenizer_json}`"
-                )
-        self.meta, self.vocab_size = meta, int(meta["vocab_size"])
-        split = meta["splits"]["train"]
-        if split.get("tokens", 0) <= seq_len + 1:
-            raise ValueError(f"{self.data_dir}: {split.get('tokens', 0)} train tokens, fewer than one window of "
-                             f"finetune.block_size {seq_len}")
-        self.train_stream = TokenStream([self.data_dir / f for f in split["files"]], meta["dtype"])
-        self.val_stream, self.val_offsets = None, None
-        val = meta["splits"].get("val")
-        if val and val.get("tokens", 0) > seq_len + 1:
-            self.val_stream = TokenStream([self.data_dir / f for f in val["files"]], meta["dtype"])
-            self.val_offsets = eval_windows(self.val_stream, seq_len, eval_steps * micro_batch_size)
-        self.has_val = self.val_stream is not None
-        self.micro_batch_size = micro_batch_size
-        self.description = f"{split['tokens']:,} train tokens in {self.data_dir}, windows of {seq_len}"
-
-    def batches(self, block_size: int, tc, dp_rank: int, dp_size: int) -> _Batches:
-        from gptforge.data.loader import TrainBatches
-
-        return _Batches(TrainBatches(self.train_stream, self.seq_len, tc.micro_batch_size,
-                                     tc.gradient_accumulation_steps, tc.seed, dp_rank=dp_rank, dp_size=dp_size),
-                        self.seq_len)
-
-    def evaluate(self, model, device, precision) -> float | None:
-        from gptforge.eval.perplexity import evaluate_windows
-
-        if self.val_stream is None:
-            return None
-        return evaluate_windows(model, self.val_stream, self.val_offsets, self.seq_len, self.micro_batch_size,
-                                device, precision)
-
-    def close(self) -> None:
-        self.train_stream.close()
-        if self.val_stream is not None:
-            self.val_stream.close()
 
 
 # ---------------------------------------------------------------------------------------------
@@ -313,3 +249,106 @@ def load_chat_tokenizer(folder: Path, chat_template: Path | None = None):
     if chat_template is not None:
         tok.chat_template = chat_template.read_text()
     return tok
+
+
+# ---------------------------------------------------------------------------------------------
+# The run
+
+
+def finetune(fc: FinetuneConfig, cfg: RunConfig, source: str | Path | None, data: str | Path, run_dir: str | Path,
+        resume: bool = False, progress: bool = True, log=None):
+    """Fine-tune `source` (a Hugging Face folder or a gptforge run) on `data` (instruction .jsonl or a
+    shard folder) into `run_dir`; returns the TrainResult. `cfg.model` is ignored: the model is
+    the source's.
+
+    Raises:
+        FileNotFoundError: missing source, data, tokenizer, or nothing to resume.
+        ValueError: a bad config or data that does not fit the model (the message names it).
+    """
+    import os
+
+    from gptforge.config import to_dict
+    from gptforge.runtime.adapters import save_adapter_from_checkpoint
+    from gptforge.runtime.checkpoint import find_checkpoint
+    from gptforge.runtime.device import pick_device
+    from gptforge.train.loop import train
+    from gptforge.train.sources import ShardSource
+
+    say = log or (lambda m: None)
+    run_dir, data = Path(run_dir), Path(data)
+    device = pick_device(cfg.train.device)
+    check_method(fc, device, cfg.train.precision, cfg.parallel)
+    chat_template = None
+    if fc.chat_template not in ("auto", "default"):
+        chat_template = Path(fc.chat_template)
+        if not chat_template.is_file():
+            raise FileNotFoundError(f"finetune.chat_template {chat_template}: no such file (or use auto / default)")
+    if not data.exists():
+        raise FileNotFoundError(f"--data {data}: no such file or folder (an instruction .jsonl or a shard folder)")
+    if data.is_dir() and not (data / "meta.json").is_file():
+        raise FileNotFoundError(f"--data {data}: a folder without meta.json; give a `gptforge prepare` shard folder "
+                                "or an instruction .jsonl file")
+
+    model, mc, tok_dir, source = _base_model(run_dir, source, resume, chat_template, say)
+    seq_len = seq_len_for(fc, mc.block_size)
+    if data.is_file():
+        if tok_dir is None:
+            raise FileNotFoundError(f"{source}: no tokenizer.json beside the model; instruction data needs the "
+                                    "model's tokenizer")
+        tok = load_chat_tokenizer(Path(tok_dir), chat_template if not resume else None)
+        source_data = InstructionData(data, tok, seq_len, fc, cfg.train.seed)
+    else:
+        tok_json = Path(tok_dir) / "tokenizer.json" if tok_dir is not None else None
+        source_data = ShardSource(data, seq_len, cfg.train.eval_steps, cfg.train.micro_batch_size,
+                                  tok_json if tok_json is not None and tok_json.is_file() else None)
+
+    def model_factory(_mc):
+        m = empty_model(mc) if model is None else model
+        # On resume the 4-bit base comes from the checkpoint: allocate it, do not quantize garbage.
+        prepare_model(m, fc, device, cfg.train.precision, quantize=model is not None, progress=progress)
+        return m
+
+    base = str(Path(source).resolve()) if source is not None else None
+    extra = {"finetune": to_dict(fc), "base_model": {"path": base}}
+    lora = fc.method != "full"
+    on_save = (lambda step, path: save_adapter_from_checkpoint(path, path / ADAPTER_DIR, base)) if lora else None
+    say(f"fine-tuning ({fc.method}) at sequence length {seq_len}")
+    result = train(RunConfig(model=mc, train=cfg.train, parallel=cfg.parallel), data, run_dir, resume=resume,
+                   progress=progress, log=log, model_factory=model_factory, data=source_data,
+                   config_extra=extra, on_save=on_save)
+    if lora and int(os.environ.get("RANK", "0")) == 0:
+        save_adapter_from_checkpoint(find_checkpoint(run_dir), run_dir / ADAPTER_DIR, base)
+    return result
+
+
+def _base_model(run_dir: Path, source, resume: bool, chat_template: Path | None, say):
+    """(pretrained model or None on resume, its resolved ModelConfig, tokenizer folder or None,
+    the source path) for `finetune`; a new run also gets the source's export inputs."""
+    import torch
+
+    from gptforge.config import from_dict
+    from gptforge.runtime.checkpoint import find_checkpoint
+    from gptforge.runtime.loading import load_pretrained
+
+    if resume:
+        saved = run_dir / "config.yaml"
+        if not saved.is_file():
+            raise FileNotFoundError(f"--resume but {saved} does not exist: nothing to resume")
+        doc = yaml.safe_load(saved.read_text()) or {}
+        mc = from_dict(ModelConfig, doc["model"], "model.").resolved()
+        source = source or (doc.get("base_model") or {}).get("path")
+        find_checkpoint(run_dir)  # fail before any data work
+        tok_dir = run_dir if (run_dir / "tokenizer.json").is_file() else None
+        model = None
+    else:
+        if source is None:
+            raise ValueError("--from is required: a Hugging Face model folder or a gptforge run directory")
+        say(f"loading {source}")
+        model, src = load_pretrained(Path(source), dtype=torch.float32)
+        mc = model.config
+        tok_dir = src["tokenizer_dir"]
+        if int(os.environ.get("RANK", "0")) == 0:
+            write_export_inputs(run_dir, src, chat_template)
+        tok_dir = run_dir if (run_dir / "tokenizer.json").is_file() else tok_dir
+
+    return model, mc, tok_dir, source

@@ -28,6 +28,7 @@ import torch
 import torch.nn as nn
 
 from gptforge.config import ModelConfig, ParallelConfig, TrainConfig
+from gptforge.model.gpt import GPT
 from gptforge.runtime.activation import apply_activation_checkpointing
 
 
@@ -71,25 +72,14 @@ class PipelineStageModule(nn.Module):
             self.register_buffer("rope_sin", gpt.rope_sin, persistent=False)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if self.first:
-            T = x.size(1)
-            pos = torch.arange(T, device=x.device)[None]
-            h = self.wte(x)
-            if self.config.arch == "gpt2":
-                h = h + self.wpe(pos)
-            h = self.drop(h)
-        else:
-            h = x
-            T = x.size(1) * self.seq_shards
-            pos = torch.arange(T, device=x.device)[None]
-        rope = None
-        if self.config.arch == "llama":
-            rope = (self.rope_cos[pos][:, None], self.rope_sin[pos][:, None])
+        # GPT.forward's own pieces (embed, rope_at, head), on the submodules this stage holds.
+        T = x.size(1) if self.first else x.size(1) * self.seq_shards
+        pos = torch.arange(T, device=x.device)[None]
+        h = GPT.embed(self, x, pos) if self.first else x
+        rope = GPT.rope_at(self, pos)
         for block in self.blocks.values():
             h = block(h, rope, None, None)
-        if self.last:
-            h = self.lm_head(self.norm_f(h))
-        return h
+        return GPT.head(self, h) if self.last else h
 
 
 def split_layers(n_layer: int, n_stages: int) -> list[list[int]]:
@@ -268,9 +258,8 @@ def parallelize(model: nn.Module, tc: TrainConfig, pc: ParallelConfig, env,
         ValueError: a layout the model cannot take (heads not divisible by tp, fewer layers
             than stages, tied embeddings split across pipeline stages).
     """
-    from gptforge.train import distributed as D
 
-    zero = D.effective_zero_stage(pc)
+    zero = pc.effective_zero_stage()
     if not env.distributed:
         model.to(env.device)
         apply_activation_checkpointing(model, tc.activation_checkpointing)
@@ -312,33 +301,8 @@ def parallelize(model: nn.Module, tc: TrainConfig, pc: ParallelConfig, env,
     core = parts[0] if len(parts) == 1 else _ModelPartsView(parts)
     out = Parallelized(module=None, core=core, zero_stage=zero, fsdp=zero in (2, 3))
     if pc.pp > 1:
-        from torch.distributed.pipelining import (
-            PipelineStage,
-            Schedule1F1B,
-            ScheduleGPipe,
-            ScheduleInterleaved1F1B,
-        )
-
-        if pp_loss_fn is None:
-            raise ValueError("pipeline parallelism needs a loss function for the last stage")
-        group = env.group("pp")
-        out.stages = [PipelineStage(p, s, n_stages, env.device, group=group) for p, s in zip(parts, my_stages)]
-        out.stage_modules = parts
-        local_batch = tc.micro_batch_size * tc.gradient_accumulation_steps
-        n_mb = pc.pp_microbatches or max(tc.gradient_accumulation_steps, pc.pp)
-        if local_batch % n_mb:
-            raise ValueError(f"parallel.pp_microbatches={n_mb} must divide the per-rank batch of "
-                             f"train.micro_batch_size * train.gradient_accumulation_steps = {local_batch} sequences")
-        out.n_microbatches = n_mb
-        # Losses are already divided by the step's global token count, so the schedule must not
-        # divide the gradients by the micro-batch count again (scale_grads=False).
-        if pc.pp_schedule == "interleaved_1f1b":
-            out.schedule = ScheduleInterleaved1F1B(out.stages, n_mb, loss_fn=pp_loss_fn, scale_grads=False)
-        else:
-            cls = ScheduleGPipe if pc.pp_schedule == "gpipe" else Schedule1F1B
-            out.schedule = cls(out.stages[0], n_mb, loss_fn=pp_loss_fn, scale_grads=False)
-        return out
-    if D.uses_ddp(pc):
+        return _pipeline(out, parts, my_stages, n_stages, tc, pc, env, pp_loss_fn)
+    if pc.uses_ddp():
         from torch.nn.parallel import DistributedDataParallel as DDP
 
         ddp = DDP(model, process_group=env.group("dp"),
@@ -346,4 +310,35 @@ def parallelize(model: nn.Module, tc: TrainConfig, pc: ParallelConfig, env,
         out.module, out.ddp = ddp, ddp
         return out
     out.module = model
+    return out
+
+
+def _pipeline(out: Parallelized, parts: list[nn.Module], my_stages: list[int], n_stages: int, tc: TrainConfig,
+              pc: ParallelConfig, env, pp_loss_fn: Callable | None) -> Parallelized:
+    """Attach this rank's PipelineStages and the schedule (pc.pp_schedule) to `out`."""
+    from torch.distributed.pipelining import (
+        PipelineStage,
+        Schedule1F1B,
+        ScheduleGPipe,
+        ScheduleInterleaved1F1B,
+    )
+
+    if pp_loss_fn is None:
+        raise ValueError("pipeline parallelism needs a loss function for the last stage")
+    group = env.group("pp")
+    out.stages = [PipelineStage(p, s, n_stages, env.device, group=group) for p, s in zip(parts, my_stages)]
+    out.stage_modules = parts
+    local_batch = tc.micro_batch_size * tc.gradient_accumulation_steps
+    n_mb = pc.pp_microbatches or max(tc.gradient_accumulation_steps, pc.pp)
+    if local_batch % n_mb:
+        raise ValueError(f"parallel.pp_microbatches={n_mb} must divide the per-rank batch of "
+                         f"train.micro_batch_size * train.gradient_accumulation_steps = {local_batch} sequences")
+    out.n_microbatches = n_mb
+    # Losses are already divided by the step's global token count, so the schedule must not
+    # divide the gradients by the micro-batch count again (scale_grads=False).
+    if pc.pp_schedule == "interleaved_1f1b":
+        out.schedule = ScheduleInterleaved1F1B(out.stages, n_mb, loss_fn=pp_loss_fn, scale_grads=False)
+    else:
+        cls = ScheduleGPipe if pc.pp_schedule == "gpipe" else Schedule1F1B
+        out.schedule = cls(out.stages[0], n_mb, loss_fn=pp_loss_fn, scale_grads=False)
     return out

@@ -44,3 +44,57 @@ def saved_config_argv(argv: list[str], sections, prog: str) -> list[str]:
     yaml.safe_dump(base, tmp)
     tmp.close()
     return ["--config", tmp.name, *argv]
+
+
+def check_resume(found: Path, source, mc, tc, global_batch_size: int, dp_size: int) -> None:
+    """Refuse to resume checkpoint `found` with data, a model or a batch layout other than its own.
+
+    Args:
+        source: the run's BatchSource (checks its data against the saved config.yaml).
+        mc: the resolved ModelConfig. tc: the TrainConfig. global_batch_size: sequences per step
+            of this layout. dp_size: data-parallel ranks.
+
+    Raises:
+        InputError: another tokenizer, another model config, or another global batch size (the
+            data order would change), each naming both values and what to do.
+    """
+    from gptforge.config import to_dict
+    from gptforge.errors import InputError
+    from gptforge.runtime import checkpoint as ckpt_lib
+
+    saved = yaml.safe_load((found / "config.yaml").read_text()) or {}
+    source.check_resume(saved, found)
+    now = to_dict(mc)
+    if saved.get("model") != now:
+        diff = {k: (v, now.get(k)) for k, v in (saved.get("model") or {}).items() if now.get(k) != v}
+        raise InputError(f"--resume: the model config differs from the checkpoint's ({found / 'config.yaml'}): "
+                         + ", ".join(f"model.{k} was {a!r}, now {b!r}" for k, (a, b) in diff.items()))
+    saved_gbs = (ckpt_lib.load_trainer_state(found).get("data") or {}).get("global_batch_size")
+    if saved_gbs is not None and saved_gbs != global_batch_size:
+        raise InputError(
+            f"--resume: the checkpoint {found} was trained with a global batch of {saved_gbs} sequences, "
+            f"this layout gives {global_batch_size} (train.micro_batch_size {tc.micro_batch_size} x "
+            f"train.gradient_accumulation_steps {tc.gradient_accumulation_steps} x dp {dp_size}); set "
+            "them so the product matches to continue the same data order"
+        )
+
+
+def recorded_data_dir(run_dir: str | Path) -> str:
+    """The data folder a run was trained on, from RUN_DIR/config.yaml (for `--resume` without --data).
+
+    Raises:
+        MissingInputError: no config.yaml, no recorded path, or the recorded folder is gone (the
+            message names it and the --data option that overrides it).
+    """
+    from gptforge.errors import MissingInputError
+
+    saved = Path(run_dir) / "config.yaml"
+    if not saved.is_file():
+        raise MissingInputError(f"--resume: {saved} does not exist: nothing to resume")
+    path = ((yaml.safe_load(saved.read_text()) or {}).get("data") or {}).get("path")
+    if not path:
+        raise MissingInputError(f"--resume: {saved} records no data folder; pass --data DIR")
+    if not Path(path).exists():
+        raise MissingInputError(f"--resume: the run was trained on {path} (recorded in {saved}), which no longer "
+                                "exists; pass --data NEW_DIR if the shards moved")
+    return path

@@ -9,10 +9,14 @@ from gptforge.data.pipeline import (
     DedupConfig,
     apply_steps,
     build_recipe,
-    build_steps,
     load_recipe,
     show_recipe,
 )
+
+
+def build_steps(recipe):
+    r = build_recipe(recipe)
+    return r.steps, r.dedup
 
 
 def test_builtin_recipes_build():

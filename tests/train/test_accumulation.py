@@ -4,8 +4,9 @@ import torch
 
 from gptforge.config import ModelConfig, TrainConfig
 from gptforge.model import GPT
-from gptforge.train.loop import IGNORE_INDEX, count_targets, forward_backward
+from gptforge.runtime.loss import IGNORE_INDEX, count_targets
 from gptforge.train.optim import build_optimizer
+from gptforge.train.step import forward_backward
 
 
 def test_accumulated_update_equals_big_batch_with_uneven_target_counts():

@@ -165,16 +165,16 @@ def test_resume_with_another_global_batch_is_an_error(dist_runs, tiny_shards):
 
 def test_layout_errors_are_clear():
     with pytest.raises(ValueError, match="= 2 processes, but this job has 1"):
-        D.validate_layout(ParallelConfig(dp_shard=2), 1)
+        ParallelConfig(dp_shard=2).validate(1)
     with pytest.raises(ValueError, match="zero_stage=1"):
-        D.validate_layout(ParallelConfig(tp=2, dp_shard=2, zero_stage=1), 4)
+        ParallelConfig(tp=2, dp_shard=2, zero_stage=1).validate(4)
     with pytest.raises(ValueError, match="CPUOffloadPolicy"):
-        D.validate_layout(ParallelConfig(offload="optimizer"), 1)
+        ParallelConfig(offload="optimizer").validate(1)
     with pytest.raises(ValueError, match="DDP"):
-        D.validate_layout(ParallelConfig(dp_replicate=2, tp=2), 4)
-    assert D.effective_zero_stage(ParallelConfig(dp_shard=4)) == 3
-    assert D.effective_zero_stage(ParallelConfig(dp_replicate=4)) == 0
-    assert D.uses_ddp(ParallelConfig(dp_replicate=2)) and not D.uses_fsdp(ParallelConfig(dp_replicate=2))
+        ParallelConfig(dp_replicate=2, tp=2).validate(4)
+    assert ParallelConfig(dp_shard=4).effective_zero_stage() == 3
+    assert ParallelConfig(dp_replicate=4).effective_zero_stage() == 0
+    assert ParallelConfig(dp_replicate=2).uses_ddp() and not ParallelConfig(dp_replicate=2).uses_fsdp()
 
 
 def test_single_process_fsdp_with_cpu_offload(tiny_shards, tmp_path):

@@ -1,0 +1,32 @@
+"""`gptforge report RUN [RUN2 ...] [--out report.html]`: the interactive run report."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Optional
+
+DESCRIPTION = """One self-contained HTML page (opens from disk, no network) for one run or several
+runs overlaid: summary card, loss / lr / gradient norm / throughput / MFU / step time curves with
+resumes, skipped steps and spikes marked, memory predicted vs measured, evaluation results, data
+and environment; with several runs, a table of their config differences."""
+
+
+@dataclass
+class ReportOptions:
+    runs: list[str] = field(default_factory=list)
+    """Run directories (the --out folders of pretrain / finetune)."""
+    out: Optional[str] = None
+    """Where to write the page. Default: RUN/report.html for one run, report.html here for several."""
+
+
+def main(argv: list[str]) -> int:
+    from gptforge.options import command_parser, parse_command
+    from gptforge.report import write_report
+
+    opts, _ = parse_command(command_parser("gptforge report", DESCRIPTION, ReportOptions, positional=("runs",)), argv)
+    out = Path(opts.out) if opts.out else (Path(opts.runs[0]) / "report.html" if len(opts.runs) == 1
+                                           else Path("report.html"))
+    path = write_report(opts.runs, out)
+    print(f"wrote {path} ({path.stat().st_size / 1e6:.1f} MB; open it in a browser)")
+    return 0

@@ -1,0 +1,65 @@
+"""`gptforge serve RUN_OR_HF_DIR`: an OpenAI-compatible HTTP server with continuous batching."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+DESCRIPTION = """Serve a run directory, checkpoint or Hugging Face folder over the OpenAI HTTP API
+(/v1/models, /v1/completions, /v1/chat/completions, /tokenize, /detokenize, /tokenizer_info,
+/health, /metrics). Concurrent requests are decoded together; beyond --max-batch-size they wait
+in arrival order. Binds to 127.0.0.1 unless --host says otherwise."""
+
+
+@dataclass
+class ServeOptions:
+    model: str
+    """Run directory (checkpoints/latest), checkpoint folder, or Hugging Face model folder."""
+    host: str = "127.0.0.1"
+    """Address to bind (0.0.0.0 exposes the server to the network: set --api-key then)."""
+    port: int = 8000
+    """TCP port."""
+    api_key: str | None = None
+    """Require `Authorization: Bearer KEY` on every request except /health and /metrics."""
+    max_batch_size: int = 8
+    """Sequences decoded together; further requests queue in arrival order."""
+    max_model_len: int | None = None
+    """Positions per sequence, prompt + generated (default and maximum: the model's block_size)."""
+    device: str = "auto"
+    """auto, cpu, cuda, mps."""
+    precision: str = "auto"
+    """auto (fp32 on CPU, bf16 on CUDA), fp32, bf16, fp16."""
+    served_model_name: str | None = None
+    """The model id clients send (default: the folder's name)."""
+    chat_template: str | None = None
+    """`default` forces the default chat template; unset: the tokenizer's template, else the default."""
+
+
+def main(argv: list[str]) -> int:
+    from pathlib import Path
+
+    from gptforge.errors import InputError
+    from gptforge.options import command_parser, parse_command
+
+    opts, _ = parse_command(command_parser("gptforge serve", DESCRIPTION, ServeOptions, positional=("model",)), argv)
+    if opts.max_batch_size < 1:
+        raise InputError(f"--max-batch-size must be >= 1, got {opts.max_batch_size}")
+    if not 0 < opts.port < 65536:
+        raise InputError(f"--port must be in 1..65535, got {opts.port}")
+    if opts.chat_template not in (None, "default"):
+        raise InputError(f"--chat-template {opts.chat_template!r}: the only value is `default`")
+    import uvicorn
+
+    from gptforge.serve.app import ServeConfig, create_app, load_model
+
+    model, tok, template = load_model(opts.model, opts.device, opts.precision)
+    block = model.config.block_size
+    if opts.max_model_len is not None and not 0 < opts.max_model_len <= block:
+        raise InputError(f"--max-model-len must be in 1..{block} (the model's block_size), got {opts.max_model_len}")
+    name = opts.served_model_name or Path(opts.model).resolve().name
+    cfg = ServeConfig(model_name=name, api_key=opts.api_key, max_batch_size=opts.max_batch_size,
+                      max_model_len=opts.max_model_len, chat_template=opts.chat_template or template)
+    app = create_app(model, tok, cfg)
+    print(f"serving {name!r} on http://{opts.host}:{opts.port}/v1 (context {cfg.max_model_len or block}, "
+          f"batch {opts.max_batch_size})", flush=True)
+    uvicorn.run(app, host=opts.host, port=opts.port, log_level="warning", timeout_graceful_shutdown=10)
+    return 0

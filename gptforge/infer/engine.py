@@ -1,0 +1,411 @@
+"""Continuous batching: concurrent requests decoded together, joining and leaving between steps.
+
+The engine owns one key/value cache with `max_batch_size` slots of `max_model_len` positions per
+layer (`SlotKVCache`). Each step it (1) drops cancelled and finished sequences, freeing their
+slots; (2) admits waiting requests in arrival order into free slots and prefills each (one
+forward pass over its prompt, written into its slot); (3) runs one batched forward pass that
+feeds every other running sequence its newest token at its own position, with a mask that lets
+row b see only the filled positions of its slot. A request therefore starts as soon as a slot
+frees, never after a whole other request has finished, and its greedy output is the same alone
+or beside others (up to float rounding of batched matrix products). This is the iteration-level
+scheduling of Orca (Yu et al., OSDI 2022) with a fixed slot per sequence instead of vLLM's pages.
+
+Sampling per sequence: temperature, top-k, top-p, its own seeded generator, presence and
+frequency penalties (OpenAI's definition: logit[j] -= presence * [c_j > 0] + frequency * c_j,
+c_j = times token j was generated so far), stop token ids and stop strings, log-probabilities of
+sampled and prompt tokens.
+"""
+
+from __future__ import annotations
+
+import collections
+import logging
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+import torch
+
+from gptforge.infer.generate import filter_logits
+from gptforge.infer.stream import StopStringFilter, StreamDetokenizer
+from gptforge.model.gpt import GPT
+
+log = logging.getLogger(__name__)
+
+
+class SlotKVCache:
+    """Keys/values of one attention layer for `n_slots` sequences, each with its own length.
+
+    k, v: (n_slots, n_kv_head, max_len, head_dim). Before a forward pass, `bind(slots, lengths)`
+    names the batch rows' slots (B,) and how many positions each has filled (B,); `update` then
+    writes the new keys of row b at positions lengths[b].. of slot slots[b] and returns the keys
+    and values of the rows' slots up to the longest filled length, (B, n_kv_head, S, head_dim).
+    Positions of a row beyond its own length hold stale values: the attention mask must hide them
+    (`Engine` builds it). Duck-types `gptforge.model.gpt.KVCache` for `GPT.forward`.
+    """
+
+    def __init__(self, n_slots: int, n_kv_head: int, max_len: int, head_dim: int, device, dtype):
+        self.k = torch.zeros(n_slots, n_kv_head, max_len, head_dim, device=device, dtype=dtype)
+        self.v = torch.zeros_like(self.k)
+        self.pos = 0  # unused: the engine always passes position ids
+        self.slots = self.lengths = None
+        self.leading = 0
+
+    def bind(self, slots: torch.Tensor, lengths: torch.Tensor, leading: int = 0, uniform: int | None = None) -> None:
+        """leading: B when the rows are slots 0..B-1 in order (the cache is then read as a view, no copy);
+        uniform: the common length when every row has filled the same number of positions."""
+        self.slots, self.lengths, self.leading, self.uniform = slots, lengths, leading, uniform
+
+    def update(self, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        B, _, T, _ = k.shape
+        if self.leading and self.uniform is not None and self.uniform + T <= self.k.size(2):
+            L = self.uniform  # the common case of equal lengths in slots 0..B-1: plain slice writes
+            self.k[:B, :, L:L + T] = k
+            self.v[:B, :, L:L + T] = v
+            return self.k[:B, :, :L + T], self.v[:B, :, :L + T]
+        pos = self.lengths[:, None] + torch.arange(T, device=k.device)[None, :]  # (B, T)
+        if int(pos.max()) >= self.k.size(2):
+            raise ValueError(f"KV cache slot overflow: position {int(pos.max())} >= max_len {self.k.size(2)}")
+        rows = self.slots[:, None].expand(B, T)
+        self.k[rows, :, pos] = k.transpose(1, 2).to(self.k.dtype)
+        self.v[rows, :, pos] = v.transpose(1, 2).to(self.v.dtype)
+        S = int(self.lengths.max()) + T
+        if self.leading:
+            return self.k[: self.leading, :, :S], self.v[: self.leading, :, :S]
+        return self.k[self.slots, :, :S], self.v[self.slots, :, :S]
+
+
+@dataclass
+class SamplingParams:
+    """How one sequence is sampled and when it ends.
+
+    max_tokens: tokens to generate (0: only score the prompt, with prompt_logprobs).
+    temperature: 0 is greedy. top_k: 0 = off. top_p: 1.0 = off. seed: None = nondeterministic.
+    stop: strings that end the text (not included in it). stop_token_ids: ids that end it (the
+    end-of-text token; its text is not included). logprobs: None, or how many top alternatives
+    to report per generated token (0: only the sampled token's). prompt_logprobs: likewise for
+    each prompt token after the first. presence_penalty / frequency_penalty: see the module doc.
+    """
+
+    max_tokens: int = 16
+    temperature: float = 1.0
+    top_k: int = 0
+    top_p: float = 1.0
+    seed: int | None = None
+    stop: Sequence[str] = ()
+    stop_token_ids: Sequence[int] = ()
+    logprobs: int | None = None
+    prompt_logprobs: int | None = None
+    presence_penalty: float = 0.0
+    frequency_penalty: float = 0.0
+
+
+@dataclass
+class TokenLogprob:
+    """log p(token_id | context) in nats, and the `top` (id, logprob) alternatives, best first."""
+
+    token_id: int
+    logprob: float
+    top: list[tuple[int, float]] = field(default_factory=list)
+
+
+@dataclass
+class Event:
+    """What one engine step produced for one sequence.
+
+    token_id: the generated id (None for a prompt-only event). text: newly completed text (may
+    be "" while a character or a possible stop string is held back). logprob: for the token when
+    asked. prompt_logprobs: on the first event only, when asked (None for the first prompt token).
+    finish_reason: None while running, then "stop" (stop string / stop token), "length",
+    "cancelled" or "error" (then `error` holds the message).
+    """
+
+    token_id: int | None = None
+    text: str = ""
+    logprob: TokenLogprob | None = None
+    prompt_logprobs: list[TokenLogprob | None] | None = None
+    finish_reason: str | None = None
+    error: str | None = None
+
+
+class Request:
+    """The engine's state of one request (create through `Engine.submit`)."""
+
+    def __init__(self, prompt: list[int], params: SamplingParams, on_event: Callable[[Event], None],
+                 decode: Callable[[list[int]], str], device):
+        self.prompt = list(prompt)
+        self.params = params
+        self.on_event = on_event
+        self.generated: list[int] = []
+        self.slot: int | None = None
+        self.cancelled = False
+        self.finished = False
+        self.detok = StreamDetokenizer(decode)
+        self.stops = StopStringFilter(params.stop)
+        self.generator = None
+        if params.seed is not None:
+            self.generator = torch.Generator(device=device)
+            self.generator.manual_seed(params.seed)
+        self.counts: torch.Tensor | None = None
+        self.submitted = time.monotonic()
+
+    @property
+    def length(self) -> int:
+        """Positions this sequence fills in its slot (prompt + generated, the newest not yet fed)."""
+        return len(self.prompt) + len(self.generated)
+
+
+def _logprob_entry(logp_row: torch.Tensor, token_id: int, n: int) -> TokenLogprob:
+    top = []
+    if n > 0:
+        vals, ids = torch.topk(logp_row, min(n, logp_row.numel()))
+        top = list(zip(ids.tolist(), vals.tolist()))
+    return TokenLogprob(token_id, float(logp_row[token_id]), top)
+
+
+class Engine:
+    """Continuous-batching generation over one model (see the module docstring).
+
+    Args:
+        model: a GPT in eval mode on its device.
+        decode: token ids -> text (the tokenizer's decode).
+        max_batch_size: sequences decoded together; more wait in arrival order.
+        max_model_len: positions per sequence (prompt + generated), at most model.block_size.
+
+    Use `submit` from any thread; call `step()` yourself or `start()` a background thread.
+    Callbacks (`on_event`) run on the engine's thread and must be quick (e.g. hand the event to an
+    asyncio loop with call_soon_threadsafe).
+
+    Raises:
+        ValueError: max_model_len above the model's block_size, or max_batch_size < 1.
+    """
+
+    def __init__(self, model: GPT, decode: Callable[[list[int]], str], max_batch_size: int = 8,
+                 max_model_len: int | None = None):
+        block = model.config.block_size
+        max_model_len = max_model_len or block
+        if max_model_len > block:
+            raise ValueError(f"max_model_len {max_model_len} exceeds the model's block_size {block}")
+        if max_batch_size < 1:
+            raise ValueError(f"max_batch_size must be >= 1, got {max_batch_size}")
+        self.model = model.eval()
+        self.decode = decode
+        self.max_batch_size = max_batch_size
+        self.max_model_len = max_model_len
+        p = model.wte.weight
+        self.device = p.device
+        cfg = model.config
+        self.caches = [SlotKVCache(max_batch_size, cfg.n_kv_head, max_model_len, cfg.head_dim, p.device, p.dtype)
+                       for _ in range(cfg.n_layer)]
+        self.free_slots = list(range(max_batch_size))
+        self.waiting: collections.deque[Request] = collections.deque()
+        self.running: list[Request] = []
+        self._cv = threading.Condition()
+        self._thread: threading.Thread | None = None
+        self._stop = False
+        self.steps = 0
+
+    # ---- requests -----------------------------------------------------------------------------
+
+    def submit(self, prompt: list[int], params: SamplingParams, on_event: Callable[[Event], None]) -> Request:
+        """Queue a request; `on_event` receives its Events until one has a finish_reason.
+
+        Raises:
+            ValueError: an empty prompt, or prompt + max_tokens longer than max_model_len (naming both).
+        """
+        if not prompt:
+            raise ValueError("the prompt is empty: give at least one token")
+        if len(prompt) + params.max_tokens > self.max_model_len:
+            raise ValueError(f"the prompt has {len(prompt)} tokens and max_tokens is {params.max_tokens}: "
+                             f"together more than the model's context of {self.max_model_len} tokens")
+        seq = Request(prompt, params, on_event, self.decode, self.device)
+        with self._cv:
+            self.waiting.append(seq)
+            self._cv.notify()
+        return seq
+
+    def cancel(self, seq: Request) -> None:
+        """Stop a sequence; its slot frees at the next step (no event is sent after this)."""
+        with self._cv:
+            seq.cancelled = True
+            self._cv.notify()
+
+    @property
+    def num_waiting(self) -> int:
+        return len(self.waiting)
+
+    @property
+    def num_running(self) -> int:
+        return len(self.running)
+
+    # ---- one step -----------------------------------------------------------------------------
+
+    def _release(self, seq: Request) -> None:
+        if seq.slot is not None:
+            self.free_slots.append(seq.slot)
+            seq.slot = None
+
+    def _finish(self, seq: Request, reason: str, ev: Event) -> None:
+        """End `seq` (not by a stop string): emit its held-back text, unless a stop string in it ends it."""
+        text, stopped = seq.stops.push(seq.detok.flush())
+        ev.text += text + ("" if stopped else seq.stops.flush())
+        ev.finish_reason = "stop" if stopped else reason
+        seq.finished = True
+
+    @torch.no_grad()
+    def step(self) -> bool:
+        """Run one scheduling step (see the module docstring). Returns False when there was nothing to do."""
+        with self._cv:
+            for seq in [s for s in self.running if s.cancelled or s.finished]:
+                self._release(seq)
+            self.running = [s for s in self.running if not (s.cancelled or s.finished)]
+            self.waiting = collections.deque(s for s in self.waiting if not s.cancelled)
+            admitted = []
+            self.free_slots.sort()  # lowest slots first: a batch of slots 0..B-1 reads the cache without a copy
+            while self.waiting and self.free_slots:
+                seq = self.waiting.popleft()
+                seq.slot = self.free_slots.pop(0)
+                admitted.append(seq)
+        decoding = sorted(self.running, key=lambda s: s.slot)
+        if not admitted and not decoding:
+            return False
+        self.steps += 1
+        events: list[tuple[Request, Event]] = []
+        for seq in admitted:
+            events += self._prefill(seq)
+        if decoding:
+            events += self._decode(decoding)
+        with self._cv:
+            self.running += admitted
+            for seq in self.running:
+                if seq.finished:
+                    self._release(seq)
+            self.running = [s for s in self.running if not s.finished]
+        for seq, ev in events:
+            if not seq.cancelled:
+                seq.on_event(ev)
+        return True
+
+    def _forward(self, seqs: list[Request], ids: list[list[int]], last_only: bool) -> torch.Tensor:
+        """Feed `ids[b]` (equal lengths T) to row b at its own positions; logits (B, T or 1, V)."""
+        T = len(ids[0])
+        slot_list = [s.slot for s in seqs]
+        filled = [self._filled(s, T) for s in seqs]
+        slots = torch.tensor(slot_list, device=self.device)
+        lengths = torch.tensor(filled, device=self.device)
+        leading = len(seqs) if slot_list == list(range(len(seqs))) else 0
+        uniform = filled[0] if min(filled) == max(filled) else None
+        for c in self.caches:
+            c.bind(slots, lengths, leading, uniform)
+        ar = torch.arange(T, device=self.device)
+        pos = lengths[:, None] + ar[None, :]  # (B, T)
+        S = max(filled) + T
+        mask = None
+        if T > 1 or min(filled) != max(filled):
+            # Row b sees its own filled positions and its new ones causally; not the stale rest of its slot.
+            mask = (torch.arange(S, device=self.device)[None, None, :] <= pos[:, :, None])[:, None]  # (B, 1, T, S)
+        # else: one new token per row and every row fills all S positions: nothing to hide.
+        idx = torch.tensor(ids, dtype=torch.long, device=self.device)
+        return self.model(idx, position_ids=pos, attn_mask=mask, caches=self.caches, last_only=last_only)
+
+    @staticmethod
+    def _filled(seq: Request, T: int) -> int:
+        # Positions already in the slot before this pass: the prompt's during prefill (T = prompt),
+        # else everything but the newest generated token.
+        return seq.length - T
+
+    def _prefill(self, seq: Request) -> list[tuple[Request, Event]]:
+        p = seq.params
+        want_prompt = p.prompt_logprobs is not None
+        logits = self._forward([seq], [seq.prompt], last_only=not want_prompt)[0].float()  # (T or 1, V)
+        first = Event()
+        if want_prompt:
+            logp = logits[:-1].log_softmax(-1)
+            first.prompt_logprobs = [None] + [_logprob_entry(logp[t], seq.prompt[t + 1], p.prompt_logprobs)
+                                              for t in range(len(seq.prompt) - 1)]
+        if p.max_tokens == 0:
+            self._finish(seq, "length", first)
+            return [(seq, first)]
+        return [(seq, self._sample(seq, logits[-1], first))]
+
+    def _decode(self, seqs: list[Request]) -> list[tuple[Request, Event]]:
+        logits = self._forward(seqs, [[s.generated[-1]] for s in seqs], last_only=True)[:, -1].float()
+        return [(s, self._sample(s, logits[b], Event())) for b, s in enumerate(seqs)]
+
+    def _sample(self, seq: Request, logits: torch.Tensor, ev: Event) -> Event:
+        """Sample seq's next token from its logits (V,), append it, and fill `ev`."""
+        p = seq.params
+        raw = logits
+        if p.presence_penalty or p.frequency_penalty:
+            if seq.counts is None:
+                seq.counts = torch.zeros_like(logits)
+            logits = logits - p.frequency_penalty * seq.counts - p.presence_penalty * (seq.counts > 0).float()
+        if p.temperature <= 0:
+            tok = int(logits.argmax())
+        else:
+            filtered = filter_logits(logits[None] / p.temperature, p.top_k or None,
+                                     p.top_p if p.top_p < 1.0 else None)
+            tok = int(torch.multinomial(filtered.softmax(-1), 1, generator=seq.generator))
+        if seq.counts is not None:
+            seq.counts[tok] += 1
+        if p.logprobs is not None:
+            ev.logprob = _logprob_entry(raw.log_softmax(-1), tok, p.logprobs)
+        seq.generated.append(tok)
+        ev.token_id = tok
+        if tok in p.stop_token_ids:
+            self._finish(seq, "stop", ev)
+            return ev
+        text, stopped = seq.stops.push(seq.detok.push(tok))
+        ev.text = text
+        if stopped:
+            ev.finish_reason, seq.finished = "stop", True
+        elif len(seq.generated) >= p.max_tokens or seq.length >= self.max_model_len:
+            self._finish(seq, "length", ev)
+        return ev
+
+    # ---- background thread --------------------------------------------------------------------
+
+    def start(self) -> None:
+        """Run `step()` in a daemon thread until `stop()`; idle while nothing is queued."""
+        if self._thread is not None:
+            return
+        self._stop = False
+        self._thread = threading.Thread(target=self._loop, name="gptforge-engine", daemon=True)
+        self._thread.start()
+
+    def stop(self, timeout: float = 10.0) -> None:
+        """Stop the background thread; every unfinished sequence gets a "cancelled" event."""
+        with self._cv:
+            self._stop = True
+            self._cv.notify()
+        if self._thread is not None:
+            self._thread.join(timeout)
+            self._thread = None
+        with self._cv:
+            left = [s for s in self.running + list(self.waiting) if not (s.finished or s.cancelled)]
+            self.running, self.waiting = [], collections.deque()
+        for seq in left:
+            self._release(seq)
+            seq.finished = True
+            seq.on_event(Event(finish_reason="cancelled"))
+
+    def _loop(self) -> None:
+        while True:
+            with self._cv:
+                while not self._stop and not self.waiting and not self.running:
+                    self._cv.wait()
+                if self._stop:
+                    return
+            try:
+                self.step()
+            except Exception as e:  # noqa: BLE001 - reported to every affected client, and logged in full
+                log.exception("engine step failed")
+                with self._cv:
+                    failed = [s for s in self.running if not s.finished]
+                    for s in failed:
+                        self._release(s)
+                        s.finished = True
+                    self.running = []
+                for s in failed:
+                    s.on_event(Event(finish_reason="error", error=f"{type(e).__name__}: {e}"))

@@ -1,0 +1,188 @@
+"""The trainer's components: each decides whether a step is its step and owns its own state.
+
+- `StopFlag`: SIGINT/SIGTERM ask for a checkpoint and a clean stop; a second signal exits at once.
+- `BadStepGuard`: counts consecutive non-finite steps and stops the run after `max_bad_steps`.
+- `Evaluator`: validation every `eval_interval` steps and at the last step.
+- `EarlyStopping`: the best validation loss and the evaluations since it (checkpointed).
+- `Checkpointer`: periodic, best, final, early-stop and signal checkpoints through the engine.
+- `MetricsLogger`: metrics.jsonl / TensorBoard rows and the progress line.
+"""
+
+from __future__ import annotations
+
+import math
+import signal
+from pathlib import Path
+from typing import Any, Callable
+
+from gptforge.errors import TrainingError
+
+
+class StopFlag:
+    """Set by SIGINT/SIGTERM; the trainer checkpoints after the current step and exits.
+
+    A second signal raises KeyboardInterrupt at once (the first already asked for a checkpoint).
+    """
+
+    def __init__(self):
+        self.signal: int | None = None
+        self._old: dict[int, Any] = {}
+
+    def __enter__(self):
+        for s in (signal.SIGINT, signal.SIGTERM):
+            try:
+                self._old[s] = signal.signal(s, self._handle)
+            except ValueError:  # not the main thread
+                pass
+        return self
+
+    def _handle(self, signum, frame):
+        if self.signal is not None:
+            raise KeyboardInterrupt
+        self.signal = signum
+
+    def __exit__(self, *exc):
+        for s, h in self._old.items():
+            signal.signal(s, h)
+
+
+class BadStepGuard:
+    """Consecutive steps with a non-finite loss or gradient norm.
+
+    Under fp16 the loss scaler skips steps with inf/nan gradients as routine, so there only a
+    non-finite loss counts. The streak is not checkpointed: a resumed run starts at 0.
+    """
+
+    def __init__(self, max_bad_steps: int, has_loss_scaler: bool, ckpt_root: Path):
+        self.max_bad_steps, self.has_loss_scaler, self.ckpt_root = max_bad_steps, has_loss_scaler, ckpt_root
+        self.in_row = 0
+
+    def update(self, step: int, loss: float, finite: bool) -> bool:
+        """Record step `step`; returns whether it was bad. Call `check` after logging the row."""
+        bad = not math.isfinite(loss) if self.has_loss_scaler else not finite
+        self.in_row = self.in_row + 1 if bad else 0
+        self.step = step
+        return bad
+
+    def check(self) -> None:
+        """Raises TrainingError once `max_bad_steps` bad steps came in a row."""
+        if self.in_row >= self.max_bad_steps:
+            raise TrainingError(
+                f"{self.in_row} consecutive steps with a non-finite loss or gradient (step {self.step}); "
+                f"stopping. The last good checkpoint is kept in {self.ckpt_root}. Try a lower train.lr, "
+                "train.grad_clip, or bf16 instead of fp16."
+            )
+
+
+class Evaluator:
+    """Runs `evaluate()` (mean val loss, nats/token) every `interval` steps and at `max_steps`."""
+
+    def __init__(self, evaluate: Callable[[], float | None], interval: int, max_steps: int, enabled: bool):
+        self.evaluate, self.interval, self.max_steps = evaluate, interval, max_steps
+        self.enabled = enabled and interval > 0
+        self.last: float | None = None
+
+    def maybe_evaluate(self, step: int) -> float | None:
+        """The val loss when `step` is an evaluation step, else None."""
+        if not self.enabled or not (step % self.interval == 0 or step == self.max_steps):
+            return None
+        self.last = self.evaluate()
+        return self.last
+
+
+class EarlyStopping:
+    """Best validation loss so far; stop after `patience` evaluations without improvement (0: never)."""
+
+    def __init__(self, patience: int):
+        self.patience = patience
+        self.best_val_loss: float | None = None
+        self.evals_since_best = 0
+
+    def update(self, val_loss: float | None) -> bool:
+        """Record an evaluation (None: none this step). Returns whether it is a new best."""
+        if val_loss is None:
+            return False
+        if self.best_val_loss is None or val_loss < self.best_val_loss:
+            self.best_val_loss, self.evals_since_best = val_loss, 0
+            return True
+        self.evals_since_best += 1
+        return False
+
+    @property
+    def should_stop(self) -> bool:
+        return self.patience > 0 and self.evals_since_best >= self.patience
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"best_val_loss": self.best_val_loss, "evals_since_best": self.evals_since_best}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.best_val_loss = state.get("best_val_loss")
+        self.evals_since_best = state.get("evals_since_best", 0)
+
+
+class Checkpointer:
+    """Writes checkpoints through the engine (`engine.save`), under RUN_DIR/checkpoints.
+
+    A checkpoint is written at every `interval` steps (0: never on schedule), at a new best, at
+    the last step, on early stopping, on a signal and at `stop_at_step`. A bad (non-finite) step
+    is never checkpointed on schedule, so a run in a bad streak keeps its last good `latest`.
+    """
+
+    def __init__(self, engine, ckpt_root: Path, config_yaml: str, interval: int, keep: int,
+                 data_state: Callable[[int], dict], on_save: Callable[[int, Path], None] | None, is_main: bool):
+        self.engine, self.ckpt_root, self.config_yaml = engine, ckpt_root, config_yaml
+        self.interval, self.keep, self.data_state = interval, keep, data_state
+        self.on_save, self.is_main = on_save, is_main
+
+    def maybe_save(self, step: int, state: dict[str, Any], *, best: bool, bad: bool, force: bool) -> Path | None:
+        """Save when this step is a checkpoint step (see the class docstring); returns the folder."""
+        periodic = self.interval > 0 and step % self.interval == 0 and not bad
+        if not (best or periodic or force):
+            return None
+        st = dict(state, data=self.data_state(step))
+        path = self.engine.save(self.ckpt_root, step, st, self.config_yaml, keep=self.keep, best=best)
+        if self.on_save is not None and self.is_main:
+            self.on_save(step, path)
+        return path
+
+
+class MetricsLogger:
+    """Rows to metrics.jsonl / TensorBoard every `log_interval` steps (and on eval and last steps),
+    the progress line after every step, and messages above it."""
+
+    def __init__(self, writer, bar, log_interval: int, max_steps: int, extra_sinks: list | None = None):
+        self.writer, self.bar, self.log_interval, self.max_steps = writer, bar, log_interval, max_steps
+        self.sinks = [writer, *(extra_sinks or [])]  # each has log(row) or write(row)
+        self.history: list[dict[str, Any]] = []
+
+    def log(self, row: dict[str, Any], force: bool = False) -> None:
+        step = row["step"]
+        if force or step % self.log_interval == 0 or step == self.max_steps or "val_loss" in row:
+            for sink in self.sinks:
+                (sink.write if hasattr(sink, "write") else sink.log)(row)
+        self.history.append(row)
+
+    def progress(self, row: dict[str, Any], last_val: float | None) -> None:
+        info = f"loss {row['loss']:.4f} lr {row['lr']:.2e} {row['tokens_per_second']:,.0f} tok/s"
+        if row.get("mfu") is not None:
+            info += f" mfu {100 * row['mfu']:.1f}%"
+        if last_val is not None:
+            info += f" val {last_val:.4f}"
+        self.bar.update(row["step"], info)
+
+    def message(self, text: str) -> None:
+        self.bar.log(text)
+
+    def close(self) -> None:
+        self.bar.close()
+        self.writer.close()
+
+
+class NullWriter:
+    """Ranks other than 0 write no metrics."""
+
+    def write(self, row: dict[str, Any]) -> None:
+        pass
+
+    def close(self) -> None:
+        pass

@@ -1,0 +1,163 @@
+"""Where the trainer's batches come from: one `BatchSource` protocol, several implementations.
+
+The trainer never asks which kind of data it has. A source gives the vocabulary it needs, a log
+line, the batches of every optimizer step, a validation loss, its provenance for config.yaml and
+a check that a resumed run uses the data it started with. Implementations: `ShardSource` (token
+shards from `gptforge prepare`: pretraining and continued pretraining) and
+`gptforge.train.finetune.InstructionData` (instruction .jsonl with completion-only loss).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Protocol
+
+import torch
+
+from gptforge.errors import InputError
+from gptforge.train.provenance import data_provenance
+
+
+class Batches(Protocol):
+    """The batches of a run on one data-parallel rank."""
+
+    global_batch_size: int
+    """Sequences per optimizer step over all dp ranks."""
+    tokens_per_step: int
+    """Tokens per optimizer step over all dp ranks (padding included)."""
+    seq_len: int
+    """Tokens per sequence."""
+
+    def micro_batches(self, step: int) -> list:
+        """This rank's micro-batches of optimizer step `step`: (inputs (b, T), targets (b, T))
+        int64 pairs, or dicts (see `gptforge.runtime.loss.unpack_micro_batch`)."""
+
+
+class BatchSource(Protocol):
+    """What the trainer reads data through."""
+
+    vocab_size: int
+    """Token ids run below this."""
+    description: str
+    """One log line: what the data is."""
+    has_val: bool
+    """Whether `evaluate` gives a loss (valid after `batches` was called)."""
+    tokenizer_file: Path | None
+    """tokenizer.json to copy into the run directory, or None."""
+
+    def batches(self, block_size: int, tc, dp_rank: int, dp_size: int) -> Batches: ...
+
+    def evaluate(self, model: torch.nn.Module, device: torch.device, precision: str) -> float | None:
+        """Mean validation loss in nats per counted token (None without a val set)."""
+
+    def provenance(self) -> dict[str, Any]:
+        """config.yaml's `data` section (path and hashes)."""
+
+    def check_resume(self, saved: dict[str, Any], checkpoint: Path) -> None:
+        """Raise InputError when the run saved in `saved` (its config.yaml) used other data."""
+
+    def close(self) -> None: ...
+
+
+class ShardBatches:
+    """Random windows of a token stream (`gptforge.data.loader.TrainBatches`) with the figures the
+    trainer logs."""
+
+    def __init__(self, inner, seq_len: int):
+        self.inner = inner
+        self.seq_len = seq_len
+        self.global_batch_size = inner.global_batch_size
+        self.tokens_per_step = inner.global_batch_size * seq_len  # rows of seq_len, padding included
+
+    def micro_batches(self, step: int):
+        return self.inner.micro_batches(step)
+
+
+class ShardSource:
+    """A `gptforge prepare` shard folder: random training windows, fixed validation windows.
+
+    Args:
+        data_dir: the folder (meta.json, *.bin, tokenizer.json).
+        seq_len: window length; None takes the model's block_size (pretraining).
+        eval_steps, micro_batch_size: validation uses eval_steps * micro_batch_size windows.
+        tokenizer_json: the model's tokenizer; the shards must have been tokenized with it.
+        log: where a warning about a missing validation split goes.
+
+    Raises:
+        MissingInputError: no meta.json. InputError: shards of another tokenizer, or fewer
+            train tokens than one window.
+    """
+
+    def __init__(self, data_dir: str | Path, seq_len: int | None = None, eval_steps: int = 20,
+                 micro_batch_size: int = 8, tokenizer_json: Path | None = None, log=None):
+        from gptforge.data.shards import load_meta
+        from gptforge.data.tokenizer import Tokenizer
+
+        self.data_dir, self.seq_len = Path(data_dir), seq_len
+        self.meta = load_meta(self.data_dir)
+        if tokenizer_json is not None and self.meta.get("tokenizer_sha256"):
+            if Tokenizer.from_file(tokenizer_json).sha256 != self.meta["tokenizer_sha256"]:
+                raise InputError(
+                    f"{self.data_dir / 'meta.json'}: the shards were tokenized with another tokenizer than the "
+                    f"model's ({tokenizer_json}); prepare them with `gptforge prepare ... --tokenizer {tokenizer_json}`"
+                )
+        self.vocab_size = int(self.meta["vocab_size"])
+        self.eval_steps, self.micro_batch_size, self.log = eval_steps, micro_batch_size, log
+        tok = self.data_dir / "tokenizer.json"
+        # With the model's own tokenizer given (fine-tuning), the run directory already holds it.
+        self.tokenizer_file = tok if tok.exists() and tokenizer_json is None else None
+        self.train_stream = self.val_stream = self.val_offsets = None
+        self.has_val = False
+        n = self.meta["splits"]["train"]["tokens"]
+        self.description = f"{n:,} train tokens in {self.data_dir}" + (f", windows of {seq_len}" if seq_len else "")
+
+    def batches(self, block_size: int, tc, dp_rank: int, dp_size: int) -> ShardBatches:
+        from gptforge.data.loader import TokenStream, TrainBatches, eval_windows
+
+        seq_len = self.seq_len or block_size
+        split = self.meta["splits"]["train"]
+        if split.get("tokens", 0) <= seq_len + 1:
+            raise InputError(f"{self.data_dir}: {split.get('tokens', 0)} train tokens, fewer than one window of "
+                             f"{seq_len + 1} tokens; use a smaller block size or more data")
+        self.train_stream = TokenStream([self.data_dir / f for f in split["files"]], self.meta["dtype"])
+        val = self.meta["splits"].get("val")
+        if tc.eval_interval > 0 and val and val.get("tokens", 0) > seq_len + 1:
+            self.val_stream = TokenStream([self.data_dir / f for f in val["files"]], self.meta["dtype"])
+            self.val_offsets = eval_windows(self.val_stream, seq_len, self.eval_steps * self.micro_batch_size)
+        self.has_val = self.val_stream is not None
+        if tc.eval_interval > 0 and not self.has_val and self.log is not None:
+            n_val = (val or {}).get("tokens", 0)
+            self.log(f"WARNING: no validation: the val split of {self.data_dir} has {n_val:,} tokens, fewer than one "
+                     f"window of block_size + 1 = {seq_len + 1}; evaluation, the best checkpoint and early stopping "
+                     "are off. Prepare with a larger --val-fraction (a single big file is one document: split it "
+                     "with --doc-separator), or use a smaller model.block_size.")
+        self.seq_len = seq_len
+        return ShardBatches(TrainBatches(self.train_stream, seq_len, tc.micro_batch_size,
+                                         tc.gradient_accumulation_steps, tc.seed, dp_rank=dp_rank, dp_size=dp_size),
+                            seq_len)
+
+    def evaluate(self, model, device, precision) -> float | None:
+        from gptforge.eval.perplexity import evaluate_windows
+
+        if self.val_stream is None:
+            return None
+        return evaluate_windows(model, self.val_stream, self.val_offsets, self.seq_len, self.micro_batch_size,
+                                device, precision)
+
+    def provenance(self) -> dict[str, Any]:
+        return data_provenance(self.data_dir)
+
+    def check_resume(self, saved: dict[str, Any], checkpoint: Path) -> None:
+        saved_tok = (saved.get("data") or {}).get("tokenizer_sha256")
+        if saved_tok and saved_tok != self.meta.get("tokenizer_sha256"):
+            raise InputError(
+                f"--resume: {self.data_dir} was tokenized with a different tokenizer (sha256 "
+                f"{str(self.meta.get('tokenizer_sha256'))[:12]}) than the run (sha256 {saved_tok[:12]}, "
+                f"{checkpoint / 'config.yaml'}); resume with the data the run was trained on "
+                f"({(saved.get('data') or {}).get('path')}), or prepare new data with --tokenizer RUN_DIR/tokenizer.json"
+            )
+
+    def close(self) -> None:
+        for s in (self.train_stream, self.val_stream):
+            if s is not None:
+                s.close()

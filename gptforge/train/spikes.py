@@ -1,0 +1,166 @@
+"""Loss-spike and divergence alarms: a rolling median / MAD detector on train loss and grad norm.
+
+A value is a spike when its robust z-score against the last `window` values x_1..x_n of the
+same metric,
+
+    z = (x - median(x_i)) / sigma,      sigma = 1.4826 * MAD(x_i - x_{i-1}) / sqrt(2),
+
+exceeds `threshold` (upward only: a sudden drop is not an alarm). A median / MAD score is not
+dragged by the outliers it looks for (Iglewicz & Hoaglin 1993, "How to Detect and Handle
+Outliers"; Leys et al. 2013, "Detecting outliers: Do not use standard deviation around the mean,
+use absolute deviation around the median"); 1.4826 makes a MAD a consistent estimate of a normal
+distribution's standard deviation. The noise scale comes from the MAD of consecutive differences
+(divided by sqrt 2, the standard deviation of a difference of two independent draws) rather
+than of the values themselves, because a loss curve falls within any window: the spread of the
+values measures the trend, not the step-to-step noise a spike stands out from.
+`divergence_after` loss spikes in a row raise one "divergence" event instead.
+
+The trainer calls `update(step, row)` once per optimizer step with the metrics row; each returned
+`SpikeEvent.as_dict()` goes into the row's `"events"` list (metrics.jsonl), and the run report
+marks it. Its state travels in the checkpoint through `state_dict()` / `load_state_dict()`, so a
+resumed run keeps the window it had.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from dataclasses import asdict, dataclass
+from typing import Any
+
+MAD_TO_SIGMA = 1.4826
+"""1 / Phi^-1(3/4): the MAD of a normal distribution times this is its standard deviation."""
+
+
+@dataclass
+class SpikeEvent:
+    """One alarm. `kind` is "spike", "divergence" or "non_finite"; `metric` is "loss" or "grad_norm"."""
+
+    step: int
+    kind: str
+    metric: str
+    value: float
+    median: float
+    """Median of the window."""
+    mad: float
+    """MAD of the window's consecutive differences (sigma = 1.4826 * mad / sqrt 2)."""
+    score: float
+    """Robust z-score (inf for a non-finite value)."""
+    advice: str
+
+    def as_dict(self) -> dict[str, Any]:
+        """JSON-ready (non-finite numbers become None), for a metrics row's `events` list."""
+        return {k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in asdict(self).items()}
+
+    def message(self) -> str:
+        """One line for the progress output."""
+        if self.kind == "non_finite":
+            return f"step {self.step}: {self.metric} is not finite. {self.advice}"
+        return (f"step {self.step}: {self.metric} {self.kind} {self.value:.4g} (median {self.median:.4g}, "
+                f"robust z {self.score:.1f}). {self.advice}")
+
+
+def _median(xs: list[float]) -> float:
+    s = sorted(xs)
+    n = len(s)
+    return s[n // 2] if n % 2 else 0.5 * (s[n // 2 - 1] + s[n // 2])
+
+
+class SpikeDetector:
+    """Rolling median / MAD spike detector (see the module docstring).
+
+    Args:
+        window: values kept per metric (the last N steps).
+        threshold: robust z-score above which a value is a spike.
+        min_history: values needed before any alarm (the first steps of a run move fast).
+        divergence_after: this many consecutive loss spikes give one "divergence" event.
+        metrics: row keys watched.
+        grad_clip: the run's train.grad_clip (0: off), for the advice.
+        warmup_steps: the run's train.warmup_steps, for the advice.
+
+    Raises:
+        ValueError: window < 3, min_history < 3 or > window, or threshold <= 0.
+    """
+
+    def __init__(self, window: int = 100, threshold: float = 6.0, min_history: int = 20, divergence_after: int = 3,
+                 metrics: tuple[str, ...] = ("loss", "grad_norm"), grad_clip: float = 0.0, warmup_steps: int = 0):
+        if window < 3 or not 3 <= min_history <= window or threshold <= 0:
+            raise ValueError(f"SpikeDetector: need window >= 3, 3 <= min_history <= window and threshold > 0; got "
+                             f"window={window}, min_history={min_history}, threshold={threshold}")
+        self.window, self.threshold, self.min_history = window, threshold, min_history
+        self.divergence_after, self.metrics = divergence_after, tuple(metrics)
+        self.grad_clip, self.warmup_steps = grad_clip, warmup_steps
+        self.history: dict[str, deque[float]] = {m: deque(maxlen=window) for m in self.metrics}
+        self.loss_spikes_in_row = 0
+
+    def update(self, step: int, row: dict[str, Any]) -> list[SpikeEvent]:
+        """Check this step's values (row[metric] for each watched metric), then add them to the window.
+
+        Args:
+            step: the optimizer step (1-based, as in metrics.jsonl).
+            row: the metrics row; a missing or None metric is ignored.
+
+        Returns: the alarms of this step (empty when all is well).
+        """
+        events: list[SpikeEvent] = []
+        stats: dict[str, tuple[float, float, float]] = {}
+        for m in self.metrics:
+            v = row.get(m)
+            if v is None or isinstance(v, bool):
+                continue
+            v = float(v)
+            hist = self.history[m]
+            if not math.isfinite(v):
+                events.append(SpikeEvent(step, "non_finite", m, v, math.nan, math.nan, math.inf,
+                                         "The step is skipped; several in a row stop the run. Lower train.lr, "
+                                         "or use bf16 instead of fp16."))
+                continue
+            if len(hist) >= self.min_history:
+                values = list(hist)
+                med = _median(values)
+                diffs = [b - a for a, b in zip(values, values[1:])]
+                dmed = _median(diffs)
+                mad = _median([abs(d - dmed) for d in diffs])
+                # A flat window (MAD 0) would make any change infinite: floor the scale.
+                scale = max(MAD_TO_SIGMA * mad / math.sqrt(2.0), 1e-3 * abs(med), 1e-12)
+                stats[m] = (med, mad, (v - med) / scale)
+            hist.append(v)
+        spiked = {m for m, (_, _, z) in stats.items() if z > self.threshold}
+        self.loss_spikes_in_row = self.loss_spikes_in_row + 1 if "loss" in spiked else 0
+        for m in sorted(spiked):
+            med, mad, z = stats[m]
+            kind = "spike"
+            if m == "loss" and self.divergence_after and self.loss_spikes_in_row >= self.divergence_after:
+                if self.loss_spikes_in_row > self.divergence_after:
+                    continue  # one divergence event per streak
+                kind = "divergence"
+            events.append(SpikeEvent(step, kind, m, float(row[m]), med, mad, z, self._advice(step, m, kind, spiked, row)))
+        return events
+
+    def _advice(self, step: int, metric: str, kind: str, spiked: set[str], row: dict[str, Any]) -> str:
+        if kind == "divergence":
+            return (f"The loss stayed far above its recent median for {self.divergence_after} steps: the run is "
+                    "diverging. Resume from the last good checkpoint with a lower train.lr (2-3x), more "
+                    "train.warmup_steps, or train.grad_clip 1.0.")
+        tips = []
+        if step <= 2 * self.warmup_steps:  # during or just after warmup
+            tips.append("more train.warmup_steps")
+        if metric == "loss" and "grad_norm" not in spiked:
+            return ("The loss jumped without a gradient spike: an unusual batch is the likely cause (look at the data "
+                    "at this step); if spikes recur, lower train.lr.")
+        tips.insert(0, "lower train.lr")
+        if self.grad_clip <= 0:
+            tips.append("turn on train.grad_clip (1.0)")
+        elif metric == "grad_norm" and float(row[metric]) > self.grad_clip:
+            tips.append(f"train.grad_clip {self.grad_clip:g} capped this update; a lower clip bounds it further")
+        return "Gradient norm spiked" + (" with the loss" if "loss" in spiked else "") + ": " + "; ".join(tips) + "."
+
+    def state_dict(self) -> dict[str, Any]:
+        """Windows and streak, for the checkpoint (plain lists and numbers)."""
+        return {"history": {m: list(h) for m, h in self.history.items()}, "loss_spikes_in_row": self.loss_spikes_in_row}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore `state_dict()` output (windows longer than this detector's are cut to the newest)."""
+        for m, values in state.get("history", {}).items():
+            self.history[m] = deque((float(v) for v in values), maxlen=self.window)
+        self.loss_spikes_in_row = int(state.get("loss_spikes_in_row", 0))

@@ -1,0 +1,423 @@
+"""The Trainer: one loop for every layout, pretraining and fine-tuning alike.
+
+`Trainer.train()` reads top to bottom: `train_step` -> bad-step guard -> `evaluator` ->
+`early_stop` -> `metrics` -> `checkpointer`; each component (gptforge.train.components) decides
+whether a step is its step and owns its state. Data comes through a `BatchSource`
+(gptforge.train.sources), so the loop never asks which kind of data it trains on; the layout
+(single process, DDP, FSDP2, TP, PP, DeepSpeed) is hidden behind the engine (gptforge.train.backend)
+and the step function chosen once at set-up (gptforge.train.step).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import shutil
+import signal
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+import torch
+import yaml
+
+from gptforge.atomic import atomic_write_text
+from gptforge.config import ModelConfig, ParallelConfig, RunConfig, to_dict
+from gptforge.errors import InputError
+from gptforge.model.gpt import GPT, flops_per_token
+from gptforge.runtime import checkpoint as ckpt_lib
+from gptforge.runtime.activation import apply_activation_checkpointing
+from gptforge.runtime.loss import count_targets
+from gptforge.train import distributed as D
+from gptforge.train.backend import DeepSpeedBackend, TorchBackend
+from gptforge.train.components import (
+    BadStepGuard,
+    Checkpointer,
+    EarlyStopping,
+    Evaluator,
+    MetricsLogger,
+    NullWriter,
+    StopFlag,
+)
+from gptforge.train.loggers import MetricsWriter, Progress
+from gptforge.train.mfu import Peak, device_peak
+from gptforge.train.optim import build_optimizer, lr_at
+from gptforge.train.parallelize import Parallelized, apply_compile, parallelize
+from gptforge.train.provenance import run_config_yaml
+from gptforge.train.resume import check_resume
+from gptforge.train.sources import BatchSource, ShardSource
+from gptforge.train.spikes import SpikeDetector
+from gptforge.train.step import PipelineLoss, forward_backward, pipeline_evaluate, pipeline_forward_backward
+from gptforge.train.wandb_logger import WandbLogger
+
+
+@dataclass
+class TrainResult:
+    """What a finished (or stopped) run reports."""
+
+    run_dir: Path
+    step: int
+    train_loss: float | None
+    val_loss: float | None
+    best_val_loss: float | None
+    stopped: str
+    tokens_seen: int
+    history: list[dict] = field(default_factory=list)
+    signal: int | None = None
+    """The signal (SIGINT 2, SIGTERM 15) that stopped the run, when one did."""
+
+    def summary(self) -> str:
+        """One line saying how the run ended."""
+        if not self.history and self.stopped == "max_steps":
+            return (f"nothing to do: {self.run_dir} is already at train.max_steps ({self.step}); "
+                    "raise --train.max_steps to train further")
+        val = f", val loss {self.val_loss:.4f}" if self.val_loss is not None else ""
+        train_loss = f"{self.train_loss:.4f}" if self.train_loss is not None else "n/a"
+        return (f"stopped ({self.stopped}) at step {self.step}: train loss {train_loss}{val}; "
+                f"run directory {self.run_dir}")
+
+    @property
+    def exit_code(self) -> int:
+        """128 + signal for a run stopped by SIGINT/SIGTERM (as a shell reports a killed program),
+        so that schedulers can tell it from a finished run; 0 otherwise."""
+        return 128 + int(self.signal) if self.signal else 0
+
+
+class Trainer:
+    """Set up a run (model, layout, engine, data, resume) and train it.
+
+    Args:
+        cfg: model/train/parallel config; `model.vocab_size` defaults to the source's vocabulary.
+        env: where this process sits (gptforge.train.distributed.DistEnv).
+        source: the BatchSource. run_dir: output folder. resume: continue from checkpoints/latest.
+        model_factory: builds the model from the resolved ModelConfig in place of `GPT(cfg)`
+            (called after seeding; only parameters with requires_grad are optimized).
+        config_extra: extra top-level sections written into config.yaml (e.g. `finetune`).
+        on_save: called on rank 0 as on_save(step, checkpoint_folder) after each checkpoint.
+        ds_config: a DeepSpeed config dict (backend deepspeed), else None.
+        requested_parallel: the parallel section as asked for (degrees of -1 unresolved), which
+            config.yaml keeps so that a resume re-resolves it for its own world size; `layout`
+            records what it resolved to. Default: cfg.parallel.
+
+    Raises:
+        FileExistsError: run_dir holds another run and resume is False.
+        InputError: inconsistent config or data (the message names the field).
+    """
+
+    def __init__(self, cfg: RunConfig, env: D.DistEnv, source: BatchSource, run_dir: Path, resume: bool = False,
+                 progress: bool = True, log: Callable[[str], None] | None = None, *,
+                 model_factory: Callable[[ModelConfig], torch.nn.Module] | None = None,
+                 config_extra: dict[str, Any] | None = None, on_save: Callable[[int, Path], None] | None = None,
+                 ds_config: dict | None = None, requested_parallel: ParallelConfig | None = None):
+        self.env, self.source, self.run_dir = env, source, Path(run_dir)
+        self.device, self.main = env.device, env.is_main
+        self.say = (log or (lambda m: None)) if self.main else (lambda m: None)
+        # Measured before seeding: measuring uses the RNG.
+        self.peak = device_peak(self.device, cfg.train.precision) if self.main else Peak(None, "rank 0's figure")
+        self.cfg = cfg = self._resolve_config(cfg)
+        self.tc, self.mc, self.pc = tc, mc, pc = cfg.train, cfg.model, cfg.parallel
+        self.ckpt_root = self.run_dir / "checkpoints"
+        if not resume and ((self.run_dir / "metrics.jsonl").exists() or any(self.ckpt_root.glob("step_*"))):
+            raise FileExistsError(
+                f"{self.run_dir} already holds a run (metrics.jsonl / checkpoints): continue it with --resume, "
+                "or give a new --out; gptforge never mixes two runs in one directory"
+            )
+        self.zero = pc.effective_zero_stage()
+        layout = {"world_size": env.world_size, "dp": env.dp_size, "dp_replicate": pc.dp_replicate,
+                  "dp_shard": pc.dp_shard, "tp": pc.tp, "pp": pc.pp, "zero_stage": self.zero,
+                  "device": str(self.device)}
+        as_asked = RunConfig(model=self.mc, train=self.tc, parallel=requested_parallel or pc)
+        self.config_yaml = run_config_yaml(as_asked, source.provenance(), {"layout": layout, **(config_extra or {})})
+        if tc.precision == "fp16" and ds_config is None and (self.zero in (2, 3) or pc.tp > 1 or pc.pp > 1):
+            raise InputError("train.precision=fp16 needs a gradient scaler, which gptforge supports with a single "
+                             "process, DDP and ZeRO-1 only; use bf16 with FSDP2/ZeRO-2/3, tp or pp")
+        self._build_model_and_engine(model_factory, ds_config)
+        self.batches = source.batches(mc.block_size, tc, env.dp_rank, env.dp_size)
+        self.tokens_per_step = self.batches.tokens_per_step
+        self.fpt = flops_per_token(mc, self.n_params, self.batches.seq_len)
+        self.state: dict[str, Any] = {"step": 0, "tokens_seen": 0, "elapsed_seconds": 0.0, "skipped_steps": 0}
+        self.early_stop = EarlyStopping(tc.patience)
+        self.spikes = SpikeDetector(grad_clip=tc.grad_clip, warmup_steps=tc.warmup_steps) if tc.spike_alarms else None
+        self.wandb = (WandbLogger(self.run_dir, tc.wandb_project, tc.wandb_entity, tc.wandb_run_name, tc.wandb_mode,
+                                  config=yaml.safe_load(self.config_yaml))
+                      if tc.wandb_project and self.main else None)
+        self.resumed = resume
+        if resume:
+            self._resume()
+        if self.main:
+            # Created only now, after every check: a run refused for bad input leaves nothing behind.
+            self.run_dir.mkdir(parents=True, exist_ok=True)
+            atomic_write_text(self.run_dir / "config.yaml", self.config_yaml)
+            if source.tokenizer_file is not None:  # a run directory is self-contained for inference
+                shutil.copyfile(source.tokenizer_file, self.run_dir / "tokenizer.json")
+        self._components(progress, resume, on_save)
+        self._announce(ds_config)
+
+    # -- set-up ------------------------------------------------------------------------------
+
+    def _resolve_config(self, cfg: RunConfig) -> RunConfig:
+        mc = cfg.model
+        vocab = int(self.source.vocab_size)
+        if mc.vocab_size is None:
+            mc = ModelConfig(**{**to_dict(mc), "vocab_size": vocab})
+        mc = mc.resolved()
+        if mc.vocab_size < vocab:
+            raise InputError(f"model.vocab_size={mc.vocab_size} is smaller than the data's vocabulary ({vocab}, "
+                             f"{self.source.description}); leave model.vocab_size unset to take it from the data")
+        return RunConfig(model=mc, train=self._resolve_batch(cfg.train), parallel=cfg.parallel)
+
+    def _resolve_batch(self, tc):
+        """train.global_batch_size, when set, decides gradient_accumulation_steps for this number of
+        data-parallel ranks (so a run saved on 2 processes resumes on 1 with the same batches);
+        unset, it is recorded as micro_batch_size * gradient_accumulation_steps * dp."""
+        dp = self.env.dp_size
+        if tc.global_batch_size is None:
+            return dataclasses.replace(tc, global_batch_size=tc.micro_batch_size * tc.gradient_accumulation_steps * dp)
+        per_step = tc.micro_batch_size * dp
+        if tc.global_batch_size % per_step:
+            raise InputError(f"train.global_batch_size {tc.global_batch_size} is not a multiple of "
+                             f"train.micro_batch_size {tc.micro_batch_size} x {dp} data-parallel rank(s)")
+        accum = tc.global_batch_size // per_step
+        if accum != tc.gradient_accumulation_steps:
+            self.say(f"train.gradient_accumulation_steps {tc.gradient_accumulation_steps} -> {accum}: "
+                     f"train.global_batch_size {tc.global_batch_size} on {dp} data-parallel rank(s)")
+        return dataclasses.replace(tc, gradient_accumulation_steps=accum)
+
+    def _build_model_and_engine(self, model_factory, ds_config: dict | None) -> None:
+        tc, mc, pc, env = self.tc, self.mc, self.pc, self.env
+        # Every rank builds the same full model from the same seed; parallelize() keeps its part.
+        torch.manual_seed(tc.seed)
+        model = model_factory(mc) if model_factory is not None else GPT(mc)
+        self.n_params = model.num_params()
+        self.pp_loss = PipelineLoss()
+        if ds_config is not None:
+            apply_activation_checkpointing(model, tc.activation_checkpointing)
+            if tc.compile:
+                apply_compile(model)
+            self.engine = DeepSpeedBackend(model, ds_config, tc.weight_decay, env)
+            self.par = Parallelized(module=self.engine.module, core=self.engine.core,
+                                    zero_stage=self.engine.zero_stage)
+        else:
+            self.par = parallelize(model, tc, pc, env, pp_loss_fn=self.pp_loss)
+            zero_group = env.group("dp") if self.par.zero_stage == 1 else None
+            optimizer = build_optimizer(self.par.core, tc, self.device.type, zero_group=zero_group)
+            scaler = torch.amp.GradScaler(self.device.type) if tc.precision == "fp16" else None
+            self.engine = TorchBackend(self.par, optimizer, scaler, env, tc.precision)
+        self.par.core.train()
+
+    def _resume(self) -> None:
+        found = ckpt_lib.find_checkpoint(self.run_dir)
+        check_resume(found, self.source, self.mc, self.tc, self.batches.global_batch_size, self.env.dp_size)
+        loaded = self.engine.load(found)
+        self.state.update({k: loaded[k] for k in self.state if k in loaded})
+        self.early_stop.load_state_dict(loaded)
+        if self.spikes is not None and loaded.get("spikes"):
+            self.spikes.load_state_dict(loaded["spikes"])
+        if self.wandb is not None and loaded.get("wandb"):
+            self.wandb.load_state_dict(loaded["wandb"])
+
+    def _components(self, progress: bool, resume: bool, on_save) -> None:
+        tc, par = self.tc, self.par
+        if par.schedule is not None:
+            if not isinstance(self.source, ShardSource):
+                raise InputError("pipeline parallelism (parallel.pp > 1) takes token shards only, not instruction data")
+            rows = tc.micro_batch_size * tc.gradient_accumulation_steps
+            stream, offsets = self.source.val_stream, self.source.val_offsets
+
+            def evaluate():
+                return pipeline_evaluate(par, self.pp_loss, stream, offsets, self.mc.block_size, rows,
+                                         self.device, tc.precision, self.env)
+
+            def step_fn(micro, divisor):
+                return pipeline_forward_backward(par, self.pp_loss, micro, divisor, self.device, tc.precision)
+        else:
+            def evaluate():
+                return self.source.evaluate(par.module, self.device, self.engine.autocast_precision)
+
+            def step_fn(micro, divisor):
+                return forward_backward(par.module, micro, divisor, self.device, self.engine.autocast_precision,
+                                        grad_sync=self.engine.grad_sync, backward=self.engine.backward)
+        self.step_fn = step_fn
+        self.evaluator = Evaluator(evaluate, tc.eval_interval, tc.max_steps, enabled=self.source.has_val)
+        self.bad_steps = BadStepGuard(tc.max_bad_steps, self.engine.has_loss_scaler, self.ckpt_root)
+        gbs = self.batches.global_batch_size
+        self.checkpointer = Checkpointer(self.engine, self.ckpt_root, self.config_yaml, tc.checkpoint_interval,
+                                         tc.keep_checkpoints,
+                                         lambda step: {"seed": tc.seed, "step": step, "global_batch_size": gbs},
+                                         on_save, self.main)
+        writer = MetricsWriter(self.run_dir, tensorboard=tc.tensorboard,
+                               resume_step=self.state["step"] if resume else None) if self.main else NullWriter()
+        self.metrics = MetricsLogger(writer, Progress(tc.max_steps, self.state["step"], enabled=progress and self.main),
+                                     tc.log_interval, tc.max_steps, extra_sinks=[self.wandb] if self.wandb else [])
+        # Every run checks the planner: its prediction goes beside the measured peak in every row.
+        try:
+            from gptforge.plan.planner import predict_peak_memory_bytes
+
+            kind = self.device.type if self.device.type in ("cuda", "mps") else "cpu"
+            self.predicted_mem = predict_peak_memory_bytes(self.mc, tc, self.pc, kind)
+        except ValueError as e:
+            self.predicted_mem = None
+            self.say(f"planner: no memory prediction for this layout ({e})")
+
+    def _announce(self, ds_config) -> None:
+        mc, tc, pc, env = self.mc, self.tc, self.pc, self.env
+        self.say(f"model: {mc.arch}, {self.n_params:,} parameters, {mc.n_layer} layers, d_model {mc.d_model}, "
+                 f"block_size {mc.block_size}, vocab {mc.vocab_size}")
+        self.say(f"data: {self.source.description}; {self.tokens_per_step:,} tokens per step; device {self.device}; "
+                 f"precision {tc.precision}; MFU against {self.peak.label}"
+                 + (f" ({self.peak.flops_per_second / 1e9:,.0f} GFLOP/s)" if self.peak.flops_per_second else ""))
+        if not env.distributed:
+            return
+        if ds_config is not None:
+            self.say(f"layout: {env.world_size} processes, all data parallel; DeepSpeed engine, ZeRO stage {self.zero}")
+        else:
+            self.say(f"layout: {env.world_size} processes; dp {pc.dp} (replicate {pc.dp_replicate} x shard "
+                     f"{pc.dp_shard}), tp {pc.tp}, pp {pc.pp}"
+                     + (f" ({pc.pp_schedule}, {self.par.n_microbatches} micro-batches)" if pc.pp > 1 else "")
+                     + f"; ZeRO stage {self.zero}")
+
+    # -- the loop ----------------------------------------------------------------------------
+
+    def train(self) -> TrainResult:
+        """Train from the current step to train.max_steps (or an earlier stop). Returns the result.
+
+        Raises:
+            TrainingError: too many consecutive non-finite steps (the last good checkpoint is kept).
+        """
+        tc, start = self.tc, self.state["step"]
+        self.stopped, self.last_loss = "max_steps", None
+        try:
+            with StopFlag() as stop:
+                for step in range(start, tc.max_steps):
+                    row, finite, interrupted = self.train_step(step, stop)
+                    done = row["step"]
+                    bad = self.bad_steps.update(done, row["loss"], finite)
+                    if done == start + 1:
+                        self._report_memory(row)
+                    if self.bad_steps.in_row >= tc.max_bad_steps:
+                        self.metrics.log(row, force=True)
+                        self.stopped = "non_finite"
+                        self.bad_steps.check()
+                    val = self.evaluator.maybe_evaluate(done)
+                    if val is not None:
+                        row["val_loss"] = val
+                    new_best = self.early_stop.update(val)
+                    self._add_events(row, first=done == start + 1)
+                    self.metrics.log(row, force=bool(row.get("events")))
+                    self.metrics.progress(row, self.evaluator.last)
+                    reason = ("early_stopping" if self.early_stop.should_stop else "signal" if interrupted
+                              else "stop_at_step" if tc.stop_at_step and done >= tc.stop_at_step else None)
+                    self.checkpointer.maybe_save(done, self.state_dict(), best=new_best, bad=bad,
+                                                 force=done == tc.max_steps or reason is not None)
+                    if reason is not None:
+                        self._say_stop(reason, done, stop)
+                        self.stopped = reason
+                        break
+        finally:
+            self.close()
+        return TrainResult(run_dir=self.run_dir, step=self.state["step"], train_loss=self.last_loss,
+                           val_loss=self.evaluator.last, best_val_loss=self.early_stop.best_val_loss,
+                           stopped=self.stopped, tokens_seen=self.state["tokens_seen"], history=self.metrics.history,
+                           signal=(stop.signal or signal.SIGTERM) if self.stopped == "signal" else None)
+
+    def train_step(self, step: int, stop: StopFlag) -> tuple[dict[str, Any], bool, bool]:
+        """One optimizer step (0-based `step`). Returns (metrics row, finite, any rank signalled)."""
+        env, engine, tc = self.env, self.engine, self.tc
+        t0 = time.perf_counter()
+        lr = lr_at(step, tc)
+        engine.set_lr(lr)
+        micro = self.batches.micro_batches(step)
+        # Every tp and pp rank of a dp rank reads the same slice: count each slice once.
+        (n_sum,) = env.all_reduce_sum([count_targets(micro)])
+        n_tokens = int(round(n_sum / (env.tp_size * env.pp_size)))
+        # DDP/FSDP2 average gradients over the dp ranks: divide by the global count / dp.
+        loss_sum = self.step_fn(micro, n_tokens / env.dp_size)
+        grad_norm = engine.clip(tc.grad_clip if tc.grad_clip > 0 else float("inf"))
+        # Loss sums live on the last pp stage of each dp rank, repeated on its tp ranks.
+        (total_loss,) = env.all_reduce_sum([float(loss_sum)])
+        loss = total_loss / env.tp_size / max(n_tokens, 1)
+        finite = math.isfinite(loss) and math.isfinite(grad_norm)
+        skipped = engine.step(finite)
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+        dt = time.perf_counter() - t0
+        mem = torch.cuda.max_memory_allocated(self.device) if self.device.type == "cuda" else None
+        # Per-rank throughput and memory, and whether any rank was signalled, to every rank.
+        stats = env.gather_stats([self.tokens_per_step / env.dp_size / dt, dt, -1 if mem is None else mem,
+                                  float(stop.signal is not None)])
+        dt = max(r[1] for r in stats)
+        self.state["step"] = step + 1
+        self.state["tokens_seen"] += self.tokens_per_step
+        self.state["elapsed_seconds"] += dt
+        self.state["skipped_steps"] += int(skipped)
+        if math.isfinite(loss):
+            self.last_loss = loss
+        row = self._row(loss, lr, grad_norm, dt, stats, mem is not None, skipped)
+        return row, finite, any(r[3] > 0 for r in stats)
+
+    def _row(self, loss, lr, grad_norm, dt, stats, has_mem: bool, skipped: bool) -> dict[str, Any]:
+        tps = self.tokens_per_step / dt
+        peak = self.peak.flops_per_second
+        row: dict[str, Any] = {
+            "step": self.state["step"], "loss": loss, "lr": lr, "grad_norm": grad_norm,
+            "tokens_per_second": tps,
+            "mfu": tps * self.fpt / (peak * self.env.world_size) if peak else None,
+            "peak_memory_bytes": max(r[2] for r in stats) if has_mem else None,
+            "predicted_memory_bytes": self.predicted_mem,
+            "tokens_seen": self.state["tokens_seen"], "step_seconds": dt,
+            "elapsed_seconds": self.state["elapsed_seconds"], "skipped": skipped,
+        }
+        if self.env.world_size > 1:
+            row["tokens_per_second_rank_min"] = min(r[0] for r in stats)
+            row["tokens_per_second_rank_max"] = max(r[0] for r in stats)
+            row["peak_memory_bytes_rank_min"] = min(r[2] for r in stats) if has_mem else None
+        return row
+
+    def _add_events(self, row: dict[str, Any], first: bool) -> None:
+        """Alarms of this step (spike detector) and a resume mark, as row["events"]."""
+        events = [{"kind": "resume", "step": row["step"]}] if first and self.resumed else []
+        for e in (self.spikes.update(row["step"], row) if self.spikes is not None else []):
+            events.append(e.as_dict())
+            self.metrics.message(e.message())
+        if events:
+            row["events"] = events
+
+    def state_dict(self) -> dict[str, Any]:
+        """The trainer's own state saved in trainer_state.pt (the engine adds model, optimizer, RNG)."""
+        state = {**self.state, **self.early_stop.state_dict()}
+        if self.spikes is not None:
+            state["spikes"] = self.spikes.state_dict()
+        if self.wandb is not None:
+            state["wandb"] = self.wandb.state_dict()
+        return state
+
+    def _report_memory(self, row: dict[str, Any]) -> None:
+        if self.predicted_mem is None:
+            return
+        measured = (f"measured peak {row['peak_memory_bytes'] / 2**30:.2f} GiB (max_memory_allocated)"
+                    if row["peak_memory_bytes"] is not None else "no allocator peak on this device")
+        self.metrics.message(f"memory per device: planner predicted {self.predicted_mem / 2**30:.2f} GiB of "
+                             f"tensors; {measured}")
+
+    def _say_stop(self, reason: str, step: int, stop: StopFlag) -> None:
+        if reason == "early_stopping":
+            self.metrics.message(f"early stopping at step {step}: no val improvement in {self.tc.patience} "
+                                 "evaluations")
+        elif reason == "signal":
+            self.metrics.message(f"signal {stop.signal or 'on another rank'} received: checkpoint written at step "
+                                 f"{step}; continue with --resume")
+
+    def close(self) -> None:
+        """End of the run, however it ended: close the logs and data, write the report (rank 0)."""
+        self.metrics.close()
+        self.source.close()
+        if self.main and self.tc.report and (self.run_dir / "metrics.jsonl").exists():
+            from gptforge.report import write_run_report
+
+            path = write_run_report(self.run_dir, stopped=getattr(self, "stopped", None))
+            self.say(f"report: {path}")
+            if self.wandb is not None:
+                self.wandb.log_report(path)
+        if self.wandb is not None:
+            self.wandb.finish()

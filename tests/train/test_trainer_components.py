@@ -1,0 +1,80 @@
+"""Components plugged into the Trainer: the run report at the end of every run, spike alarms in
+metrics.jsonl, resume marks, and W&B offline with the same run id after a resume."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import gptforge.train.step as step_lib
+from gptforge.config import ModelConfig, RunConfig, TrainConfig
+from gptforge.errors import TrainingError
+from gptforge.runtime import checkpoint as ck
+from gptforge.train.loggers import read_metrics
+from gptforge.train.loop import train
+
+
+def _cfg(**kw):
+    base = dict(max_steps=8, micro_batch_size=2, lr=3e-3, warmup_steps=2, eval_interval=4, eval_steps=1,
+                checkpoint_interval=4, tensorboard=False)
+    base.update(kw)
+    return RunConfig(model=ModelConfig(preset="gpt2-nano", d_model=32, block_size=32), train=TrainConfig(**base))
+
+
+def test_every_run_ends_with_a_report_also_when_it_fails(tiny_shards, tmp_path, monkeypatch):
+    run = tmp_path / "ok"
+    train(_cfg(), tiny_shards, run, progress=False)
+    html = (run / "report.html").read_text()
+    assert "max_steps" in html and "plotly" in html.lower()
+    # A run stopped by non-finite losses still gets its report.
+    real = step_lib.token_loss_sum
+    monkeypatch.setattr(step_lib, "token_loss_sum", lambda lg, t: real(lg, t) * float("nan"))
+    bad = tmp_path / "bad"
+    with pytest.raises(TrainingError):
+        train(_cfg(max_bad_steps=2), tiny_shards, bad, progress=False)
+    assert (bad / "report.html").exists()
+    monkeypatch.undo()
+    off = tmp_path / "off"
+    train(_cfg(report=False), tiny_shards, off, progress=False)
+    assert not (off / "report.html").exists()
+
+
+def test_a_loss_spike_is_an_event_in_metrics_and_a_resume_is_marked(tiny_shards, tmp_path, monkeypatch):
+    real = step_lib.token_loss_sum
+    calls = {"n": 0}
+
+    def spiky(logits, targets):
+        calls["n"] += 1
+        out = real(logits, targets)
+        return out * 3.0 if calls["n"] == 30 else out  # step 30 of 40 (one micro-batch a step)
+
+    monkeypatch.setattr(step_lib, "token_loss_sum", spiky)
+    run = tmp_path / "run"
+    train(_cfg(max_steps=40, lr=1e-3, warmup_steps=0, eval_interval=0, checkpoint_interval=20, stop_at_step=35,
+               log_interval=5), tiny_shards, run, progress=False)
+    rows = {r["step"]: r for r in read_metrics(run)}
+    assert 30 in rows, "a step with an alarm is logged even off log_interval"
+    assert any(e["kind"] in ("spike", "divergence") and e["metric"] == "loss" for e in rows[30]["events"])
+    assert not any(r.get("events") for s, r in rows.items() if s < 30)
+    state = ck.load_trainer_state(ck.find_checkpoint(run))
+    assert len(state["spikes"]["history"]["loss"]) == 35
+    monkeypatch.undo()
+    train(_cfg(max_steps=40, lr=1e-3, warmup_steps=0, eval_interval=0, checkpoint_interval=20, log_interval=5),
+          tiny_shards, run, resume=True, progress=False)
+    rows = {r["step"]: r for r in read_metrics(run)}
+    assert {"kind": "resume", "step": 36} in rows[36]["events"]
+
+
+def test_wandb_offline_keeps_its_run_id_across_a_resume(tiny_shards, tmp_path, monkeypatch):
+    pytest.importorskip("wandb")
+    monkeypatch.setenv("WANDB_BASE_URL", "http://127.0.0.1:9")  # nothing may leave the machine
+    monkeypatch.setenv("WANDB_SILENT", "true")
+    run = tmp_path / "run"
+    kw = dict(wandb_project="gptforge-test", wandb_mode="offline", report=True)
+    train(_cfg(stop_at_step=4, **kw), tiny_shards, run, progress=False)
+    first = ck.load_trainer_state(ck.find_checkpoint(run))["wandb"]["run_id"]
+    assert first and list((run / "wandb").glob(f"offline-run-*-{first}"))
+    train(_cfg(**kw), tiny_shards, run, resume=True, progress=False)
+    assert ck.load_trainer_state(ck.find_checkpoint(run))["wandb"]["run_id"] == first
+    assert len(list((run / "wandb").glob(f"offline-run-*-{first}"))) >= 1
+    assert torch.isfinite(torch.tensor([r["loss"] for r in read_metrics(run)])).all()
