@@ -98,6 +98,14 @@ def test_quantize_embeddings_and_refusals(gpt2_run, tiny_shards, tmp_path):
     assert isinstance(model.wte, Int8Embedding) and isinstance(model.lm_head, Int8Linear)
     ids = torch.tensor([[1, 2, 3]])
     assert model(ids).shape == (1, 3, model.config.vocab_size)
+    # Generation (KV cache) and the server's loader work on a model without a float embedding.
+    from gptforge.infer.generate import generate
+    from gptforge.serve.app import load_model
+
+    assert generate(model, ids, 4, temperature=0).shape == (1, 7)
+    served, tok_file, _ = load_model(out, "cpu")
+    assert isinstance(served.wte, Int8Embedding) and tok_file.is_file()
+    assert torch.equal(generate(served, ids, 4, temperature=0), generate(model, ids, 4, temperature=0))
     with pytest.raises(InputError, match="already quantized"):
         quantize_run(out, QuantSpec("int4"), tmp_path / "qq", tiny_shards)
     with pytest.raises(InputError, match="inference only"):  # fine-tuning / conversion load this way
