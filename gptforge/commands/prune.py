@@ -19,8 +19,8 @@ class PruneOptions:
     """Run directory or checkpoint folder to prune."""
     out: str
     """Run directory to write."""
-    calibration: str
-    """Shard folder (`gptforge prepare`) whose tokens rank the structures."""
+    calibration: Optional[str] = None
+    """Shard folder (`gptforge prepare`) whose tokens rank the structures (structured pruning)."""
     target_params: Optional[int] = None
     """Prune heads, MLP and embedding channels by one common factor to at most this many parameters
     (layers kept). Excludes the explicit shape options."""
@@ -33,6 +33,10 @@ class PruneOptions:
     """Layers kept (the least important blocks are removed)."""
     d_model: Optional[int] = None
     """Embedding channels kept."""
+    sparsity: Optional[float] = None
+    """Instead of structures: zero this fraction of the blocks' linear weights with the smallest
+    magnitude (unstructured). The weights stay dense: no smaller file and no speed-up without
+    sparse kernels. Excludes the other pruning options; needs no --calibration."""
     calibration_split: str = "train"
     """Split of --calibration to read."""
     calibration_batch_size: int = 4
@@ -53,6 +57,18 @@ def main(argv: list[str]) -> int:
     from gptforge.export.prune import PruneShape, prune_run
 
     explicit = [o.heads_per_layer, o.d_ff, o.n_layer, o.d_model]
+    if o.sparsity is not None:
+        if o.target_params is not None or any(v is not None for v in explicit):
+            raise InputError("--sparsity excludes --target-params and the shape options: give one kind of pruning")
+        from gptforge.export.prune import sparsify_run
+
+        r = sparsify_run(o.run, o.out, o.sparsity, overwrite=o.overwrite)
+        print(json.dumps(r, indent=2) if o.json else
+              f"zeroed {r['zeros_in_block_linears']:.1%} of the block linears' weights ({r['zeros_in_model']:.1%} "
+              f"of all parameters); stored dense, so the run is as large and as fast as before\nwrote {o.out}")
+        return 0
+    if o.calibration is None:
+        raise InputError("--calibration DATA is needed to rank heads, channels and layers")
     if o.target_params is not None and any(v is not None for v in explicit):
         raise InputError("--target-params excludes --heads-per-layer/--d-ff/--n-layer/--d-model: give one or the other")
     shape = None if o.target_params is not None else PruneShape(n_layer=o.n_layer, heads_per_layer=o.heads_per_layer,

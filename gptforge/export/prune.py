@@ -301,6 +301,58 @@ def prune_model(model: GPT, imp: Importance, shape: PruneShape) -> tuple[GPT, di
     return pruned, info
 
 
+@torch.no_grad()
+def magnitude_prune(model: GPT, sparsity: float) -> dict:
+    """Unstructured magnitude pruning, in place: the `sparsity` fraction of the blocks' linear
+    weights with the smallest |w|, over all of them together, set to zero
+    (`torch.nn.utils.prune.global_unstructured` with L1Unstructured, made permanent). The tensors
+    stay dense: without sparse kernels the model is no smaller and no faster.
+
+    Returns: {"sparsity_target", "zeros_in_block_linears" (fraction), "zeros_in_model" (fraction)}.
+
+    Raises:
+        InputError: sparsity outside [0, 1).
+    """
+    import torch.nn as nn
+    from torch.nn.utils import prune as tprune
+
+    if not 0.0 <= sparsity < 1.0:
+        raise InputError(f"--sparsity {sparsity}: must be in [0, 1)")
+    targets = [(m, "weight") for n, m in model.named_modules() if n.startswith("blocks.") and isinstance(m, nn.Linear)]
+    if sparsity > 0:
+        tprune.global_unstructured(targets, pruning_method=tprune.L1Unstructured, amount=sparsity)
+        for m, name in targets:
+            tprune.remove(m, name)
+    zeros = sum(int((m.weight == 0).sum()) for m, _ in targets)
+    total = sum(m.weight.numel() for m, _ in targets)
+    all_zeros = sum(int((p == 0).sum()) for p in model.parameters())
+    return {"sparsity_target": sparsity, "zeros_in_block_linears": zeros / total,
+            "zeros_in_model": all_zeros / model.num_params()}
+
+
+def sparsify_run(run: str | Path, out: str | Path, sparsity: float, overwrite: bool = False) -> dict:
+    """`magnitude_prune` the run `run` and write it to `out` (an ordinary run; `pruning` in
+    config.yaml and prune.json record the sparsity). Returns the report.
+
+    Raises:
+        InputError: a quantized run, or a bad sparsity. FileExistsError: `out` exists.
+    """
+    from gptforge.runtime.loading import load_for_inference
+
+    model, ckpt, doc, tok = load_for_inference(run, "cpu")
+    if doc.get("quantization"):
+        raise InputError(f"{run}: a quantized run cannot be pruned; prune the original run, then quantize")
+    if Path(out).exists() and not overwrite:
+        raise FileExistsError(f"{out} exists; choose another --out or pass --overwrite")
+    report = {"source": str(ckpt), **magnitude_prune(model, sparsity)}
+    new_doc = {k: v for k, v in doc.items() if k != "finetune"}
+    new_doc["pruning"] = {"source": str(ckpt), "method": "unstructured magnitude (dense storage)",
+                          "sparsity": sparsity}
+    write_run(model, new_doc, Path(out), tok, {"step": 0, "tokens_seen": 0, "pruned_from": str(ckpt)},
+              extra_json={"prune.json": report}, overwrite=overwrite)
+    return report
+
+
 def prune_run(run: str | Path, out: str | Path, calibration: str | Path, shape: PruneShape | None = None,
               target_params: int | None = None, batch_size: int = 4, num_batches: int = 16,
               split: str = "train", overwrite: bool = False) -> dict:

@@ -29,3 +29,16 @@ def test_prune_command(gpt2_run, tiny_shards, tmp_path, capsys):
     assert main(["prune", str(gpt2_run), "--calibration", str(tiny_shards), "--heads-per-layer", "3",
                  "--out", str(tmp_path / "x")]) == 1
     assert "--heads-per-layer 3" in capsys.readouterr().err
+
+
+def test_prune_sparsity_command(gpt2_run, tmp_path, capsys):
+    out = tmp_path / "s"
+    assert main(["prune", str(gpt2_run), "--sparsity", "0.3", "--out", str(out)]) == 0
+    assert "stored dense" in capsys.readouterr().out
+    from gptforge.runtime.loading import load_for_inference
+
+    model, *_ = load_for_inference(out, "cpu")
+    w = model.blocks[0].attn.q_proj.weight
+    assert 0.05 < float((w == 0).float().mean()) < 0.6
+    assert main(["prune", str(gpt2_run), "--out", str(tmp_path / "x"), "--n-layer", "1"]) == 1
+    assert "--calibration" in capsys.readouterr().err

@@ -113,3 +113,19 @@ def test_target_params_and_the_pruned_run_loads_and_trains(llama_run, tiny_shard
         prune_run(llama_run, tmp_path / "x", tiny_shards, target_params=target, batch_size=10**5)
     with pytest.raises(InputError, match="either --target-params or a shape"):
         prune_run(llama_run, tmp_path / "x", tiny_shards)
+
+
+def test_magnitude_sparsity_is_reported_honestly():
+    from gptforge.export.prune import magnitude_prune
+
+    model = _model()
+    before = {n: p.clone() for n, p in model.named_parameters()}
+    r = magnitude_prune(model, 0.5)
+    assert r["zeros_in_block_linears"] == pytest.approx(0.5, abs=0.01)
+    assert 0 < r["zeros_in_model"] < r["zeros_in_block_linears"]
+    # Only small weights were zeroed; the rest are unchanged, and nothing outside the blocks moved.
+    w, w0 = model.blocks[0].mlp.up_proj.weight, before["blocks.0.mlp.up_proj.weight"]
+    assert torch.equal(w[w != 0], w0[w != 0])
+    assert torch.equal(model.wte.weight, before["wte.weight"])
+    with pytest.raises(InputError, match="--sparsity"):
+        magnitude_prune(model, 1.0)
