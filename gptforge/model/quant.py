@@ -12,7 +12,10 @@ Formats (W is a linear weight (out, in); round-to-nearest, no calibration of the
   scale = (max - min) / 15, zero = -min / scale, q = clamp(round(W / scale + zero), 0, 15),
   W ~ (q - zero) scale; |W - deq| <= scale / 2 (plus fp16 rounding of scale and zero). Two codes
   per byte (even input index in the low nibble), scale and zero stored fp16 (out, in / group_size):
-  4 + 32 / group_size bits per weight. The forward dequantizes to the activations' dtype.
+  4 + 32 / group_size bits per weight. On a CPU under no_grad, when out % 16 == 0 and the group
+  is 32/64/128/256, the forward runs torch's int4 kernel (`torch._weight_int4pack_mm_for_cpu`,
+  bf16 activations, the weight repacked once into its layout); otherwise it dequantizes the
+  weight to the activations' dtype.
 - nf4: bitsandbytes' 4-bit NormalFloat (Dettmers et al. 2023, section 3) through
   `gptforge.model.qlora.Linear4bit`, blocks of `group_size` weights sharing one absmax.
 - Embeddings (with `quantize_embeddings`): int8 per row (per token), symmetric, like int8 above.
@@ -202,8 +205,38 @@ class Int4Linear(nn.Module):
     def dequantized_weight(self, dtype: torch.dtype = torch.float32) -> torch.Tensor:
         return dequantize_int4(unpack_int4(self.weight_packed), self.weight_scale, self.weight_zero).to(dtype)
 
+    @property
+    def cpu_kernel_fits(self) -> bool:
+        """Shapes torch's CPU int4 matmul accepts: out_features % 16 == 0, group 32/64/128/256."""
+        return self.out_features % 16 == 0 and self.group_size in (32, 64, 128, 256)
+
+    def _cpu_kernel_weight(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """This weight in the layout of torch's `_weight_int4pack_mm_for_cpu`, built on first use
+        and kept (not saved: the checkpoint holds `weight_packed`). torch dequantizes as
+        (q - 8) * scale + zero', so zero' = (8 - zero) * scale."""
+        if getattr(self, "_kernel_weight", None) is None:
+            q = unpack_int4(self.weight_packed).to(torch.int32)
+            scale = self.weight_scale.float()
+            zero = (8.0 - self.weight_zero.float()) * scale
+            packed = torch._convert_weight_to_int4pack_for_cpu(q, 1)
+            sz = torch.stack((scale.t(), zero.t()), dim=-1).contiguous().to(torch.bfloat16)  # (in/g, out, 2)
+            self._kernel_weight = (packed, sz)
+        return self._kernel_weight
+
+    def _load_from_state_dict(self, *args, **kwargs):
+        self._kernel_weight = None  # new codes: rebuild the kernel layout on the next forward
+        super()._load_from_state_dict(*args, **kwargs)
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         bias = None if self.bias is None else self.bias.to(x.dtype)
+        if x.device.type == "cpu" and x.is_floating_point() and self.cpu_kernel_fits and not torch.is_grad_enabled():
+            # torch's int4 CPU kernel: bf16 activations times the packed weight, no dequantized copy.
+            packed, sz = self._cpu_kernel_weight()
+            shape = x.shape
+            y = torch._weight_int4pack_mm_for_cpu(x.reshape(-1, shape[-1]).to(torch.bfloat16), packed,
+                                                  self.group_size, sz).to(x.dtype)
+            y = y.reshape(*shape[:-1], self.out_features)
+            return y if bias is None else y + bias
         return F.linear(x, self.dequantized_weight(x.dtype), bias)
 
     def extra_repr(self) -> str:

@@ -56,6 +56,26 @@ def test_int4_weights_within_half_a_step():
         quantize_int4(w, 48)
 
 
+def test_int4_cpu_kernel_agrees_with_the_dequantized_weight():
+    torch.manual_seed(0)
+    lin = nn.Linear(64, 32)
+    layer = Int4Linear.from_linear(lin, 32)
+    assert layer.cpu_kernel_fits
+    x = torch.randn(3, 5, 64)
+    ref = nn.functional.linear(x, layer.dequantized_weight(), layer.bias)
+    with torch.no_grad():
+        y = layer(x)
+    assert y.shape == ref.shape and y.dtype == x.dtype
+    assert torch.allclose(y, ref, atol=2e-2 * float(ref.abs().max()))  # bf16 activations
+    # Loading other codes drops the cached kernel layout.
+    other = Int4Linear.from_linear(nn.Linear(64, 32), 32)
+    layer.load_state_dict(other.state_dict())
+    with torch.no_grad():
+        y2 = layer(x)
+    ref2 = nn.functional.linear(x, other.dequantized_weight(), other.bias)
+    assert torch.allclose(y2, ref2, atol=2e-2 * float(ref2.abs().max()))
+
+
 def test_int8_embedding_rows():
     emb = nn.Embedding(10, 8)
     q = Int8Embedding.from_embedding(emb)
