@@ -10,7 +10,8 @@ from typing import Optional
 DESCRIPTION = """Make a trained run smaller by removing whole structures: attention heads (GQA groups kept
 intact), MLP channels, embedding channels and layers, ranked by the activations they produce on
 calibration data (Minitron, arXiv 2407.14679 / 2408.11796, section 2). Writes an ordinary run that
-evaluate, generate and finetune use; distil or fine-tune it to recover quality."""
+evaluate, generate and finetune use; distil or fine-tune it to recover quality. --sparsity
+instead zeroes the smallest-magnitude weights (unstructured; the run stays as large)."""
 
 
 @dataclass

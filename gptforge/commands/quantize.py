@@ -24,7 +24,8 @@ class QuantizeOptions:
     method: Literal["int8", "int4", "nf4"] = "int8"
     """int8 (per output channel, dynamic int8 activations), int4 (group-wise, packed) or nf4."""
     group_size: int = 128
-    """int4 / nf4: weights per scale along the input dimension (must divide each layer's input width)."""
+    """int4 / nf4: weights per scale (int4: along the input dimension, must divide each layer's
+    input width; nf4: a power of two from 32 to 4096)."""
     calibration: Optional[str] = None
     """Shard folder whose val split measures perplexity before and after (default: the run's data)."""
     quantize_embeddings: bool = False
