@@ -183,8 +183,10 @@ class TrainConfig:
     optimizer: Literal["adamw", "sgd", "adamw8bit", "adafactor"] = "adamw"
     """Optimizer. adamw (fused where the device supports it) and sgd run everywhere; adamw8bit and
     adafactor are planner-only here."""
-    precision: Literal["fp32", "bf16", "fp16", "fp8"] = "fp32"
-    """Autocast precision: fp32, bf16 or fp16 (with a gradient scaler). fp8 is planner-only."""
+    precision: Literal["auto", "fp32", "bf16", "fp16", "fp8"] = "auto"
+    """Autocast precision: auto (what is fast on the device: bf16 on GPUs that have it and on CPUs
+    whose measured bf16 matmuls beat fp32, else fp32; the choice is frozen in config.yaml), fp32,
+    bf16 or fp16 (with a gradient scaler). fp8 is planner-only."""
     eval_interval: int = 100
     """Evaluate on the val split every N steps (and at the last step); 0 disables."""
     eval_steps: int = 20
@@ -197,6 +199,12 @@ class TrainConfig:
     """Number of recent step checkpoints kept (the best one is always kept)."""
     stop_at_step: int = 0
     """End the run at this step as if interrupted (checkpoint written); 0 disables."""
+    max_minutes: float = 0.0
+    """Time budget in minutes: max_steps is set from a step time measured at start (so the schedule
+    completes in time; frozen in config.yaml for an exact resume) and the run stops with a
+    checkpoint when the budget is used up (counted over resumes). 0 disables."""
+    max_minutes_steps: int = 0
+    """Set by the trainer: the max_steps that max_minutes resolved to (0: not resolved yet)."""
     max_bad_steps: int = 5
     """Stop after this many consecutive optimizer steps with a non-finite loss or gradient."""
     seed: int = 1337
@@ -237,6 +245,7 @@ class TrainConfig:
               "weight_decay": (0.0, None), "beta1": (0.0, 1.0), "beta2": (0.0, 1.0), "eps": (0.0, None),
               "grad_clip": (0.0, None), "eval_interval": (0, None), "eval_steps": (1, None), "patience": (0, None),
               "checkpoint_interval": (0, None), "keep_checkpoints": (1, None), "stop_at_step": (0, None),
+              "max_minutes": (0.0, None), "max_minutes_steps": (0, None),
               "max_bad_steps": (1, None), "log_interval": (1, None), "num_threads": (0, None)}
     """Allowed (min, max) of each numeric field, both inclusive; None: unbounded."""
 

@@ -16,7 +16,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-import numpy as np
 import torch
 
 from gptforge.config import ModelConfig, RunConfig, TrainConfig
@@ -33,34 +32,6 @@ class QuickstartResult:
     steps: int
     train_seconds: float
     samples: list[str]
-
-
-def measure_step_seconds(model_cfg: ModelConfig, train_cfg: TrainConfig, repeats: int = 3) -> float:
-    """Seconds per optimizer step of this shape on this machine (median of `repeats` after a warm-up),
-    measured on random tokens with the same model, optimizer, batch and precision as the run."""
-    from gptforge.model.gpt import GPT
-    from gptforge.runtime.device import pick_device
-    from gptforge.train.optim import build_optimizer
-    from gptforge.train.step import forward_backward
-
-    device = pick_device(train_cfg.device)
-    cfg = model_cfg.resolved()
-    model = GPT(cfg).to(device)
-    opt = build_optimizer(model, train_cfg, device.type)
-    g = torch.Generator().manual_seed(0)
-    shape = (train_cfg.micro_batch_size, cfg.block_size)
-    micro = [(torch.randint(0, cfg.vocab_size, shape, generator=g), torch.randint(0, cfg.vocab_size, shape, generator=g))
-             for _ in range(train_cfg.gradient_accumulation_steps)]
-    times = []
-    for i in range(repeats + 1):
-        t0 = time.perf_counter()
-        forward_backward(model, micro, micro[0][1].numel() * len(micro), device, train_cfg.precision)
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        opt.step()
-        opt.zero_grad(set_to_none=True)
-        if i:
-            times.append(time.perf_counter() - t0)
-    return float(np.median(times))
 
 
 def run_quickstart(out: Path, minutes: float = 10.0, vocab_size: int = 4096, preset: str = "gpt2-micro",
@@ -87,6 +58,7 @@ def run_quickstart(out: Path, minutes: float = 10.0, vocab_size: int = 4096, pre
     from gptforge.infer.generate import generate
     from gptforge.runtime.checkpoint import find_checkpoint
     from gptforge.runtime.loading import load_for_inference
+    from gptforge.train.budget import measure_step_seconds, steps_for_minutes
     from gptforge.train.loop import train
 
     out = Path(out)
@@ -116,7 +88,7 @@ def run_quickstart(out: Path, minutes: float = 10.0, vocab_size: int = 4096, pre
     torch.set_num_threads(threads)
     step_s = timings[threads]
     # Evaluations take ~10% of the budget; the rest is optimizer steps.
-    max_steps = steps or max(20, int(minutes * 60 * 0.9 / step_s))
+    max_steps = steps or steps_for_minutes(minutes, step_s)
     tc = TrainConfig(max_steps=max_steps, micro_batch_size=micro_batch_size, lr=3e-3, min_lr=3e-4,
                      warmup_steps=max(10, max_steps // 20), weight_decay=0.1, eval_interval=max(10, max_steps // 10),
                      eval_steps=8, checkpoint_interval=max(50, max_steps // 4), seed=1337, num_threads=threads)

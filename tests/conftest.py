@@ -13,6 +13,9 @@ import torch
 # inherited by the processes tests start.
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 torch.set_num_threads(1)
+# `train.precision auto` (the default) measures the CPU; the suite pins fp32 so its figures do
+# not depend on the machine (tests of auto itself clear this).
+os.environ.setdefault("GPTFORGE_AUTO_PRECISION", "fp32")
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED_DATA = REPO.parent / "shared" / "data"

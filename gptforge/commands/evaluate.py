@@ -1,87 +1,307 @@
-"""`gptforge evaluate RUN_DIR_or_CHECKPOINT (--data DIR [--split val|test] | --text FILE)`."""
+"""`gptforge evaluate MODEL (--tasks T1 T2 ... | --harness TASK ... | --data DIR [--split val|test] | --text FILE)`."""
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal, Optional
 
-DESCRIPTION = """Loss (nats/token), perplexity and bits per byte of a trained model over a whole
-split of a prepared shard folder, or over a text file. Windows of block_size tokens slide by
---stride and score only their new tokens, so every token is counted once."""
+DESCRIPTION = """Score a run, checkpoint or Hugging Face folder on benchmark task files (--tasks:
+multiple choice, classification, generation, cloze; acc / acc_norm / F1 / exact match with stderr
+and n, lm-evaluation-harness's conventions; results.json in MODEL/eval/), or measure loss
+(nats/token), perplexity and bits per byte over a split of a shard folder (--data) or a text file
+(--text), with windows of block_size tokens sliding by --stride so every token is scored once.
+Task formats: jsonl {context, choices, label}; HellaSwag, ARC and PIQA/WinoGrande jsonl; MMLU csv;
+{text, label} classification; {prompt, answer} generation; {text} cloze (last word); or a YAML
+task definition (data, type, prompt, labels, fewshot_data, ...; type: perplexity for documents)."""
 
 
-def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="gptforge evaluate", description=DESCRIPTION)
-    p.add_argument("model", help="Run directory (uses checkpoints/latest, or best with --best) or a checkpoint folder.")
-    src = p.add_mutually_exclusive_group(required=True)
-    src.add_argument("--data", help="Shard folder from `gptforge prepare`; scores --split.")
-    src.add_argument("--text", help="A UTF-8 text file, tokenized with the run's tokenizer.")
-    p.add_argument("--split", default="val", choices=["train", "val", "test"], help="Split of --data (default val).")
-    p.add_argument("--stride", type=int, default=None, help="Window shift in tokens (default block_size/2).")
-    p.add_argument("--batch-size", type=int, default=8, help="Windows per forward pass (default 8).")
-    p.add_argument("--max-tokens", type=int, default=None, help="Score only the first N tokens (for a quick look).")
-    p.add_argument("--best", action="store_true", help="Use checkpoints/best instead of latest.")
-    p.add_argument("--device", default="auto", help="auto, cpu, cuda, mps (default auto).")
-    p.add_argument("--json", action="store_true", help="Print the result as JSON.")
-    return p
+@dataclass
+class EvaluateOptions:
+    model: str
+    """Run directory (checkpoints/latest, or best with --best), checkpoint folder, or Hugging Face folder."""
+    tasks: Optional[list[str]] = None
+    """Task files (.jsonl, .csv, or .yaml task definitions) to score."""
+    harness: Optional[list[str]] = None
+    """lm-evaluation-harness task names, run by lm-eval's own task code on this model, offline (needs gptforge[eval])."""
+    include_path: Optional[str] = None
+    """Folder of lm-eval task YAML definitions for --harness (their data as local files)."""
+    num_fewshot: int = 0
+    """Few-shot demonstrations before each example (from the task's fewshot_data or its other rows)."""
+    limit: Optional[int] = None
+    """Score only the first N examples of each task (a larger N is the whole task)."""
+    seed: int = 1234
+    """Seed of the few-shot draw."""
+    out: Optional[str] = None
+    """results.json path (default MODEL/eval/results.json; the run directory's eval/ for a checkpoint folder)."""
+    contamination: Optional[str] = None
+    """Shard folder of the training data: flag examples sharing a token n-gram with its train split, and
+    report every score on the clean examples too."""
+    contamination_ngram: int = 13
+    """n of the contamination n-grams (tokens of the data's tokenizer; GPT-3 appendix C used 13)."""
+    precision: Literal["fp32", "bf16", "fp16"] = "fp32"
+    """Autocast precision of the forward passes (log-softmax is always fp32)."""
+    data: Optional[str] = None
+    """Shard folder from `gptforge prepare`: loss / perplexity / bits per byte on --split."""
+    text: Optional[str] = None
+    """A text file, tokenized with the run's tokenizer: loss / perplexity / bits per byte (binary files
+    are refused)."""
+    encoding: Optional[str] = None
+    """Encoding of --text when it has no byte-order mark (default UTF-8; UTF-16/32 with a BOM are decoded)."""
+    split: Literal["train", "val", "test"] = "val"
+    """Split of --data."""
+    stride: Optional[int] = None
+    """Window shift in tokens for --data/--text (default block_size/2)."""
+    batch_size: Optional[int] = None
+    """Sequences per forward pass (default 8 windows for --data/--text, 32 for --tasks)."""
+    max_tokens: Optional[int] = None
+    """Score only the first N tokens of --data/--text (for a quick look)."""
+    best: bool = False
+    """Use checkpoints/best instead of latest."""
+    device: str = "auto"
+    """auto, cpu, cuda, mps."""
+    json: bool = False
+    """Print the result as JSON."""
+
+
+def _load(opts: EvaluateOptions, device):
+    """(model, checkpoint path, saved config dict, tokenizer.json path or None) for a run or an HF folder."""
+    from gptforge.runtime.loading import load_for_inference, load_pretrained
+
+    path = Path(opts.model)
+    if (path / "config.json").is_file() and not (path / "config.yaml").is_file():
+        model, src = load_pretrained(path)
+        tok = src["tokenizer_dir"] / "tokenizer.json" if src["tokenizer_dir"] else None
+        return model.to(device).eval(), path, {}, tok if tok is not None and tok.is_file() else None
+    return load_for_inference(opts.model, device, "best" if opts.best else "latest")
 
 
 def main(argv: list[str]) -> int:
-    args = build_parser().parse_args(argv)
+    from gptforge.errors import InputError
+    from gptforge.options import command_parser, parse_command
+
+    opts, _ = parse_command(command_parser("gptforge evaluate", DESCRIPTION, EvaluateOptions, positional=("model",)),
+                            argv)
+    chosen = [k for k in ("tasks", "harness", "data", "text") if getattr(opts, k)]
+    if len(chosen) != 1:
+        raise InputError("give exactly one of --tasks FILE..., --harness TASK..., --data DIR or --text FILE"
+                         + (f" (got {', '.join('--' + c for c in chosen)})" if chosen else ""))
+    if opts.tasks:
+        return _tasks(opts)
+    if opts.harness:
+        return _harness(opts)
+    return _perplexity(opts)
+
+
+def _out_path(opts: EvaluateOptions) -> Path:
+    model_dir = Path(opts.model)
+    if model_dir.parent.name == "checkpoints":  # a step folder: results beside it in the run, not inside it
+        model_dir = model_dir.parent.parent
+    return Path(opts.out) if opts.out else model_dir / "eval" / "results.json"
+
+
+def _harness(opts: EvaluateOptions) -> int:
+    from gptforge.atomic import atomic_write_text
+    from gptforge.data.tokenizer import Tokenizer
+    from gptforge.errors import MissingInputError
+    from gptforge.eval.harness import run_harness
+    from gptforge.runtime.device import pick_device
+
+    device = pick_device(opts.device)
+    model, ckpt, _doc, tok_path = _load(opts, device)
+    if tok_path is None:
+        raise MissingInputError(f"no tokenizer.json found for {ckpt} (checkpoint, run directory, data folder)")
+    res = run_harness(model, Tokenizer.from_file(tok_path), opts.harness, opts.include_path,
+                      opts.num_fewshot, opts.limit, device, opts.precision, opts.batch_size or 32, opts.seed)
+    from lm_eval.utils import make_table
+
+    out = _out_path(opts)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    keep = {k: res[k] for k in ("results", "n-shot", "n-samples", "versions", "higher_is_better") if k in res}
+    keep["checkpoint"], keep["checkpoint_sha256"] = str(ckpt), _tree_sha256(Path(ckpt))
+    atomic_write_text(out, json.dumps(keep, indent=2, default=str) + "\n")
+    if opts.json:
+        print(json.dumps(keep, indent=2, default=str))
+    else:
+        print(make_table(res))
+        print(f"results: {out}")
+    return 0
+
+
+def _tasks(opts: EvaluateOptions) -> int:
+    import platform
+
+    import torch
+
+    import gptforge
+    from gptforge.atomic import atomic_write_json
+    from gptforge.data.tokenizer import Tokenizer
+    from gptforge.errors import InputError, MissingInputError
+    from gptforge.eval.runner import aggregate, format_table, run_task
+    from gptforge.eval.tasks import load_task
+    from gptforge.runtime.device import pick_device
+
+    if opts.num_fewshot < 0 or (opts.limit is not None and opts.limit < 1):
+        raise InputError("--num-fewshot must be >= 0 and --limit >= 1")
+    tasks = [load_task(t) for t in opts.tasks]  # read every file before loading the model
+    names = [t.name for t in tasks]
+    if len(set(names)) != len(names):
+        raise InputError(f"two tasks share a name ({sorted(n for n in names if names.count(n) > 1)[0]!r}); "
+                         "give one a `name:` in a YAML task definition")
+    device = pick_device(opts.device)
+    model, ckpt, _doc, tok_path = _load(opts, device)
+    if tok_path is None:
+        raise MissingInputError(f"no tokenizer.json found for {ckpt} (checkpoint, run directory, data folder)")
+    tok = Tokenizer.from_file(tok_path)
+    progress = sys.stderr.isatty()
+    results = [run_task(model, tok, t, device, opts.precision, opts.batch_size or 32, opts.num_fewshot, opts.limit,
+                        opts.seed, progress=progress) for t in tasks]
+    agg = aggregate(results) if len(results) > 1 else None
+    contamination = _contamination(opts, tasks, results) if opts.contamination else None
+    doc = {
+        "checkpoint": str(ckpt), "checkpoint_sha256": _tree_sha256(Path(ckpt)), "num_fewshot": opts.num_fewshot,
+        "seed": opts.seed, "limit": opts.limit, "batch_size": opts.batch_size or 32, "precision": opts.precision,
+        "device": str(device),
+        "versions": {"gptforge": gptforge.__version__, "torch": torch.__version__, "python": platform.python_version()},
+        "tasks": {r.name: r.as_dict() for r in results},
+    }
+    if agg:
+        doc["aggregate"] = agg
+    if contamination:
+        doc["contamination"] = contamination
+    out = _out_path(opts)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write_json(out, doc)
+    atomic_write_json(out.with_name(out.stem + ".predictions.json"), {r.name: r.predictions for r in results})
+    if opts.json:
+        print(json.dumps(doc, indent=2))
+    else:
+        print(format_table(results, agg))
+        for r in results:
+            if r.truncated:
+                print(f"{r.name}: {r.truncated} requests had their context truncated from the left to fit "
+                      f"block_size {model.config.block_size}")
+        if contamination:
+            for name, rec in contamination["tasks"].items():
+                clean = doc["tasks"][name]["clean"]
+                figures = ", ".join(f"{m} {v['value']:.4f}" for m, v in clean["metrics"].items() if "/" not in m)
+                print(f"{name}: {rec['contaminated']} of {doc['tasks'][name]['n']} examples share a "
+                      f"{contamination['ngram']}-gram with {opts.contamination} [{contamination['split']}]"
+                      f" ({rec['too_short']} too short to check); clean subset (n {clean['n']}): {figures or 'empty'}")
+        print(f"results: {out}")
+    return 0
+
+
+def _contamination(opts: EvaluateOptions, tasks, results) -> dict:
+    """Contaminated examples per task (and each result's `clean` metrics, set on its dict)."""
+    from gptforge.data.tokenizer import Tokenizer
+    from gptforge.errors import MissingInputError
+    from gptforge.eval.contamination import find_contamination
+    from gptforge.eval.runner import subset_metrics
+
+    tok_file = Path(opts.contamination) / "tokenizer.json"
+    if not tok_file.is_file():
+        raise MissingInputError(f"--contamination {opts.contamination}: no tokenizer.json (a `gptforge prepare` folder)")
+    data_tok = Tokenizer.from_file(tok_file)
+    texts = {t.name: [e.demo for e in t.examples[:r.n]] for t, r in zip(tasks, results)}
+    tokens = {name: data_tok.encode_batch(v) for name, v in texts.items()}
+    bar = None
+    if sys.stderr.isatty():
+        from rich.progress import Progress
+
+        from gptforge.data.shards import load_meta
+
+        total = (load_meta(opts.contamination)["splits"].get("train") or {}).get("tokens", 0)
+        bar = Progress(transient=True)
+        job = bar.add_task("contamination (train tokens)", total=total)
+        bar.start()
+    try:
+        report = find_contamination(tokens, opts.contamination, n=opts.contamination_ngram,
+                                    on_chunk=(lambda k: bar.update(job, completed=k)) if bar is not None else None)
+    finally:
+        if bar is not None:
+            bar.stop()
+    lines = {t.name: [e.line for e in t.examples[:r.n]] for t, r in zip(tasks, results)}
+    for t, r in zip(tasks, results):
+        bad = set(report.contaminated[t.name])
+        keep = [i for i in range(r.n) if i not in bad]
+        r.clean = {"n": len(keep), "metrics": subset_metrics(t, r, keep)}
+    return report.as_dict(lines)
+
+
+def _tree_sha256(path: Path) -> str:
+    """SHA-256 over a checkpoint folder's files (relative names and bytes, sorted), or one file."""
+    import hashlib
+
+    from gptforge.eval.tasks import file_sha256
+
+    if path.is_file():
+        return file_sha256(path)
+    h = hashlib.sha256()
+    for f in sorted(p for p in path.rglob("*") if p.is_file()):
+        h.update(str(f.relative_to(path)).encode() + b"\0" + file_sha256(f).encode())
+    return h.hexdigest()
+
+
+def _perplexity(opts: EvaluateOptions) -> int:
     import numpy as np
 
     from gptforge.data.loader import TokenStream
+    from gptforge.errors import InputError, MissingInputError
     from gptforge.eval.perplexity import evaluate_tokens
     from gptforge.runtime.device import pick_device
-    from gptforge.runtime.loading import load_for_inference
 
+    device = pick_device(opts.device)
+    model, ckpt, doc, tok_path = _load(opts, device)
+    if opts.data:
+        from gptforge.data.shards import load_meta
+
+        try:
+            meta = load_meta(opts.data)
+        except ValueError as e:  # not JSON / not a shard folder: the message names the file
+            raise InputError(str(e)) from None
+        run_tok = (doc.get("data") or {}).get("tokenizer_sha256")
+        if run_tok and meta.get("tokenizer_sha256") and run_tok != meta["tokenizer_sha256"]:
+            raise InputError(
+                f"{opts.data} was tokenized with another tokenizer (sha256 {meta['tokenizer_sha256'][:12]}) "
+                f"than the model was trained with ({run_tok[:12]}); evaluate on data prepared with "
+                "--tokenizer RUN_DIR/tokenizer.json, or use --text FILE"
+            )
+        split = meta["splits"].get(opts.split)
+        if not split or not split.get("tokens"):
+            raise InputError(f"{Path(opts.data) / 'meta.json'}: split {opts.split!r} is empty")
+        stream = TokenStream([Path(opts.data) / f for f in split["files"]], meta["dtype"])
+        n = stream.num_tokens if opts.max_tokens is None else min(opts.max_tokens, stream.num_tokens)
+        tokens = stream.read(0, n)
+        stream.close()
+        n_bytes = split["bytes"] if n == split["tokens"] else None
+        source = f"{opts.data} [{opts.split}]"
+    else:
+        if tok_path is None:
+            raise MissingInputError(f"no tokenizer.json found for {ckpt}; evaluate with --data instead")
+        from gptforge.data.tokenizer import Tokenizer
+
+        path = Path(opts.text)
+        if not path.is_file():
+            raise MissingInputError(f"--text {path}: no such file")
+        from gptforge.data.readers import read_text_file
+
+        text = read_text_file(path, encoding=opts.encoding)  # binary files refused; a BOM decoded
+        tok = Tokenizer.from_file(tok_path)
+        tokens = np.array(tok.encode(text), dtype=np.int64)
+        if opts.max_tokens is not None:
+            tokens = tokens[: opts.max_tokens]
+        n_bytes = len(text.encode("utf-8")) if opts.max_tokens is None else None
+        source = str(path)
     try:
-        device = pick_device(args.device)
-        model, ckpt, doc, tok_path = load_for_inference(args.model, device, "best" if args.best else "latest")
-        if args.data:
-            from gptforge.data.shards import load_meta
-
-            meta = load_meta(args.data)
-            run_tok = (doc.get("data") or {}).get("tokenizer_sha256")
-            if run_tok and meta.get("tokenizer_sha256") and run_tok != meta["tokenizer_sha256"]:
-                raise ValueError(
-                    f"{args.data} was tokenized with another tokenizer (sha256 {meta['tokenizer_sha256'][:12]}) "
-                    f"than the model was trained with ({run_tok[:12]}); evaluate on data prepared with "
-                    "--tokenizer RUN_DIR/tokenizer.json, or use --text FILE"
-                )
-            split = meta["splits"].get(args.split)
-            if not split or not split.get("tokens"):
-                raise ValueError(f"{Path(args.data) / 'meta.json'}: split {args.split!r} is empty")
-            stream = TokenStream([Path(args.data) / f for f in split["files"]], meta["dtype"])
-            n = stream.num_tokens if args.max_tokens is None else min(args.max_tokens, stream.num_tokens)
-            tokens = stream.read(0, n)
-            stream.close()
-            n_bytes = split["bytes"] if n == split["tokens"] else None
-            source = f"{args.data} [{args.split}]"
-        else:
-            if tok_path is None:
-                raise FileNotFoundError(f"no tokenizer.json found for {ckpt}; evaluate with --data instead")
-            from gptforge.data.tokenizer import Tokenizer
-
-            path = Path(args.text)
-            if not path.is_file():
-                raise FileNotFoundError(f"--text {path}: no such file")
-            text = path.read_text(encoding="utf-8", errors="replace")
-            tok = Tokenizer.from_file(tok_path)
-            tokens = np.array(tok.encode(text), dtype=np.int64)
-            if args.max_tokens is not None:
-                tokens = tokens[: args.max_tokens]
-            n_bytes = len(text.encode("utf-8")) if args.max_tokens is None else None
-            source = str(path)
-        result = evaluate_tokens(model, tokens, n_bytes=n_bytes, stride=args.stride, batch_size=args.batch_size,
+        result = evaluate_tokens(model, tokens, n_bytes=n_bytes, stride=opts.stride, batch_size=opts.batch_size or 8,
                                  device=device, progress=sys.stdout.isatty())
-    except (FileNotFoundError, ValueError) as e:
-        print(f"gptforge evaluate: error: {e}", file=sys.stderr)
-        return 1
+    except ValueError as e:  # stride out of range, fewer than 2 tokens
+        raise InputError(f"{source}: {e}") from None
     out = dict(result.as_dict(), checkpoint=str(ckpt), source=source)
-    if args.json:
+    if opts.json:
         print(json.dumps(out, indent=2))
     else:
         bpb = f"{result.bits_per_byte:.4f}" if result.bits_per_byte is not None else "n/a (partial split)"

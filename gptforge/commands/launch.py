@@ -15,7 +15,9 @@ One node:      gptforge launch --nproc-per-node 8 pretrain --data DIR --out RUN 
 Several nodes: run on every node, with the same --rdzv-endpoint (host:port of one of them):
                gptforge launch --nnodes 4 --nproc-per-node 8 --rdzv-endpoint node0:29500 --rdzv-id job1 pretrain ...
 On Slurm, `gptforge slurm` writes the batch script that does this. The command is printed before
-it runs, so it can be copied into a script of your own."""
+it runs, so it can be copied into a script of your own. launch's own options count wherever they
+stand (`gptforge launch pretrain ... --dry-run` only prints); everything after a `--` goes to
+the command unread."""
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -34,6 +36,47 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--dry-run", action="store_true", help="Print the command and exit without running it.")
     p.add_argument("command", nargs=argparse.REMAINDER, help="gptforge command and its options, e.g. pretrain ...")
     return p
+
+
+def split_launch_options(parser: argparse.ArgumentParser, argv: list[str]) -> argparse.Namespace:
+    """Parse `argv`, taking launch's own options wherever they stand, up to a `--`.
+
+    Without this, an option after the command name (`launch pretrain ... --dry-run`) went to
+    the command, and a dry run started real processes. Tokens after the first `--` belong to
+    the command verbatim (for an option of the command that shares a name with launch's).
+
+    Returns the namespace with `command` the gptforge command and its own arguments.
+    Raises SystemExit(2) through `parser.error` for a launch option missing its value.
+    """
+    takes_value = {}
+    for action in parser._actions:
+        for opt in action.option_strings:
+            if opt not in ("-h", "--help"):
+                takes_value[opt] = action.nargs != 0
+    own: list[str] = []
+    command: list[str] = []
+    i = 0
+    while i < len(argv):
+        tok = argv[i]
+        if tok == "--":
+            command += argv[i + 1:]
+            break
+        name = tok.split("=", 1)[0]
+        if name in takes_value:
+            own.append(tok)
+            if takes_value[name] and "=" not in tok:
+                if i + 1 >= len(argv):
+                    parser.error(f"argument {name}: expected a value")
+                own.append(argv[i + 1])
+                i += 1
+        elif tok in ("-h", "--help") and not command:
+            own.append(tok)
+        else:
+            command.append(tok)
+        i += 1
+    args = parser.parse_args(own)
+    args.command = command
+    return args
 
 
 def nproc(value: str) -> int:
@@ -80,7 +123,7 @@ def torchrun_command(args: argparse.Namespace) -> list[str]:
 
 
 def main(argv: list[str]) -> int:
-    args = build_parser().parse_args(argv)
+    args = split_launch_options(build_parser(), argv)
     try:
         cmd = torchrun_command(args)
     except ValueError as e:

@@ -39,6 +39,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="minimum language-ID probability with --languages (recipe's value, else 0.65)")
     p.add_argument("--doc-separator", default=None, metavar="S",
                    help='split .txt files into documents at this string (e.g. "<|endoftext|>")')
+    p.add_argument("--encoding", default=None, metavar="NAME",
+                   help="encoding of text, JSON and CSV files that have no byte-order mark (default UTF-8; "
+                        "UTF-16/32 files with a BOM are always decoded), e.g. utf-16-le, latin-1, cp1252")
     p.add_argument("--limit", type=int, default=0, metavar="N", help="read only the first N documents (0: all), for trials")
     p.add_argument("--strict", action="store_true",
                    help="stop at the first bad file, record or line instead of skipping and counting it")
@@ -108,7 +111,7 @@ def main(argv: list[str]) -> int:
         overwrite=args.overwrite, recipe=args.recipe, doc_separator=args.doc_separator, limit=args.limit,
         strict=args.strict, shard_bytes=args.shard_bytes, keep_work=args.keep_work,
         languages=[x.strip() for x in args.languages.split(",") if x.strip()] if args.languages else None,
-        language_score=args.language_score)
+        language_score=args.language_score, encoding=args.encoding)
     try:
         result = prepare(cfg, show_progress=not args.no_progress)
     except (FileNotFoundError, FileExistsError, ValueError, ImportError) as e:

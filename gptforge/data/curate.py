@@ -32,6 +32,7 @@ import json
 import logging
 import os
 import shutil
+import sys
 import time
 import uuid
 from collections.abc import Callable, Iterator, Sequence
@@ -97,11 +98,28 @@ def open_work_dir(work: Path, fingerprint: dict[str, Any]) -> bool:
             old = None
         if old == fingerprint:
             return True
-        log.warning(f"{work}: left by a run with other inputs or options; starting over")
+        log.warning(f"{work}: left by a run with {_fingerprint_difference(old, fingerprint)}; starting over")
         shutil.rmtree(work)
     work.mkdir(parents=True)
     atomic_write_json(marker, fingerprint)
     return False
+
+
+def _fingerprint_difference(old: Any, new: dict[str, Any]) -> str:
+    """What differs between two fingerprints, in words ("other options (vocab_size: 400 -> 300)")."""
+    if not isinstance(old, dict):
+        return "no readable fingerprint"
+    parts = []
+    if old.get("work_format_version") != new.get("work_format_version"):
+        parts.append("another gptforge version")
+    if old.get("files_sha256") != new.get("files_sha256") or old.get("files") != new.get("files"):
+        parts.append("other input files (names, sizes or times)")
+    a, b = old.get("options") or {}, new.get("options") or {}
+    changed = [f"{k}: {a.get(k)!r} -> {b.get(k)!r}" for k in sorted(set(a) | set(b), key=str) if a.get(k) != b.get(k)]
+    if changed:
+        shown = [c if len(c) < 120 else c[:117] + "..." for c in changed]
+        parts.append(f"other options ({'; '.join(shown)})")
+    return ", ".join(parts) or "another fingerprint"
 
 
 def auto_shard_bytes(files: Sequence[Path]) -> int:
@@ -149,8 +167,9 @@ class WorkerPool:
     Use as a context manager; leaving it shuts the processes down.
     """
 
-    def __init__(self, workers: int):
+    def __init__(self, workers: int, lock_folder: str | Path | None = None):
         self.workers = max(1, int(workers))
+        self.lock_folder = str(lock_folder) if lock_folder is not None else None
         self._pool: ProcessPoolExecutor | None = None
 
     def executor(self) -> ProcessPoolExecutor:
@@ -158,7 +177,8 @@ class WorkerPool:
             import multiprocessing as mp
 
             # spawn: forking a process whose Rust thread pools (tokenizers, rensa) already ran can deadlock.
-            self._pool = ProcessPoolExecutor(self.workers, mp_context=mp.get_context("spawn"), initializer=_worker_init)
+            self._pool = ProcessPoolExecutor(self.workers, mp_context=mp.get_context("spawn"), initializer=_worker_init,
+                                             initargs=(os.getpid(), self.lock_folder))
         return self._pool
 
     def close(self, cancel: bool = False) -> None:
@@ -218,7 +238,46 @@ def run_tasks(fn: Callable[[dict[str, Any]], dict[str, Any]], tasks: list[dict[s
         raise
 
 
-def _worker_init() -> None:
+#: seconds between a worker's checks that its parent still lives (where no parent-death signal).
+WATCHDOG_SECONDS = 1.0
+
+
+def die_with_parent(parent_pid: int) -> None:
+    """End this process as soon as `parent_pid` (its parent) dies, whatever the cause.
+
+    On Linux the kernel sends SIGKILL on the parent's death (prctl PR_SET_PDEATHSIG); elsewhere a
+    daemon thread checks the parent pid every `WATCHDOG_SECONDS`. Either way, if the parent is
+    already gone when this runs (it died while we started), the process exits at once.
+    Without this, `kill -9` of `prepare` left its spawn workers writing into the work folder.
+    """
+    import signal
+    import threading
+
+    if sys.platform.startswith("linux"):
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        PR_SET_PDEATHSIG = 1
+        libc.prctl(PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0)
+    if os.getppid() != parent_pid:
+        os._exit(1)
+
+    def watch() -> None:
+        while True:
+            time.sleep(WATCHDOG_SECONDS)
+            if os.getppid() != parent_pid:
+                os._exit(1)
+
+    threading.Thread(target=watch, name="parent-watchdog", daemon=True).start()
+
+
+def _worker_init(parent_pid: int | None = None, lock_folder: str | None = None) -> None:
+    if parent_pid is not None:
+        die_with_parent(parent_pid)
+    if lock_folder is not None:
+        from gptforge.runtime.lock import hold_as_helper
+
+        hold_as_helper(lock_folder)
     # Each worker is one core's worth of work; Rust thread pools inside each would oversubscribe.
     os.environ["TOKENIZERS_PARALLELISM"] = "false"
     os.environ.setdefault("RAYON_NUM_THREADS", "1")
@@ -245,7 +304,8 @@ def lines_task(task: dict[str, Any]) -> dict[str, Any]:
     c0 = time.process_time()
     recipe = build_recipe(task["recipe"])
     assert recipe.boilerplate is not None
-    rstats, nstats = ReadStats(quiet=True, strict=task.get("strict", False)), NormalizeStats()
+    rstats, nstats = ReadStats(quiet=True, strict=task.get("strict", False),
+                               encoding=task.get("encoding")), NormalizeStats()
     docs = apply_steps(_read(task, rstats, nstats, recipe), recipe.before)
     keys, counts, n = count_lines((d["text"] for d in docs), recipe.boilerplate.min_line_chars)
     out = Path(task["work"]) / "lines"
@@ -268,7 +328,8 @@ def curate_task(task: dict[str, Any]) -> dict[str, Any]:
     recipe = build_recipe(task["recipe"])
     work = Path(task["work"])
     i = task["index"]
-    rstats, nstats = ReadStats(quiet=task.get("quiet", True), strict=task.get("strict", False)), NormalizeStats()
+    rstats, nstats = ReadStats(quiet=task.get("quiet", True), strict=task.get("strict", False),
+                               encoding=task.get("encoding")), NormalizeStats()
     chain = list(recipe.before)
     if recipe.boilerplate is not None:
         keys = np.load(work / "boilerplate.npy")

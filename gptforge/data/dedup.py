@@ -155,9 +155,13 @@ def shingle_hashes(text: str, n: int = 5, simplify: bool = True, skip_short: boo
 
     Returns: (words - n + 1,) uint64; with fewer than n words (0,) when `skip_short`, else (1,).
     """
+    return _ngram_hashes(dedup_words(text, simplify), n, skip_short)
+
+
+def _ngram_hashes(ws: list[str], n: int, skip_short: bool) -> np.ndarray:
+    """`shingle_hashes` of a word list."""
     from rensa import RMinHash
 
-    ws = dedup_words(text, simplify)
     if len(ws) < n and skip_short:
         return np.zeros(0, dtype=np.uint64)
     h = np.array(RMinHash.hash_token_sets([ws or [""]])[0], dtype=np.uint64)
@@ -184,6 +188,15 @@ def minhash_signatures(texts: Sequence[str], num_perm: int = 112, ngram: int = 5
 
     if not len(texts):
         return np.zeros((0, num_perm), dtype=np.uint32)
+    long = [k for k, t in enumerate(texts) if len(t) > MINHASH_PIECE_CHARS]
+    if long:
+        sig = np.empty((len(texts), num_perm), dtype=np.uint32)
+        short = [k for k, t in enumerate(texts) if len(t) <= MINHASH_PIECE_CHARS]
+        if short:
+            sig[short] = minhash_signatures([texts[k] for k in short], num_perm, ngram, seed, simplify, skip_short)
+        for k in long:
+            sig[k] = _streamed_signature(texts[k], num_perm, ngram, seed, simplify, skip_short)
+        return sig
     parts = [shingle_hashes(t, ngram, simplify, skip_short) for t in texts]
     offsets = np.zeros(len(parts) + 1, dtype=np.uint64)
     np.cumsum([len(p) for p in parts], out=offsets[1:])
@@ -193,6 +206,51 @@ def minhash_signatures(texts: Sequence[str], num_perm: int = 112, ngram: int = 5
     matrix = RMinHash.digest_matrix_from_flat_token_hashes(flat, offsets, num_perm=num_perm, seed=seed)
     sig = np.array(matrix.to_rows(), dtype=np.uint32).reshape(len(texts), num_perm)
     sig[offsets[1:] == offsets[:-1]] = EMPTY_MINHASH  # the library's value for an empty set, made explicit
+    return sig
+
+
+#: a text longer than this gets its MinHash signature streamed over whitespace-cut pieces.
+MINHASH_PIECE_CHARS = 1 << 20
+
+
+def _streamed_signature(text: str, num_perm: int, ngram: int, seed: int, simplify: bool,
+                        skip_short: bool) -> np.ndarray:
+    """The MinHash signature of one long text, computed piece by piece: (num_perm,) uint32.
+
+    A set's MinHash is the element-wise minimum of its parts' signatures, so the signature of
+    the whole shingle set is the minimum over pieces (`text_stats.whitespace_pieces`; words never
+    span a cut), each piece's words preceded by the previous piece's last `ngram` - 1 words so
+    that the n-grams across a cut are counted. Memory is bounded by one piece's shingles
+    instead of the whole document's (28 bytes per character measured).
+    """
+    from rensa import RMinHash
+
+    from gptforge.data.text_stats import whitespace_pieces
+
+    sig: np.ndarray | None = None
+    carry: list[str] = []
+    seen_words = 0
+    for piece in whitespace_pieces(text, MINHASH_PIECE_CHARS):
+        new = dedup_words(piece, simplify)
+        seen_words += len(new)
+        ws = carry + new
+        if len(ws) >= ngram:
+            h = _ngram_hashes(ws, ngram, True)
+            offsets = np.array([0, len(h)], dtype=np.uint64)
+            row = np.array(RMinHash.digest_matrix_from_flat_token_hashes(h, offsets, num_perm=num_perm,
+                                                                          seed=seed).to_rows(), dtype=np.uint32)
+            row = row.reshape(num_perm)
+            sig = row if sig is None else np.minimum(sig, row)
+        carry = ws[max(0, len(ws) - (ngram - 1)):] if ngram > 1 else []
+    if seen_words < ngram:  # a long text of few words: the short-text rule on the whole
+        parts = _ngram_hashes(dedup_words(text, simplify), ngram, skip_short)
+        if not len(parts):
+            return np.full(num_perm, EMPTY_MINHASH, dtype=np.uint32)
+        offsets = np.array([0, len(parts)], dtype=np.uint64)
+        return np.array(RMinHash.digest_matrix_from_flat_token_hashes(parts, offsets, num_perm=num_perm,
+                                                                      seed=seed).to_rows(),
+                        dtype=np.uint32).reshape(num_perm)
+    assert sig is not None
     return sig
 
 

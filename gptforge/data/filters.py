@@ -39,6 +39,72 @@ def _keep_or(reason: str | None, doc: Document) -> Document | str:
 
 
 # --------------------------------------------------------------------------------------------
+# Hard-wrapped text: judge paragraphs, not lines
+# --------------------------------------------------------------------------------------------
+
+#: a text is hard-wrapped when the 90th percentile of its line lengths lies in this range ...
+WRAP_WIDTH_RANGE = (40, 120)
+#: ... at least this share of its non-empty lines fills 60% or more of that width ...
+WRAP_FULL_LINE_SHARE = 0.5
+#: ... and at least this share of the lines inside paragraphs (all but each one's last) end
+#: without terminal punctuation (they break mid-sentence). Needs this many non-empty lines.
+WRAP_OPEN_LINE_SHARE = 0.5
+WRAP_MIN_LINES = 8
+
+
+def hard_wrapped(text: str) -> bool:
+    """Whether `text` is prose broken into lines at a fixed width (books, e-mails, RFCs).
+
+    C4's and FineWeb's line rules were written for web text, where a line is a paragraph;
+    applied to a book wrapped at 70 columns they remove every line but the last of each
+    paragraph. Wrapped: enough non-empty lines (`WRAP_MIN_LINES`), a 90th-percentile line
+    length inside `WRAP_WIDTH_RANGE`, most lines near that width (`WRAP_FULL_LINE_SHARE`), and
+    most lines inside a paragraph ending mid-sentence (`WRAP_OPEN_LINE_SHARE`). A web page's
+    menu lines are short and uneven, and its paragraphs are single lines, so it is not wrapped.
+    """
+    lines = [ln.rstrip() for ln in text.split("\n")]
+    lengths = sorted(len(ln) for ln in lines if ln.strip())
+    if len(lengths) < WRAP_MIN_LINES:
+        return False
+    width = lengths[int(0.9 * (len(lengths) - 1))]
+    if not WRAP_WIDTH_RANGE[0] <= width <= WRAP_WIDTH_RANGE[1]:
+        return False
+    if sum(n >= 0.6 * width for n in lengths) / len(lengths) < WRAP_FULL_LINE_SHARE:
+        return False
+    inner = [ln for ln, nxt in zip(lines, lines[1:]) if ln.strip() and nxt.strip()]
+    if not inner:
+        return False
+    open_lines = sum(not ln.strip().endswith(TERMINAL_PUNCT) for ln in inner)
+    return open_lines / len(inner) >= WRAP_OPEN_LINE_SHARE
+
+
+def text_units(text: str) -> list[list[str]]:
+    """The units line-level rules judge: paragraphs of a hard-wrapped text, else single lines.
+
+    Each unit is a list of the text's own non-empty lines (a paragraph: consecutive non-empty
+    lines). Judge `" ".join(unit)`; keep the unit's lines to keep the text's line breaks.
+    """
+    lines = text.split("\n")
+    if not hard_wrapped(text):
+        return [[ln] for ln in lines if ln.strip()]
+    units: list[list[str]] = []
+    cur: list[str] = []
+    for ln in lines:
+        if ln.strip():
+            cur.append(ln)
+        elif cur:
+            units.append(cur)
+            cur = []
+    if cur:
+        units.append(cur)
+    return units
+
+
+def _joined_units(text: str) -> list[str]:
+    return [" ".join(ln.strip() for ln in u) for u in text_units(text)]
+
+
+# --------------------------------------------------------------------------------------------
 # Gopher quality
 # --------------------------------------------------------------------------------------------
 
@@ -89,7 +155,7 @@ class GopherQuality:
         symbols = text.count("#") + sum(text.count(e) for e in ELLIPSES)
         if symbols / n > self.max_symbol_word_ratio:
             return "symbol_word_ratio"
-        lines = [ln for ln in text.split("\n") if ln.strip()]
+        lines = _joined_units(text)  # paragraphs of hard-wrapped text
         if lines:
             if sum(ln.lstrip().startswith(BULLETS) for ln in lines) / len(lines) > self.max_bullet_lines_ratio:
                 return "bullet_lines"
@@ -267,7 +333,8 @@ _SENTENCE_END = re.compile(r"[.!?。！？]+(?:\s|$)")
 class C4Quality:
     """C4's line and page rules (Raffel et al. 2020, section 2.2).
 
-    Lines are removed when they do not end in terminal punctuation, have fewer than 3 words,
+    Lines (paragraphs, in hard-wrapped text: `text_units`) are removed when they do not end in
+    terminal punctuation, have fewer than 3 words,
     contain "javascript", or mention cookie/terms-of-use policies; Wikipedia-style citation
     markers ("[1]", "[edit]") are removed from lines. The page is dropped when it contains
     "lorem ipsum" or a curly bracket (code), a word longer than 1000 characters, or when fewer
@@ -284,6 +351,13 @@ class C4Quality:
     remove_citations: bool = True
     name: str = "c4"
     counts: Counter = field(default_factory=Counter, repr=False)
+    #: a few removed lines per rule, for the report (collected by `pipeline.apply_steps`).
+    line_examples: dict = field(default_factory=dict, repr=False)
+
+    def record_line(self, reason: str, line: str) -> None:
+        ex = self.line_examples.setdefault(reason, [])
+        if len(ex) < 3:
+            ex.append(line)
 
     def __call__(self, doc: Document) -> Document | str:
         text = doc["text"]
@@ -293,12 +367,15 @@ class C4Quality:
         if self.filter_curly_bracket and "{" in text:
             return "curly_bracket"
         kept = []
-        for line in text.split("\n"):
+        units = text_units(text)
+        wrapped = any(len(u) > 1 for u in units)
+        for unit in units:
             if self.remove_citations:
-                line = _CITATION.sub("", line)
-            stripped = line.strip()
-            if not stripped:
+                unit = [_CITATION.sub("", ln) for ln in unit]
+            unit = [ln.strip() for ln in unit if ln.strip()]
+            if not unit:
                 continue
+            stripped = " ".join(unit)  # a paragraph of wrapped text is judged as one line
             low = stripped.lower()
             ws = stripped.split()
             if any(len(w) > self.max_word_length for w in ws):
@@ -314,9 +391,10 @@ class C4Quality:
                 reason = "line_policy"
             if reason:
                 self.counts[reason] += 1
+                self.record_line(reason, stripped)
             else:
-                kept.append(stripped)
-        new_text = "\n".join(kept)
+                kept.append("\n".join(unit))
+        new_text = ("\n\n" if wrapped else "\n").join(kept)
         if len(_SENTENCE_END.findall(new_text)) < self.min_sentences:
             return "few_sentences"
         return {**doc, "text": new_text}
@@ -347,7 +425,7 @@ class FineWebQuality:
         return _keep_or(self.check(doc["text"]), doc)
 
     def check(self, text: str) -> str | None:
-        lines = [ln.strip() for ln in text.split("\n") if ln.strip()]
+        lines = _joined_units(text)  # paragraphs of hard-wrapped text, else lines
         if not lines:
             return "empty"
         if sum(ln.endswith(TERMINAL_PUNCT) for ln in lines) / len(lines) <= self.min_punct_line_ratio:

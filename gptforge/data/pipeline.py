@@ -299,3 +299,39 @@ def apply_steps(docs: Iterable[Document], steps: list[Any], stats: list[StepStat
     for step, st in zip(steps, stats):
         st.counts.update(step.counts)
         step.counts.clear()
+        line_examples = getattr(step, "line_examples", None)
+        if line_examples:
+            for reason, texts in line_examples.items():
+                for t in texts:
+                    st.add_example(f"line removed: {reason}", t)
+            line_examples.clear()
+
+
+#: a step that removes more than this share of the characters it receives gets a warning
+#: naming it and its rules (examples of what it removed are in report.html).
+WARN_REMOVED_SHARE = 0.5
+
+
+def warn_heavy_steps(stats: list[StepStats], share: float = WARN_REMOVED_SHARE) -> list[str]:
+    """Log a warning for every step that removed more than `share` of its input characters.
+
+    The message names the step, the share, and its most frequent rules (documents dropped and
+    lines removed). Returns the names of the steps warned about.
+    """
+    import logging
+
+    log = logging.getLogger("gptforge.data")
+    warned = []
+    for st in stats:
+        if not st.characters_in:
+            continue
+        removed = 1.0 - st.characters_out / st.characters_in
+        if removed <= share:
+            continue
+        rules = Counter(st.dropped) + Counter({f"{k} (lines)": v for k, v in st.counts.items()})
+        top = ", ".join(f"{k}: {v:,}" for k, v in rules.most_common(3)) or "no rule counted"
+        log.warning(f"recipe step {st.name!r} removed {removed:.0%} of the characters it received "
+                    f"({st.characters_in - st.characters_out:,} of {st.characters_in:,}; {top}); check the "
+                    f"examples in report.html, and relax or remove the step in the recipe if this is wrong")
+        warned.append(st.name)
+    return warned

@@ -5,7 +5,9 @@ intermediate result in a work folder beside the output so that a killed run resu
 
 1. curate: read, normalize and run the recipe's steps over each shard; global boilerplate and
    dedup steps over all shards (see `gptforge.data.curate`);
-2. split: each surviving document's split is a hash of its id and the seed;
+2. split: each surviving document's split is a hash of its id and the seed; when that leaves
+   val (or test) empty (one input.txt is one document), they are cut from the end of the largest
+   train document instead, by character position at a line break (`_position_split`);
 3. tokenizer: unless one is given, a byte-level BPE is trained on the train split's text;
 4. encode: each shard's documents are tokenized in a worker and saved per split;
 5. write: the per-shard token arrays are appended to the shard files in shard order, so the
@@ -13,7 +15,13 @@ intermediate result in a work folder beside the output so that a killed run resu
    are written beside them, with the output recounted from the files written.
 
 Memory is bounded by one shard per worker (a few tens of MB with the default shard size) plus
-the BPE trainer's word counts and the dedup step's 16 bytes per document.
+the BPE trainer's word counts and the dedup step's 16 bytes per document. A single document
+larger than that is held whole as text a few times (read, normalized, curated), but tokenized,
+counted for the BPE trainer and MinHashed in whitespace-cut pieces of `TOKENIZE_PIECE_CHARS`
+(the same tokens and signatures): peak RSS per process stays below `MEMORY_BASE_MB` MB +
+`MEMORY_BYTES_PER_CHAR` bytes per character of the largest document (measured on 50 MB
+one-line files, recipe default, on a loaded machine: 488 MB in the benchmark, up to 660 MB in the
+CI test, against a bound of 850 MB; it was about 150-200 bytes per character before).
 """
 
 from __future__ import annotations
@@ -46,7 +54,7 @@ from gptforge.data.curate import (
     work_dir_for,
 )
 from gptforge.data.normalize import NormalizeStats
-from gptforge.data.pipeline import StepStats, build_recipe, load_recipe
+from gptforge.data.pipeline import StepStats, build_recipe, load_recipe, warn_heavy_steps
 from gptforge.data.readers import ReadStats, expand_inputs
 from gptforge.data.shards import (
     DEFAULT_MAX_SHARD_BYTES,
@@ -55,11 +63,15 @@ from gptforge.data.shards import (
     check_output_dir,
     dtype_for_vocab,
 )
+from gptforge.data.text_stats import whitespace_pieces
 from gptforge.data.tokenizer import Tokenizer, train_bpe
 from gptforge.errors import InputError
 
 log = logging.getLogger("gptforge.data")
 
+#: the documented memory bound (see the module docstring), checked by a test on a 50 MB document.
+MEMORY_BASE_MB = 250
+MEMORY_BYTES_PER_CHAR = 12
 #: characters of text per tokenizer call inside an encode worker.
 BATCH_CHARS = 1 << 20
 BATCH_DOCS = 2048
@@ -96,6 +108,7 @@ class PrepareConfig:
     keep_work: bool = False
     languages: list[str] | None = None  # sets the recipe's langid step
     language_score: float | None = None
+    encoding: str | None = None  # of text files without a BOM (None: UTF-8)
 
     def validate(self) -> None:
         """Raise ValueError naming the first invalid option."""
@@ -116,6 +129,14 @@ class PrepareConfig:
             raise ValueError(f"--shard-bytes must be >= 0 (0 = chosen from the corpus size), got {self.shard_bytes}")
         if self.limit < 0:
             raise ValueError(f"--limit must be >= 0 (0 = no limit), got {self.limit}")
+        if self.encoding:
+            import codecs
+
+            try:
+                codecs.lookup(self.encoding)
+            except LookupError:
+                raise ValueError(f"--encoding {self.encoding!r}: not an encoding Python knows "
+                                 f"(e.g. utf-8, utf-16-le, latin-1, cp1252)") from None
         if self.tokenizer is None and self.vocab_size < 257:
             raise ValueError(f"--vocab-size must be at least 257 (256 bytes + <|endoftext|>), got {self.vocab_size}")
 
@@ -139,6 +160,26 @@ class PrepareResult:
     moved_to_split: dict[str, str] = field(default_factory=dict)  # doc id -> split (small-corpus rule)
     steps: list[StepStats] = field(default_factory=list)
     report: dict[str, Any] = field(default_factory=dict)
+    already_done: bool = False  # the output was complete for these inputs and options: nothing ran
+
+
+def work_fingerprint(cfg: PrepareConfig, files: list[Path], curate_options: dict[str, Any]) -> dict[str, Any]:
+    """The work folder's fingerprint: the input files and every option that changes any output.
+
+    Covers the curation options (`curate_options`: recipe, text field, shard size, ...), and all of
+    `PrepareConfig.meta_dict` (vocab size, min frequency, tokenizer training bytes, seed, split
+    fractions, shard file size, ...), with a given --tokenizer file by its SHA-256 (its path says
+    nothing about its content). Options that never change the output (workers, keep_work) are
+    left out, so a rerun with another worker count resumes. A work folder with another
+    fingerprint is deleted and the run starts over (`curate.open_work_dir` names what differs).
+    """
+    options = dict(curate_options)
+    for key, value in cfg.meta_dict().items():
+        if key not in ("inputs", "tokenizer"):
+            options.setdefault(key, value)
+    if cfg.tokenizer:
+        options["tokenizer_sha256"] = hashlib.sha256(Path(cfg.tokenizer).read_bytes()).hexdigest()
+    return fingerprint_of(files, options)
 
 
 def split_score(doc_id: str, seed: int) -> float:
@@ -172,23 +213,57 @@ def default_workers() -> int:
 # --------------------------------------------------------------------------------------------
 
 
+#: a text longer than this is tokenized in pieces cut at whitespace (`text_stats.whitespace_pieces`),
+#: which gives the same tokens: the tokenizer library keeps ~100 bytes per token of a call's
+#: input alive, which made one 200 MB document need 21 GB. (256 KiB: 10 MB of text tokenized
+#: in 180 MB peak RSS against 330 MB with 1 MiB pieces, at the same speed.)
+TOKENIZE_PIECE_CHARS = 1 << 18
+
+
 def encode_documents(tokenizer: Tokenizer, texts: list[str], dtype: np.dtype) -> tuple[np.ndarray, int, np.ndarray]:
     """Token ids of `texts`, each followed by EOS, concatenated; their UTF-8 bytes; tokens per text.
+
+    Texts are tokenized in calls of about `TOKENIZE_PIECE_CHARS` characters (long texts in
+    whitespace-cut pieces, identical tokens), so memory does not grow with a document's size
+    beyond its ids.
 
     Returns (ids of shape (sum of token counts + len(texts),), bytes, lengths (len(texts),) int64
     without the EOS).
     """
-    encoded = tokenizer.encode_batch(texts)
-    lengths = np.fromiter(map(len, encoded), dtype=np.int64, count=len(encoded))
-    out = np.empty(int(lengths.sum()) + len(encoded), dtype=dtype)
-    pos = 0
     eos = tokenizer.eos_id
-    for ids in encoded:
-        n = len(ids)
-        out[pos:pos + n] = ids
-        out[pos + n] = eos
-        pos += n + 1
-    nbytes = sum(len(t.encode("utf-8", "surrogatepass")) for t in texts)
+    lengths = np.zeros(len(texts), dtype=np.int64)
+    chunks: list[np.ndarray] = []
+    group: list[str] = []
+    owners: list[int] = []  # text index of each piece in `group`; -1 marks an EOS after the piece
+    size = 0
+
+    def run() -> None:
+        for piece_ids, k in zip(tokenizer.encode_batch(group), owners):
+            arr = np.asarray(piece_ids, dtype=dtype)
+            lengths[abs(k) - 1] += arr.size
+            chunks.append(arr)
+            if k < 0:
+                chunks.append(np.array([eos], dtype=dtype))
+        group.clear()
+        owners.clear()
+
+    nbytes = 0
+    for k, text in enumerate(texts):
+        pieces = whitespace_pieces(text, TOKENIZE_PIECE_CHARS) if len(text) > TOKENIZE_PIECE_CHARS else iter([text])
+        piece = next(pieces)
+        while piece is not None:  # one piece of lookahead: the last one is followed by EOS
+            following = next(pieces, None)
+            group.append(piece)
+            owners.append(-(k + 1) if following is None else k + 1)
+            size += len(piece)
+            nbytes += len(piece.encode("utf-8", "surrogatepass"))
+            if size >= TOKENIZE_PIECE_CHARS:
+                run()
+                size = 0
+            piece = following
+    if group:
+        run()
+    out = np.concatenate(chunks) if chunks else np.zeros(0, dtype=dtype)
     return out, nbytes, lengths
 
 
@@ -228,13 +303,19 @@ def encode_task(task: dict[str, Any]) -> dict[str, Any]:
         tok_lens.append(lengths)
         buffers[split], sizes[split] = [], 0
 
+    cuts = task.get("cuts") or {}
     for _, d in shard_documents(work, i, mask):
-        split = moved.get(d["id"]) or assign_split(d["id"], task["seed"], task["val_fraction"], task["test_fraction"])
-        buffers[split].append(d["text"])
-        char_lens.append(len(d["text"]))
-        sizes[split] += len(d["text"])
-        if sizes[split] >= BATCH_CHARS or len(buffers[split]) >= BATCH_DOCS:
-            flush(split)
+        if d["id"] in cuts:
+            pieces = cut_pieces(d["text"], cuts[d["id"]])
+        else:
+            pieces = [(moved.get(d["id"]) or assign_split(d["id"], task["seed"], task["val_fraction"],
+                                                          task["test_fraction"]), d["text"])]
+        for split, text in pieces:
+            buffers[split].append(text)
+            char_lens.append(len(text))
+            sizes[split] += len(text)
+            if sizes[split] >= BATCH_CHARS or len(buffers[split]) >= BATCH_DOCS:
+                flush(split)
     for split in SPLITS:
         if buffers[split]:
             flush(split)
@@ -311,12 +392,49 @@ def prepare(cfg: PrepareConfig, show_progress: bool = True) -> PrepareResult:
         BadInputError: bad input under `strict`.
         ValueError: an invalid option or recipe.
     """
-    from gptforge.data.report import build_report, recount_output, write_report
+    from gptforge.runtime.lock import FolderLock
 
     t0 = time.perf_counter()
     cfg.validate()
     out_dir = Path(cfg.out)
-    check_output_dir(out_dir, cfg.overwrite)
+    with FolderLock(out_dir, command="gptforge prepare"):
+        return _prepare_locked(cfg, out_dir, show_progress, t0)
+
+
+def _remove_leftovers(out_dir: Path) -> None:
+    """Temporary output folders (`.OUT.tmp-*`) and old copies (`.OUT.old-*`) of dead runs.
+
+    Only called under the output's lock, so none of them belongs to a live writer.
+    """
+    for pattern in (f".{out_dir.name}.tmp-*", f".{out_dir.name}.old-*"):
+        for p in out_dir.parent.glob(pattern):
+            shutil.rmtree(p, ignore_errors=True)
+
+
+def _remove_partial_files(work: Path) -> None:
+    """Half-written temp files (`.NAME.XXXX.tmp*`) in a reused work folder: a dead run's debris."""
+    for p in work.rglob(".*.tmp*"):
+        if p.is_file():
+            p.unlink(missing_ok=True)
+
+
+def _completed_output(out_dir: Path, fingerprint_sha: str) -> dict[str, Any] | None:
+    """meta.json of `out_dir` when it is a complete output of this very run (same fingerprint)."""
+    from gptforge.data.shards import load_meta
+
+    if not (out_dir / "meta.json").is_file():
+        return None
+    try:
+        meta = load_meta(out_dir)
+    except (OSError, ValueError):
+        return None
+    if meta.get("prepare_config", {}).get("work_fingerprint_sha256") != fingerprint_sha:
+        return None
+    return meta
+
+
+def _prepare_locked(cfg: PrepareConfig, out_dir: Path, show_progress: bool, t0: float) -> PrepareResult:
+    """`prepare` once the output folder's lock is held: cleans up after itself on every exit."""
     files = expand_inputs(cfg.inputs)
     recipe_dict = with_languages(load_recipe(cfg.recipe), cfg.languages, cfg.language_score)
     recipe = build_recipe(recipe_dict)
@@ -329,19 +447,47 @@ def prepare(cfg: PrepareConfig, show_progress: bool = True) -> PrepareResult:
     work = work_dir_for(out_dir)
     options = {"recipe": recipe_dict, "text_field": cfg.text_field, "doc_separator": cfg.doc_separator,
                "limit": cfg.limit, "strict": cfg.strict, "shard_bytes": shard_bytes}
-    reused = open_work_dir(work, fingerprint_of(files, options))
+    fingerprint = work_fingerprint(cfg, files, options)
+    fingerprint_sha = hashlib.sha256(json.dumps(fingerprint, sort_keys=True).encode()).hexdigest()
+    _remove_leftovers(out_dir)
+    done_meta = None if cfg.overwrite else _completed_output(out_dir, fingerprint_sha)
+    if done_meta is not None:
+        # A kill after the output's rename but before the work folder's removal, or a plain rerun.
+        shutil.rmtree(work, ignore_errors=True)
+        log.info(f"{out_dir} is already complete for these inputs and options: nothing to do")
+        return PrepareResult(out_dir, done_meta, ReadStats(), NormalizeStats(), time.perf_counter() - t0,
+                             already_done=True)
+    check_output_dir(out_dir, cfg.overwrite)
+    reused = open_work_dir(work, fingerprint)
+    try:
+        return _run_pipeline(cfg, out_dir, files, recipe_dict, recipe, tokenizer, workers, shards, work,
+                             reused, fingerprint_sha, show_progress, t0)
+    except Exception:
+        # A failed run's work folder cannot be resumed into success and may fill a disk; an
+        # interrupted one (Ctrl-C, SIGTERM as KeyboardInterrupt/SystemExit) is kept for the rerun.
+        if not cfg.keep_work:
+            shutil.rmtree(work, ignore_errors=True)
+        raise
+
+
+def _run_pipeline(cfg: PrepareConfig, out_dir: Path, files: list[Path], recipe_dict: dict[str, Any], recipe: Any,
+                  tokenizer: Tokenizer | None, workers: int, shards: list[list[str]], work: Path, reused: bool,
+                  fingerprint_sha: str, show_progress: bool, t0: float) -> PrepareResult:
+    from gptforge.data.report import build_report, recount_output, write_report
+
     if reused:
         log.info(f"resuming from {work}")
+        _remove_partial_files(work)
     for sub in ("lines", "curate", "dedup"):
         (work / sub).mkdir(exist_ok=True)
     base = {"work": str(work), "recipe": recipe_dict, "text_field": cfg.text_field,
-            "doc_separator": cfg.doc_separator, "limit": cfg.limit, "strict": cfg.strict}
+            "doc_separator": cfg.doc_separator, "limit": cfg.limit, "strict": cfg.strict, "encoding": cfg.encoding}
     tasks = [{**base, "index": i, "files": shard} for i, shard in enumerate(shards)]
     timings: dict[str, float] = {}
     boilerplate_info: dict[str, Any] = {}
 
     progress = _make_progress(show_progress)
-    with progress, WorkerPool(workers) as pool:
+    with progress, WorkerPool(workers, lock_folder=out_dir) as pool:
         # ---- curation ----
         if recipe.boilerplate is not None:
             t = time.perf_counter()
@@ -378,6 +524,7 @@ def prepare(cfg: PrepareConfig, show_progress: bool = True) -> PrepareResult:
             dedup_info = json.loads(done.read_text()) if done.exists() else global_dedup(work, len(shards), recipe)
             steps.append(step_from_dict(dedup_info["step"]))
             timings["dedup"] = time.perf_counter() - t
+        warn_heavy_steps(steps)
         masks = ([np.load(work / "dedup" / f"{i:05d}.npy") for i in range(len(shards))]
                  if recipe.dedup is not None else [None] * len(shards))
 
@@ -394,13 +541,25 @@ def prepare(cfg: PrepareConfig, show_progress: bool = True) -> PrepareResult:
         total_docs = sum(scan.documents.values())
         if total_docs == 0:
             raise EmptyCorpusError(_empty_message(files, rstats, nstats, steps))
-        moved = _small_corpus_rule(cfg, scan)
-        for doc_id, split in moved.items():
+        moved: dict[str, str] = {}
+        if scan.documents["train"] == 0:
+            # Every document hashed into val/test (one input.txt does so with probability
+            # val_fraction + test_fraction): start them all in train, then split as below.
+            ids = sorted((split_score(d["id"], cfg.seed), d["id"]) for i in range(len(shards))
+                         for _, d in shard_documents(work, i, masks[i], ("id",)))
+            moved = {doc_id: "train" for _, doc_id in ids}
+            scan.documents = {"train": total_docs, "val": 0, "test": 0}
+            scan.lowest_train = ids[:2]
+        small = _small_corpus_rule(cfg, scan)
+        moved.update(small)
+        for doc_id, split in small.items():
             scan.documents["train"] -= 1
             scan.documents[split] += 1
         if scan.documents["train"] == 0:
             raise EmptyCorpusError(f"no document left for the train split ({total_docs} documents, all in "
                                    f"val/test); lower --val-fraction/--test-fraction or add documents")
+        cuts = _position_split(cfg, scan, work, len(shards), masks, moved)
+        pieces_added = sum(len(c) - 1 for c in cuts.values())
 
         # ---- tokenizer ----
         t = time.perf_counter()
@@ -409,7 +568,7 @@ def prepare(cfg: PrepareConfig, show_progress: bool = True) -> PrepareResult:
             if tok_path.exists():
                 tokenizer = Tokenizer.from_file(tok_path)
             else:
-                tokenizer = train_bpe(_train_texts(work, len(shards), masks, cfg, moved), cfg.vocab_size,
+                tokenizer = train_bpe(_train_texts(work, len(shards), masks, cfg, moved, cuts), cfg.vocab_size,
                                       min_frequency=cfg.min_frequency)
                 tokenizer.save(tok_path)
             timings["train_tokenizer"] = time.perf_counter() - t
@@ -421,13 +580,14 @@ def prepare(cfg: PrepareConfig, show_progress: bool = True) -> PrepareResult:
         # ---- encode ----
         t = time.perf_counter()
         key = hashlib.sha256(json.dumps([tokenizer.sha256, cfg.seed, cfg.val_fraction, cfg.test_fraction,
-                                         sorted(moved.items())]).encode()).hexdigest()[:12]
+                                         sorted(moved.items()), sorted(cuts.items())]).encode()).hexdigest()[:12]
         enc = work / f"encode-{key}"
         enc.mkdir(exist_ok=True)
         etasks = [{"work": str(work), "out": str(enc), "index": i, "tokenizer": str(tok_path),
                    "eos_token": tokenizer.eos_token, "dtype": dtype.name,
                    "dedup": recipe.dedup is not None, "moved": moved, "seed": cfg.seed,
-                   "val_fraction": cfg.val_fraction, "test_fraction": cfg.test_fraction} for i in range(len(shards))]
+                   "val_fraction": cfg.val_fraction, "test_fraction": cfg.test_fraction, "cuts": cuts}
+                  for i in range(len(shards))]
         run_tasks(encode_task, etasks, lambda i: (enc / f"{i:05d}.json").exists(), pool, progress, "tokenize")
         timings["tokenize"] = time.perf_counter() - t
         encoded = [json.loads((enc / f"{i:05d}.json").read_text()) for i in range(len(shards))]
@@ -441,11 +601,13 @@ def prepare(cfg: PrepareConfig, show_progress: bool = True) -> PrepareResult:
                     if c["documents"]:
                         writer.write(split, np.load(enc / f"{i:05d}.{split}.npy"), c["documents"], c["bytes"])
             written = sum(writer.splits[s]["documents"] for s in SPLITS)
-            if written != total_docs:
+            if written != total_docs + pieces_added:
                 raise RuntimeError(f"the work folder changed while prepare ran: {total_docs} documents curated, "
                                    f"{written} encoded; delete {work} and run prepare again")
             prepare_config = {**cfg.meta_dict(), "recipe_steps": recipe_dict, "tokenizer_trained": cfg.tokenizer is None,
-                              "moved_to_val_or_test": sorted(moved)}
+                              "moved_to_val_or_test": sorted(k for k, v in moved.items() if v != "train"),
+                              "work_fingerprint_sha256": fingerprint_sha,
+                              "position_split": {k: v for k, v in sorted(cuts.items())}}
             report_holder: dict[str, Any] = {}
 
             def add_report(tmp_dir: Path, meta: dict[str, Any]) -> None:
@@ -454,7 +616,8 @@ def prepare(cfg: PrepareConfig, show_progress: bool = True) -> PrepareResult:
                 report = build_report(cfg=cfg, recipe=recipe_dict, files=files, shards=len(shards), read=rstats,
                                       normalize=nstats, steps=steps, dedup=dedup_info, boilerplate=boilerplate_info,
                                       encoded=encoded, meta=meta, recount=recount, timings=timings,
-                                      seconds=time.perf_counter() - t0, hist_edges=HIST_EDGES, resumed=reused)
+                                      seconds=time.perf_counter() - t0, hist_edges=HIST_EDGES, resumed=reused,
+                                      pieces_added=pieces_added)
                 # CPU seconds the shards took in their processes (wall time on a shared machine
                 # says little): input MB per CPU second is the throughput per core.
                 for phase, folder in (("count_lines", "lines"), ("curate", "curate")):
@@ -492,18 +655,97 @@ def with_languages(recipe: dict[str, Any], languages: list[str] | None, score: f
     return {**recipe, "steps": steps}
 
 
-def _train_texts(work: Path, n_shards: int, masks: list, cfg: PrepareConfig, moved: dict[str, str]) -> Iterator[str]:
+def _train_texts(work: Path, n_shards: int, masks: list, cfg: PrepareConfig, moved: dict[str, str],
+                 cuts: dict[str, list] | None = None) -> Iterator[str]:
     """Train-split texts in shard order, up to `tokenizer_train_bytes` characters."""
     used = 0
+    cuts = cuts or {}
+    for i in range(n_shards):
+        for _, d in shard_documents(work, i, masks[i]):
+            if d["id"] in cuts:
+                texts = [t for split, t in cut_pieces(d["text"], cuts[d["id"]]) if split == "train"]
+            elif (moved.get(d["id"]) or assign_split(d["id"], cfg.seed, cfg.val_fraction, cfg.test_fraction)) == "train":
+                texts = [d["text"]]
+            else:
+                continue
+            for text in texts:
+                # Long texts in whitespace-cut pieces: the BPE trainer's pre-tokenization of one
+                # huge string took ~80 bytes per character; the word counts are the same.
+                for piece in whitespace_pieces(text, TOKENIZE_PIECE_CHARS):
+                    if cfg.tokenizer_train_bytes and used >= cfg.tokenizer_train_bytes:
+                        return
+                    used += len(piece)
+                    yield piece
+
+
+#: a split cut from inside a document holds at least this many characters (~4k tokens: a few
+#: context windows of a small model), or a quarter of the document when that is less.
+MIN_POSITION_SPLIT_CHARS = 16_384
+
+
+def cut_pieces(text: str, cut: list[list]) -> list[tuple[str, str]]:
+    """(split, piece) of `text` for a cut [[0, "train"], [c1, "val"], ...] (start characters)."""
+    bounds = [int(b) for b, _ in cut] + [len(text)]
+    return [(split, text[bounds[k]:bounds[k + 1]]) for k, (_, split) in enumerate(cut)]
+
+
+def _snap(text: str, pos: int) -> int:
+    """`pos` moved forward to just after the next line break (or space) within 1/20 of the text."""
+    limit = min(len(text), pos + max(64, len(text) // 20))
+    for sep in ("\n", " "):
+        k = text.find(sep, pos, limit)
+        if k >= 0:
+            return k + 1
+    return pos
+
+
+def _position_split(cfg: PrepareConfig, scan: _Scan, work: Path, n_shards: int, masks: list,
+                    moved: dict[str, str]) -> dict[str, list]:
+    """Val/test cut from the end of the largest train document, when the document split leaves them empty.
+
+    nanoGPT's layout (one input.txt) is one document, so a split by document gives val nothing:
+    then the last `val_fraction` (and before it `test_fraction`) of that document's characters,
+    at least `MIN_POSITION_SPLIT_CHARS` each (at most a quarter of the document), become the
+    val (test) split, cut just after a line break. With enough documents nothing is cut.
+    Updates `scan.documents`. Returns {doc id: [[0, "train"], [start, split], ...]}.
+    """
+    missing = [s for s, f in (("test", cfg.test_fraction), ("val", cfg.val_fraction)) if f > 0 and not scan.documents[s]]
+    if not missing:
+        return {}
+    best: tuple[int, str] | None = None
     for i in range(n_shards):
         for _, d in shard_documents(work, i, masks[i]):
             split = moved.get(d["id"]) or assign_split(d["id"], cfg.seed, cfg.val_fraction, cfg.test_fraction)
-            if split != "train":
-                continue
-            if cfg.tokenizer_train_bytes and used >= cfg.tokenizer_train_bytes:
-                return
-            used += len(d["text"])
-            yield d["text"]
+            if split == "train" and (best is None or len(d["text"]) > best[0]):
+                best = (len(d["text"]), d["id"])
+    if best is None:
+        return {}
+    for i in range(n_shards):
+        for _, d in shard_documents(work, i, masks[i]):
+            if d["id"] == best[1]:
+                text = d["text"]
+    n = len(text)
+    fractions = {"val": cfg.val_fraction, "test": cfg.test_fraction}
+    cut: list[list] = []
+    end = n
+    for split in missing:  # test last in the text, val before it (nanoGPT: val is the end)
+        size = min(max(int(fractions[split] * n), MIN_POSITION_SPLIT_CHARS), n // 4)
+        start = _snap(text, end - size) if size else end
+        if not 0 < start < end:
+            continue
+        cut.insert(0, [start, split])
+        end = start
+    if not cut:
+        return {}
+    for start, split in cut:
+        scan.documents[split] += 1
+    ends = [c[0] for c in cut[1:]] + [n]
+    shares = ", ".join(f"{split}: the {b - start:,} characters from {start:,}" for (start, split), b in zip(cut, ends))
+    log.warning(f"the corpus has too few documents for a {'/'.join(missing)} split by document "
+                f"({sum(scan.documents.values()) - len(cut)} after curation): split by position inside "
+                f"{best[1]} instead, as nanoGPT does ({shares}, of {n:,}); give more documents, or cut "
+                f"a file into documents with --doc-separator, for a split by document")
+    return {best[1]: [[0, "train"]] + cut}
 
 
 def _small_corpus_rule(cfg: PrepareConfig, scan: _Scan) -> dict[str, str]:
@@ -552,6 +794,11 @@ def _empty_message(files: list[Path], rstats: ReadStats, nstats: NormalizeStats,
 def summary_rows(result: PrepareResult) -> list[tuple[str, str]]:
     """(label, value) lines of the prepare summary, for printing."""
     r, n, meta = result.read, result.normalize, result.meta
+    if result.already_done:
+        rows = [("status", "already complete for these inputs and options; nothing ran (report.html has the counts)")]
+        rows += _output_rows(meta)
+        rows.append(("time", f"{result.seconds:.1f} s"))
+        return rows
     rows = [
         ("files read", f"{r.files_read:,}" + (f" ({r.files_truncated} truncated, readable part kept)" if r.files_truncated else "")),
     ]
@@ -575,7 +822,18 @@ def summary_rows(result: PrepareResult) -> list[tuple[str, str]]:
     written_chars = result.steps[-1].characters_out if result.steps else n.characters_out
     rows.append(("documents kept", f"{kept:,}"))
     rows.append(("characters kept", f"{written_chars:,}"))
-    rows.append(("tokenizer", f"vocab {meta['vocab_size']:,}, eos id {meta['eos_id']}, {meta['dtype']}, sha256 {meta['tokenizer_sha256'][:12]}"))
+    rows += _output_rows(meta)
+    cfg = meta.get("prepare_config", {})
+    if cfg.get("val_fraction", 0) > 0 and not meta["splits"]["val"]["documents"]:
+        rows.append(("WARNING", "no val split: too few documents (a single big file is one document; split it "
+                                "with --doc-separator, or give more files); pretrain will run without validation"))
+    rows.append(("time", f"{result.seconds:.1f} s"))
+    return rows
+
+
+def _output_rows(meta: dict[str, Any]) -> list[tuple[str, str]]:
+    rows = [("tokenizer", f"vocab {meta['vocab_size']:,}, eos id {meta['eos_id']}, {meta['dtype']}, "
+                          f"sha256 {meta['tokenizer_sha256'][:12]}")]
     for split in SPLITS:
         s = meta["splits"][split]
         if not s["documents"]:
@@ -584,9 +842,4 @@ def summary_rows(result: PrepareResult) -> list[tuple[str, str]]:
         bpt = s["bytes"] / text_tokens if text_tokens else float("nan")
         rows.append((f"{split}", f"{s['documents']:,} docs, {s['tokens']:,} tokens, {s['bytes']:,} bytes, "
                      f"{bpt:.2f} bytes/token, {len(s['files'])} file(s)"))
-    cfg = meta.get("prepare_config", {})
-    if cfg.get("val_fraction", 0) > 0 and not meta["splits"]["val"]["documents"]:
-        rows.append(("WARNING", "no val split: too few documents (a single big file is one document; split it "
-                                "with --doc-separator, or give more files); pretrain will run without validation"))
-    rows.append(("time", f"{result.seconds:.1f} s"))
     return rows

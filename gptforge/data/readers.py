@@ -94,6 +94,7 @@ class ReadStats:
     warnings: list[str] = field(default_factory=list)
     quiet: bool = False  # count without logging (a second pass over input already reported)
     strict: bool = False  # raise BadInputError instead of skipping
+    encoding: str | None = None  # text files' encoding when they have no BOM (None: UTF-8)
 
     def skip_file(self, reason: str, message: str) -> None:
         if self.strict:
@@ -443,7 +444,10 @@ def read_file(path: Path, stats: ReadStats, text_field: str = "text",
 def _read_format(path: Path, ext: str, stats: ReadStats, text_field: str, doc_separator: str | None,
                  opener=None) -> Iterator[Document]:
     """Dispatch on the format extension; `opener()` gives the (decompressed) bytes when `path`
-    is not a real file (a tar member)."""
+    is not a real file (a tar member). Text formats (.txt, .md, .jsonl, .json, .csv, unknown
+    extensions) with a UTF-16/32 BOM, or in `stats.encoding`, are read as UTF-8 re-encoded."""
+    if ext not in PARQUET_EXTS and ext not in ARROW_EXTS and ext not in TAR_EXTS:
+        opener = _transcoding_opener(path, stats, opener)
     if ext in PARQUET_EXTS:
         yield from _read_parquet(path, stats, text_field, opener)
     elif ext in ARROW_EXTS:
@@ -463,8 +467,154 @@ def _sniff_stream(fh: BinaryIO, path: Path) -> bytes:
     head = fh.read(SNIFF_BYTES)
     why = sniff_binary(head)
     if why:
-        raise BadFileError("binary", f"{path}: binary file ({why})")
+        raise BadFileError("binary", f"{path}: binary file ({why}; if it is text in another encoding "
+                                     f"without a byte-order mark, say which with --encoding, e.g. utf-16-le)")
     return head
+
+
+#: byte-order marks that name an encoding, longest first (UTF-32 LE's starts like UTF-16 LE's).
+BOMS = ((codecs.BOM_UTF32_LE, "utf-32"), (codecs.BOM_UTF32_BE, "utf-32"),
+        (codecs.BOM_UTF16_LE, "utf-16"), (codecs.BOM_UTF16_BE, "utf-16"))
+
+
+def bom_encoding(head: bytes) -> str | None:
+    """"utf-32" / "utf-16" when `head` starts with that encoding's byte-order mark, else None.
+
+    (The UTF-8 BOM is left to normalization, which drops it.) The returned codec names read
+    the BOM and pick the byte order from it.
+    """
+    for bom, name in BOMS:
+        if head.startswith(bom):
+            return name
+    return None
+
+
+class _Utf8Transcoder(io.RawIOBase):
+    """A binary stream of UTF-8 re-encoded from `fh` read as `encoding` (invalid input -> U+FFFD)."""
+
+    def __init__(self, fh: BinaryIO, encoding: str):
+        self._fh = fh
+        self._decoder = codecs.getincrementaldecoder(encoding)(errors="replace")
+        self._buf = memoryview(b"")
+        self._eof = False
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, b) -> int:  # type: ignore[override]
+        while not self._buf and not self._eof:
+            chunk = self._fh.read(1 << 20)
+            self._eof = not chunk
+            self._buf = memoryview(self._decoder.decode(chunk, final=self._eof).encode("utf-8", "surrogatepass"))
+        n = min(len(b), len(self._buf))
+        b[:n] = self._buf[:n]
+        self._buf = self._buf[n:]
+        return n
+
+    def close(self) -> None:
+        try:
+            self._fh.close()
+        finally:
+            super().close()
+
+
+def text_encoding_of(head: bytes, encoding: str | None = None) -> str | None:
+    """The codec to read a text file with when it is not plain UTF-8: its BOM's, else `encoding`.
+
+    None means UTF-8 (the default, also for `encoding` "utf-8"/"utf8").
+    """
+    found = bom_encoding(head)
+    if found:
+        return found
+    if encoding and codecs.lookup(encoding).name not in ("utf-8", "utf-8-sig"):
+        return encoding
+    return None
+
+
+class _PrefixedOwner(io.RawIOBase):
+    """`head` then the rest of `fh`; closing it closes `fh` (for a peeked one-shot stream)."""
+
+    def __init__(self, head: bytes, fh: BinaryIO):
+        self._head = memoryview(head)
+        self._fh = fh
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, b) -> int:  # type: ignore[override]
+        if self._head.nbytes:
+            n = min(len(b), self._head.nbytes)
+            b[:n] = self._head[:n]
+            self._head = self._head[n:]
+            return n
+        data = self._fh.read(len(b))
+        b[:len(data)] = data
+        return len(data)
+
+    def close(self) -> None:
+        try:
+            self._fh.close()
+        finally:
+            super().close()
+
+
+def _transcoding_opener(path: Path, stats: ReadStats, opener=None):
+    """`opener` (or one for `path`) that yields UTF-8 when the file has a UTF-16/32 BOM or
+    `stats.encoding` names another encoding; the same opener otherwise.
+
+    A real file is peeked at and opened again; a one-shot `opener` (a tar member) is opened
+    once here and its stream handed on with the peeked bytes in front.
+    """
+    if opener is None:
+        with open_binary(path) as fh:
+            head = fh.read(4)
+        enc = text_encoding_of(head, stats.encoding)
+        if enc is None:
+            return None
+        return lambda: io.BufferedReader(_Utf8Transcoder(open_binary(path), enc), buffer_size=1 << 20)
+    fh = opener()
+    head = fh.read(4)
+    enc = text_encoding_of(head, stats.encoding)
+    stream: io.RawIOBase = _PrefixedOwner(head, fh)
+    if enc is not None:
+        stream = _Utf8Transcoder(io.BufferedReader(stream), enc)  # type: ignore[arg-type]
+    return lambda: io.BufferedReader(stream, buffer_size=1 << 20)
+
+
+def read_text_file(path: str | Path, encoding: str | None = None) -> str:
+    """The text of one file, as `prepare` reads a .txt: binary detection, BOM-named UTF-16/32.
+
+    Args:
+        path: a plain or compressed (.gz/.zst/.bz2/.xz) text file.
+        encoding: the encoding of a file without a BOM (default UTF-8; invalid UTF-8 sequences
+            become U+FFFD).
+
+    Raises:
+        MissingInputError: no such file.
+        InputError: the file looks binary (NUL bytes or mostly invalid UTF-8), or `encoding` is
+            not a codec Python knows.
+    """
+    from gptforge.errors import InputError, MissingInputError
+
+    path = Path(path)
+    if not path.is_file():
+        raise MissingInputError(f"{path}: no such file")
+    if encoding:
+        try:
+            codecs.lookup(encoding)
+        except LookupError as e:
+            raise InputError(f"--encoding {encoding!r}: not an encoding Python knows (e.g. utf-8, utf-16-le, "
+                             f"latin-1, cp1252)") from e
+    stats = ReadStats(quiet=True, strict=True, encoding=encoding)
+    opener = _transcoding_opener(path, stats) or (lambda: open_binary(path))
+    with opener() as fh:
+        try:
+            head = _sniff_stream(fh, path)
+        except BadFileError as e:
+            raise InputError(f"{e}; not scored as text") from e
+        data = head + fh.read()
+    text, _ = decode_utf8(data)
+    return text[1:] if text.startswith("\ufeff") else text
 
 
 def _read_text(path: Path, stats: ReadStats, doc_separator: str | None = None, opener=None) -> Iterator[Document]:
@@ -670,8 +820,38 @@ def _read_parquet(path: Path, stats: ReadStats, text_field: str, opener=None) ->
             os.unlink(tmp_path)
 
 
+class _PushbackLines:
+    """An iterator of physical lines that counts them and can give back the last record's tail."""
+
+    def __init__(self, it: Iterator[str]):
+        self.it = it
+        self.pending: list[str] = []  # lines to read again, next one last
+        self.line = 0  # physical lines handed out (1-based number of the last one)
+        self.taken: list[str] = []  # lines of the record being parsed
+
+    def __iter__(self) -> _PushbackLines:
+        return self
+
+    def __next__(self) -> str:
+        line = self.pending.pop() if self.pending else next(self.it)
+        self.line += 1
+        self.taken.append(line)
+        return line
+
+    def give_back(self, lines: list[str]) -> None:
+        self.pending.extend(reversed(lines))
+        self.line -= len(lines)
+
+
 def _read_csv(path: Path, stats: ReadStats, text_field: str, opener=None) -> Iterator[Document]:
-    """One document per CSV row (header row first); ids `PATH#ROW`, ROW 0-based after the header."""
+    """One document per CSV row (header row first); ids `PATH#ROW`, ROW 0-based after the header.
+
+    Parsed strictly (`csv` with strict=True): a row that does not parse, or whose cell count is
+    not the header's, is skipped and counted with its `FILE:LINE` (physical line, header = 1).
+    A malformed row that ran over several lines (an unclosed quote swallows the lines after it)
+    gives those lines back, so only the broken line is lost, not the rows behind it. Blank lines
+    are not rows.
+    """
     import csv
     import sys
 
@@ -680,13 +860,14 @@ def _read_csv(path: Path, stats: ReadStats, text_field: str, opener=None) -> Ite
         head = _sniff_stream(fh, path)
         text = io.TextIOWrapper(io.BufferedReader(_Prefixed(head, fh)), encoding="utf-8",
                                 errors=_REPLACE.name, newline="")
-        reader = csv.reader(text)
+        lines = _PushbackLines(iter(text))
+        reader = csv.reader(lines, strict=True)
         try:
             header = next(reader)
         except StopIteration:
             return
         except csv.Error as e:
-            raise BadFileError("bad_csv", f"{path}: not a readable CSV file ({e})") from e
+            raise BadFileError("bad_csv", f"{path}:1: not a readable CSV header ({e})") from e
         name = resolve_text_field(text_field, header)
         if name is None:
             raise BadFileError("missing_field", f"{path}: no column {_field_label(text_field)} (columns: "
@@ -694,22 +875,31 @@ def _read_csv(path: Path, stats: ReadStats, text_field: str, opener=None) -> Ite
         col = header.index(name)
         row = -1
         while True:
-            row += 1
+            lines.taken = []
+            start = lines.line + 1
             try:
                 values = next(reader)
             except StopIteration:
                 break
             except csv.Error as e:
-                stats.skip_record("bad_csv", f"{path}#{row}: skipping a malformed CSV row ({e})")
+                problem = f"does not parse ({e})"
+            else:
+                if not values:  # a blank line
+                    continue
+                problem = (None if len(values) == len(header) else
+                           f"has {len(values)} cells, the header {len(header)}")
+            row += 1
+            if problem is None:
+                stats.documents += 1
+                meta = {h: v for h, v in zip(header, values) if h != name}
+                meta["source"] = str(path)
+                yield {"id": f"{path}#{row}", "text": values[col], "meta": meta}
                 continue
-            if len(values) <= col:
-                stats.skip_record("missing_field", f"{path}#{row}: skipping a row with {len(values)} cells, "
-                                  f"no {name!r} cell")
-                continue
-            stats.documents += 1
-            meta = {h: v for h, v in zip(header, values) if h != name}
-            meta["source"] = str(path)
-            yield {"id": f"{path}#{row}", "text": values[col], "meta": meta}
+            span = f" (a record over lines {start}-{lines.line}: an unclosed quote?)" if len(lines.taken) > 1 else ""
+            stats.skip_record("bad_csv", f"{path}:{start}: skipping a malformed CSV row: it {problem}{span}")
+            if len(lines.taken) > 1:
+                lines.give_back(lines.taken[1:])
+                reader = csv.reader(lines, strict=True)
 
 
 def _read_arrow(path: Path, stats: ReadStats, text_field: str, opener=None) -> Iterator[Document]:

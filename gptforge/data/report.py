@@ -46,8 +46,12 @@ def recount_output(shard_dir: Path, meta: dict[str, Any]) -> dict[str, dict[str,
 
 
 def build_report(*, cfg, recipe, files, shards, read, normalize, steps, dedup, boilerplate, encoded, meta,
-                 recount, timings, seconds, hist_edges, resumed) -> dict[str, Any]:
-    """Assemble the report dict (see module docstring for what is checked)."""
+                 recount, timings, seconds, hist_edges, resumed, pieces_added: int = 0) -> dict[str, Any]:
+    """Assemble the report dict (see module docstring for what is checked).
+
+    pieces_added: documents made by cutting a document into train/val/test pieces (a split by
+    position inside a document), which the written count holds on top of the documents read.
+    """
     hist_tokens = np.sum([e["hist_tokens"] for e in encoded], axis=0).tolist() if encoded else []
     hist_chars = np.sum([e["hist_characters"] for e in encoded], axis=0).tolist() if encoded else []
     chain = [{"name": "read + normalize", "documents_in": read.documents, "documents_out": normalize.documents_out,
@@ -81,7 +85,8 @@ def build_report(*, cfg, recipe, files, shards, read, normalize, steps, dedup, b
         "output_recounted": recount,
         "histograms": {"edges": hist_edges, "characters_per_document": hist_chars, "tokens_per_document": hist_tokens},
         "check": {"documents_read": read.documents, "documents_dropped": dropped_total, "documents_written": written,
-                  "adds_up": read.documents == dropped_total + written and links_ok,
+                  "position_split_pieces": pieces_added,
+                  "adds_up": read.documents + pieces_added == dropped_total + written and links_ok,
                   "steps_chain": links_ok,
                   "meta_matches_files": all(recount[s]["documents"] == meta["splits"][s]["documents"]
                                             and recount[s]["tokens"] == meta["splits"][s]["tokens"] for s in SPLITS)},
@@ -180,6 +185,14 @@ def render_html(r: dict[str, Any]) -> str:
         for reason, n in sorted(s["dropped"].items(), key=lambda kv: -kv[1]):
             ex = "<hr>".join(_e(t) for t in s["examples"].get(reason, []))
             out.append(f"<tr><td class=l>{_e(s['name'])}</td><td class=l>{_e(reason)}</td><td>{n:,}</td>"
+                       f"<td class=ex>{ex}</td></tr>")
+        # Lines a step removed from documents it kept (C4's line rules): counted in lines.
+        for key, texts in s["examples"].items():
+            if key in s["dropped"] or not key.startswith("line removed: "):
+                continue
+            n = s["counts"].get(key[len("line removed: "):], 0)
+            ex = "<hr>".join(_e(t) for t in texts)
+            out.append(f"<tr><td class=l>{_e(s['name'])}</td><td class=l>{_e(key)}</td><td>{n:,} lines</td>"
                        f"<td class=ex>{ex}</td></tr>")
     out.append("</table>")
     d = r.get("dedup") or {}

@@ -212,8 +212,8 @@ def check_output_dir(out_dir: Path, overwrite: bool) -> None:
                                   f"choose another --out or pass --overwrite")
 
 
-def load_meta(shard_dir: str | Path) -> dict[str, Any]:
-    """Read and check a shard folder's meta.json.
+def load_meta(shard_dir: str | Path, verify_files: bool = True) -> dict[str, Any]:
+    """Read and check a shard folder's meta.json (and, with `verify_files`, the files: `check_files`).
 
     Raises:
         FileNotFoundError: the folder or its meta.json is missing (e.g. prepare did not finish).
@@ -243,7 +243,71 @@ def load_meta(shard_dir: str | Path) -> dict[str, Any]:
             raise ValueError(f"{path}: missing field {key!r}")
     if meta["dtype"] not in ("uint16", "uint32"):
         raise ValueError(f"{path}: dtype {meta['dtype']!r} not supported (uint16 or uint32)")
+    if verify_files:
+        check_files(shard_dir, meta)
     return meta
+
+
+#: bytes read from each end of every shard file to check its ids against the vocabulary.
+SAMPLE_BYTES = 1 << 16
+
+
+def check_files(shard_dir: str | Path, meta: dict[str, Any]) -> None:
+    """Check meta.json's dtype and token counts against the .bin files, cheaply (stat + 128 KB a file).
+
+    Per split: every listed file exists, its size is a multiple of the dtype's size, it ends
+    with the EOS id (files end at document boundaries, so a truncated file rarely does), the
+    first and last `SAMPLE_BYTES` hold only ids < vocab_size, and the files' bytes are exactly
+    meta's token count times the dtype's size. A wrong dtype would otherwise be read as garbage
+    ids and fail deep inside the model's embedding.
+
+    Raises:
+        MissingInputError: a listed file is missing.
+        DamagedFileError: any other mismatch; the message gives the numbers (bytes, tokens,
+            the dtype the sizes would fit) and what to do.
+    """
+    from gptforge.errors import DamagedFileError, MissingInputError
+
+    shard_dir = Path(shard_dir)
+    dtype = np.dtype("<u2" if meta["dtype"] == "uint16" else "<u4")
+    other = np.dtype("<u4" if meta["dtype"] == "uint16" else "<u2")
+    redo = f"re-run `gptforge prepare` for {shard_dir}"
+    for split, info in meta["splits"].items():
+        sizes = {}
+        for name in info.get("files", []):
+            path = shard_dir / name
+            if not path.is_file():
+                raise MissingInputError(f"shard file {path} listed in meta.json is missing; {redo}")
+            sizes[path] = path.stat().st_size
+        total = sum(sizes.values())
+        expected = int(info.get("tokens", 0))
+        if total != expected * dtype.itemsize:
+            hint = ""
+            if total == expected * other.itemsize:
+                hint = f"; the sizes fit {expected:,} tokens of {other.name}: meta.json's dtype is wrong"
+            raise DamagedFileError(
+                f"{shard_dir}: split {split!r}: the files ({', '.join(p.name for p in sizes)}) hold {total:,} bytes "
+                f"= {total / dtype.itemsize:,.1f} tokens of {meta['dtype']}, but meta.json says {expected:,} tokens "
+                f"({expected * dtype.itemsize:,} bytes){hint}; {redo}")
+        for path, size in sizes.items():
+            if size % dtype.itemsize:
+                raise DamagedFileError(f"{path}: {size:,} bytes is not a multiple of {dtype.itemsize} "
+                                       f"(meta.json's dtype {meta['dtype']}); the file is truncated or the dtype "
+                                       f"is wrong; {redo}")
+            if not size:
+                continue
+            with open(path, "rb") as f:
+                head = np.frombuffer(f.read(min(size, SAMPLE_BYTES)), dtype=dtype)
+                f.seek(max(0, size - SAMPLE_BYTES) // dtype.itemsize * dtype.itemsize)
+                tail = np.frombuffer(f.read(), dtype=dtype)
+            top = int(max(head.max(), tail.max()))
+            if top >= meta["vocab_size"]:
+                raise DamagedFileError(f"{path}: holds token id {top}, not below meta.json's vocab_size "
+                                       f"{meta['vocab_size']} (read as {meta['dtype']}); the dtype or the file "
+                                       f"is wrong; {redo}")
+            if int(tail[-1]) != meta["eos_id"]:
+                raise DamagedFileError(f"{path}: the last token is {int(tail[-1])}, not the EOS id {meta['eos_id']} "
+                                       f"every shard file ends with; the file is truncated or damaged; {redo}")
 
 
 def open_split(shard_dir: str | Path, split: str, meta: dict[str, Any] | None = None) -> list[np.memmap]:

@@ -69,3 +69,40 @@ def mix64(h: np.ndarray) -> np.ndarray:
         h = h ^ (h >> np.uint64(27))
         h = h * np.uint64(0x94D049BB133111EB)
         return h ^ (h >> np.uint64(31))
+
+
+def whitespace_pieces(text: str, max_chars: int):
+    """`text` in consecutive pieces of at most `max_chars` characters, cut where whitespace starts.
+
+    Each cut is at the first character of a run of spaces/newlines whose previous character is
+    not whitespace, so the later piece starts with the whole run. Byte-level BPE (GPT-2's
+    pre-tokenization regex) and the dedup word split never join characters across such a
+    point, so tokenizing or shingling the pieces one by one gives what the whole text gives
+    (tests check both). A stretch with no such point within `max_chars` is cut at a hard
+    limit of 4 * `max_chars` characters (there the results may differ at the cut).
+    Joined, the pieces are `text`. Yields str.
+    """
+    n = len(text)
+    start = 0
+    while n - start > max_chars:
+        hi = start + max_chars
+        cut = -1
+        lo = start + 1
+        while cut < 0:
+            i = max(text.rfind(" ", lo, hi), text.rfind("\n", lo, hi))
+            if i < lo:
+                break
+            while i > start and text[i - 1] in " \n\t\r":  # back to the start of the run
+                i -= 1
+            if i > start:
+                cut = i
+            else:
+                break
+        if cut < 0:  # no whitespace in the window: look further, up to the hard limit
+            far = min(n, start + 4 * max_chars)
+            j = min((k for k in (text.find(" ", hi, far), text.find("\n", hi, far)) if k >= 0), default=-1)
+            cut = j if j > start and text[j - 1] not in " \n\t\r" else far
+        yield text[start:cut]
+        start = cut
+    if start < n or not n:
+        yield text[start:]

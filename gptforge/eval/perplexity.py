@@ -139,12 +139,19 @@ def unigram_entropy(tokens: np.ndarray, vocab_size: int, reference: np.ndarray |
 
 @torch.no_grad()
 def evaluate_windows(model: torch.nn.Module, stream: TokenStream, offsets: np.ndarray, block_size: int,
-                     batch_size: int, device: torch.device, precision: str) -> float:
-    """Mean next-token loss (nats/token) over fixed windows, in eval mode."""
+                     batch_size: int, device: torch.device, precision: str, should_stop=None) -> float | None:
+    """Mean next-token loss (nats/token) over fixed windows, in eval mode.
+
+    should_stop: checked between batches (e.g. a Ctrl-C during a long evaluation); when it
+    returns True the evaluation ends early and returns None.
+    """
     was_training = model.training
     model.eval()
     total, count = 0.0, 0
     for i in range(0, len(offsets), batch_size):
+        if should_stop is not None and should_stop():
+            model.train(was_training)
+            return None
         rows = np.stack([stream.read(int(o), block_size + 1) for o in offsets[i : i + batch_size]])
         t = torch.from_numpy(rows).to(device)
         with autocast_context(device, precision):

@@ -165,9 +165,17 @@ class Attention(nn.Module):
             att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(self.head_dim))
             if is_causal:
                 attn_mask = torch.ones(T, S, dtype=torch.bool, device=x.device).tril()[None, None]
+            att = att.float()
             if attn_mask is not None:
-                att = att.masked_fill(~attn_mask, float("-inf"))
-            att = F.dropout(att.float().softmax(-1).type_as(q), p=p, training=self.training)
+                # The lowest finite value, not -inf: a fully masked (padding) row would be
+                # softmax(all -inf) = NaN, and NaN reaches the real tokens through the next
+                # layer's keys and through the backward pass. Such a row attends to nothing
+                # (zeros), as scaled_dot_product_attention returns.
+                att = att.masked_fill(~attn_mask, torch.finfo(att.dtype).min).softmax(-1)
+                att = att.masked_fill(~attn_mask.any(-1, keepdim=True), 0.0)
+            else:
+                att = att.softmax(-1)
+            att = F.dropout(att.type_as(q), p=p, training=self.training)
             y = att @ v
         elif q.device.type == "cpu" and q.dtype == torch.bfloat16:
             # On CPUs, torch's bf16 flash-attention backward is slower than its fp32 one (measured
@@ -293,8 +301,12 @@ class GPT(nn.Module):
         attn_mask: torch.Tensor | None = None,
         caches: list[KVCache] | None = None,
         last_only: bool = False,
+        select: tuple[torch.Tensor, torch.Tensor] | None = None,
     ) -> torch.Tensor:
-        """idx (B, T) -> logits (B, T, V), or (B, 1, V) with last_only.
+        """idx (B, T) -> logits (B, T, V), or (B, 1, V) with last_only, or (N, V) with select.
+
+        select: (rows, cols), each (N,) int64: logits only at positions idx[rows, cols] (the final
+        norm and the vocabulary projection run on those N positions only, e.g. for scoring).
 
         position_ids: (B, T) or (T,) absolute positions (default: past + arange(T)), e.g. restarting
         per packed sequence. attn_mask: bool (B or 1, 1, T, S), True = may attend (default causal).
@@ -316,6 +328,8 @@ class GPT(nn.Module):
             x = block(x, rope, caches[i] if caches else None, attn_mask)
         if last_only:
             x = x[:, -1:, :]
+        elif select is not None:
+            x = x[select[0], select[1]]
         return self.head(x)
 
     # The three pieces of forward, also called by pipeline stages (gptforge.train.parallelize),

@@ -55,6 +55,8 @@ class GPU:
             ValueError: the card lacks the data type (bf16 on V100/T4, fp8 before Ada/Hopper),
                 naming a precision that works instead.
         """
+        if precision == "auto":  # what the trainer picks on this card
+            precision = "bf16" if self.bf16_tflops is not None else "fp32"
         if precision == "bf16":
             if self.bf16_tflops is None:
                 raise ValueError(
@@ -118,9 +120,20 @@ def get_gpu(name: str) -> GPU:
     Raises:
         ValueError: unknown name, with the nearest valid one and the full list.
     """
-    key = name.strip().lower()
+    key = name.strip().lower().replace(" ", "-")
     if key in GPUS:
         return GPUS[key]
+    # Common spellings: the family name (h100, a100, v100: the SXM / largest-memory part, as cloud
+    # offers list them first), a unique prefix (l40 -> l40s), or the model number alone (4090 ->
+    # rtx4090); an ambiguous name lists its matches.
+    alias = {"h100": "h100-sxm", "a100": "a100-80g", "v100": "v100-32g"}.get(key)
+    if alias:
+        return GPUS[alias]
+    matches = [k for k in GPUS if k.startswith(key) or k.removeprefix("rtx") == key or k.split("-")[0] == key]
+    if len(matches) == 1:
+        return GPUS[matches[0]]
+    if len(matches) > 1:
+        raise ValueError(f"--gpu {name!r} matches {', '.join(matches)}: name one of them")
     close = difflib.get_close_matches(key, list(GPUS), n=1, cutoff=0.4)
     hint = f" (did you mean {close[0]!r}?)" if close else ""
     raise ValueError(f"--gpu: unknown GPU {name!r}{hint}; known: {', '.join(GPUS)} (gptforge plan --list-gpus)")

@@ -62,12 +62,13 @@ def measure_step(model_cfg: ModelConfig, train_cfg: TrainConfig, parallel_cfg: P
     from torch.distributed._tools.mem_tracker import MemTracker
 
     from gptforge.model.gpt import GPT
-    from gptforge.plan.memory import planning_layout
+    from gptforge.plan.memory import planning_layout, planning_train
 
     # The same wrapping the trainer applies, so "selective" means the same blocks in both.
     from gptforge.runtime.activation import apply_activation_checkpointing
 
     parallel_cfg = planning_layout(parallel_cfg or ParallelConfig())
+    train_cfg = planning_train(train_cfg)
     if parallel_cfg.world_size != 1:
         raise ValueError("--measure runs a single-device step; set parallel.* to 1 (the formula still covers "
                          "sharded layouts)")

@@ -32,6 +32,7 @@ assumptions, listed in `MemoryEstimate.assumptions` with their sources.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import asdict, dataclass, field
 
@@ -296,6 +297,15 @@ class MemoryEstimate:
         return asdict(self)
 
 
+def planning_train(train: TrainConfig, gpu=None) -> TrainConfig:
+    """The train config the planner models: `precision auto` is what the trainer picks on that
+    GPU (bf16 where it has bf16, else fp32; bf16 when no GPU is named)."""
+    if train.precision != "auto":
+        return train
+    bf16 = gpu is None or getattr(gpu, "bf16_tflops", None) is not None
+    return dataclasses.replace(train, precision="bf16" if bf16 else "fp32")
+
+
 def planning_layout(parallel: ParallelConfig) -> ParallelConfig:
     """The layout the planner models: a degree of -1 (the rest of the processes) is 1 when no GPU
     count says otherwise (`gptforge.plan.planner.resolve_layout` fills it from --num-gpus)."""
@@ -348,6 +358,7 @@ def estimate_memory(model: ModelConfig, train: TrainConfig, parallel: ParallelCo
     """
     cfg = model.resolved() if model.n_layer is None or model.d_ff is None else model
     parallel = planning_layout(parallel or ParallelConfig())
+    train = planning_train(train)
     validate(cfg, train, parallel)
     precision = train.precision
     if precision not in ("fp32", "bf16", "fp16", "fp8"):

@@ -7,7 +7,7 @@ from dataclasses import asdict, dataclass, field, replace
 from gptforge.config import ModelConfig, ParallelConfig, TrainConfig, to_dict
 from gptforge.plan.flops import chinchilla_tokens
 from gptforge.plan.hardware import GPU, get_gpu
-from gptforge.plan.memory import MemoryEstimate, estimate_memory, planning_layout
+from gptforge.plan.memory import MemoryEstimate, estimate_memory, planning_layout, planning_train
 from gptforge.plan.params import param_count
 from gptforge.plan.timing import SpeedEstimate, estimate_speed
 
@@ -95,6 +95,7 @@ def plan(model_cfg: ModelConfig, train_cfg: TrainConfig | None = None, parallel_
     train_cfg = train_cfg or TrainConfig()
     parallel_cfg, n_gpus = resolve_layout(parallel_cfg or ParallelConfig(), num_gpus)
     g = get_gpu(gpu) if isinstance(gpu, str) else gpu
+    train_cfg = planning_train(train_cfg, g)
     n = param_count(cfg)
     notes = []
     peak = None

@@ -16,7 +16,7 @@ from gptforge.config import ModelConfig, ParallelConfig, TrainConfig
 from gptforge.errors import InputError
 from gptforge.plan.flops import flops_per_token
 from gptforge.plan.hardware import GPU
-from gptforge.plan.memory import MemoryEstimate, estimate_memory
+from gptforge.plan.memory import MemoryEstimate, estimate_memory, planning_train
 from gptforge.plan.params import param_count
 from gptforge.plan.timing import mfu_range
 
@@ -78,6 +78,7 @@ def recommend(model: ModelConfig, train: TrainConfig, gpu: GPU, num_gpus: int, t
     micro_batch_size * gradient_accumulation_steps * num_gpus (data parallel over all GPUs).
     Returns [] when nothing fits, even with full checkpointing, ZeRO-3 and offload.
     """
+    train = planning_train(train, gpu)
     cfg = model.resolved()
     n = param_count(cfg)
     peak = gpu.peak_flops(train.precision)

@@ -25,7 +25,7 @@ from dataclasses import asdict, dataclass, field
 
 from gptforge.config import ModelConfig, ParallelConfig, TrainConfig
 from gptforge.plan.flops import flops_per_token, recompute_flops_per_token
-from gptforge.plan.memory import planning_layout
+from gptforge.plan.memory import planning_layout, planning_train
 
 
 @dataclass
@@ -70,7 +70,7 @@ def mfu_range(model: ModelConfig, train: TrainConfig, parallel: ParallelConfig, 
     All factors are heuristics stated in the returned list; measured MFU from a real run should
     replace them when available.
     """
-    parallel = planning_layout(parallel)
+    parallel, train = planning_layout(parallel), planning_train(train)
     notes: list[str] = []
     low, high = (0.35, 0.50) if n_params >= 1e9 else (0.20, 0.40)
     notes.append(f"base MFU {low:.0%}-{high:.0%} for {'>=' if n_params >= 1e9 else '<'}1B parameters")
@@ -118,7 +118,7 @@ def estimate_speed(model: ModelConfig, train: TrainConfig, parallel: ParallelCon
     peak_flops: dense peak of one GPU at the training precision, FLOP/s. mfu: override the
     (low, high) range, e.g. with a measured MFU.
     """
-    parallel = planning_layout(parallel)
+    parallel, train = planning_layout(parallel), planning_train(train)
     f = flops_per_token(model, n_params)
     f6 = flops_per_token(model, n_params, convention="6N")
     hw = f + recompute_flops_per_token(model, n_params, train.activation_checkpointing)

@@ -4,6 +4,7 @@ Layout of RUN_DIR/checkpoints/:
     step_000100/            one complete checkpoint
         .metadata, *.distcp  model + optimizer state (DCP, sharded by rank when distributed)
         trainer_state.pt     step, tokens seen, scheduler state, RNG states, data position
+        trainer_state.sha256 SHA-256 of trainer_state.pt (hex), written at save
         config.yaml          the resolved config
     latest                  text file naming the newest complete step folder (written last)
     best                    likewise, for the best validation loss
@@ -11,12 +12,20 @@ Layout of RUN_DIR/checkpoints/:
 A checkpoint is written to `.tmp_step_N/`, fsynced, then renamed to `step_N/`; the `latest`
 pointer is replaced atomically afterwards. A kill at any instant therefore leaves `latest`
 naming a complete checkpoint, and a half-written `.tmp_*` folder is never read.
+
+Choosing a checkpoint (`find_checkpoint`) verifies it (`verify_checkpoint`: every DCP data file
+as long as `.metadata` says, trainer_state.pt matching its checksum) and falls back, with a
+warning, to the newest intact step folder when `latest` is missing, names a missing folder or
+names a damaged one (a disk that filled up, a copy cut short).
 """
 
 from __future__ import annotations
 
 import contextlib
+import hashlib
+import logging
 import os
+import pickle
 import random
 import shutil
 import warnings
@@ -36,6 +45,9 @@ from torch.distributed.checkpoint.state_dict import (
 from gptforge.atomic import atomic_write_text, fsync_dir
 
 STATE_FILE = "trainer_state.pt"
+STATE_CHECKSUM_FILE = "trainer_state.sha256"
+
+log = logging.getLogger("gptforge")
 
 # Optimizer states keyed per parameter name ("state.<fqn>.exp_avg", "param_groups.<fqn>.lr"), not
 # by position in param_groups: each rank of a pipeline (or ZeRO-1 shard) saves the keys of the
@@ -114,18 +126,16 @@ def save_checkpoint(ckpt_root: Path, step: int, model: torch.nn.Module, optimize
     rank = dist.get_rank() if dist.is_initialized() else 0
     if _is_main():
         ckpt_root.mkdir(parents=True, exist_ok=True)
-        if tmp.exists():
-            shutil.rmtree(tmp)
+        remove_partial_files(ckpt_root)
         tmp.mkdir()
     _barrier()
-    if model_state is not None:
-        state = {"model": model_state}
-    else:
-        state = _dcp_state(model, optimizer)
-    with quiet_single_process_dcp():
-        dcp.save(state, checkpoint_id=str(tmp))
-    if extra is not None:
-        extra(tmp)
+    try:
+        _write_checkpoint(tmp, model, optimizer, model_state, extra)
+    except BaseException:
+        # A failed write (disk full, Ctrl-C) must not leave a half checkpoint filling the disk.
+        if _is_main():
+            shutil.rmtree(tmp, ignore_errors=True)
+        raise
     # RNG states differ per rank; everything else is identical, so rank 0's copy is kept.
     rng = [None] * (dist.get_world_size() if dist.is_initialized() else 1)
     if dist.is_initialized():
@@ -138,6 +148,7 @@ def save_checkpoint(ckpt_root: Path, step: int, model: torch.nn.Module, optimize
             torch.save(payload, f)
             f.flush()
             os.fsync(f.fileno())
+        atomic_write_text(tmp / STATE_CHECKSUM_FILE, _sha256_file(tmp / STATE_FILE) + "\n")
         atomic_write_text(tmp / "config.yaml", config_yaml)
         for p in sorted(tmp.rglob("*")):
             if p.is_file():
@@ -157,6 +168,34 @@ def save_checkpoint(ckpt_root: Path, step: int, model: torch.nn.Module, optimize
     del rank
     _barrier()
     return final
+
+
+def _write_checkpoint(tmp: Path, model, optimizer, model_state, extra) -> None:
+    if model_state is not None:
+        state = {"model": model_state}
+    else:
+        state = _dcp_state(model, optimizer)
+    with quiet_single_process_dcp():
+        dcp.save(state, checkpoint_id=str(tmp))
+    if extra is not None:
+        extra(tmp)
+
+
+def remove_partial_files(ckpt_root: Path) -> list[Path]:
+    """Delete what dead writers left in `ckpt_root`: `.tmp_step_*` folders and `.NAME.XXXX.tmp` files.
+
+    Only the run's single writer may call this (the run folder's lock, `runtime.lock`, makes it
+    so), before it writes. Returns what was removed.
+    """
+    removed = []
+    for p in Path(ckpt_root).glob(".tmp_step_*"):
+        shutil.rmtree(p, ignore_errors=True)
+        removed.append(p)
+    for p in Path(ckpt_root).glob(".*.tmp"):
+        if p.is_file():
+            p.unlink(missing_ok=True)
+            removed.append(p)
+    return removed
 
 
 def _prune(ckpt_root: Path, keep: int) -> None:
@@ -184,24 +223,102 @@ def is_complete(path: Path) -> bool:
     return path.is_dir() and (path / ".metadata").exists() and (path / STATE_FILE).exists()
 
 
+def _sha256_file(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def verify_checkpoint(path: str | Path) -> str | None:
+    """What is wrong with checkpoint folder `path`, or None when it is intact.
+
+    Checks, without loading any tensor: `.metadata` and trainer_state.pt exist; `.metadata`
+    reads; every data file it names exists and is at least as long as the last byte range
+    DCP recorded in it; trainer_state.pt matches trainer_state.sha256 (checkpoints written
+    before the checksum existed skip that check). Costs a stat per file and one read of
+    trainer_state.pt (kilobytes to a few MB).
+    """
+    path = Path(path)
+    if not path.is_dir():
+        return "the folder does not exist"
+    for name in (".metadata", STATE_FILE):
+        if not (path / name).is_file():
+            return f"{name} is missing"
+    try:
+        metadata = dcp.FileSystemReader(str(path)).read_metadata()
+    except (OSError, EOFError, ValueError, RuntimeError, pickle.UnpicklingError) as e:  # a cut-off pickle
+        return f".metadata does not read ({type(e).__name__}: {e})"
+    ends: dict[str, int] = {}
+    for info in getattr(metadata, "storage_data", {}).values():
+        rel = getattr(info, "relative_path", None)
+        if rel is not None:
+            ends[rel] = max(ends.get(rel, 0), int(info.offset) + int(info.length))
+    for rel, end in sorted(ends.items()):
+        f = path / rel
+        if not f.is_file():
+            return f"{rel} is missing"
+        size = f.stat().st_size
+        if size < end:
+            return f"{rel} is {size:,} bytes, shorter than the {end:,} bytes .metadata records (truncated)"
+    checksum = path / STATE_CHECKSUM_FILE
+    if checksum.is_file():
+        want = checksum.read_text().strip()
+        if _sha256_file(path / STATE_FILE) != want:
+            return f"{STATE_FILE} does not match its checksum in {STATE_CHECKSUM_FILE} (changed or damaged)"
+    return None
+
+
 def find_checkpoint(path: str | Path, which: str = "latest") -> Path:
-    """Resolve a run directory, a `checkpoints/` folder or a step folder to a complete checkpoint.
+    """Resolve a run directory, a `checkpoints/` folder or a step folder to an intact checkpoint.
+
+    A step folder is returned when it verifies (`verify_checkpoint`). Under a run directory or
+    `checkpoints/`, pointer `which` (latest/best) is followed; when it is missing, names a
+    missing or incomplete folder, or names a damaged one, the newest intact `step_*` folder is
+    used instead, with a warning naming what was skipped and why (for `best`, only when the
+    pointer exists). Every rank of a distributed run sees the same files, so all choose alike.
 
     Raises:
+        DamagedFileError: checkpoints exist but none verifies (the message names each problem).
         FileNotFoundError: nothing complete is there; the message says what was looked at.
     """
+    from gptforge.errors import DamagedFileError
+
     p = Path(path)
-    if is_complete(p):
-        return p
+    if (p / ".metadata").exists() or (p / STATE_FILE).exists():
+        problem = verify_checkpoint(p)
+        if problem is None:
+            return p
+        raise DamagedFileError(f"checkpoint {p} is damaged: {problem}; use an earlier step folder or the run "
+                               f"directory (which falls back to the newest intact checkpoint)")
     for root in (p / "checkpoints", p):
-        found = read_pointer(root, which)
-        if found is not None:
-            return found
-        if which == "latest" and (root / "latest").exists():
-            # The pointer names a damaged folder: fall back to the newest complete one.
-            complete = [d for d in sorted(root.glob("step_*"), reverse=True) if is_complete(d)]
-            if complete:
-                return complete[0]
+        pointer = root / which
+        steps = sorted((d for d in root.glob("step_*") if d.is_dir()), reverse=True)
+        if not pointer.exists() and not (which == "latest" and steps):
+            continue
+        skipped: list[str] = []
+        named = None
+        if pointer.exists():
+            named = root / pointer.read_text().strip()
+            problem = verify_checkpoint(named)
+            if problem is None:
+                return named
+            skipped.append(f"{named.name} ({problem})")
+        elif steps:
+            skipped.append(f"{pointer} is missing")
+        for d in steps:
+            if d == named:
+                continue
+            problem = verify_checkpoint(d)
+            if problem is None:
+                log.warning(f"{root}: {'; '.join(skipped)}: damaged or incomplete; using the previous intact "
+                            f"checkpoint {d.name}")
+                return d
+            skipped.append(f"{d.name} ({problem})")
+        if skipped and any(verify_checkpoint(d) is not None for d in steps if (d / ".metadata").exists()):
+            raise DamagedFileError(f"no intact checkpoint under {root}: {'; '.join(skipped)}; the run must start "
+                                   f"again (or restore the files from a copy)")
     raise FileNotFoundError(
         f"no complete checkpoint at {p}: expected a run directory with checkpoints/{which}, "
         "or a checkpoints/step_N folder holding .metadata and trainer_state.pt"

@@ -1,8 +1,10 @@
-"""Device choice and autocast for a precision name (fp32, bf16, fp16)."""
+"""Device choice, autocast for a precision name (fp32, bf16, fp16), and `auto` precision."""
 
 from __future__ import annotations
 
 import contextlib
+import os
+import time
 
 import torch
 
@@ -40,3 +42,62 @@ def autocast_context(device: torch.device, precision: str):
     if precision == "bf16" and device.type == "cuda" and not torch.cuda.is_bf16_supported():
         raise ValueError("train.precision=bf16 but this GPU has no bf16 support; use fp16")
     return torch.autocast(device_type=device.type, dtype=AUTOCAST_DTYPES[precision])
+
+
+def measure_cpu_matmul_peak(dtype: torch.dtype = torch.float32, n: int = 1024, seconds: float = 0.4) -> float:
+    """Measured dense matmul throughput of this CPU (all torch threads), FLOP/s.
+
+    Times repeated (n, n) @ (n, n) products (2*n^3 FLOPs each) for about `seconds`, best of runs.
+    """
+    a = torch.randn(n, n, dtype=dtype)
+    b = torch.randn(n, n, dtype=dtype)
+    a @ b  # warm up threads and kernels
+    best, t_end = 0.0, time.perf_counter() + seconds
+    while time.perf_counter() < t_end:
+        t0 = time.perf_counter()
+        a @ b
+        dt = time.perf_counter() - t0
+        best = max(best, 2 * n**3 / dt)
+    return best
+
+
+AUTO_PRECISION_ENV = "GPTFORGE_AUTO_PRECISION"
+"""Environment variable that pins what `train.precision auto` resolves to (fp32, bf16 or fp16),
+skipping the measurement (the test suite sets fp32, so its figures do not depend on the CPU)."""
+
+SLOW_BF16_FACTOR = 0.5
+"""An explicit bf16 on a CPU whose bf16 matmuls run below this share of fp32's gets a warning."""
+
+
+def resolve_precision(precision: str, device: torch.device, log=None) -> str:
+    """The precision a run trains in: `auto` -> what is fast on `device`, else `precision` itself.
+
+    auto: on CUDA bf16 where the GPU supports it, else fp32 (fp16 needs a loss scaler and is
+    never picked for you); on a CPU bf16 when its measured bf16 matmul peak beats fp32's by 20%
+    (CPUs with AVX-512 BF16 or AMX), else fp32; fp32 elsewhere. The caller freezes the result in
+    config.yaml so that a resume is exact. An explicit bf16 on a CPU where bf16 matmuls are much
+    slower than fp32 (below SLOW_BF16_FACTOR) logs a warning with both figures.
+    """
+    pinned = os.environ.get(AUTO_PRECISION_ENV)
+    say = log or (lambda m: None)
+    if precision == "auto":
+        if pinned:
+            return pinned
+        if device.type == "cuda":
+            return "bf16" if torch.cuda.is_bf16_supported() else "fp32"
+        if device.type != "cpu":
+            return "fp32"
+        fp32, bf16 = measure_cpu_matmul_peak(torch.float32, seconds=0.2), measure_cpu_matmul_peak(torch.bfloat16,
+                                                                                                   seconds=0.2)
+        chosen = "bf16" if bf16 > 1.2 * fp32 else "fp32"
+        say(f"train.precision auto -> {chosen}: CPU matmul peak bf16 {bf16 / 1e9:,.1f} vs fp32 {fp32 / 1e9:,.1f} "
+            "GFLOP/s")
+        return chosen
+    if precision == "bf16" and device.type == "cpu" and not pinned:
+        fp32, bf16 = measure_cpu_matmul_peak(torch.float32, seconds=0.2), measure_cpu_matmul_peak(torch.bfloat16,
+                                                                                                   seconds=0.2)
+        if bf16 < SLOW_BF16_FACTOR * fp32:
+            say(f"WARNING: train.precision bf16 on this CPU: bf16 matmuls run at {bf16 / 1e9:,.1f} GFLOP/s against "
+                f"{fp32 / 1e9:,.1f} for fp32 (no fast bf16 here); training will be slower than fp32. Use "
+                "--train.precision fp32 or auto.")
+    return precision

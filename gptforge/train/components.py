@@ -11,6 +11,7 @@
 from __future__ import annotations
 
 import math
+import os
 import signal
 from pathlib import Path
 from typing import Any, Callable
@@ -21,7 +22,8 @@ from gptforge.errors import TrainingError
 class StopFlag:
     """Set by SIGINT/SIGTERM; the trainer checkpoints after the current step and exits.
 
-    A second signal raises KeyboardInterrupt at once (the first already asked for a checkpoint).
+    A second signal ends the process at once (os._exit, status 128 + signal): the first already
+    asked for a checkpoint, and a long step or evaluation must not keep the user waiting.
     """
 
     def __init__(self):
@@ -38,7 +40,10 @@ class StopFlag:
 
     def _handle(self, signum, frame):
         if self.signal is not None:
-            raise KeyboardInterrupt
+            # Out now, without unwinding: checkpoints are written to a temp folder and renamed, and
+            # every metrics row is flushed, so nothing written so far can be left damaged.
+            os.write(2, f"\nsecond signal {signum}: exiting now, without a checkpoint\n".encode())
+            os._exit(128 + signum)
         self.signal = signum
 
     def __exit__(self, *exc):
@@ -86,8 +91,10 @@ class Evaluator:
         """The val loss when `step` is an evaluation step, else None."""
         if not self.enabled or not (step % self.interval == 0 or step == self.max_steps):
             return None
-        self.last = self.evaluate()
-        return self.last
+        val = self.evaluate()
+        if val is not None:  # None: interrupted between batches, keep the last figure
+            self.last = val
+        return val
 
 
 class EarlyStopping:
@@ -150,8 +157,11 @@ class MetricsLogger:
     """Rows to metrics.jsonl / TensorBoard every `log_interval` steps (and on eval and last steps),
     the progress line after every step, and messages above it."""
 
-    def __init__(self, writer, bar, log_interval: int, max_steps: int, extra_sinks: list | None = None):
+    def __init__(self, writer, bar, log_interval: int, max_steps: int, extra_sinks: list | None = None,
+                 mfu_label: str = "mfu", has_peak: bool = True):
         self.writer, self.bar, self.log_interval, self.max_steps = writer, bar, log_interval, max_steps
+        # A CPU's peak is measured, not a datasheet figure: its MFU is labelled an estimate.
+        self.mfu_label, self.has_peak = mfu_label, has_peak
         self.sinks = [writer, *(extra_sinks or [])]  # each has log(row) or write(row)
         self.history: list[dict[str, Any]] = []
 
@@ -165,7 +175,9 @@ class MetricsLogger:
     def progress(self, row: dict[str, Any], last_val: float | None) -> None:
         info = f"loss {row['loss']:.4f} lr {row['lr']:.2e} {row['tokens_per_second']:,.0f} tok/s"
         if row.get("mfu") is not None:
-            info += f" mfu {100 * row['mfu']:.1f}%"
+            info += f" {self.mfu_label} {100 * row['mfu']:.1f}%"
+        elif self.has_peak:
+            info += f" {self.mfu_label} n/a (peak unreliable)"
         if last_val is not None:
             info += f" val {last_val:.4f}"
         self.bar.update(row["step"], info)

@@ -20,6 +20,7 @@ dequant(W4) + alpha/r * B A: what the run trained against, not the original weig
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 from pathlib import Path
@@ -154,7 +155,8 @@ class InstructionData:
                                            dp_rank=dp_rank, dp_size=dp_size), self.seq_len)
 
     @torch.no_grad()
-    def evaluate(self, model: torch.nn.Module, device: torch.device, precision: str) -> float | None:
+    def evaluate(self, model: torch.nn.Module, device: torch.device, precision: str,
+                 should_stop=None) -> float | None:
         from gptforge.runtime.device import autocast_context
         from gptforge.runtime.loss import token_loss_sum, unpack_micro_batch
 
@@ -165,6 +167,9 @@ class InstructionData:
         total, count = 0.0, 0
         rows = list(range(len(self.val)))
         for i in range(0, len(rows), 8):
+            if should_stop is not None and should_stop():
+                model.train(was)
+                return None
             x, y, extra = unpack_micro_batch(self.val.batch(rows[i:i + 8]))
             with autocast_context(device, precision):
                 logits = model(x.to(device), **{k: v.to(device) for k, v in extra.items()})
@@ -270,13 +275,15 @@ def finetune(fc: FinetuneConfig, cfg: RunConfig, source: str | Path | None, data
     from gptforge.config import to_dict
     from gptforge.runtime.adapters import save_adapter_from_checkpoint
     from gptforge.runtime.checkpoint import find_checkpoint
-    from gptforge.runtime.device import pick_device
+    from gptforge.runtime.device import pick_device, resolve_precision
     from gptforge.train.loop import train
     from gptforge.train.sources import ShardSource
 
     say = log or (lambda m: None)
     run_dir, data = Path(run_dir), Path(data)
     device = pick_device(cfg.train.device)
+    precision = resolve_precision(cfg.train.precision, device, say)  # auto: decided once, here
+    cfg = RunConfig(model=cfg.model, train=dataclasses.replace(cfg.train, precision=precision), parallel=cfg.parallel)
     check_method(fc, device, cfg.train.precision, cfg.parallel)
     chat_template = None
     if fc.chat_template not in ("auto", "default"):

@@ -8,10 +8,11 @@ datasheet, so the matmul peak is measured once at start and the figure is labell
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass
 
 import torch
+
+from gptforge.runtime.device import measure_cpu_matmul_peak
 
 
 @dataclass
@@ -20,23 +21,6 @@ class Peak:
 
     flops_per_second: float | None
     label: str
-
-
-def measure_cpu_matmul_peak(dtype: torch.dtype = torch.float32, n: int = 1024, seconds: float = 0.4) -> float:
-    """Measured dense matmul throughput of this CPU (all torch threads), FLOP/s.
-
-    Times repeated (n, n) @ (n, n) products (2*n^3 FLOPs each) for about `seconds`, best of runs.
-    """
-    a = torch.randn(n, n, dtype=dtype)
-    b = torch.randn(n, n, dtype=dtype)
-    a @ b  # warm up threads and kernels
-    best, t_end = 0.0, time.perf_counter() + seconds
-    while time.perf_counter() < t_end:
-        t0 = time.perf_counter()
-        a @ b
-        dt = time.perf_counter() - t0
-        best = max(best, 2 * n**3 / dt)
-    return best
 
 
 def device_peak(device: torch.device, precision: str) -> Peak:

@@ -47,8 +47,10 @@ class BatchSource(Protocol):
 
     def batches(self, block_size: int, tc, dp_rank: int, dp_size: int) -> Batches: ...
 
-    def evaluate(self, model: torch.nn.Module, device: torch.device, precision: str) -> float | None:
-        """Mean validation loss in nats per counted token (None without a val set)."""
+    def evaluate(self, model: torch.nn.Module, device: torch.device, precision: str,
+                 should_stop=None) -> float | None:
+        """Mean validation loss in nats per counted token (None without a val set, or when
+        `should_stop()` turned True between batches)."""
 
     def provenance(self) -> dict[str, Any]:
         """config.yaml's `data` section (path and hashes)."""
@@ -136,13 +138,13 @@ class ShardSource:
                                          tc.gradient_accumulation_steps, tc.seed, dp_rank=dp_rank, dp_size=dp_size),
                             seq_len)
 
-    def evaluate(self, model, device, precision) -> float | None:
+    def evaluate(self, model, device, precision, should_stop=None) -> float | None:
         from gptforge.eval.perplexity import evaluate_windows
 
         if self.val_stream is None:
             return None
         return evaluate_windows(model, self.val_stream, self.val_offsets, self.seq_len, self.micro_batch_size,
-                                device, precision)
+                                device, precision, should_stop)
 
     def provenance(self) -> dict[str, Any]:
         return data_provenance(self.data_dir)

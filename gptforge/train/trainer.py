@@ -28,6 +28,7 @@ from gptforge.errors import InputError
 from gptforge.model.gpt import GPT, flops_per_token
 from gptforge.runtime import checkpoint as ckpt_lib
 from gptforge.runtime.activation import apply_activation_checkpointing
+from gptforge.runtime.device import resolve_precision
 from gptforge.runtime.loss import count_targets
 from gptforge.train import distributed as D
 from gptforge.train.backend import DeepSpeedBackend, TorchBackend
@@ -114,10 +115,14 @@ class Trainer:
         self.device, self.main = env.device, env.is_main
         self.say = (log or (lambda m: None)) if self.main else (lambda m: None)
         # Measured before seeding: measuring uses the RNG.
-        self.peak = device_peak(self.device, cfg.train.precision) if self.main else Peak(None, "rank 0's figure")
+        precision = resolve_precision(cfg.train.precision, self.device, self.say)
+        cfg = RunConfig(model=cfg.model, train=dataclasses.replace(cfg.train, precision=precision), parallel=cfg.parallel)
+        self.peak = device_peak(self.device, precision) if self.main else Peak(None, "rank 0's figure")
         self.cfg = cfg = self._resolve_config(cfg)
         self.tc, self.mc, self.pc = tc, mc, pc = cfg.train, cfg.model, cfg.parallel
         self.ckpt_root = self.run_dir / "checkpoints"
+        if resume and self._nothing_to_resume():
+            resume = False
         if not resume and ((self.run_dir / "metrics.jsonl").exists() or any(self.ckpt_root.glob("step_*"))):
             raise FileExistsError(
                 f"{self.run_dir} already holds a run (metrics.jsonl / checkpoints): continue it with --resume, "
@@ -156,6 +161,25 @@ class Trainer:
 
     # -- set-up ------------------------------------------------------------------------------
 
+    def _nothing_to_resume(self) -> bool:
+        """--resume on a run killed before its first checkpoint, with no training progress logged:
+        start it fresh (said), rather than leave a folder neither --resume nor a new run accepts."""
+        try:
+            ckpt_lib.find_checkpoint(self.run_dir)
+            return False
+        except FileNotFoundError:
+            metrics = self.run_dir / "metrics.jsonl"
+            if metrics.exists() and metrics.read_text().strip():
+                raise
+        self.say(f"--resume: {self.run_dir} holds no complete checkpoint and no training progress: starting fresh")
+        for leftover in ("metrics.jsonl", "tb"):
+            p = self.run_dir / leftover
+            if self.main and p.is_file():
+                p.unlink()
+            elif self.main and p.is_dir():
+                shutil.rmtree(p)
+        return True
+
     def _resolve_config(self, cfg: RunConfig) -> RunConfig:
         mc = cfg.model
         vocab = int(self.source.vocab_size)
@@ -165,7 +189,19 @@ class Trainer:
         if mc.vocab_size < vocab:
             raise InputError(f"model.vocab_size={mc.vocab_size} is smaller than the data's vocabulary ({vocab}, "
                              f"{self.source.description}); leave model.vocab_size unset to take it from the data")
-        return RunConfig(model=mc, train=self._resolve_batch(cfg.train), parallel=cfg.parallel)
+        return RunConfig(model=mc, train=self._resolve_budget(mc, self._resolve_batch(cfg.train)), parallel=cfg.parallel)
+
+    def _resolve_budget(self, mc: ModelConfig, tc):
+        """train.max_minutes: set max_steps from a step time measured now (frozen in config.yaml, so
+        a resume keeps the schedule); the loop also stops, with a checkpoint, when the time is up."""
+        if tc.max_minutes <= 0 or tc.max_minutes_steps:
+            return tc
+        from gptforge.train.budget import measure_step_seconds, steps_for_minutes
+
+        step_s = measure_step_seconds(mc, tc)
+        steps = steps_for_minutes(tc.max_minutes, step_s, eval_share=0.1 if tc.eval_interval > 0 else 0.0)
+        self.say(f"train.max_minutes {tc.max_minutes:g}: {step_s:.3f} s/step measured -> train.max_steps {steps}")
+        return dataclasses.replace(tc, max_steps=steps, max_minutes_steps=steps)
 
     def _resolve_batch(self, tc):
         """train.global_batch_size, when set, decides gradient_accumulation_steps for this number of
@@ -233,7 +269,8 @@ class Trainer:
                 return pipeline_forward_backward(par, self.pp_loss, micro, divisor, self.device, tc.precision)
         else:
             def evaluate():
-                return self.source.evaluate(par.module, self.device, self.engine.autocast_precision)
+                return self.source.evaluate(par.module, self.device, self.engine.autocast_precision,
+                                            should_stop=lambda: self.stop_flag.signal is not None)
 
             def step_fn(micro, divisor):
                 return forward_backward(par.module, micro, divisor, self.device, self.engine.autocast_precision,
@@ -249,7 +286,9 @@ class Trainer:
         writer = MetricsWriter(self.run_dir, tensorboard=tc.tensorboard,
                                resume_step=self.state["step"] if resume else None) if self.main else NullWriter()
         self.metrics = MetricsLogger(writer, Progress(tc.max_steps, self.state["step"], enabled=progress and self.main),
-                                     tc.log_interval, tc.max_steps, extra_sinks=[self.wandb] if self.wandb else [])
+                                     tc.log_interval, tc.max_steps, extra_sinks=[self.wandb] if self.wandb else [],
+                                     mfu_label="mfu est." if self.device.type == "cpu" else "mfu",
+                                     has_peak=bool(self.peak.flops_per_second))
         # Every run checks the planner: its prediction goes beside the measured peak in every row.
         try:
             from gptforge.plan.planner import predict_peak_memory_bytes
@@ -289,6 +328,7 @@ class Trainer:
         self.stopped, self.last_loss = "max_steps", None
         try:
             with StopFlag() as stop:
+                self.stop_flag = stop
                 for step in range(start, tc.max_steps):
                     row, finite, interrupted = self.train_step(step, stop)
                     done = row["step"]
@@ -307,7 +347,9 @@ class Trainer:
                     self.metrics.log(row, force=bool(row.get("events")))
                     self.metrics.progress(row, self.evaluator.last)
                     reason = ("early_stopping" if self.early_stop.should_stop else "signal" if interrupted
-                              else "stop_at_step" if tc.stop_at_step and done >= tc.stop_at_step else None)
+                              else "stop_at_step" if tc.stop_at_step and done >= tc.stop_at_step
+                              else "max_minutes" if tc.max_minutes > 0
+                              and self.state["elapsed_seconds"] >= tc.max_minutes * 60 else None)
                     self.checkpointer.maybe_save(done, self.state_dict(), best=new_best, bad=bad,
                                                  force=done == tc.max_steps or reason is not None)
                     if reason is not None:
@@ -358,11 +400,10 @@ class Trainer:
 
     def _row(self, loss, lr, grad_norm, dt, stats, has_mem: bool, skipped: bool) -> dict[str, Any]:
         tps = self.tokens_per_step / dt
-        peak = self.peak.flops_per_second
         row: dict[str, Any] = {
             "step": self.state["step"], "loss": loss, "lr": lr, "grad_norm": grad_norm,
             "tokens_per_second": tps,
-            "mfu": tps * self.fpt / (peak * self.env.world_size) if peak else None,
+            "mfu": self._mfu(tps),
             "peak_memory_bytes": max(r[2] for r in stats) if has_mem else None,
             "predicted_memory_bytes": self.predicted_mem,
             "tokens_seen": self.state["tokens_seen"], "step_seconds": dt,
@@ -382,6 +423,15 @@ class Trainer:
             self.metrics.message(e.message())
         if events:
             row["events"] = events
+
+    def _mfu(self, tokens_per_second: float) -> float | None:
+        """Achieved / peak FLOP/s (PaLM, appendix B). Above 100% the measured peak cannot be right
+        (a CPU's peak moves with its load): None, shown as n/a, rather than a wrong figure."""
+        peak = self.peak.flops_per_second
+        if not peak:
+            return None
+        mfu = tokens_per_second * self.fpt / (peak * self.env.world_size)
+        return mfu if mfu <= 1.0 else None
 
     def state_dict(self) -> dict[str, Any]:
         """The trainer's own state saved in trainer_state.pt (the engine adds model, optimizer, RNG)."""
@@ -404,6 +454,9 @@ class Trainer:
         if reason == "early_stopping":
             self.metrics.message(f"early stopping at step {step}: no val improvement in {self.tc.patience} "
                                  "evaluations")
+        elif reason == "max_minutes":
+            self.metrics.message(f"train.max_minutes {self.tc.max_minutes:g} used up at step {step}: checkpoint "
+                                 "written; continue with --resume and a larger --train.max_minutes")
         elif reason == "signal":
             self.metrics.message(f"signal {stop.signal or 'on another rank'} received: checkpoint written at step "
                                  f"{step}; continue with --resume")

@@ -79,3 +79,20 @@ def test_nonpositive_shapes_are_refused():
         ModelConfig(preset="gpt2-nano", block_size=0).resolved()
     with pytest.raises(ValueError, match="model.dropout"):
         ModelConfig(dropout=1.5).resolved()
+
+
+def test_select_returns_logits_at_the_chosen_positions_only():
+    import torch
+
+    from gptforge.config import ModelConfig
+    from gptforge.model import GPT
+
+    torch.manual_seed(0)
+    m = GPT(ModelConfig(n_layer=1, n_head=2, d_model=16, block_size=8, vocab_size=20).resolved()).eval()
+    idx = torch.randint(0, 20, (3, 8))
+    rows, cols = torch.tensor([0, 2, 2]), torch.tensor([7, 0, 5])
+    with torch.no_grad():
+        full = m(idx)
+        sel = m(idx, select=(rows, cols))
+    assert sel.shape == (3, 20)
+    assert torch.allclose(sel, full[rows, cols], atol=1e-6)

@@ -68,7 +68,7 @@ def test_errors_name_the_field(capsys):
     assert rc == 2 and "gpt2-small" in err
     rc, _, err = run(capsys, "--model", "gpt2-small", "--train.precision", "bf16", "--gpu", "v100-16g")
     assert rc == 2 and "bfloat16" in err
-    rc, _, err = run(capsys, "--model", "gpt2-small", "--gpu", "h100")
+    rc, _, err = run(capsys, "--model", "gpt2-small", "--gpu", "h1")  # ambiguous: h100-sxm and h100-pcie
     assert rc == 2 and "h100" in err
     rc, _, err = run(capsys, "--model", "gpt2-small", "--tokens", "lots")
     assert rc == 2 and "--tokens" in err
@@ -88,3 +88,11 @@ def test_dispatcher_knows_plan(capsys):
 @pytest.mark.parametrize("text,value", [("2T", 2e12), ("300B", 3e11), ("1.5e12", 1.5e12), ("1_000", 1e3)])
 def test_parse_tokens(text, value):
     assert parse_tokens(text) == value
+
+
+def test_common_gpu_names_resolve(capsys):
+    for name, full in (("h100", "h100-sxm"), ("a100", "a100-80g"), ("4090", "rtx4090"), ("H100-PCIe", "h100-pcie"),
+                       ("l40", "l40s")):
+        rc, out, err = run(capsys, "--model", "gpt2-small", "--gpu", name)
+        assert rc == 0, err
+        assert f"x {full} (" in out

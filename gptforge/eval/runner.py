@@ -1,0 +1,382 @@
+"""Score tasks (see `gptforge.eval.tasks`) with a model: few-shot contexts, requests, metrics.
+
+`evaluate_tasks(model, tokenizer, tasks, device, precision, batch_size)` is the call for a
+training loop: {task name: {metric: value}}. `run_task` returns everything (`TaskResult`: values,
+stderrs, n, truncation count, confusion matrix, speed), which `gptforge evaluate` writes to
+results.json.
+
+Few-shot examples: `num_fewshot` demonstrations (each example solved: context, delimiter, gold
+answer) joined by "\\n\\n" before the context, after the task's description. They are drawn
+without replacement from the task's few-shot file when it has one (`fewshot_data`, MMLU's dev
+file), else from the task's other rows (never the example itself), by `random.Random` seeded with
+`"{seed}-{row index}"`: the same examples whatever --limit, batch size or device. MMLU's dev file
+gives its first k questions in order, as lm-evaluation-harness's `first_n` sampler.
+
+Metrics per type (lm-evaluation-harness 0.4's definitions where it has them):
+- multiple_choice: `acc` (argmax of the log-likelihoods is the gold choice) and `acc_norm`
+  (argmax of log-likelihood / len(choice) in characters); WinoGrande reports `acc` only (all of an
+  example's continuations are the same text).
+- classification: `acc`, per-class precision / recall / F1, macro and micro F1, confusion matrix
+  (`gptforge.eval.metrics.classification_report`), prediction = most likely verbalizer.
+- generation: greedy decoding until a stop string, the end-of-text token or max_new_tokens;
+  `exact_match` and `f1` after SQuAD normalisation, best over the reference answers.
+- perplexity (`{"text"}` rows): lm-eval's rolling log-likelihood (disjoint windows of block_size
+  tokens, the end-of-text token before the text) and its `word_perplexity`, `byte_perplexity` and
+  `bits_per_byte` (totals over the documents); stderr by the delta method for a ratio of sums
+  (Cochran 1977, Sampling Techniques, sec. 6.3: se(R) = sqrt(sum((x_i - R y_i)^2) / (n (n - 1))) / mean(y)).
+- cloze: `acc` (the last word is the greedy continuation, token by token, as lm-eval's LAMBADA) and
+  `perplexity` = exp(-mean log-likelihood of the word), stderr by the delta method
+  (perplexity * stderr of the mean log-likelihood).
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import re
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from gptforge.errors import InputError
+from gptforge.eval.metrics import (
+    centered_aggregate,
+    classification_report,
+    exact_match,
+    mean_metric,
+    mean_stderr,
+    metric,
+    token_f1,
+)
+from gptforge.eval.scoring import encode_pair, make_units, score_units
+from gptforge.eval.tasks import Task, load_task
+
+DEFAULT_SEED = 1234
+"""Few-shot seed (lm-evaluation-harness's default fewshot_random_seed)."""
+
+
+@dataclass
+class TaskResult:
+    """The outcome of one task: `metrics` maps a name to {"value", "stderr", "n"}."""
+
+    name: str
+    type: str
+    format: str
+    path: str
+    sha256: str
+    n: int
+    num_fewshot: int
+    seed: int
+    truncated: int
+    """Requests (or generation prompts) whose context was cut from the left to fit block_size."""
+    metrics: dict[str, dict]
+    seconds: float
+    confusion_matrix: dict | None = None
+    chance: float = 0.0
+    predictions: list = field(default_factory=list)
+    """Per example: {"line", and "pred" (choice index) or "output" (generated text)}."""
+    clean: dict | None = None
+    """{"n", "metrics"} over the examples a contamination check found clean (set by the caller)."""
+
+    @property
+    def examples_per_s(self) -> float:
+        return self.n / self.seconds if self.seconds > 0 else float("inf")
+
+    def as_dict(self) -> dict:
+        d = {k: getattr(self, k) for k in ("name", "type", "format", "path", "sha256", "n", "num_fewshot", "seed",
+                                            "truncated", "metrics", "chance", "seconds")}
+        d["examples_per_s"] = self.examples_per_s
+        if self.confusion_matrix is not None:
+            d["confusion_matrix"] = self.confusion_matrix
+        if self.clean is not None:
+            d["clean"] = self.clean
+        return d
+
+
+def fewshot_contexts(task: Task, index: int, num_fewshot: int, seed: int) -> list[str]:
+    """The contexts of `task.examples[index]` with its few-shot prefix (see the module doc).
+
+    Raises:
+        InputError: fewer candidate examples than num_fewshot.
+    """
+    ex = task.examples[index]
+    prefix = task.description
+    if num_fewshot > 0:
+        pool = task.fewshot_pool if task.fewshot_pool is not None else task.examples
+        candidates = len(pool) - (0 if task.fewshot_pool is not None else 1)
+        if candidates < num_fewshot:
+            raise InputError(f"{task.path}: --num-fewshot {num_fewshot} but the task has only {candidates} "
+                             "few-shot candidates; lower --num-fewshot or give it a fewshot_data file")
+        rng = random.Random(f"{seed}-{index}")
+        if task.fewshot_sampler == "first_n" and task.fewshot_pool is not None:
+            picks = list(range(num_fewshot))
+        elif task.fewshot_pool is not None:
+            picks = rng.sample(range(len(pool)), num_fewshot)
+        else:
+            picks = [i for i in rng.sample(range(len(pool)), num_fewshot + 1) if i != index][:num_fewshot]
+        prefix += "".join(pool[i].demo + task.fewshot_delimiter for i in picks)
+    return [prefix + c for c in ex.contexts]
+
+
+def _progress(enabled: bool, label: str, total: int):
+    if not enabled:
+        return None, None
+    from rich.progress import Progress
+
+    bar = Progress(transient=True)
+    bar.start()
+    return bar, bar.add_task(label, total=total)
+
+
+def _choice_metrics(task: Task, examples, lls: list[list[float]], greedy: list[list[bool]]) -> tuple[dict, dict | None,
+                                                                                                      list]:
+    gold = [e.label for e in examples]
+    pred = [int(np.argmax(x)) for x in lls]
+    preds = [{"line": e.line, "pred": p} for e, p in zip(examples, pred)]
+    if task.type == "classification":
+        rep = classification_report(gold, pred, task.labels)
+        return rep["metrics"], rep["confusion_matrix"], preds
+    if task.type == "cloze":
+        acc = [float(g[0]) for g in greedy]
+        word_ll = np.array([x[0] for x in lls])
+        mean_ll = float(word_ll.mean())
+        ppl = math.exp(-mean_ll)
+        return {"acc": mean_metric(acc), "perplexity": metric(ppl, ppl * mean_stderr(word_ll), len(word_ll))}, None, \
+            [{"line": e.line, "pred": int(g[0])} for e, g in zip(examples, greedy)]
+    out = {"acc": mean_metric([float(p == g) for p, g in zip(pred, gold)])}
+    if task.format != "winogrande":
+        norm = [int(np.argmax(np.array(x) / np.array(e.choice_lengths, dtype=np.float64)))
+                for x, e in zip(lls, examples)]
+        out["acc_norm"] = mean_metric([float(p == g) for p, g in zip(norm, gold)])
+    return out, None, preds
+
+
+def _generate(model, tokenizer, prompts: list[list[int]], max_new_tokens: int, stop: list[str], batch_size: int,
+              device: torch.device, precision: str, bar=None, bar_task=None) -> list[str]:
+    """Greedy continuations of token prompts, cut before the first stop string or end-of-text.
+    Prompts are batched by length (`gptforge.infer.generate.generate_batch`, left-padded); a row
+    stops at its stop string, the batch when every row has."""
+    from gptforge.infer.generate import generate_batch
+    from gptforge.runtime.device import autocast_context
+
+    outputs: list[str] = [""] * len(prompts)
+    order = sorted(range(len(prompts)), key=lambda i: -len(prompts[i]))
+    for b in range(0, len(order), batch_size):
+        rows = order[b:b + batch_size]
+        with autocast_context(device, precision):
+            gens = generate_batch(model, [prompts[i] for i in rows], max_new_tokens, temperature=0.0,
+                                  eos_id=tokenizer.eos_id, stop=stop, decode=tokenizer.decode)
+        for i, g in zip(rows, gens):
+            outputs[i] = g.text
+        if bar is not None:
+            bar.update(bar_task, advance=len(rows))
+    return outputs
+
+
+def _ratio_se(x: np.ndarray, y: np.ndarray) -> float:
+    n = len(x)
+    if n < 2:
+        return 0.0
+    r = x.sum() / y.sum()
+    return float(math.sqrt(((x - r * y) ** 2).sum() / (n * (n - 1))) / y.mean())
+
+
+def perplexity_metrics(nats: Sequence[float], n_bytes: Sequence[int], words: Sequence[int]) -> dict[str, dict]:
+    """word_perplexity, byte_perplexity, bits_per_byte of documents with total negative
+    log-likelihoods `nats`, UTF-8 byte and whitespace-word counts (see the module doc)."""
+    x, b, w = (np.asarray(v, dtype=np.float64) for v in (nats, n_bytes, words))
+    n = len(x)
+    per_byte, per_word = x.sum() / b.sum(), x.sum() / w.sum()
+    se_b, se_w = _ratio_se(x, b), _ratio_se(x, w)
+    return {"word_perplexity": metric(math.exp(per_word), math.exp(per_word) * se_w, n),
+            "byte_perplexity": metric(math.exp(per_byte), math.exp(per_byte) * se_b, n),
+            "bits_per_byte": metric(per_byte / math.log(2), se_b / math.log(2), n)}
+
+
+def run_task(model: torch.nn.Module, tokenizer, task: Task | str | Path, device: torch.device | str = "cpu",
+             precision: str = "fp32", batch_size: int = 32, num_fewshot: int = 0, limit: int | None = None,
+             seed: int = DEFAULT_SEED, padding_side: str = "right", progress: bool = False) -> TaskResult:
+    """Score one task (its first `limit` examples; a larger limit is the whole task).
+
+    tokenizer: a `gptforge.data.tokenizer.Tokenizer` (encode, decode, eos_id).
+
+    Raises:
+        InputError: bad task file (see `load_task`), too few few-shot candidates, a continuation
+            longer than the model's context, generation longer than the context.
+    """
+    if isinstance(task, (str, Path)):
+        task = load_task(task)
+    device = torch.device(device)
+    t0 = time.perf_counter()
+    n = len(task.examples) if limit is None else min(limit, len(task.examples))
+    examples = task.examples[:n]
+    contexts = [fewshot_contexts(task, i, num_fewshot, seed) for i in range(n)]
+    block = model.config.block_size
+    common = dict(name=task.name, type=task.type, format=task.format, path=str(task.path), sha256=task.sha256, n=n,
+                  num_fewshot=num_fewshot, seed=seed)
+    if task.type == "perplexity":
+        from gptforge.eval.perplexity import evaluate_tokens
+        from gptforge.runtime.device import AUTOCAST_DTYPES
+
+        preds = []
+        bar, bt = _progress(progress, task.name, n)
+        try:
+            for e in examples:
+                toks = np.array([tokenizer.eos_id] + tokenizer.encode(e.answers[0]), dtype=np.int64)
+                r = evaluate_tokens(model, toks, stride=block, batch_size=batch_size, device=device,
+                                    autocast_dtype=AUTOCAST_DTYPES.get(precision))
+                preds.append({"line": e.line, "nats": r.total_nats, "tokens": r.tokens,
+                              "bytes": len(e.answers[0].encode("utf-8")), "words": len(re.split(r"\s+", e.answers[0]))})
+                if bar is not None:
+                    bar.update(bt, advance=1)
+        finally:
+            if bar is not None:
+                bar.stop()
+        metrics = perplexity_metrics([p["nats"] for p in preds], [p["bytes"] for p in preds],
+                                     [p["words"] for p in preds])
+        return TaskResult(**common, truncated=0, metrics=metrics, seconds=time.perf_counter() - t0, predictions=preds)
+    if task.type == "generation":
+        if task.max_new_tokens >= block:
+            raise InputError(f"{task.path}: max_new_tokens {task.max_new_tokens} leaves no room for the prompt in "
+                             f"the model's context of {block} tokens")
+        keep = block - task.max_new_tokens
+        prompts = [tokenizer.encode(c[0]) or [tokenizer.eos_id] for c in contexts]
+        truncated = sum(len(p) > keep for p in prompts)
+        prompts = [p[-keep:] for p in prompts]
+        bar, bt = _progress(progress, task.name, n)
+        was_training = model.training
+        model.eval()
+        try:
+            outs = _generate(model, tokenizer, prompts, task.max_new_tokens, task.stop, batch_size, device, precision,
+                             bar, bt)
+        finally:
+            model.train(was_training)
+            if bar is not None:
+                bar.stop()
+        em = [exact_match(o, e.answers) for o, e in zip(outs, examples)]
+        f1 = [token_f1(o, e.answers) for o, e in zip(outs, examples)]
+        return TaskResult(**common, truncated=truncated,
+                          metrics={"exact_match": mean_metric(em), "f1": mean_metric(f1)},
+                          seconds=time.perf_counter() - t0,
+                          predictions=[{"line": e.line, "output": o} for e, o in zip(examples, outs)])
+    requests, owner = [], []
+    for k, (ex, ctxs) in enumerate(zip(examples, contexts)):
+        for j, cont in enumerate(ex.continuations):
+            requests.append((ctxs[j] if len(ctxs) > 1 else ctxs[0], cont))
+            owner.append(k)
+    cache: dict[str, list[int]] = {}
+
+    def encode(s: str) -> list[int]:
+        if s not in cache:
+            cache[s] = tokenizer.encode(s)
+        return cache[s]
+
+    pairs = [encode_pair(encode, c, x, tokenizer.eos_id) for c, x in requests]
+    for (_, cont), (_, text), k in zip(pairs, requests, owner):
+        if not cont or len(cont) > block:
+            why = "encodes to no tokens after the context" if not cont else \
+                f"is {len(cont)} tokens, longer than the model's context of {block}"
+            raise InputError(f"{task.path}, line {examples[k].line}: the continuation {text!r} {why}")
+    units, truncated = make_units(pairs, block)
+    bar, bt = _progress(progress, task.name, len(units))
+    try:
+        ll, greedy = score_units(model, units, len(requests), batch_size, device, precision, padding_side,
+                                 on_batch=(lambda k: bar.update(bt, advance=k)) if bar is not None else None)
+    finally:
+        if bar is not None:
+            bar.stop()
+    lls: list[list[float]] = [[] for _ in range(n)]
+    grs: list[list[bool]] = [[] for _ in range(n)]
+    for r, k in enumerate(owner):
+        lls[k].append(ll[r])
+        grs[k].append(greedy[r])
+    metrics, confusion, preds = _choice_metrics(task, examples, lls, grs)
+    for p, x in zip(preds, lls):
+        p["loglikelihoods"] = x
+    return TaskResult(**common, truncated=truncated, metrics=metrics, seconds=time.perf_counter() - t0,
+                      confusion_matrix=confusion, chance=task.chance, predictions=preds)
+
+
+def subset_metrics(task: Task, result: TaskResult, keep: list[int]) -> dict[str, dict]:
+    """`result`'s metrics recomputed over the examples `keep` (indices into the scored examples),
+    from its stored predictions (e.g. the examples a contamination check found clean); {} if none."""
+    if not keep:
+        return {}
+    examples = [task.examples[i] for i in keep]
+    preds = [result.predictions[i] for i in keep]
+    if task.type == "perplexity":
+        return perplexity_metrics([p["nats"] for p in preds], [p["bytes"] for p in preds], [p["words"] for p in preds])
+    if task.type == "generation":
+        return {"exact_match": mean_metric([exact_match(p["output"], e.answers) for p, e in zip(preds, examples)]),
+                "f1": mean_metric([token_f1(p["output"], e.answers) for p, e in zip(preds, examples)])}
+    lls = [p["loglikelihoods"] for p in preds]
+    greedy = [[bool(p["pred"])] for p in preds]  # read only for cloze, where pred is the greedy flag
+    return _choice_metrics(task, examples, lls, greedy)[0]
+
+
+def main_metric(result: TaskResult) -> str:
+    """The metric CORE and tables lead with: exact_match for generation, else acc."""
+    return "exact_match" if result.type == "generation" else "acc"
+
+
+def aggregate(results: list[TaskResult]) -> dict | None:
+    """{"core": metric record}: DCLM's centred accuracy averaged over the scored tasks (see
+    metrics); perplexity tasks have no accuracy and are left out. None without such tasks."""
+    scored = [r for r in results if r.type != "perplexity"]
+    if not scored:
+        return None
+    return {"core": centered_aggregate({r.name: (r.metrics[main_metric(r)], r.chance) for r in scored})}
+
+
+def evaluate_tasks(model: torch.nn.Module, tokenizer, tasks: list[Task | str | Path], device: torch.device | str = "cpu",
+                   precision: str = "fp32", batch_size: int = 32, num_fewshot: int = 0, limit: int | None = None,
+                   seed: int = DEFAULT_SEED) -> dict[str, dict[str, float]]:
+    """Score `tasks` and return {task name: {metric: value}} (plus "core" when several tasks).
+
+    The call for a trainer's periodic evaluation: pass loaded `Task`s to read the files once. The
+    model is left in the train/eval mode it came in. Log each value as `eval/<task>/<metric>`.
+    """
+    results = [run_task(model, tokenizer, t, device, precision, batch_size, num_fewshot, limit, seed) for t in tasks]
+    out = {r.name: {m: rec["value"] for m, rec in r.metrics.items()} for r in results}
+    agg = aggregate(results) if len(results) > 1 else None
+    if agg:
+        out["core"] = {"centered_acc": agg["core"]["value"]}
+    return out
+
+
+def higher_is_better(metric_name: str) -> bool:
+    """Direction of a metric named by `evaluate_tasks` / `log_items` ("acc", "eval/t/f1/pos", ...):
+    False for perplexities and bits per byte, True for accuracies, F1, exact match, CORE. For a
+    trainer's best-checkpoint choice by a task metric (`train.best_metric`)."""
+    last = metric_name.split("/")[-1]
+    if metric_name.split("/")[-2:-1] in (["precision"], ["recall"], ["f1"]):
+        return True
+    return not (last.endswith("perplexity") or last == "bits_per_byte")
+
+
+def log_items(scores: dict[str, dict[str, float]], prefix: str = "eval") -> dict[str, float]:
+    """`evaluate_tasks`'s output as flat metric names for metrics.jsonl / TensorBoard:
+    {"eval/<task>/<metric>": value} (per-class names keep their slash: eval/t/f1/pos)."""
+    return {f"{prefix}/{task}/{m}": v for task, ms in scores.items() for m, v in ms.items()}
+
+
+def format_table(results: list[TaskResult], agg: dict | None = None) -> str:
+    """A plain-text table: task, metric, value ± stderr, n, k-shot, truncated, examples/s."""
+    rows = [("task", "metric", "value", "stderr", "n", "shots", "truncated", "ex/s")]
+    for r in results:
+        for i, (name, rec) in enumerate(r.metrics.items()):
+            if "/" in name:  # per-class figures are in results.json
+                continue
+            rows.append((r.name if i == 0 else "", name, f"{rec['value']:.4f}",
+                         "" if rec["stderr"] is None else f"{rec['stderr']:.4f}", str(rec["n"]),
+                         str(r.num_fewshot) if i == 0 else "", str(r.truncated) if i == 0 else "",
+                         f"{r.examples_per_s:.1f}" if i == 0 else ""))
+    if agg:
+        c = agg["core"]
+        rows.append(("CORE", "centered_acc", f"{c['value']:.4f}", f"{c['stderr']:.4f}", str(c["n"]), "", "", ""))
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    return "\n".join("  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() for row in rows)

@@ -1,0 +1,458 @@
+"""Task files: read a benchmark file into `Example`s that the scorer turns into requests.
+
+A task is a file; its format is recognised from its rows (every row must be in the same format):
+
+| format        | rows                                                        | type            |
+|---------------|-------------------------------------------------------------|-----------------|
+| `mc`          | jsonl `{"context", "choices": [...], "label": index or text}` | multiple_choice |
+| `hellaswag`   | HellaSwag jsonl `{"ctx_a", "ctx_b", "endings", "label", "activity_label"}` | multiple_choice |
+| `arc`         | ARC jsonl `{"question": {"stem", "choices": [{"text", "label"}]}, "answerKey"}` | multiple_choice |
+| `mmlu`        | MMLU csv without header: question, A, B, C, D, answer letter | multiple_choice |
+| `piqa`        | `{"goal", "sol1", "sol2", "label"}`                         | multiple_choice |
+| `winogrande`  | `{"sentence" with one "_", "option1", "option2", "answer": "1"/"2"}` | multiple_choice |
+| `classification` | `{"text", "label"}`                                      | classification  |
+| `generation`  | `{"prompt", "answer": str or [str, ...]}`                   | generation      |
+| `cloze`       | `{"text"}`: predict the last word (LAMBADA)                 | cloze           |
+| `perplexity`  | `{"text"}` with `type: perplexity` in a YAML definition      | perplexity      |
+
+Prompts follow lm-evaluation-harness 0.4's task definitions, so scores are comparable:
+HellaSwag `activity_label: ctx_a ctx_b.capitalize()` with its bracket clean-up; ARC and PIQA
+`Question: ...\\nAnswer:`; MMLU the question, the lettered choices and `Answer:`, scored on the
+letters, after `The following are multiple choice questions (with answers) about SUBJECT.\\n\\n`
+(SUBJECT from the file name, `abstract_algebra_test.csv` -> abstract algebra); WinoGrande's
+partial scoring (one context per option, the text after `_` as the shared continuation);
+LAMBADA's last word with no delimiter. Every choice is scored as
+`target_delimiter + choice` (default " ") after the context.
+
+A YAML task definition (`.yaml` / `.yml`) names a data file and may set the rest:
+
+    name: sentiment                 # default: the file's stem
+    data: reviews.jsonl             # relative to the YAML file
+    type: classification            # default: recognised from the rows
+    prompt: "Review: {text}\\nSentiment:"   # str.format over the row's fields
+    labels: {pos: positive, neg: negative}  # classification: label -> verbalizer (order kept)
+    target_delimiter: " "
+    fewshot_data: train.jsonl       # few-shot examples from here instead of the other rows
+    description: "..."              # text before the few-shot examples
+    stop: ["\\n"]                    # generation stop strings
+    max_new_tokens: 32              # generation length limit
+
+Without `labels`, a classification task's classes are its distinct labels (sorted) and each
+verbalizer is the label itself. Errors name the file, the line and the field (`InputError`).
+"""
+
+from __future__ import annotations
+
+import csv
+import hashlib
+import io
+import json
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from gptforge.errors import InputError, MissingInputError
+
+TASK_TYPES = ("multiple_choice", "classification", "generation", "cloze", "perplexity")
+
+FORMAT_TYPE = {"mc": "multiple_choice", "hellaswag": "multiple_choice", "arc": "multiple_choice",
+               "mmlu": "multiple_choice", "piqa": "multiple_choice", "winogrande": "multiple_choice",
+               "classification": "classification", "generation": "generation", "cloze": "cloze",
+               "perplexity": "perplexity"}
+
+FORMAT_FIELDS = {"mc": ("context", "choices", "label"),
+                 "hellaswag": ("ctx_a", "ctx_b", "endings", "label", "activity_label"),
+                 "arc": ("question", "answerKey"), "piqa": ("goal", "sol1", "sol2", "label"),
+                 "winogrande": ("sentence", "option1", "option2", "answer"),
+                 "classification": ("text", "label"), "generation": ("prompt", "answer"), "cloze": ("text",),
+                 "perplexity": ("text",)}
+
+YAML_KEYS = ("name", "data", "type", "prompt", "labels", "target_delimiter", "fewshot_data", "description",
+             "stop", "max_new_tokens")
+
+
+@dataclass
+class Example:
+    """One evaluation example, as strings; the scorer encodes them.
+
+    contexts: one context shared by all continuations, or one per continuation (WinoGrande).
+    continuations: scored text after the context, the target delimiter included (choice-based
+        types and cloze; empty for generation).
+    choice_lengths: len(choice) in characters, the acc_norm divisor (lm-eval's convention).
+    label: index of the gold continuation (choice-based types), else None.
+    answers: reference answers (generation); the gold word (cloze).
+    demo: this example solved, as a few-shot demonstration (context + delimiter + gold).
+    line: 1-based line (row) of the task file, for messages and result listings.
+    """
+
+    contexts: list[str]
+    continuations: list[str]
+    choice_lengths: list[int]
+    label: int | None
+    answers: list[str]
+    demo: str
+    line: int
+
+
+@dataclass
+class Task:
+    """A loaded task: its examples, its few-shot pool and how to score it."""
+
+    name: str
+    type: str
+    format: str
+    path: Path
+    sha256: str
+    examples: list[Example]
+    fewshot_pool: list[Example] | None = None
+    """Few-shot examples from a separate file (`fewshot_data`, MMLU's dev file); None: the other rows."""
+    labels: list[str] = field(default_factory=list)
+    """Classification: the class names, in the order of each example's continuations."""
+    description: str = ""
+    fewshot_sampler: str = "random"
+    """"random" (seeded draw) or "first_n" (the pool's first k rows in order, MMLU's dev file as lm-eval)."""
+    fewshot_delimiter: str = "\n\n"
+    stop: list[str] = field(default_factory=lambda: ["\n\n"])
+    max_new_tokens: int = 32
+
+    @property
+    def chance(self) -> float:
+        """Accuracy of a uniform random guess (the CORE baseline): mean 1/n_choices; 0 for generation/cloze."""
+        if self.type in ("multiple_choice", "classification"):
+            return sum(1.0 / len(e.continuations) for e in self.examples) / max(1, len(self.examples))
+        return 0.0
+
+
+def file_sha256(path: Path) -> str:
+    """Hex SHA-256 of a file's bytes."""
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def _err(path: Path, line: int | None, msg: str) -> InputError:
+    where = f"{path}" + (f", line {line}" if line is not None else "")
+    return InputError(f"{where}: {msg}")
+
+
+def _decode_lines(path: Path) -> list[tuple[int, str]]:
+    """(line number, text) of each non-blank line; non-UTF-8 bytes are an error naming the line."""
+    out = []
+    for i, raw in enumerate(path.read_bytes().split(b"\n"), start=1):
+        try:
+            text = raw.decode("utf-8")
+        except UnicodeDecodeError as e:
+            raise _err(path, i, f"not UTF-8 text (byte {e.start} of the line); re-encode the file as UTF-8") from None
+        if text.strip():
+            out.append((i, text))
+    return out
+
+
+def read_rows(path: Path) -> list[tuple[int, object]]:
+    """(line, row) of a .jsonl (one JSON object per line) or .csv (lists of cells) file."""
+    lines = _decode_lines(path)
+    if path.suffix.lower() == ".csv":
+        text = "\n".join(t for _, t in lines)
+        nums = [n for n, _ in lines]
+        reader = csv.reader(io.StringIO(text))
+        rows = []
+        for cells in reader:
+            rows.append((nums[min(reader.line_num, len(nums)) - 1], cells))
+        return rows
+    rows = []
+    for n, t in lines:
+        try:
+            row = json.loads(t)
+        except json.JSONDecodeError as e:
+            raise _err(path, n, f"not valid JSON ({e.msg} at column {e.colno}); a task file has one JSON object "
+                                "per line") from None
+        if not isinstance(row, dict):
+            raise _err(path, n, f"expected a JSON object, got {type(row).__name__}")
+        rows.append((n, row))
+    return rows
+
+
+def detect_format(row: object) -> str | None:
+    """The format of one row (see the module table), or None when it matches none."""
+    if isinstance(row, list):
+        return "mmlu"
+    keys = set(row)
+    if "ctx_a" in keys or "endings" in keys:
+        return "hellaswag"
+    if isinstance(row.get("question"), dict) or "answerKey" in keys:
+        return "arc"
+    if "option1" in keys or "option2" in keys:
+        return "winogrande"
+    if "sol1" in keys or "goal" in keys:
+        return "piqa"
+    if "choices" in keys or "context" in keys:
+        return "mc"
+    if "prompt" in keys or "answer" in keys or "answers" in keys:
+        return "generation"
+    if "text" in keys and "label" in keys:
+        return "classification"
+    if "text" in keys:
+        return "cloze"
+    return None
+
+
+def _get(path: Path, line: int, row: dict, key: str, kind: type | tuple = str):
+    if key not in row:
+        raise _err(path, line, f"missing field {key!r}")
+    v = row[key]
+    if not isinstance(v, kind) or isinstance(v, bool) and kind is not bool:
+        want = kind.__name__ if isinstance(kind, type) else " or ".join(k.__name__ for k in kind)
+        raise _err(path, line, f"field {key!r} should be {want}, got {type(v).__name__}")
+    return v
+
+
+def _choices(path: Path, line: int, key: str, choices) -> list[str]:
+    if not isinstance(choices, list) or not choices:
+        raise _err(path, line, f"field {key!r} must be a non-empty list of strings")
+    for c in choices:
+        if not isinstance(c, str):
+            raise _err(path, line, f"field {key!r}: every choice must be a string, got {type(c).__name__}")
+    return choices
+
+
+def _label_index(path: Path, line: int, key: str, label, choices: list[str]) -> int:
+    """A gold label given as an index (int or digit string) or as the choice's text."""
+    if isinstance(label, bool):
+        raise _err(path, line, f"field {key!r} must be an index or a choice, got {label!r}")
+    if isinstance(label, str) and label.strip().lstrip("-").isdigit() and label not in choices:
+        label = int(label)
+    if isinstance(label, int):
+        if not 0 <= label < len(choices):
+            raise _err(path, line, f"field {key!r} = {label} is outside the {len(choices)} choices (0-{len(choices) - 1})")
+        return label
+    if isinstance(label, str) and label in choices:
+        return choices.index(label)
+    raise _err(path, line, f"field {key!r} = {label!r} is not one of the choices")
+
+
+def _hellaswag_clean(text: str) -> str:
+    """lm-eval's hellaswag `preprocess`: strip, ' [title]' -> '. ', drop [tags], '  ' -> ' '."""
+    text = text.strip().replace(" [title]", ". ")
+    text = re.sub(r"\[.*?\]", "", text)
+    return text.replace("  ", " ")
+
+
+def _mc(contexts: list[str], choices: list[str], label: int, delim: str, line: int,
+        shared_continuation: str | None = None) -> Example:
+    if shared_continuation is not None:  # WinoGrande: the options are in the contexts
+        conts = [delim + shared_continuation] * len(contexts)
+        return Example(contexts, conts, [len(shared_continuation)] * len(contexts), label, [],
+                       contexts[label] + conts[label], line)
+    conts = [delim + c for c in choices]
+    return Example(contexts, conts, [len(c) for c in choices], label, [], contexts[0] + conts[label], line)
+
+
+def _format_prompt(path: Path, line: int, template: str, row: dict) -> str:
+    try:
+        return template.format(**row)
+    except KeyError as e:
+        raise _err(path, line, f"the prompt template names field {e.args[0]!r}, which this row lacks") from None
+    except (IndexError, ValueError) as e:
+        raise _err(path, line, f"the prompt template {template!r} cannot be filled ({e})") from None
+
+
+def rows_to_examples(path: Path, rows: list[tuple[int, object]], fmt: str, opts: dict) -> list[Example]:
+    """Examples of `rows`, all in format `fmt`; `opts` are the YAML settings (see the module doc).
+
+    Raises:
+        InputError: a row in another format, a missing or mistyped field, a label outside the
+            choices, an empty choice list; the message names the file, line and field.
+    """
+    delim = opts.get("target_delimiter", " ")
+    prompt = opts.get("prompt")
+    labels: list[str] = opts.get("_labels", [])
+    verbal: list[str] = opts.get("_verbalizers", [])
+    out = []
+    for line, row in rows:
+        got = detect_format(row)
+        if fmt == "perplexity" and got == "cloze":
+            got = "perplexity"
+        if got != fmt:
+            if got is None:
+                raise _err(path, line, f"row matches no task format; expected the fields {list(FORMAT_FIELDS[fmt])} "
+                                       f"of the {fmt!r} format of the first row")
+            raise _err(path, line, f"mixed formats: this row is {got!r} but the first row is {fmt!r}; "
+                                   "one task file holds one format")
+        if fmt == "mmlu":
+            if len(row) != 6:
+                raise _err(path, line, f"an MMLU row has 6 columns (question, A, B, C, D, answer), got {len(row)}")
+            q, *choices, ans = row
+            if ans.strip() not in "ABCD" or not ans.strip():
+                raise _err(path, line, f"column 6 (answer) = {ans!r}; expected A, B, C or D")
+            ctx = (q.strip() + "\n" + "".join(f"{k}. {c}\n" for k, c in zip("ABCD", choices)) + "Answer:")
+            out.append(_mc([ctx], list("ABCD"), "ABCD".index(ans.strip()), delim, line))
+        elif fmt == "mc":
+            ctx = _get(path, line, row, "context")
+            choices = _choices(path, line, "choices", _get(path, line, row, "choices", list))
+            label = _label_index(path, line, "label", _get(path, line, row, "label", (int, str)), choices)
+            ctx = _format_prompt(path, line, prompt, row) if prompt else ctx
+            out.append(_mc([ctx], choices, label, delim, line))
+        elif fmt == "hellaswag":
+            for k in ("ctx_a", "ctx_b", "activity_label"):
+                _get(path, line, row, k)
+            endings = _choices(path, line, "endings", _get(path, line, row, "endings", list))
+            label = _label_index(path, line, "label", _get(path, line, row, "label", (int, str)), endings)
+            ctx = _hellaswag_clean(row["activity_label"] + ": " + row["ctx_a"] + " " + row["ctx_b"].capitalize())
+            out.append(_mc([ctx], [_hellaswag_clean(e) for e in endings], label, delim, line))
+        elif fmt == "arc":
+            q = _get(path, line, row, "question", dict)
+            stem = q.get("stem")
+            if not isinstance(stem, str):
+                raise _err(path, line, "missing field 'question.stem'")
+            items = q.get("choices")
+            if not isinstance(items, list) or not items:
+                raise _err(path, line, "field 'question.choices' must be a non-empty list of {text, label}")
+            for i, c in enumerate(items):
+                if not isinstance(c, dict) or not isinstance(c.get("text"), str) or "label" not in c:
+                    raise _err(path, line, f"field 'question.choices[{i}]' needs a string 'text' and a 'label'")
+            keys = [str(c["label"]) for c in items]
+            ans = str(_get(path, line, row, "answerKey", (str, int)))
+            if ans not in keys:
+                raise _err(path, line, f"field 'answerKey' = {ans!r} is not one of the choice labels {keys}")
+            ctx = f"Question: {stem}\nAnswer:"
+            out.append(_mc([ctx], [c["text"] for c in items], keys.index(ans), delim, line))
+        elif fmt == "piqa":
+            goal = _get(path, line, row, "goal")
+            choices = [_get(path, line, row, "sol1"), _get(path, line, row, "sol2")]
+            label = _label_index(path, line, "label", _get(path, line, row, "label", (int, str)), choices)
+            out.append(_mc([f"Question: {goal}\nAnswer:"], choices, label, delim, line))
+        elif fmt == "winogrande":
+            sentence = _get(path, line, row, "sentence")
+            options = [_get(path, line, row, "option1"), _get(path, line, row, "option2")]
+            ans = str(_get(path, line, row, "answer", (str, int)))
+            if ans not in ("1", "2"):
+                raise _err(path, line, f"field 'answer' = {ans!r}; expected \"1\" or \"2\"")
+            if sentence.count("_") != 1:
+                raise _err(path, line, "field 'sentence' must hold exactly one '_' (the blank)")
+            cut = sentence.index("_")
+            contexts = [sentence[:cut] + o for o in options]
+            out.append(_mc(contexts, options, int(ans) - 1, delim, line,
+                           shared_continuation=sentence[cut + 1:].strip()))
+        elif fmt == "classification":
+            text = _get(path, line, row, "text")
+            label = _get(path, line, row, "label", (str, int))
+            if str(label) not in labels:
+                raise _err(path, line, f"field 'label' = {label!r} is not one of the task's labels {labels}")
+            ctx = _format_prompt(path, line, prompt, row) if prompt else text
+            conts = [delim + v for v in verbal]
+            gold = labels.index(str(label))
+            out.append(Example([ctx], conts, [len(v) for v in verbal], gold, [], ctx + conts[gold], line))
+        elif fmt == "generation":
+            p = _get(path, line, row, "prompt")
+            key = "answer" if "answer" in row else "answers"
+            ans = _get(path, line, row, key, (str, list))
+            answers = [ans] if isinstance(ans, str) else _choices(path, line, key, ans)
+            ctx = _format_prompt(path, line, prompt, row) if prompt else p
+            out.append(Example([ctx], [], [], None, answers, ctx + delim + answers[0], line))
+        elif fmt == "perplexity":
+            text = _get(path, line, row, "text")
+            if not text:
+                raise _err(path, line, "field 'text' is empty")
+            out.append(Example([], [], [], None, [text], text, line))
+        elif fmt == "cloze":
+            text = _get(path, line, row, "text").rstrip()
+            if " " not in text:
+                raise _err(path, line, "field 'text' needs at least two words (the last one is predicted)")
+            ctx, word = text.rsplit(" ", 1)
+            # LAMBADA in lm-eval: the target carries its own space, the delimiter is empty.
+            out.append(Example([ctx], [" " + word], [len(word)], 0, [word], text, line))
+    return out
+
+
+def _labels_of(path: Path, rows, opts: dict) -> tuple[list[str], list[str]]:
+    spec = opts.get("labels")
+    if spec is None:
+        found = sorted({str(r["label"]) for _, r in rows if isinstance(r, dict) and "label" in r})
+        return found, found
+    if isinstance(spec, list):
+        return [str(x) for x in spec], [str(x) for x in spec]
+    if isinstance(spec, dict) and spec:
+        return [str(k) for k in spec], [str(v) for v in spec.values()]
+    raise _err(path, None, "'labels' must be a list of labels or a mapping label -> verbalizer")
+
+
+def _read_examples(path: Path, opts: dict, want_type: str | None) -> tuple[str, list[Example]]:
+    if not path.is_file():
+        raise MissingInputError(f"task file {path} does not exist")
+    rows = read_rows(path)
+    if not rows:
+        raise _err(path, None, "the task file has no rows")
+    fmt = detect_format(rows[0][1])
+    if fmt is None:
+        raise _err(path, rows[0][0], f"row matches no task format; fields found {sorted(rows[0][1])} "
+                                     "(see `gptforge evaluate --help` for the formats)")
+    if want_type in ("classification", "perplexity") and fmt == "cloze":
+        fmt = want_type
+    if want_type is not None and FORMAT_TYPE[fmt] != want_type:
+        raise _err(path, rows[0][0], f"type: {want_type} but the rows are in the {fmt!r} format "
+                                     f"({FORMAT_TYPE[fmt]})")
+    if fmt == "classification" and "_labels" not in opts:
+        opts["_labels"], opts["_verbalizers"] = _labels_of(path, rows, opts)
+    return fmt, rows_to_examples(path, rows, fmt, opts)
+
+
+def load_task(path: str | Path) -> Task:
+    """Load a task file (.jsonl, .json lines, .csv) or a YAML task definition.
+
+    Raises:
+        MissingInputError: the file (or the data file it names) does not exist.
+        InputError: a malformed file (see `rows_to_examples`), an unknown YAML key or type.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise MissingInputError(f"task file {path} does not exist")
+    opts: dict = {}
+    data = path
+    if path.suffix.lower() in (".yaml", ".yml"):
+        import yaml
+
+        try:
+            opts = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+        except (yaml.YAMLError, UnicodeDecodeError) as e:
+            raise _err(path, None, f"not a readable YAML task definition ({e})") from None
+        if not isinstance(opts, dict):
+            raise _err(path, None, "a task definition is a YAML mapping (name, data, type, ...)")
+        unknown = [k for k in opts if k not in YAML_KEYS]
+        if unknown:
+            import difflib
+
+            close = difflib.get_close_matches(unknown[0], YAML_KEYS, n=1)
+            hint = f" (did you mean {close[0]!r}?)" if close else ""
+            raise _err(path, None, f"unknown key {unknown[0]!r}{hint}; known keys: {', '.join(YAML_KEYS)}")
+        if "data" not in opts:
+            raise _err(path, None, "missing key 'data' (the task's rows, a path relative to this file)")
+        if opts.get("type") is not None and opts["type"] not in TASK_TYPES:
+            raise _err(path, None, f"type {opts['type']!r} is not one of {', '.join(TASK_TYPES)}")
+        data = (path.parent / str(opts["data"])).resolve()
+    fmt, examples = _read_examples(data, opts, opts.get("type"))
+    name = str(opts.get("name") or path.stem)
+    desc = opts.get("description", "")
+    pool = None
+    sampler = "random"
+    fewshot = opts.get("fewshot_data")
+    if fewshot is not None:
+        _, pool = _read_examples((path.parent / str(fewshot)).resolve(), opts, FORMAT_TYPE[fmt])
+    if fmt == "mmlu":
+        subject = re.sub(r"_(test|dev|val|validation|train)$", "", data.stem)
+        if not desc:
+            desc = f"The following are multiple choice questions (with answers) about {subject.replace('_', ' ')}.\n\n"
+        # MMLU's published layout: data/test/X_test.csv with its 5 dev questions in data/dev/X_dev.csv.
+        dev = data.parent.parent / "dev" / f"{subject}_dev.csv"
+        if pool is None and dev.is_file() and dev.resolve() != data.resolve():
+            _, pool = _read_examples(dev, opts, "multiple_choice")
+            sampler = "first_n"
+    task = Task(name=name, type=FORMAT_TYPE[fmt], format=fmt, path=path, sha256=file_sha256(data), examples=examples,
+                fewshot_pool=pool, labels=opts.get("_labels", []), description=str(desc), fewshot_sampler=sampler)
+    if "stop" in opts:
+        stop = opts["stop"]
+        task.stop = [stop] if isinstance(stop, str) else [str(s) for s in stop]
+    if "max_new_tokens" in opts:
+        task.max_new_tokens = int(opts["max_new_tokens"])
+    return task

@@ -1,0 +1,45 @@
+"""Time budgets: a measured step time, and the number of steps that fit in a number of minutes."""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import torch
+
+from gptforge.config import ModelConfig, TrainConfig
+
+
+def measure_step_seconds(model_cfg: ModelConfig, train_cfg: TrainConfig, repeats: int = 3) -> float:
+    """Seconds per optimizer step of this shape on this machine (median of `repeats` after a warm-up),
+    measured on random tokens with the same model, optimizer, batch and precision as the run."""
+    from gptforge.model.gpt import GPT
+    from gptforge.runtime.device import pick_device, resolve_precision
+    from gptforge.train.optim import build_optimizer
+    from gptforge.train.step import forward_backward
+
+    device = pick_device(train_cfg.device)
+    precision = resolve_precision(train_cfg.precision, device)
+    cfg = model_cfg.resolved()
+    model = GPT(cfg).to(device)
+    opt = build_optimizer(model, train_cfg, device.type)
+    g = torch.Generator().manual_seed(0)
+    shape = (train_cfg.micro_batch_size, cfg.block_size)
+    micro = [(torch.randint(0, cfg.vocab_size, shape, generator=g), torch.randint(0, cfg.vocab_size, shape, generator=g))
+             for _ in range(train_cfg.gradient_accumulation_steps)]
+    times = []
+    for i in range(repeats + 1):
+        t0 = time.perf_counter()
+        forward_backward(model, micro, micro[0][1].numel() * len(micro), device, precision)
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        if i:
+            times.append(time.perf_counter() - t0)
+    return float(np.median(times))
+
+
+def steps_for_minutes(minutes: float, step_seconds: float, eval_share: float = 0.1, minimum: int = 20) -> int:
+    """Optimizer steps that fit in `minutes` at `step_seconds` per step, leaving `eval_share` of
+    the time to evaluation and checkpoints; at least `minimum`."""
+    return max(minimum, int(minutes * 60 * (1 - eval_share) / step_seconds))

@@ -1,0 +1,46 @@
+"""`evaluate --text` refuses binary files and decodes UTF-16 (issue 15 item 5)."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import pytest
+
+from gptforge.cli import main
+from gptforge.config import ModelConfig, RunConfig, TrainConfig
+from gptforge.train.loop import train
+
+
+@pytest.fixture(scope="module")
+def run(tiny_shards, tmp_path_factory):
+    out = tmp_path_factory.mktemp("eval") / "run"
+    cfg = RunConfig(model=ModelConfig(preset="gpt2-nano", block_size=32),
+                    train=TrainConfig(max_steps=2, micro_batch_size=2, eval_interval=0, warmup_steps=1,
+                                      tensorboard=False))
+    train(cfg, tiny_shards, out, progress=False)
+    return out
+
+
+def test_binary_file_is_refused(run, capsys):
+    assert main(["evaluate", str(run), "--text", sys.executable]) == 1
+    assert "binary" in capsys.readouterr().err
+
+
+def test_utf16_file_scores_like_its_utf8_twin(run, tmp_path, capsys):
+    text = "def add(a, b):\n    return a + b\n\nprint(add(2, 3))\n" * 20
+    u8, u16 = tmp_path / "a8.txt", tmp_path / "a16.txt"
+    u8.write_text(text, encoding="utf-8")
+    u16.write_text(text, encoding="utf-16")  # with a BOM
+    results = []
+    for path in (u8, u16):
+        assert main(["evaluate", str(run), "--text", str(path), "--json"]) == 0
+        results.append(json.loads(capsys.readouterr().out))
+    assert results[0]["tokens"] == results[1]["tokens"] > 0
+    assert results[0]["loss"] == pytest.approx(results[1]["loss"])
+    raw = tmp_path / "le.txt"
+    raw.write_bytes(text.encode("utf-16-le"))  # no BOM: refused as binary, read with --encoding
+    assert main(["evaluate", str(run), "--text", str(raw)]) == 1
+    assert "--encoding" in capsys.readouterr().err
+    assert main(["evaluate", str(run), "--text", str(raw), "--encoding", "utf-16-le", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["tokens"] == results[0]["tokens"]
