@@ -361,14 +361,17 @@ def load_checkpoint(ckpt: Path, model: torch.nn.Module, optimizer: torch.optim.O
 def refuse_quantized(doc: dict, where: Path) -> None:
     """Raise InputError when config dict `doc` (read from `where`) is a quantized run's: its weights
     are stored int8/int4/nf4 (see `gptforge.model.quant`) and can be loaded for inference only
-    (`load_for_inference`), not trained, fine-tuned or converted."""
+    (`load_for_inference`), not trained, fine-tuned, converted or exported."""
     q = doc.get("quantization")
     if q:
         from gptforge.errors import InputError
 
+        method = (q.get("spec") or {}).get("method")
+        source = f" ({q['source']})" if q.get("source") else ""
         raise InputError(
-            f"{where}: this run is quantized ({q.get('method')}): its weights are for inference only "
-            "(evaluate, generate); train, fine-tune or convert the original run it was quantized from"
+            f"{where}: this run is quantized ({method}): its weights are for inference only (evaluate, generate, "
+            f"serve); train, fine-tune, convert or export the original run it was quantized from{source} "
+            "(`gptforge export --quantize` writes quantized GGUF/ONNX from it)"
         )
 
 

@@ -14,6 +14,8 @@ def test_quantize_command(gpt2_run, tiny_shards, tmp_path, capsys):
     capsys.readouterr()
     assert main(["quantize", str(out), "--method", "int8", "--out", str(tmp_path / "qq")]) == 1
     assert "gptforge quantize: error:" in capsys.readouterr().err
+    assert main(["export", str(out), "--format", "gguf", "--out", str(tmp_path / "g")]) == 1
+    assert "quantized (int4)" in capsys.readouterr().err
 
 
 def test_prune_command(gpt2_run, tiny_shards, tmp_path, capsys):
