@@ -29,6 +29,8 @@ COMMANDS = {
     "report": "Write an interactive HTML report of one run, or several runs overlaid (self-contained, no network).",
     "serve": "Serve a run or Hugging Face folder over the OpenAI HTTP API (continuous batching, streaming).",
     "export": "Export a run or Hugging Face folder as hf, onnx (KV cache), gguf (llama.cpp) or a Triton repository.",
+    "quantize": "Quantize a run's weights to int8, int4 or nf4 and report size, speed and perplexity change.",
+    "prune": "Prune a run's heads, MLP channels, embedding channels and layers by activation importance.",
     "export-checkpoint": "Consolidate a sharded training checkpoint into one safetensors (or torch) file.",
 }
 

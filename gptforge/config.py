@@ -72,6 +72,10 @@ class ModelConfig:
     attention: Optional[Literal["sdpa", "eager"]] = None
     """Attention kernel: sdpa (torch scaled_dot_product_attention) or eager (explicit softmax,
     materialises the (T, T) score matrix). Default sdpa."""
+    head_size: Optional[int] = None
+    """Width of one attention head. Default d_model / n_head; `gptforge prune` sets it when it
+    prunes heads and embedding channels separately (attention width n_head * head_size then
+    differs from d_model)."""
 
     def resolved(self) -> "ModelConfig":
         """Return a copy with every field filled: preset values, then explicit fields, then defaults.
@@ -120,17 +124,20 @@ class ModelConfig:
                 raise ValueError(f"model.{name} must be >= 1, got {getattr(out, name)}")
         if not 0.0 <= out.dropout < 1.0:
             raise ValueError(f"model.dropout must be in [0, 1), got {out.dropout}")
-        if out.d_model % out.n_head:
+        if out.head_size is not None and out.head_size < 1:
+            raise ValueError(f"model.head_size must be >= 1, got {out.head_size}")
+        if out.head_size is None and out.d_model % out.n_head:
             raise ValueError(f"model.d_model ({out.d_model}) must be divisible by model.n_head ({out.n_head})")
         if out.n_head % out.n_kv_head:
             raise ValueError(f"model.n_head ({out.n_head}) must be divisible by model.n_kv_head ({out.n_kv_head})")
-        if out.arch == "llama" and (out.d_model // out.n_head) % 2:
-            raise ValueError("llama (RoPE) needs an even head dimension d_model/n_head")
+        if out.arch == "llama" and out.head_dim % 2:
+            raise ValueError("llama (RoPE) needs an even head dimension (d_model/n_head or head_size)")
         return out
 
     @property
     def head_dim(self) -> int:
-        return self.d_model // self.n_head
+        """Width of one attention head: head_size, else d_model // n_head."""
+        return self.head_size or self.d_model // self.n_head
 
 
 # ---------------------------------------------------------------------------------------------

@@ -193,7 +193,7 @@ class Engine:
         self.decode = decode
         self.max_batch_size = max_batch_size
         self.max_model_len = max_model_len
-        p = model.wte.weight
+        p = model.norm_f.weight  # not wte: a quantized embedding stores int8
         self.device = p.device
         cfg = model.config
         self.caches = [SlotKVCache(max_batch_size, cfg.n_kv_head, max_model_len, cfg.head_dim, p.device, p.dtype)

@@ -144,7 +144,7 @@ def generate_batch(model: GPT, prompts: Sequence[Sequence[int]], max_new_tokens:
         raise ValueError("stop strings need `decode` (token ids -> text)")
     was_training = model.training
     model.eval()
-    device = model.wte.weight.device
+    device = model.norm_f.weight.device  # not wte: a quantized embedding stores int8
     gen = None
     if seed is not None:
         gen = torch.Generator(device=device)

@@ -276,7 +276,7 @@ class GPT(nn.Module):
         """Recompute the RoPE tables (after moving off the meta device)."""
         if self.config.arch == "llama":
             cos, sin = rope_tables(self.config.head_dim, self.config.block_size, self.config.rope_theta,
-                                   device=self.wte.weight.device, scaling=self.config.rope_scaling)
+                                   device=self.norm_f.weight.device, scaling=self.config.rope_scaling)
             self.rope_cos, self.rope_sin = cos, sin
 
     def num_params(self, non_embedding: bool = False) -> int:
@@ -355,7 +355,7 @@ class GPT(nn.Module):
     def make_caches(self, batch: int, max_len: int | None = None, dtype=None) -> list[KVCache]:
         """One empty KVCache per block, sized for `max_len` positions (default block_size)."""
         cfg = self.config
-        p = self.wte.weight
+        p = self.norm_f.weight  # not wte's: a quantized embedding stores int8
         return [
             KVCache(batch, cfg.n_kv_head, max_len or cfg.block_size, cfg.head_dim, p.device, dtype or p.dtype)
             for _ in range(cfg.n_layer)

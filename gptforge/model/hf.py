@@ -203,6 +203,10 @@ def config_to_hf(cfg: ModelConfig, dtype: torch.dtype = torch.float32, bos_token
                 out.update(_rope_to_hf(cfg))
             return out
     model_type = hf_model_type(cfg)
+    if model_type == "gpt2" and cfg.head_dim * cfg.n_head != cfg.d_model:
+        # Hugging Face's GPT-2 has no head_dim: its attention width is always n_embd.
+        raise _unsupported("model", "head_size", cfg.head_size,
+                           f"GPT-2 needs head width d_model/n_head = {cfg.d_model // cfg.n_head}")
     if model_type == "gpt2":
         out = {
             "architectures": ["GPT2LMHeadModel"], "model_type": "gpt2", "vocab_size": cfg.vocab_size,
@@ -405,7 +409,7 @@ def state_dict_to_hf(sd: dict[str, torch.Tensor], cfg: ModelConfig) -> dict[str,
         if cfg.bias and not cfg.qkv_bias:
             like = sd["wte.weight"]
             for i in range(cfg.n_layer):
-                for p, width in (("q_proj", cfg.d_model), ("k_proj", cfg.n_kv_head * cfg.head_dim),
+                for p, width in (("q_proj", cfg.n_head * cfg.head_dim), ("k_proj", cfg.n_kv_head * cfg.head_dim),
                                  ("v_proj", cfg.n_kv_head * cfg.head_dim)):
                     out[f"model.layers.{i}.self_attn.{p}.bias"] = torch.zeros(width, dtype=like.dtype)
     # Fresh contiguous storage for each tensor: safetensors refuses shared or strided tensors.

@@ -336,8 +336,15 @@ def load_checkpoint(ckpt: Path, model: torch.nn.Module, optimizer: torch.optim.O
     stage); with ZeRO-1 pass the rank's local optimizer (`ZeroRedundancyOptimizer.optim`).
 
     Returns: the trainer state dict (step, tokens_seen, ...).
+
+    Raises:
+        InputError: the checkpoint is a quantized run's (`gptforge quantize`): not trainable.
     """
     ckpt = Path(ckpt)
+    if (ckpt / "config.yaml").is_file():
+        import yaml
+
+        refuse_quantized(yaml.safe_load((ckpt / "config.yaml").read_text()) or {}, ckpt / "config.yaml")
     state = _dcp_state(model, optimizer)
     with quiet_single_process_dcp():
         dcp.load(state, checkpoint_id=str(ckpt))
@@ -349,6 +356,23 @@ def load_checkpoint(ckpt: Path, model: torch.nn.Module, optimizer: torch.optim.O
     trainer_state = load_trainer_state(ckpt)
     restore_rng(trainer_state)
     return trainer_state
+
+
+def refuse_quantized(doc: dict, where: Path) -> None:
+    """Raise InputError when config dict `doc` (read from `where`) is a quantized run's: its weights
+    are stored int8/int4/nf4 (see `gptforge.model.quant`) and can be loaded for inference only
+    (`load_for_inference`), not trained, fine-tuned, converted or exported."""
+    q = doc.get("quantization")
+    if q:
+        from gptforge.errors import InputError
+
+        method = (q.get("spec") or {}).get("method")
+        source = f" ({q['source']})" if q.get("source") else ""
+        raise InputError(
+            f"{where}: this run is quantized ({method}): its weights are for inference only (evaluate, generate, "
+            f"serve); train, fine-tune, convert or export the original run it was quantized from{source} "
+            "(`gptforge export --quantize` writes quantized GGUF/ONNX from it)"
+        )
 
 
 def restore_rng(trainer_state: dict[str, Any]) -> None:

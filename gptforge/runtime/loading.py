@@ -20,6 +20,7 @@ from gptforge.atomic import atomic_write_text, replace_dir
 from gptforge.runtime.checkpoint import (
     find_checkpoint,
     load_model_weights,
+    refuse_quantized,
     save_checkpoint,
 )
 
@@ -93,6 +94,7 @@ def load_model_checkpoint(path: Path, dtype: torch.dtype | None = None):
     raw = yaml.safe_load(cfg_path.read_text()) or {}
     if "model" not in raw:
         raise ValueError(f"{cfg_path}: no `model` section")
+    refuse_quantized(raw, cfg_path)
     model_cfg = from_dict(ModelConfig, {k: v for k, v in raw["model"].items() if v is not None}, "model.")
     cfg = model_cfg.resolved()
     meta = dcp.FileSystemReader(str(step)).read_metadata().state_dict_metadata
@@ -224,7 +226,9 @@ def load_for_inference(path: str | Path, device: str | torch.device = "cpu", whi
 
     Returns: (model in eval mode on `device`, checkpoint folder, saved config dict, tokenizer.json
     path or None). The tokenizer is looked for in the checkpoint folder, then the run directory,
-    then the data folder the run was trained on.
+    then the data folder the run was trained on. A quantized run (config.yaml has a
+    `quantization` section, written by `gptforge quantize`) gets its quantized layers
+    (`gptforge.model.quant.quantize_model(..., allocate_only=True)`) before its weights load.
 
     Raises:
         FileNotFoundError: no complete checkpoint at `path` (see `find_checkpoint`).
@@ -236,6 +240,8 @@ def load_for_inference(path: str | Path, device: str | torch.device = "cpu", whi
 
     ckpt = find_checkpoint(path, which)
     doc = yaml.safe_load((ckpt / "config.yaml").read_text())
+    if doc.get("quantization"):
+        return _load_quantized(ckpt, doc, device)
     model = GPT(ModelConfig(**doc["model"]).resolved())
     # A (Q)LoRA fine-tune's checkpoint: load base and adapters, then dequantize and merge
     # (inference needs no adapters).
@@ -249,6 +255,10 @@ def load_for_inference(path: str | Path, device: str | torch.device = "cpu", whi
     if n_lora:
         merge_for_export(model)
     model.to(device).eval()
+    return model, ckpt, doc, _find_tokenizer(ckpt, doc)
+
+
+def _find_tokenizer(ckpt: Path, doc: dict) -> Path | None:
     tok = None
     candidates = [ckpt / "tokenizer.json", ckpt.parent.parent / "tokenizer.json"]
     if doc.get("data", {}).get("path"):
@@ -257,4 +267,25 @@ def load_for_inference(path: str | Path, device: str | torch.device = "cpu", whi
         if c.exists():
             tok = c
             break
-    return model, ckpt, doc, tok
+    return tok
+
+
+def _load_quantized(ckpt: Path, doc: dict, device):
+    """load_for_inference for a quantized run: the GPT built on the meta device, its layers
+    replaced by empty quantized ones, allocated on the CPU once, filled from the checkpoint."""
+    from gptforge.config import ModelConfig
+    from gptforge.model.gpt import GPT
+    from gptforge.model.quant import QuantSpec, quantize_model
+
+    spec = QuantSpec(**doc["quantization"]["spec"])
+    cfg = ModelConfig(**doc["model"]).resolved()
+    with torch.device("meta"):
+        model = GPT(cfg)
+        quantize_model(model, spec, allocate_only=True)
+    model = model.to_empty(device="cpu")
+    if cfg.tie_embeddings and not spec.quantize_embeddings:
+        model.lm_head.weight = model.wte.weight
+    load_model_weights(ckpt, model)
+    model.reset_rope()
+    model.to(device).eval()
+    return model, ckpt, doc, _find_tokenizer(ckpt, doc)

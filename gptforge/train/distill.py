@@ -1,0 +1,139 @@
+"""Logit distillation: a student learns a frozen teacher's next-token distribution.
+
+Loss per target token (Hinton, Vinyals and Dean 2015, "Distilling the Knowledge in a Neural
+Network", section 2; forward KL as Minitron, Muralidharan et al. 2024, arXiv 2407.14679 / 2408.11796):
+
+    loss = T^2 * KL(p_teacher^T || p_student^T) + alpha * CE(student, target)
+
+where p^T = softmax(logits / T). The T^2 factor keeps the soft term's gradients at the same
+scale whatever the temperature (Hinton et al., end of section 2). Tokens whose target is -100
+count for nothing in either term, as in `gptforge.runtime.loss.token_loss_sum`.
+
+The teacher (`load_teacher`) is frozen, in eval mode, run under no_grad, optionally in another
+dtype, and must share the student's tokenizer (`check_same_tokenizer`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+from gptforge.errors import InputError
+from gptforge.runtime.loss import IGNORE_INDEX
+
+
+@dataclass
+class DistillTerms:
+    """Summed terms over the counted tokens (0-dim fp32 tensors) and their count."""
+
+    loss: torch.Tensor
+    """T^2 * kl + alpha * ce (what backward runs on)."""
+    kl: torch.Tensor
+    """Summed KL(teacher || student) at temperature T, in nats (without the T^2 factor)."""
+    ce: torch.Tensor
+    """Summed next-token cross-entropy of the student against the targets, in nats."""
+    tokens: int
+    """Number of targets != -100."""
+
+
+def distill_loss_sum(student_logits: torch.Tensor, teacher_logits: torch.Tensor, targets: torch.Tensor,
+                     alpha: float = 0.0, temperature: float = 1.0) -> DistillTerms:
+    """The distillation loss summed over the counted tokens (see the module docstring).
+
+    student_logits, teacher_logits: (B, T, V), any float dtype (computed in fp32);
+    targets: (B, T) int64, -100 = ignored. Divide `loss` by the step's token count, as the trainer
+    does with `token_loss_sum`.
+
+    Raises:
+        InputError: shapes differ (a teacher with another vocabulary), temperature <= 0 or alpha < 0.
+    """
+    if student_logits.shape != teacher_logits.shape:
+        raise InputError(f"student logits {tuple(student_logits.shape)} and teacher logits "
+                         f"{tuple(teacher_logits.shape)} differ: teacher and student need the same vocabulary")
+    if temperature <= 0:
+        raise InputError(f"--temperature must be > 0, got {temperature}")
+    if alpha < 0:
+        raise InputError(f"--alpha must be >= 0, got {alpha}")
+    V = student_logits.size(-1)
+    s = student_logits.float().reshape(-1, V)
+    t = teacher_logits.detach().float().reshape(-1, V)
+    y = targets.reshape(-1)
+    keep = y != IGNORE_INDEX
+    log_ps = F.log_softmax(s[keep] / temperature, dim=-1)
+    log_pt = F.log_softmax(t[keep] / temperature, dim=-1)
+    # KL(pt || ps) = sum pt (log pt - log ps), summed over tokens.
+    kl = F.kl_div(log_ps, log_pt, log_target=True, reduction="sum")
+    ce = F.cross_entropy(s, y, ignore_index=IGNORE_INDEX, reduction="sum")
+    return DistillTerms(loss=temperature**2 * kl + alpha * ce, kl=kl, ce=ce, tokens=int(keep.sum()))
+
+
+def distill_loss(student_logits: torch.Tensor, teacher_logits: torch.Tensor, targets: torch.Tensor,
+                 alpha: float = 0.0, temperature: float = 1.0) -> torch.Tensor:
+    """Mean per counted token of `distill_loss_sum(...).loss`: a 0-dim fp32 tensor.
+
+    student_logits, teacher_logits (B, T, V); targets (B, T) int64 (-100 ignored).
+    """
+    terms = distill_loss_sum(student_logits, teacher_logits, targets, alpha, temperature)
+    return terms.loss / max(terms.tokens, 1)
+
+
+def _tokenizer_sha(doc: dict, tok_path: Path | None) -> str | None:
+    sha = (doc.get("data") or {}).get("tokenizer_sha256")
+    if sha is None and tok_path is not None:
+        from gptforge.data.tokenizer import Tokenizer
+
+        sha = Tokenizer.from_file(tok_path).sha256
+    return sha
+
+
+def check_same_tokenizer(teacher_vocab: int, teacher_sha: str | None, student_vocab: int,
+                         student_sha: str | None, teacher_name: str = "--teacher") -> None:
+    """Raise InputError unless teacher and student share the vocabulary size and (when both
+    are known) the tokenizer (the SHA-256 of its tokenizer.json, as `gptforge prepare` records it)."""
+    if teacher_vocab != student_vocab:
+        raise InputError(f"{teacher_name}: the teacher's vocabulary has {teacher_vocab} tokens, the student's "
+                         f"{student_vocab}; distillation needs the same tokenizer for both")
+    if teacher_sha and student_sha and teacher_sha != student_sha:
+        raise InputError(f"{teacher_name}: the teacher was trained with another tokenizer (sha256 "
+                         f"{teacher_sha[:12]}) than the student's data (sha256 {student_sha[:12]}); prepare the "
+                         "data with the teacher's tokenizer.json")
+
+
+class Teacher:
+    """A frozen teacher model: eval mode, no gradients, optionally in another dtype.
+
+    `Teacher.load(run, device, dtype)` loads a run directory or checkpoint
+    (`gptforge.runtime.loading.load_for_inference`; a quantized run works too).
+    `teacher(x, **extra)`: inputs (B, T) int64 -> logits (B, T, V), computed under no_grad (and
+    under autocast when given); no state of its own to checkpoint (it never changes).
+    """
+
+    def __init__(self, model: torch.nn.Module, tokenizer_sha256: str | None = None, name: str = "teacher"):
+        self.model = model.eval()
+        for p in self.model.parameters():
+            p.requires_grad_(False)
+        self.tokenizer_sha256 = tokenizer_sha256
+        self.name = name
+        self.vocab_size = model.config.vocab_size
+
+    @classmethod
+    def load(cls, run: str | Path, device: str | torch.device = "cpu", dtype: torch.dtype | None = None) -> "Teacher":
+        """Raises: FileNotFoundError: no checkpoint at `run`."""
+        from gptforge.runtime.loading import load_for_inference
+
+        model, _ckpt, doc, tok = load_for_inference(run, device)
+        if dtype is not None:
+            model = model.to(dtype)
+        return cls(model, _tokenizer_sha(doc, tok), name=str(run))
+
+    def check_student(self, student_vocab: int, student_tokenizer_sha256: str | None) -> None:
+        """See `check_same_tokenizer` (errors name --teacher)."""
+        check_same_tokenizer(self.vocab_size, self.tokenizer_sha256, student_vocab, student_tokenizer_sha256,
+                             f"--teacher {self.name}")
+
+    @torch.no_grad()
+    def __call__(self, x: torch.Tensor, **extra) -> torch.Tensor:
+        return self.model(x, **extra)
