@@ -22,6 +22,7 @@ COMMANDS = {
     "pretrain": "Train a GPT from scratch on prepared shards.",
     "evaluate": "Benchmark tasks (acc, acc_norm, F1, exact match; lm-eval conventions), or loss/perplexity/bits per byte.",
     "generate": "Sample text from a run or checkpoint with a KV cache.",
+    "distill": "Train a student to match a frozen teacher's next-token distribution (logit distillation).",
     "finetune": "Fine-tune a Hugging Face or gptforge model (full or LoRA) on instruction .jsonl or shards.",
     "convert": "Convert Hugging Face model folders (GPT-2, Llama, Mistral, Qwen2) to gptforge checkpoints and back.",
     "launch": "Run a gptforge command under torchrun on N processes (and nodes), printing the command.",

@@ -193,6 +193,14 @@ class TrainConfig:
     """Number of fixed val batches per evaluation."""
     patience: int = 0
     """Early stopping: stop after this many evaluations without improvement; 0 disables."""
+    eval_tasks: Optional[list[str]] = None
+    """Task files (gptforge evaluate --tasks formats) scored every eval_interval steps, logged as
+    eval/<task>/<metric> to metrics.jsonl and TensorBoard."""
+    eval_tasks_limit: Optional[int] = None
+    """Score only the first N examples of each train.eval_tasks task (None: all)."""
+    best_metric: str = "val_loss"
+    """What picks the best checkpoint and drives early stopping: val_loss, or a task metric such
+    as eval/<task>/acc (higher is better for accuracies and F1, lower for perplexities)."""
     checkpoint_interval: int = 500
     """Write a checkpoint every N steps (and at the end); 0 writes only at the end."""
     keep_checkpoints: int = 2

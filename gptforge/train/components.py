@@ -3,7 +3,8 @@
 - `StopFlag`: SIGINT/SIGTERM ask for a checkpoint and a clean stop; a second signal exits at once.
 - `BadStepGuard`: counts consecutive non-finite steps and stops the run after `max_bad_steps`.
 - `Evaluator`: validation every `eval_interval` steps and at the last step.
-- `EarlyStopping`: the best validation loss and the evaluations since it (checkpointed).
+- `EarlyStopping`: the best value of train.best_metric and the evaluations since it (checkpointed).
+- `TaskEvaluator`: task scores (train.eval_tasks) every `eval_interval` steps.
 - `Checkpointer`: periodic, best, final, early-stop and signal checkpoints through the engine.
 - `MetricsLogger`: metrics.jsonl / TensorBoard rows and the progress line.
 """
@@ -98,33 +99,61 @@ class Evaluator:
 
 
 class EarlyStopping:
-    """Best validation loss so far; stop after `patience` evaluations without improvement (0: never)."""
+    """Best value of the metric that picks the best checkpoint (val_loss by default, or a task
+    metric); stop after `patience` evaluations without improvement (0: never)."""
 
-    def __init__(self, patience: int):
-        self.patience = patience
-        self.best_val_loss: float | None = None
+    def __init__(self, patience: int, metric: str = "val_loss", higher_is_better: bool = False):
+        self.patience, self.metric, self.higher_is_better = patience, metric, higher_is_better
+        self.best: float | None = None
         self.evals_since_best = 0
 
-    def update(self, val_loss: float | None) -> bool:
-        """Record an evaluation (None: none this step). Returns whether it is a new best."""
-        if val_loss is None:
+    def update(self, value: float | None) -> bool:
+        """Record an evaluation of the metric (None: none this step). Returns whether it is a new best."""
+        if value is None:
             return False
-        if self.best_val_loss is None or val_loss < self.best_val_loss:
-            self.best_val_loss, self.evals_since_best = val_loss, 0
+        better = self.best is None or (value > self.best if self.higher_is_better else value < self.best)
+        if better:
+            self.best, self.evals_since_best = value, 0
             return True
         self.evals_since_best += 1
         return False
+
+    @property
+    def best_val_loss(self) -> float | None:
+        """The best validation loss, when val_loss is the metric."""
+        return self.best if self.metric == "val_loss" else None
 
     @property
     def should_stop(self) -> bool:
         return self.patience > 0 and self.evals_since_best >= self.patience
 
     def state_dict(self) -> dict[str, Any]:
-        return {"best_val_loss": self.best_val_loss, "evals_since_best": self.evals_since_best}
+        # `best_val_loss` keeps the name checkpoints have always used for the val-loss case.
+        key = "best_val_loss" if self.metric == "val_loss" else "best_metric_value"
+        return {key: self.best, "best_metric": self.metric, "evals_since_best": self.evals_since_best}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.best_val_loss = state.get("best_val_loss")
+        if state.get("best_metric", "val_loss") != self.metric:
+            return  # another metric now picks the best checkpoint: start its record afresh
+        self.best = state.get("best_val_loss" if self.metric == "val_loss" else "best_metric_value")
         self.evals_since_best = state.get("evals_since_best", 0)
+
+
+class TaskEvaluator:
+    """Task scores (gptforge.eval) every `interval` steps and at `max_steps`, as
+    {"eval/<task>/<metric>": value} to merge into the metrics row.
+
+    `score()` runs `evaluate_tasks` on the model; it has no state to checkpoint.
+    """
+
+    def __init__(self, score: Callable[[], dict[str, float]], interval: int, max_steps: int, enabled: bool):
+        self.score, self.interval, self.max_steps = score, interval, max_steps
+        self.enabled = enabled and interval > 0
+
+    def maybe_evaluate(self, step: int) -> dict[str, float]:
+        if not self.enabled or not (step % self.interval == 0 or step == self.max_steps):
+            return {}
+        return self.score()
 
 
 class Checkpointer:

@@ -137,3 +137,77 @@ class Teacher:
     @torch.no_grad()
     def __call__(self, x: torch.Tensor, **extra) -> torch.Tensor:
         return self.model(x, **extra)
+
+
+class DistillLoss:
+    """The trainer's `loss_fn` for distillation: the teacher runs on the same inputs (no_grad,
+    under the run's autocast) and the step's loss is `distill_loss_sum(...).loss`, summed over
+    the counted targets like `token_loss_sum`, so the trainer divides it by the step's tokens."""
+
+    def __init__(self, teacher: Teacher, alpha: float, temperature: float, device: torch.device, precision: str):
+        if temperature <= 0:
+            raise InputError(f"--temperature must be > 0, got {temperature}")
+        if alpha < 0:
+            raise InputError(f"--alpha must be >= 0, got {alpha}")
+        self.teacher, self.alpha, self.temperature = teacher, alpha, temperature
+        self.device, self.precision = device, precision
+
+    def __call__(self, logits: torch.Tensor, targets: torch.Tensor, inputs: torch.Tensor, extra: dict) -> torch.Tensor:
+        from gptforge.runtime.device import autocast_context
+
+        with autocast_context(self.device, self.precision):
+            teacher_logits = self.teacher(inputs, **extra)
+        return distill_loss_sum(logits, teacher_logits, targets, self.alpha, self.temperature).loss
+
+
+def distill(cfg, teacher_run: str | Path, student: str, data: str | Path, run_dir: str | Path,
+            alpha: float = 0.0, temperature: float = 1.0, teacher_dtype: str | None = None, resume: bool = False,
+            progress: bool = True, log=None):
+    """Train `student` (a preset name, or a run whose weights to start from, e.g. a pruned teacher)
+    to match the frozen teacher `teacher_run` on the token shards `data`, with the normal trainer
+    (checkpoints, bit-exact resume, metrics, report). Returns the TrainResult.
+
+    config.yaml records a `distill` section (teacher, student, alpha, temperature, teacher dtype)
+    so that `--resume` needs none of them again.
+
+    Raises:
+        InputError: teacher, student and data do not share a tokenizer / vocabulary, or a bad
+            alpha / temperature. MissingInputError / FileNotFoundError: no teacher checkpoint.
+    """
+    import dataclasses
+
+    from gptforge.config import RunConfig
+    from gptforge.data.shards import load_meta
+    from gptforge.presets import PRESETS
+    from gptforge.runtime.device import pick_device, resolve_precision
+    from gptforge.train.loop import train
+
+    device = pick_device(cfg.train.device)
+    precision = resolve_precision(cfg.train.precision, device, log)  # once: the teacher and the trainer share it
+    cfg = RunConfig(model=cfg.model, train=dataclasses.replace(cfg.train, precision=precision), parallel=cfg.parallel)
+    dtypes = {None: None, "fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+    if teacher_dtype not in dtypes:
+        raise InputError(f"--teacher-dtype {teacher_dtype!r}: choose fp32, bf16 or fp16")
+    teacher = Teacher.load(teacher_run, device, dtypes[teacher_dtype])
+    meta = load_meta(data)
+    teacher.check_student(int(meta["vocab_size"]), meta.get("tokenizer_sha256"))
+    model_factory = None
+    if student in PRESETS:
+        mc = dataclasses.replace(cfg.model, preset=cfg.model.preset or student)
+    elif Path(student).exists():
+        from gptforge.runtime.loading import load_model_checkpoint
+
+        start, _ = load_model_checkpoint(Path(student), torch.float32)
+        mc = start.config
+        model_factory = (lambda _mc: start) if not resume else None
+    else:
+        raise InputError(f"--student {student!r}: neither a preset ({', '.join(sorted(PRESETS))}) nor a run directory")
+    if mc.vocab_size is not None and mc.vocab_size != teacher.vocab_size:
+        raise InputError(f"--student vocabulary {mc.vocab_size} differs from the teacher's {teacher.vocab_size}: "
+                         "they must share the tokenizer")
+    mc = dataclasses.replace(mc, vocab_size=teacher.vocab_size)
+    loss = DistillLoss(teacher, alpha, temperature, device, precision)
+    extra = {"distill": {"teacher": str(Path(teacher_run).resolve()), "student": student, "alpha": alpha,
+                         "temperature": temperature, "teacher_dtype": teacher_dtype}}
+    return train(RunConfig(model=mc, train=cfg.train, parallel=cfg.parallel), data, run_dir, resume=resume,
+                 progress=progress, log=log, model_factory=model_factory, config_extra=extra, loss_fn=loss)

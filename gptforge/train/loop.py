@@ -49,7 +49,8 @@ def train(cfg: RunConfig, data_dir: str | Path, run_dir: str | Path, resume: boo
           progress: bool = True, log: Callable[[str], None] | None = None, *,
           model_factory: Callable[[ModelConfig], torch.nn.Module] | None = None,
           data: BatchSource | None = None, config_extra: dict[str, Any] | None = None,
-          on_save: Callable[[int, Path], None] | None = None) -> TrainResult:
+          on_save: Callable[[int, Path], None] | None = None,
+          loss_fn: Callable[..., torch.Tensor] | None = None) -> TrainResult:
     """Train a GPT on the token shards in `data_dir` (or on `data`), writing the run to `run_dir`.
 
     Args:
@@ -63,11 +64,13 @@ def train(cfg: RunConfig, data_dir: str | Path, run_dir: str | Path, resume: boo
         data: a BatchSource (gptforge.train.sources) used instead of the shard folder.
         config_extra: extra top-level sections written into config.yaml (e.g. `finetune`).
         on_save: called on rank 0 as on_save(step, checkpoint_folder) after each checkpoint.
+        loss_fn: replaces the training loss (distillation: gptforge.train.distill.DistillLoss).
 
     Returns: a TrainResult with the final step and losses.
 
     Raises:
         FileNotFoundError: missing data, or --resume without a complete checkpoint.
+        FolderLockedError: another live process writes into run_dir (named in the message).
         InputError (a ValueError): inconsistent config or data.
         TrainingError (a RuntimeError): too many consecutive non-finite steps, or out of memory
             (the message gives the planner's fixes).
@@ -77,14 +80,21 @@ def train(cfg: RunConfig, data_dir: str | Path, run_dir: str | Path, resume: boo
     if tc.num_threads:
         torch.set_num_threads(tc.num_threads)
     cfg, env, ds_config = start_processes(cfg)
+    lock = None
     try:
+        if env.is_main:  # one writer per run directory: a second run or resume is refused, naming this one
+            from gptforge.runtime.checkpoint import remove_partial_files
+            from gptforge.runtime.lock import FolderLock
+
+            lock = FolderLock(Path(run_dir), command=" ".join(["gptforge", "train", str(run_dir)])).acquire()
+            remove_partial_files(Path(run_dir) / "checkpoints")
         log_main = log if env.is_main else None
         source = data if data is not None else ShardSource(data_dir, eval_steps=tc.eval_steps,
                                                            micro_batch_size=tc.micro_batch_size, log=log_main)
         try:
             trainer = Trainer(cfg, env, source, Path(run_dir), resume, progress, log, model_factory=model_factory,
                               config_extra=config_extra, on_save=on_save, ds_config=ds_config,
-                              requested_parallel=requested)
+                              requested_parallel=requested, loss_fn=loss_fn)
         except BaseException:
             source.close()
             raise
@@ -93,6 +103,8 @@ def train(cfg: RunConfig, data_dir: str | Path, run_dir: str | Path, resume: boo
     except torch.OutOfMemoryError as e:
         raise TrainingError(out_of_memory_advice(cfg, env.device)) from e
     finally:
+        if lock is not None:
+            lock.release()
         D.shutdown(env)
 
 

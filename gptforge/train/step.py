@@ -23,7 +23,8 @@ def forward_backward(model: torch.nn.Module, micro_batches: list[tuple[torch.Ten
                      loss_divisor: float, device: torch.device, precision: str = "fp32",
                      scaler: torch.amp.GradScaler | None = None,
                      grad_sync: Callable[[bool], Any] | None = None,
-                     backward: Callable[[torch.Tensor, bool], None] | None = None) -> torch.Tensor:
+                     backward: Callable[[torch.Tensor, bool], None] | None = None,
+                     loss_fn: Callable[..., torch.Tensor] | None = None) -> torch.Tensor:
     """Accumulate gradients of sum(token losses) / loss_divisor over the micro-batches.
 
     With loss_divisor = the step's total target-token count, the accumulated gradient equals that
@@ -35,6 +36,8 @@ def forward_backward(model: torch.nn.Module, micro_batches: list[tuple[torch.Ten
     Data parallel: pass loss_divisor = (global target count over all dp ranks) / dp, because DDP
     and FSDP2 average gradients over the dp ranks; `grad_sync(is_last)` gives the context of each
     backward (gradients are reduced across ranks on the last micro-batch only).
+    `loss_fn(logits, targets, inputs, extra)` replaces the summed token loss (e.g. distillation's
+    T^2 KL + alpha CE, gptforge.train.distill.DistillLoss): same units, summed over counted targets.
     `backward(loss, is_last)` replaces `loss.backward()` (a backend's, e.g. DeepSpeed's engine).
 
     Returns: this rank's summed token loss in nats (0-dim, detached), for logging.
@@ -48,7 +51,7 @@ def forward_backward(model: torch.nn.Module, micro_batches: list[tuple[torch.Ten
         with grad_sync(i == n - 1) if grad_sync is not None else contextlib.nullcontext():
             with autocast_context(device, precision):
                 logits = model(x, **extra)
-            ls = token_loss_sum(logits, y)
+            ls = token_loss_sum(logits, y) if loss_fn is None else loss_fn(logits, y, x, extra)
             scaled = ls / max(loss_divisor, 1e-12) if loss_divisor > 0 else ls
             if backward is not None:
                 backward(scaled, i == n - 1)

@@ -40,6 +40,7 @@ from gptforge.train.components import (
     MetricsLogger,
     NullWriter,
     StopFlag,
+    TaskEvaluator,
 )
 from gptforge.train.loggers import MetricsWriter, Progress
 from gptforge.train.mfu import Peak, device_peak
@@ -97,6 +98,8 @@ class Trainer:
         config_extra: extra top-level sections written into config.yaml (e.g. `finetune`).
         on_save: called on rank 0 as on_save(step, checkpoint_folder) after each checkpoint.
         ds_config: a DeepSpeed config dict (backend deepspeed), else None.
+        loss_fn: replaces the summed token loss of a training step (see train.step.forward_backward),
+            e.g. distillation; evaluation keeps the plain loss.
         requested_parallel: the parallel section as asked for (degrees of -1 unresolved), which
             config.yaml keeps so that a resume re-resolves it for its own world size; `layout`
             records what it resolved to. Default: cfg.parallel.
@@ -110,8 +113,10 @@ class Trainer:
                  progress: bool = True, log: Callable[[str], None] | None = None, *,
                  model_factory: Callable[[ModelConfig], torch.nn.Module] | None = None,
                  config_extra: dict[str, Any] | None = None, on_save: Callable[[int, Path], None] | None = None,
-                 ds_config: dict | None = None, requested_parallel: ParallelConfig | None = None):
+                 ds_config: dict | None = None, requested_parallel: ParallelConfig | None = None,
+                 loss_fn: Callable[..., torch.Tensor] | None = None):
         self.env, self.source, self.run_dir = env, source, Path(run_dir)
+        self.loss_fn = loss_fn
         self.device, self.main = env.device, env.is_main
         self.say = (log or (lambda m: None)) if self.main else (lambda m: None)
         # Measured before seeding: measuring uses the RNG.
@@ -142,7 +147,7 @@ class Trainer:
         self.tokens_per_step = self.batches.tokens_per_step
         self.fpt = flops_per_token(mc, self.n_params, self.batches.seq_len)
         self.state: dict[str, Any] = {"step": 0, "tokens_seen": 0, "elapsed_seconds": 0.0, "skipped_steps": 0}
-        self.early_stop = EarlyStopping(tc.patience)
+        self.early_stop = self._early_stopping()
         self.spikes = SpikeDetector(grad_clip=tc.grad_clip, warmup_steps=tc.warmup_steps) if tc.spike_alarms else None
         self.wandb = (WandbLogger(self.run_dir, tc.wandb_project, tc.wandb_entity, tc.wandb_run_name, tc.wandb_mode,
                                   config=yaml.safe_load(self.config_yaml))
@@ -160,6 +165,43 @@ class Trainer:
         self._announce(ds_config)
 
     # -- set-up ------------------------------------------------------------------------------
+
+    def _early_stopping(self) -> EarlyStopping:
+        metric = self.tc.best_metric
+        if metric != "val_loss" and not (metric.startswith("eval/") and self.tc.eval_tasks):
+            raise InputError(f"train.best_metric={metric!r}: use val_loss, or eval/<task>/<metric> of a task in "
+                             "train.eval_tasks")
+        from gptforge.eval.runner import higher_is_better
+
+        return EarlyStopping(self.tc.patience, metric, metric != "val_loss" and higher_is_better(metric))
+
+    def _task_evaluator(self) -> TaskEvaluator:
+        """train.eval_tasks, loaded once; scored on the whole model on every rank under FSDP (its
+        forward is collective), on rank 0 only otherwise."""
+        tc = self.tc
+        if not tc.eval_tasks:
+            return TaskEvaluator(dict, tc.eval_interval, tc.max_steps, enabled=False)
+        if self.par.schedule is not None:
+            raise InputError("train.eval_tasks: task evaluation does not run under pipeline parallelism (parallel.pp)")
+        from gptforge.data.tokenizer import Tokenizer
+        from gptforge.eval.runner import evaluate_tasks, log_items
+        from gptforge.eval.tasks import load_task
+
+        tasks = [load_task(p) for p in tc.eval_tasks]
+        tok_file = self.run_dir / "tokenizer.json"
+        if not tok_file.is_file():
+            raise InputError(f"train.eval_tasks needs the run's tokenizer, and {tok_file} does not exist")
+        tok = Tokenizer.from_file(tok_file)
+        runs_here = self.par.fsdp or self.main
+        model = self.par.core
+
+        def score() -> dict[str, float]:
+            if not runs_here:
+                return {}
+            return log_items(evaluate_tasks(model, tok, tasks, self.device, self.engine.autocast_precision,
+                                            limit=tc.eval_tasks_limit))
+
+        return TaskEvaluator(score, tc.eval_interval, tc.max_steps, enabled=True)
 
     def _nothing_to_resume(self) -> bool:
         """--resume on a run killed before its first checkpoint, with no training progress logged:
@@ -258,6 +300,8 @@ class Trainer:
     def _components(self, progress: bool, resume: bool, on_save) -> None:
         tc, par = self.tc, self.par
         if par.schedule is not None:
+            if self.loss_fn is not None:
+                raise InputError("a custom training loss (distillation) does not run under pipeline parallelism")
             if not isinstance(self.source, ShardSource):
                 raise InputError("pipeline parallelism (parallel.pp > 1) takes token shards only, not instruction data")
             rows = tc.micro_batch_size * tc.gradient_accumulation_steps
@@ -276,9 +320,11 @@ class Trainer:
 
             def step_fn(micro, divisor):
                 return forward_backward(par.module, micro, divisor, self.device, self.engine.autocast_precision,
-                                        grad_sync=self.engine.grad_sync, backward=self.engine.backward)
+                                        grad_sync=self.engine.grad_sync, backward=self.engine.backward,
+                                        loss_fn=self.loss_fn)
         self.step_fn = step_fn
         self.evaluator = Evaluator(evaluate, tc.eval_interval, tc.max_steps, enabled=self.source.has_val)
+        self.task_evaluator = self._task_evaluator()
         self.bad_steps = BadStepGuard(tc.max_bad_steps, self.engine.has_loss_scaler, self.ckpt_root)
         gbs = self.batches.global_batch_size
         self.checkpointer = Checkpointer(self.engine, self.ckpt_root, self.config_yaml, tc.checkpoint_interval,
@@ -344,7 +390,8 @@ class Trainer:
                     val = self.evaluator.maybe_evaluate(done)
                     if val is not None:
                         row["val_loss"] = val
-                    new_best = self.early_stop.update(val)
+                    row.update(self.task_evaluator.maybe_evaluate(done))
+                    new_best = self.early_stop.update(row.get(self.early_stop.metric))
                     self._add_events(row, first=done == start + 1)
                     self.metrics.log(row, force=bool(row.get("events")))
                     self.metrics.progress(row, self.evaluator.last)

@@ -78,3 +78,38 @@ def test_wandb_offline_keeps_its_run_id_across_a_resume(tiny_shards, tmp_path, m
     assert ck.load_trainer_state(ck.find_checkpoint(run))["wandb"]["run_id"] == first
     assert len(list((run / "wandb").glob(f"offline-run-*-{first}"))) >= 1
     assert torch.isfinite(torch.tensor([r["loss"] for r in read_metrics(run)])).all()
+
+
+def _mc_task(path):
+    import json
+
+    rows = [{"context": f"def f{i}(x):\n    return", "choices": [" x", " None is not", " 12345 67"], "label": 0}
+            for i in range(6)]
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path
+
+
+def test_task_scores_during_training_and_the_best_checkpoint_by_a_task_metric(tiny_shards, tmp_path):
+    task = _mc_task(tmp_path / "mc.jsonl")
+    run = tmp_path / "run"
+    train(_cfg(eval_tasks=[str(task)], best_metric="eval/mc/acc"), tiny_shards, run, progress=False)
+    rows = [r for r in read_metrics(run) if "eval/mc/acc" in r]
+    assert [r["step"] for r in rows] == [4, 8]
+    assert all(0.0 <= r["eval/mc/acc"] <= 1.0 and "eval/mc/acc_norm" in r for r in rows)
+    best = ck.load_trainer_state(ck.find_checkpoint(run, "best"))
+    assert best["best_metric"] == "eval/mc/acc"
+    assert best["best_metric_value"] == max(r["eval/mc/acc"] for r in rows[: best["step"] // 4])
+    with pytest.raises(ValueError, match="train.best_metric"):
+        train(_cfg(best_metric="eval/nope/acc"), tiny_shards, tmp_path / "bad", progress=False)
+
+
+def test_a_second_writer_on_one_run_directory_is_refused(tiny_shards, tmp_path):
+    from gptforge.runtime.lock import FolderLock, FolderLockedError
+
+    run = tmp_path / "run"
+    with FolderLock(run, command="gptforge pretrain (another one)"):
+        with pytest.raises(FolderLockedError, match="another one"):
+            train(_cfg(), tiny_shards, run, progress=False)
+    assert not (run / "metrics.jsonl").exists()
+    train(_cfg(max_steps=2), tiny_shards, run, progress=False)  # free again once the holder is gone
+    assert [r["step"] for r in read_metrics(run)][-1] == 2
