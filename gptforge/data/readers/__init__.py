@@ -1,0 +1,54 @@
+"""Stream documents `{"id", "text", "meta"}` out of files, folders and globs.
+
+Formats (chosen by file name; compression suffix first):
+
+- `.txt`, `.md` (and any explicitly named file of another extension): one document per file.
+- `.jsonl`, `.json`: one document per JSON line, text in `text_field`; a `.json` file holding a
+  JSON array (or one object) is read whole.
+- `.parquet`: one document per row, text in the `text_field` column, read row group by row group.
+- Any of the above compressed as `.gz` or `.zst` (`.parquet.gz` is decompressed to a temporary
+  file first, since Parquet needs random access).
+
+Document ids are stable: the input path (as given, normalized with `os.path.normpath`) plus
+`:LINE` (1-based, JSON lines), `#ROW` (0-based, Parquet rows and JSON array items), or nothing
+(one document per file). They do not depend on reading order, so a split decided by hashing them
+is reproducible.
+
+Bad input never stops a run of many files: a binary file, a truncated archive, a malformed JSON
+line, a missing text field or an unreadable Parquet file is skipped with a warning naming the file
+(and line) and counted in `ReadStats`. A path that does not exist is an error (`FileNotFoundError`)
+before anything is read: it is almost always a typo.
+
+One module per format (text, jsonl, parquet, csv, arrow, tar, hf) beside the shared pieces
+(base: documents, counters, errors; files: inputs and decompression; encoding: byte-order marks);
+`dispatch` picks the reader for a file. This package's namespace re-exports the public names.
+"""
+
+from gptforge.data.readers.base import (
+    ARROW_EXTS,
+    AUTO_TEXT_FIELDS,
+    BINARY_INVALID_FRACTION,
+    COMPRESSION_EXTS,
+    CSV_EXTS,
+    HF_PREFIX,
+    JSON_EXTS,
+    MAX_KEPT_WARNINGS,
+    PARQUET_EXTS,
+    SNIFF_BYTES,
+    SUPPORTED_EXTS,
+    TAR_EXTS,
+    TEXT_EXTS,
+    BadFileError,
+    BadInputError,
+    Document,
+    ReadStats,
+    decode_utf8,
+    resolve_text_field,
+    sniff_binary,
+)
+from gptforge.data.readers.dispatch import read_documents, read_file
+from gptforge.data.readers.encoding import BOMS, bom_encoding, read_text_file, text_encoding_of
+from gptforge.data.readers.files import expand_inputs, open_binary, source_size, split_suffixes
+from gptforge.data.readers.jsonl import ext_is_json
+
+__all__ = ["ARROW_EXTS", "AUTO_TEXT_FIELDS", "BINARY_INVALID_FRACTION", "BOMS", "BadFileError", "BadInputError", "COMPRESSION_EXTS", "CSV_EXTS", "Document", "HF_PREFIX", "JSON_EXTS", "MAX_KEPT_WARNINGS", "PARQUET_EXTS", "ReadStats", "SNIFF_BYTES", "SUPPORTED_EXTS", "TAR_EXTS", "TEXT_EXTS", "bom_encoding", "decode_utf8", "expand_inputs", "ext_is_json", "open_binary", "read_documents", "read_file", "read_text_file", "resolve_text_field", "sniff_binary", "source_size", "split_suffixes", "text_encoding_of"]

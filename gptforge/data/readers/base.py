@@ -1,0 +1,216 @@
+"""Documents, read counters, skip/refuse exceptions, and binary sniffing shared by every reader."""
+
+from __future__ import annotations
+
+import codecs
+import logging
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, BinaryIO
+
+from gptforge.errors import InputError
+
+log = logging.getLogger("gptforge.data")
+
+
+HF_PREFIX = "hf:"
+#: with text_field "auto": the fields real corpora keep their text in, tried in this order
+#: (`text` most datasets, `story` TinyStories, `content` The Stack, `raw_content` RedPajama).
+AUTO_TEXT_FIELDS = ("text", "story", "content", "raw_content")
+
+
+def resolve_text_field(text_field: str, available) -> str | None:
+    """The field to read: `text_field` itself, or with "auto" the first of `AUTO_TEXT_FIELDS` in
+    `available` (None when none is)."""
+    if text_field != "auto":
+        return text_field if text_field in available else None
+    for name in AUTO_TEXT_FIELDS:
+        if name in available:
+            return name
+    return None
+
+
+def _field_label(text_field: str) -> str:
+    return f"any of {', '.join(AUTO_TEXT_FIELDS)}" if text_field == "auto" else repr(text_field)
+#: extensions a folder walk picks up (after removing a compression suffix).
+TEXT_EXTS = {".txt", ".md"}
+JSON_EXTS = {".jsonl", ".json"}
+PARQUET_EXTS = {".parquet"}
+ARROW_EXTS = {".arrow"}
+CSV_EXTS = {".csv"}
+TAR_EXTS = {".tar"}
+COMPRESSION_EXTS = {".gz", ".zst", ".bz2", ".xz"}
+SUPPORTED_EXTS = TEXT_EXTS | JSON_EXTS | PARQUET_EXTS | ARROW_EXTS | CSV_EXTS | TAR_EXTS
+
+#: bytes examined to decide that a file is binary.
+SNIFF_BYTES = 64 * 1024
+#: a file whose first SNIFF_BYTES decode with more than this fraction of invalid bytes is binary.
+BINARY_INVALID_FRACTION = 0.10
+#: warnings kept verbatim in the stats (the rest are only counted).
+MAX_KEPT_WARNINGS = 50
+
+Document = dict[str, Any]
+
+
+@dataclass
+class ReadStats:
+    """Counters filled while reading; every skipped thing is counted under one reason."""
+
+    files_read: int = 0
+    documents: int = 0
+    input_bytes: int = 0  # bytes of the files as stored (compressed size for .gz/.zst)
+    undecodable_sequences: int = 0  # invalid UTF-8 sequences replaced by U+FFFD
+    documents_with_undecodable: int = 0
+    files_skipped: dict[str, int] = field(default_factory=dict)  # reason -> files
+    records_skipped: dict[str, int] = field(default_factory=dict)  # reason -> lines/rows
+    files_truncated: int = 0  # damaged archives whose readable part was kept
+    warnings: list[str] = field(default_factory=list)
+    quiet: bool = False  # count without logging (a second pass over input already reported)
+    strict: bool = False  # raise BadInputError instead of skipping
+    encoding: str | None = None  # text files' encoding when they have no BOM (None: UTF-8)
+
+    def skip_file(self, reason: str, message: str) -> None:
+        if self.strict:
+            raise BadInputError(f"{message} (--strict: stopping; leave out --strict to skip and count such input)")
+        self.files_skipped[reason] = self.files_skipped.get(reason, 0) + 1
+        self.warn(message)
+
+    def skip_record(self, reason: str, message: str) -> None:
+        if self.strict:
+            raise BadInputError(f"{message} (--strict: stopping; leave out --strict to skip and count such input)")
+        self.records_skipped[reason] = self.records_skipped.get(reason, 0) + 1
+        self.warn(message)
+
+    def warn(self, message: str) -> None:
+        if not self.quiet:
+            log.warning(message)
+        if len(self.warnings) < MAX_KEPT_WARNINGS:
+            self.warnings.append(message)
+
+    def merge(self, other: ReadStats) -> None:
+        """Add `other`'s counts into this one (for stats gathered in worker processes)."""
+        for name in ("files_read", "documents", "input_bytes", "undecodable_sequences",
+                     "documents_with_undecodable", "files_truncated"):
+            setattr(self, name, getattr(self, name) + getattr(other, name))
+        for name in ("files_skipped", "records_skipped"):
+            mine = getattr(self, name)
+            for k, v in getattr(other, name).items():
+                mine[k] = mine.get(k, 0) + v
+        self.warnings.extend(other.warnings[: max(0, MAX_KEPT_WARNINGS - len(self.warnings))])
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "files_read": self.files_read,
+            "documents": self.documents,
+            "input_bytes": self.input_bytes,
+            "undecodable_sequences": self.undecodable_sequences,
+            "documents_with_undecodable": self.documents_with_undecodable,
+            "files_skipped": dict(self.files_skipped),
+            "records_skipped": dict(self.records_skipped),
+            "files_truncated": self.files_truncated,
+        }
+
+
+class BadInputError(InputError):
+    """Bad input under `strict` reading: the message names the file (and line)."""
+
+
+class BadFileError(Exception):
+    """A file that cannot be read as a whole (binary, unreadable archive, malformed Parquet)."""
+
+    def __init__(self, reason: str, message: str):
+        super().__init__(message)
+        self.reason = reason
+
+
+# --------------------------------------------------------------------------------------------
+# Decoding with a count of replaced bytes
+# --------------------------------------------------------------------------------------------
+
+
+class _ReplaceCounter:
+    """A codecs error handler that replaces invalid UTF-8 with U+FFFD and counts occurrences.
+
+    A registered handler is process-global, so the count is read as a difference around each
+    decode call (the readers are single-threaded generators).
+    """
+
+    name = "gptforge-replace-count"
+
+    def __init__(self) -> None:
+        self.count = 0
+        codecs.register_error(self.name, self)
+
+    def __call__(self, exc: UnicodeError) -> tuple[str, int]:
+        if not isinstance(exc, UnicodeDecodeError):
+            raise exc
+        self.count += 1
+        return "\ufffd", exc.end
+
+
+_REPLACE = _ReplaceCounter()
+
+
+def decode_utf8(data: bytes) -> tuple[str, int]:
+    """Decode UTF-8, replacing each invalid sequence with U+FFFD.
+
+    Returns (text, number of invalid sequences replaced).
+    """
+    before = _REPLACE.count
+    text = data.decode("utf-8", errors=_REPLACE.name)
+    return text, _REPLACE.count - before
+
+
+def sniff_binary(head: bytes) -> str | None:
+    """Why `head` (a file's first bytes) looks binary, or None when it looks like text.
+
+    Binary: a NUL byte anywhere (no text format we read contains one), or more than
+    `BINARY_INVALID_FRACTION` of the bytes inside invalid UTF-8 sequences.
+    """
+    if b"\x00" in head:
+        return "contains NUL bytes"
+    if not head:
+        return None
+    decoder = codecs.getincrementaldecoder("utf-8")(errors=_REPLACE.name)
+    before = _REPLACE.count
+    decoder.decode(head, final=False)  # a multi-byte character cut at the end is not an error
+    invalid = _REPLACE.count - before
+    if invalid / len(head) > BINARY_INVALID_FRACTION:
+        return f"{invalid} invalid UTF-8 sequences in its first {len(head)} bytes"
+    return None
+
+
+def _sniff_stream(fh: BinaryIO, path: Path) -> bytes:
+    head = fh.read(SNIFF_BYTES)
+    why = sniff_binary(head)
+    if why:
+        raise BadFileError("binary", f"{path}: binary file ({why}; if it is text in another encoding "
+                                     f"without a byte-order mark, say which with --encoding, e.g. utf-16-le)")
+    return head
+
+
+#: byte-order marks that name an encoding, longest first (UTF-32 LE's starts like UTF-16 LE's).
+def _text_of(record: Any, text_field: str, where: str, stats: ReadStats) -> str | None:
+    if not isinstance(record, dict):
+        stats.skip_record("not_an_object", f"{where}: skipping a JSON {type(record).__name__}, "
+                          f"expected an object with a {text_field!r} field")
+        return None
+    name = resolve_text_field(text_field, record)
+    if name is None:
+        keys = ", ".join(list(record)[:8])
+        stats.skip_record("missing_field", f"{where}: skipping a record without the text field "
+                          f"{_field_label(text_field)} (its fields: {keys}); choose the field with --text-field")
+        return None
+    text = record[name]
+    if not isinstance(text, str):
+        stats.skip_record("field_not_string", f"{where}: skipping a record whose {text_field!r} is "
+                          f"a {type(text).__name__}, not a string")
+        return None
+    return text
+
+
+def _meta_of(record: dict, text_field: str, source: str) -> dict[str, Any]:
+    name = resolve_text_field(text_field, record)
+    meta = {k: v for k, v in record.items() if k != name and isinstance(v, (str, int, float, bool))}
+    meta["source"] = source
+    return meta
