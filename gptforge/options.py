@@ -24,6 +24,7 @@ import dataclasses
 import inspect
 import sys
 import textwrap
+import types
 import typing
 from typing import Any
 
@@ -84,10 +85,10 @@ def add_options(parser, options: type, positional: tuple[str, ...] = ()) -> None
         required = f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
         default = None if required else (f.default if f.default is not dataclasses.MISSING else f.default_factory())
         kind = hints[f.name]
-        if f.name in positional:
-            nargs = "+" if typing.get_origin(kind) is list else None
+        if f.name in positional:  # a list takes many values (any number when it has a default)
+            nargs = ("*" if not required else "+") if typing.get_origin(kind) is list else None
             parser.add_argument(f.name, type=kind if nargs is None else typing.get_args(kind)[0], nargs=nargs,
-                                help=help_text)
+                                help=help_text, **({"default": default} if nargs == "*" else {}))
             continue
         flag = f.metadata.get("flag", "--" + f.name.replace("_", "-"))  # e.g. --from for a field `source`
         if kind is bool:
@@ -97,7 +98,8 @@ def add_options(parser, options: type, positional: tuple[str, ...] = ()) -> None
             else:
                 parser.add_argument(flag, dest=f.name, action="store_true", help=help_text)
             continue
-        inner = [a for a in typing.get_args(kind) if a is not type(None)] if typing.get_origin(kind) is typing.Union else [kind]
+        is_union = typing.get_origin(kind) in (typing.Union, types.UnionType)  # Optional[X] and X | None
+        inner = [a for a in typing.get_args(kind) if a is not type(None)] if is_union else [kind]
         if len(inner) == 1 and typing.get_origin(inner[0]) is list:  # list[str] / Optional[list[str]]: --tasks a b c
             parser.add_argument(flag, dest=f.name, type=typing.get_args(inner[0])[0], nargs="+", default=default,
                                 required=required, help=help_text)

@@ -89,27 +89,55 @@ class PrepareConfig:
     """Options of `gptforge prepare` (see `gptforge prepare --help` for each)."""
 
     inputs: list[str]
+    """Files, folders (walked recursively) and glob patterns to read."""
     out: str
+    """Shard folder to write (must not exist or be empty, unless --overwrite)."""
     vocab_size: int = 32000
+    """Vocabulary size of the trained tokenizer, including the 256 byte tokens and <|endoftext|> (a
+    small corpus may stop short of it); ignored with --tokenizer."""
     tokenizer: str | None = None
+    """Use this Hugging Face tokenizer.json (it must have <|endoftext|>) instead of training one."""
     text_field: str = "auto"
+    """JSON field / Parquet, CSV or Arrow column holding the document text; auto: the first of text,
+    story, content, raw_content that a record has."""
     val_fraction: float = 0.01
+    """Fraction of documents in the validation split (at least one document when the corpus has 2+;
+    a single document is split by position)."""
     test_fraction: float = 0.0
+    """Fraction of documents in the test split (at least one document when > 0 and the corpus has 3+)."""
     seed: int = 1337
-    workers: int = 0  # 0: all cores
+    """Seed of the document-id hash that decides each document's split."""
+    workers: int = 0
+    """Tokenizer worker processes (0: one per available core); the output does not depend on it."""
     max_shard_bytes: int = DEFAULT_MAX_SHARD_BYTES
-    tokenizer_train_bytes: int = 1_000_000_000  # 0: no limit
+    """Start a new .bin file once one holds this many bytes (files end at document boundaries)."""
+    tokenizer_train_bytes: int = 1_000_000_000
+    """Train the tokenizer on at most this many characters of train-split text, in reading order (0: all)."""
     min_frequency: int = 2
+    """A byte pair must occur this many times to become a merge in the trained tokenizer."""
     overwrite: bool = False
+    """Replace an existing shard folder at --out (only once the new one is complete)."""
     recipe: str = "default"
+    """Curation recipe: a built-in (none, default, web, code) or a YAML file; see --show-recipe."""
     doc_separator: str | None = None
-    limit: int = 0  # 0: no limit
+    """Split .txt files into documents at this string (e.g. "<|endoftext|>")."""
+    limit: int = 0
+    """Read only the first N documents (0: all), for trials."""
     strict: bool = False
-    shard_bytes: int = 0  # 0: chosen from the corpus size (`auto_shard_bytes`)
+    """Stop at the first bad file, record or line instead of skipping and counting it."""
+    shard_bytes: int = 0
+    """Input bytes per work shard (the unit of parallel work and of resume after a crash; 0: the corpus
+    size / 64, between 1 MiB and 64 MiB)."""
     keep_work: bool = False
-    languages: list[str] | None = None  # sets the recipe's langid step
+    """Keep the work folder (.OUT.work) after success."""
+    languages: list[str] | None = None
+    """Keep only documents in these languages (ISO 639 codes, e.g. en zh, or en,zh), detected with the
+    bundled fastText lid.176 model; sets (or adds) the recipe's langid step."""
     language_score: float | None = None
-    encoding: str | None = None  # of text files without a BOM (None: UTF-8)
+    """Minimum language-ID probability with --languages (the recipe's value, else 0.65)."""
+    encoding: str | None = None
+    """Encoding of text, JSON and CSV files that have no byte-order mark (default UTF-8; UTF-16/32
+    files with a BOM are always decoded), e.g. utf-16-le, latin-1, cp1252."""
 
     def validate(self) -> None:
         """Raise ValueError naming the first invalid option."""

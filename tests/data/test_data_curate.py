@@ -7,7 +7,14 @@ import json
 import numpy as np
 import pytest
 
-from gptforge.commands.prepare import main as prepare_main
+from gptforge.cli import main as _cli
+
+
+def prepare_main(argv):
+    """`gptforge prepare ARGV` through the CLI (its one error wrapper)."""
+    return _cli(["prepare", *argv])
+
+
 from gptforge.data import prepare as prepare_mod
 from gptforge.data.boilerplate import BoilerplateLines, count_lines, line_key
 from gptforge.data.langid import LanguageID

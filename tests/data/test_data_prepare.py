@@ -8,7 +8,14 @@ import json
 import numpy as np
 import pytest
 
-from gptforge.commands.prepare import main as prepare_main
+from gptforge.cli import main as _cli
+
+
+def prepare_main(argv):
+    """`gptforge prepare ARGV` through the CLI (its one error wrapper)."""
+    return _cli(["prepare", *argv])
+
+
 from gptforge.data.normalize import normalize_text
 from gptforge.data.pipeline import apply_steps, build_recipe, load_recipe
 from gptforge.data.prepare import (

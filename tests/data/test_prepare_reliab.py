@@ -52,7 +52,11 @@ def test_every_output_option_is_in_the_fingerprint(txt_corpus, tmp_path, change)
 
 
 def test_rerun_after_kill_between_rename_and_cleanup_is_done(txt_corpus, tmp_path, capsys):
-    from gptforge.commands.prepare import main as prepare_main
+    from gptforge.cli import main as _cli
+
+    def prepare_main(argv):
+        return _cli(["prepare", *argv])
+
 
     out = tmp_path / "data"
     first = prepare(_cfg(txt_corpus, out, keep_work=True), show_progress=False)
