@@ -3,11 +3,15 @@ under torchrun (torch.distributed.run), printing the exact command line first.""
 
 from __future__ import annotations
 
-import argparse
 import os
 import shlex
 import subprocess
 import sys
+from dataclasses import dataclass, field
+from typing import Optional
+
+from gptforge.errors import InputError
+from gptforge.options import command_parser, parse_command
 
 DESCRIPTION = """Start N processes per node with torchrun, each running `gptforge COMMAND ...`.
 
@@ -20,25 +24,36 @@ stand (`gptforge launch pretrain ... --dry-run` only prints); everything after a
 the command unread."""
 
 
-def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="gptforge launch", description=DESCRIPTION,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--nproc-per-node", default="gpu",
-                   help="Processes per node: a number, or gpu (one per visible GPU; 1 without CUDA). Default gpu.")
-    p.add_argument("--nnodes", type=int, default=1, help="Number of nodes (default 1).")
-    p.add_argument("--node-rank", type=int, default=None,
-                   help="This node's rank; only with static rendezvous (--rdzv-backend static).")
-    p.add_argument("--rdzv-endpoint", default=None,
-                   help="host:port every node can reach (multi-node). Without it on one node: --standalone.")
-    p.add_argument("--rdzv-id", default="gptforge", help="Job id shared by all nodes (default gptforge).")
-    p.add_argument("--rdzv-backend", default="c10d", help="Rendezvous backend: c10d (default) or static.")
-    p.add_argument("--max-restarts", type=int, default=0, help="Restart the worker group this often on failure.")
-    p.add_argument("--dry-run", action="store_true", help="Print the command and exit without running it.")
-    p.add_argument("command", nargs=argparse.REMAINDER, help="gptforge command and its options, e.g. pretrain ...")
-    return p
+ERROR_EXIT = 2  # exit status of a refused launch
 
 
-def split_launch_options(parser: argparse.ArgumentParser, argv: list[str]) -> argparse.Namespace:
+@dataclass
+class LaunchOptions:
+    nproc_per_node: str = "gpu"
+    """Processes per node: a number, or gpu (one per visible GPU; 1 without CUDA)."""
+    nnodes: int = 1
+    """Number of nodes."""
+    node_rank: Optional[int] = None
+    """This node's rank; only with static rendezvous (--rdzv-backend static)."""
+    rdzv_endpoint: Optional[str] = None
+    """host:port every node can reach (multi-node). Without it on one node: --standalone."""
+    rdzv_id: str = "gptforge"
+    """Job id shared by all nodes."""
+    rdzv_backend: str = "c10d"
+    """Rendezvous backend: c10d or static."""
+    max_restarts: int = 0
+    """Restart the worker group this often on failure."""
+    dry_run: bool = False
+    """Print the command and exit without running it."""
+    command: list[str] = field(default_factory=list)
+    """The gptforge command and its options, e.g. pretrain ... (launch's own options may stand anywhere)."""
+
+
+def build_parser():
+    return command_parser("gptforge launch", DESCRIPTION, LaunchOptions, positional=("command",))
+
+
+def split_launch_options(parser, argv: list[str]) -> LaunchOptions:
     """Parse `argv`, taking launch's own options wherever they stand, up to a `--`.
 
     Without this, an option after the command name (`launch pretrain ... --dry-run`) went to
@@ -46,10 +61,10 @@ def split_launch_options(parser: argparse.ArgumentParser, argv: list[str]) -> ar
     the command verbatim (for an option of the command that shares a name with launch's).
 
     Returns the namespace with `command` the gptforge command and its own arguments.
-    Raises SystemExit(2) through `parser.error` for a launch option missing its value.
+    Raises SystemExit(2), after a `gptforge launch: error:` line, for a launch option missing its value.
     """
     takes_value = {}
-    for action in parser._actions:
+    for action in parser._actions:  # argparse's own table of the options (jsonargparse keeps it)
         for opt in action.option_strings:
             if opt not in ("-h", "--help"):
                 takes_value[opt] = action.nargs != 0
@@ -66,7 +81,8 @@ def split_launch_options(parser: argparse.ArgumentParser, argv: list[str]) -> ar
             own.append(tok)
             if takes_value[name] and "=" not in tok:
                 if i + 1 >= len(argv):
-                    parser.error(f"argument {name}: expected a value")
+                    print(f"gptforge launch: error: argument {name}: expected a value", file=sys.stderr)
+                    raise SystemExit(2)
                 own.append(argv[i + 1])
                 i += 1
         elif tok in ("-h", "--help") and not command:
@@ -74,7 +90,7 @@ def split_launch_options(parser: argparse.ArgumentParser, argv: list[str]) -> ar
         else:
             command.append(tok)
         i += 1
-    args = parser.parse_args(own)
+    args, _ = parse_command(parser, own)
     args.command = command
     return args
 
@@ -88,30 +104,30 @@ def nproc(value: str) -> int:
     try:
         n = int(value)
     except ValueError:
-        raise ValueError(f"--nproc-per-node {value!r}: give a number or gpu") from None
+        raise InputError(f"--nproc-per-node {value!r}: give a number or gpu") from None
     if n < 1:
-        raise ValueError(f"--nproc-per-node must be >= 1 (got {n})")
+        raise InputError(f"--nproc-per-node must be >= 1 (got {n})")
     return n
 
 
-def torchrun_command(args: argparse.Namespace) -> list[str]:
+def torchrun_command(args: LaunchOptions) -> list[str]:
     """The torch.distributed.run command line for these options (a list of arguments).
 
     Raises:
-        ValueError: no gptforge command given, or several nodes without --rdzv-endpoint.
+        InputError: no gptforge command given, or several nodes without --rdzv-endpoint.
     """
     cmd = list(args.command)
     if cmd and cmd[0] == "--":
         cmd = cmd[1:]
     if not cmd:
-        raise ValueError("no command given: e.g. gptforge launch --nproc-per-node 2 pretrain --data DIR --out RUN")
+        raise InputError("no command given: e.g. gptforge launch --nproc-per-node 2 pretrain --data DIR --out RUN")
     if cmd[0] == "launch":
-        raise ValueError("gptforge launch cannot launch itself")
+        raise InputError("gptforge launch cannot launch itself")
     out = [sys.executable, "-m", "torch.distributed.run"]
     if args.nnodes == 1 and args.rdzv_endpoint is None:
         out += ["--standalone"]
     elif args.rdzv_endpoint is None:
-        raise ValueError(f"--nnodes {args.nnodes} needs --rdzv-endpoint HOST:PORT (a host every node can reach)")
+        raise InputError(f"--nnodes {args.nnodes} needs --rdzv-endpoint HOST:PORT (a host every node can reach)")
     else:
         out += ["--rdzv-backend", args.rdzv_backend, "--rdzv-endpoint", args.rdzv_endpoint, "--rdzv-id", args.rdzv_id]
         if args.node_rank is not None:
@@ -124,11 +140,7 @@ def torchrun_command(args: argparse.Namespace) -> list[str]:
 
 def main(argv: list[str]) -> int:
     args = split_launch_options(build_parser(), argv)
-    try:
-        cmd = torchrun_command(args)
-    except ValueError as e:
-        print(f"gptforge launch: error: {e}", file=sys.stderr)
-        return 2
+    cmd = torchrun_command(args)
     print(shlex.join(cmd), flush=True)
     if args.dry_run:
         return 0
