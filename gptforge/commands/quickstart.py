@@ -7,6 +7,9 @@ from typing import Optional
 
 from gptforge.options import command_parser, parse_command
 
+REFERENCE_STEPS = 1379
+"""Steps of the README's reference quickstart (defaults, a quiet 2-core VM, 10 minutes)."""
+
 DESCRIPTION = ("Build a corpus from the Python standard library's source files (tests excluded), train a "
                "byte-level BPE tokenizer and a small GPT on the CPU for a bounded time, evaluate it on held-out "
                "files against a unigram baseline, and print samples.")
@@ -56,4 +59,9 @@ def main(argv: list[str]) -> int:
     verdict = "well below" if r.val_loss < r.unigram_entropy - 0.5 else "NOT well below"
     console.print(f"\nfinal val loss {r.val_loss:.3f} is {verdict} the unigram entropy {r.unigram_entropy:.3f} "
                   f"nats/token ({r.steps} steps, {r.train_seconds / 60:.1f} min of training)", highlight=False)
+    if r.steps < REFERENCE_STEPS // 2 and args.steps is None:
+        console.print(f"only {r.steps} steps fit in --minutes {args.minutes:g} on this machine (the reference run on a "
+                      f"quiet 2-core VM managed {REFERENCE_STEPS:,} in 10 minutes and ended at val loss 3.59): expect "
+                      "a higher loss and rougher samples; rerun with a larger --minutes or --steps "
+                      f"{REFERENCE_STEPS}", highlight=False)
     return 0
