@@ -31,6 +31,9 @@ class PretrainOptions:
     """Shortcut for --parallel.backend."""
     deepspeed_config: Optional[str] = None
     """Shortcut for --parallel.deepspeed_config."""
+    sanity_overfit: bool = False
+    """Instead of training, check that the model can memorise one fixed batch in --train.max_steps
+    steps (loss below 0.1 nats/token); exit 1 with what to check when it cannot."""
 
 
 def build_parser():
@@ -64,6 +67,13 @@ def main(argv: list[str]) -> int:
                              "defaults to the one in RUN_DIR/config.yaml)")
         data = recorded_data_dir(opts.out)
     console = Console(stderr=False)
+    if opts.sanity_overfit:
+        from gptforge.train.sanity import sanity_overfit
+
+        check = sanity_overfit(cfg, data, opts.out, progress=not opts.quiet,
+                               log=lambda m: console.print(m, highlight=False))
+        console.print(check.summary(), highlight=False)
+        return 0 if check.passed else 1
     result = train(cfg, data, opts.out, resume=opts.resume, progress=not opts.quiet,
                    log=lambda m: console.print(m, highlight=False))
     console.print(result.summary(), highlight=False)
