@@ -1,4 +1,4 @@
-"""Crash-safe file writes shared by every stage: temp file, fsync, rename.
+"""Crash-safe writes (temp file, fsync, rename) and file hashing.
 
 A reader (or a resumed job) sees either the old file or the complete new one, never half of it.
 Files get the usual permissions (0666 minus the umask), also when a library wrote them with a
@@ -96,3 +96,14 @@ def replace_dir(tmp: str | Path, out: str | Path) -> None:
     else:
         tmp.rename(out)
     fsync_dir(out.parent)
+
+
+def file_sha256(path: str | Path) -> str:
+    """Hex SHA-256 of a file's bytes, read in 1 MiB pieces."""
+    import hashlib
+
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()

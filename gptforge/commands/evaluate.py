@@ -235,7 +235,7 @@ def _tree_sha256(path: Path) -> str:
     """SHA-256 over a checkpoint folder's files (relative names and bytes, sorted), or one file."""
     import hashlib
 
-    from gptforge.eval.tasks import file_sha256
+    from gptforge.atomic import file_sha256
 
     if path.is_file():
         return file_sha256(path)

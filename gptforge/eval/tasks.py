@@ -44,13 +44,13 @@ verbalizer is the label itself. Errors name the file, the line and the field (`I
 from __future__ import annotations
 
 import csv
-import hashlib
 import io
 import json
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from gptforge.atomic import file_sha256
 from gptforge.errors import InputError, MissingInputError
 
 TASK_TYPES = ("multiple_choice", "classification", "generation", "cloze", "perplexity")
@@ -123,13 +123,6 @@ class Task:
         return 0.0
 
 
-def file_sha256(path: Path) -> str:
-    """Hex SHA-256 of a file's bytes."""
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 def _err(path: Path, line: int | None, msg: str) -> InputError:

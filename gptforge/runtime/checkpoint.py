@@ -22,7 +22,6 @@ names a damaged one (a disk that filled up, a copy cut short).
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import logging
 import os
 import pickle
@@ -42,7 +41,7 @@ from torch.distributed.checkpoint.state_dict import (
     set_state_dict,
 )
 
-from gptforge.atomic import atomic_write_text, fsync_dir
+from gptforge.atomic import atomic_write_text, file_sha256, fsync_dir
 
 STATE_FILE = "trainer_state.pt"
 STATE_CHECKSUM_FILE = "trainer_state.sha256"
@@ -148,7 +147,7 @@ def save_checkpoint(ckpt_root: Path, step: int, model: torch.nn.Module, optimize
             torch.save(payload, f)
             f.flush()
             os.fsync(f.fileno())
-        atomic_write_text(tmp / STATE_CHECKSUM_FILE, _sha256_file(tmp / STATE_FILE) + "\n")
+        atomic_write_text(tmp / STATE_CHECKSUM_FILE, file_sha256(tmp / STATE_FILE) + "\n")
         atomic_write_text(tmp / "config.yaml", config_yaml)
         for p in sorted(tmp.rglob("*")):
             if p.is_file():
@@ -223,12 +222,6 @@ def is_complete(path: Path) -> bool:
     return path.is_dir() and (path / ".metadata").exists() and (path / STATE_FILE).exists()
 
 
-def _sha256_file(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 def verify_checkpoint(path: str | Path) -> str | None:
@@ -265,7 +258,7 @@ def verify_checkpoint(path: str | Path) -> str | None:
     checksum = path / STATE_CHECKSUM_FILE
     if checksum.is_file():
         want = checksum.read_text().strip()
-        if _sha256_file(path / STATE_FILE) != want:
+        if file_sha256(path / STATE_FILE) != want:
             return f"{STATE_FILE} does not match its checksum in {STATE_CHECKSUM_FILE} (changed or damaged)"
     return None
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
 import json
 import shlex
 import subprocess
@@ -14,15 +13,8 @@ import torch
 import yaml
 
 import gptforge
+from gptforge.atomic import file_sha256
 from gptforge.config import RunConfig, to_dict
-
-
-def file_sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 def git_commit() -> str | None:
