@@ -462,3 +462,99 @@ def find_runs(paths: Iterable[str | Path]) -> list[RunPoint]:
         if not found:
             raise MissingInputError(f"{p}: no run directories with a validation loss inside")
     return out
+
+
+def question_model(spec: str, runs: list[RunPoint]) -> ModelConfig:
+    """The model a question is about: a preset name, or a shape `LAYERSxD_MODEL` (e.g. `8x256`)
+    in the recipe family of the fitted runs (their arch, block_size, vocabulary and head width).
+
+    Raises:
+        InputError: neither a preset nor a shape, or a shape without runs to take the rest from.
+    """
+    import re
+
+    m = re.fullmatch(r"(\d+)x(\d+)", spec.strip())
+    if m is None:
+        try:
+            return ModelConfig(preset=spec).resolved()
+        except ValueError as e:
+            raise InputError(f"--model: {e}; or give a shape LAYERSxD_MODEL such as 8x256") from e
+    ref = next((r.model for r in runs if r.model), None)
+    if ref is None:
+        raise InputError(f"--model {spec}: a shape needs run directories to take arch, block_size and vocabulary "
+                         "from; give a preset instead")
+    base = ModelConfig(**{k: v for k, v in ref.items() if v is not None}).resolved()
+    n_layer, d_model = int(m.group(1)), int(m.group(2))
+    head_dim = base.d_model // base.n_head
+    if d_model % head_dim:
+        raise InputError(f"--model {spec}: d_model {d_model} is not a multiple of the runs' head width {head_dim}")
+    n_head = d_model // head_dim
+    kv = max(1, n_head * base.n_kv_head // base.n_head)
+    return ModelConfig(**{**{k: v for k, v in ref.items() if v is not None}, "preset": None, "n_layer": n_layer,
+                          "d_model": d_model, "n_head": n_head, "n_kv_head": kv, "d_ff": None}).resolved()
+
+
+def plot_fit(fit: Fit, path: Path, question: dict | None = None) -> Path:
+    """Loss vs compute (6ND) of every run, the fitted curve of each model size, and the
+    compute-optimal frontier; written as a PNG with matplotlib, else as a plotly HTML file
+    (the suffix is changed to .html then). Returns the path written.
+    """
+    path = Path(path)
+    s = fit.seen()
+    c_grid = np.logspace(math.log10(s["c_min"] / 2), math.log10(s["c_max"] * EXTRAPOLATION_FACTOR * 2), 80)
+    sizes = sorted({r.n_params for r in fit.runs})
+    frontier = [fit.compute_optimal(float(c))["loss"] for c in c_grid]
+    series = []
+    for n in sizes:
+        pts = sorted((r.flops, r.loss) for r in fit.runs if r.n_params == n)
+        series.append((f"N={n:.3g}", pts, [float(predict_loss(fit.params, n, c / 6 / n)) for c in c_grid]))
+    title = (f"L = {fit.params['E']:.3f} + {fit.params['A']:.3g}/N^{fit.params['alpha']:.3f} + "
+             f"{fit.params['B']:.3g}/D^{fit.params['beta']:.3f}  ({s['runs']} runs)")
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        import plotly.graph_objects as go
+
+        from gptforge.atomic import atomic_write_text
+
+        fig = go.Figure()
+        for label, pts, curve in series:
+            fig.add_scatter(x=[p[0] for p in pts], y=[p[1] for p in pts], mode="markers", name=label)
+            fig.add_scatter(x=c_grid, y=curve, mode="lines", name=f"fit {label}")
+        fig.add_scatter(x=c_grid, y=frontier, mode="lines", name="compute-optimal frontier", line={"dash": "dash"})
+        if question:
+            fig.add_scatter(x=[question["flops"]], y=[question["loss"]], mode="markers", name="question")
+        fig.update_layout(title=title, xaxis_type="log", xaxis_title="compute 6ND (FLOPs)", yaxis_title="val loss")
+        path = path.with_suffix(".html")
+        atomic_write_text(path, fig.to_html(include_plotlyjs=True))
+        return path
+    import io
+
+    from gptforge.atomic import atomic_write_bytes
+
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    for i, (label, pts, curve) in enumerate(series):
+        color = f"C{i % 10}"
+        ax.plot(c_grid, curve, color=color, lw=1, alpha=0.7)
+        ax.scatter([p[0] for p in pts], [p[1] for p in pts], color=color, label=label, s=18)
+    ax.plot(c_grid, frontier, "k--", lw=1.2, label="compute-optimal frontier")
+    if question and question.get("loss") is not None:
+        ax.errorbar([question["flops"]], [question["loss"]],
+                    yerr=[[max(0.0, question["loss"] - question["loss_low"])],
+                          [max(0.0, question["loss_high"] - question["loss"])]],
+                    fmt="r*", ms=10, label="question")
+    ax.axvline(s["c_max"] * EXTRAPOLATION_FACTOR, color="grey", lw=0.8, ls=":")
+    ax.set_xscale("log")
+    ax.set_xlabel("compute 6ND (FLOPs)")
+    ax.set_ylabel("val loss (nats/token)")
+    ax.set_title(title, fontsize=8)
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=120)
+    plt.close(fig)
+    atomic_write_bytes(path, buf.getvalue())
+    return path
