@@ -28,6 +28,7 @@ COMMANDS = {
     "slurm": "Write a Slurm sbatch script that runs a gptforge command with torchrun on N nodes x G GPUs.",
     "report": "Write an interactive HTML report of one run, or several runs overlaid (self-contained, no network).",
     "serve": "Serve a run or Hugging Face folder over the OpenAI HTTP API (continuous batching, streaming).",
+    "sweep": "Plan and run a scaling sweep of small runs within a time budget (resumable), for `plan --fit`.",
     "export-checkpoint": "Consolidate a sharded training checkpoint into one safetensors (or torch) file.",
 }
 

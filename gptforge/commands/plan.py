@@ -15,32 +15,13 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import sys
 
 from gptforge.config import ModelConfig, ParallelConfig, TrainConfig, explain_unknown
+from gptforge.plan.flops import parse_tokens  # noqa: F401  (re-exported: tests and scripts use it from here)
 
 SECTIONS = {"model": ModelConfig, "train": TrainConfig, "parallel": ParallelConfig}
 GiB = 2**30
-
-_SUFFIX = {"k": 1e3, "m": 1e6, "b": 1e9, "g": 1e9, "t": 1e12}
-
-
-def parse_tokens(text: str) -> float:
-    """'2T' -> 2e12, '300B' -> 3e11, '1.5e12' -> 1.5e12, '1_000_000' -> 1e6.
-
-    Raises:
-        ValueError: not a positive number with an optional k/M/B/T suffix.
-    """
-    s = str(text).strip().replace("_", "").replace(",", "")
-    m = re.fullmatch(r"([0-9]*\.?[0-9]+(?:e[0-9]+)?)([kKmMbBgGtT]?)", s)
-    if not m:
-        raise ValueError(f"--tokens: cannot read {text!r}; write e.g. 2T, 300B, 1.5e12")
-    value = float(m.group(1)) * _SUFFIX.get(m.group(2).lower(), 1.0)
-    if value <= 0:
-        raise ValueError("--tokens must be > 0")
-    return value
-
 
 def _rewrite_model_shortcut(argv: list[str]) -> list[str]:
     """`--model NAME` is short for `--model.preset NAME` (a YAML file path keeps jsonargparse's meaning)."""
