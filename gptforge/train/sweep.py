@@ -44,8 +44,8 @@ MIN_STEPS = 10
 """The shortest run a sweep plans: fewer steps give no usable loss."""
 RUN_OVERHEAD_SECONDS = 3.0
 """Assumed fixed cost of one run (start-up, checkpoints, loading for the final evaluation)."""
-STEP_OVERHEAD = 1.25
-"""The trainer's step (logging, metrics) over the bare forward/backward/optimizer step measured."""
+STEP_OVERHEAD = 1.15
+"""The trainer's step (data loading, logging, metrics) over the bare step that is measured."""
 
 
 def parse_size(text: str) -> tuple[int, int]:
@@ -119,26 +119,29 @@ def train_config(max_steps: int, options: dict) -> TrainConfig:
     )
 
 
-def measure_step_seconds(mc: ModelConfig, micro_batch_size: int, device: torch.device, steps: int = 3) -> float:
-    """Median wall seconds of one forward + backward + AdamW step of `GPT(mc)` on random tokens,
-    shape (micro_batch_size, block_size), after one warm-up step."""
+def measure_step_seconds(mc: ModelConfig, tc: TrainConfig, device: torch.device, steps: int = 5) -> float:
+    """Median wall seconds of one training step of `GPT(mc)` as the trainer runs it (its
+    forward_backward, gradient clipping and optimizer from `build_optimizer`) on random tokens of
+    shape (tc.micro_batch_size, block_size), after two warm-up steps."""
     from gptforge.model.gpt import GPT
+    from gptforge.train.optim import build_optimizer
+    from gptforge.train.step import forward_backward
 
     torch.manual_seed(0)
     model = GPT(mc.resolved()).to(device)
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
-    x = torch.randint(0, mc.vocab_size, (micro_batch_size, mc.block_size + 1), device=device)
+    opt = build_optimizer(model, tc, device.type)
+    x = torch.randint(0, mc.vocab_size, (tc.micro_batch_size, mc.block_size + 1))
+    micro = [(x[:, :-1], x[:, 1:])]
     times = []
-    for i in range(steps + 1):
+    for i in range(steps + 2):
         t0 = time.perf_counter()
-        logits = model(x[:, :-1])
-        loss = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.size(-1)).float(), x[:, 1:].reshape(-1))
-        loss.backward()
+        forward_backward(model, micro, float(x[:, 1:].numel()), device)
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
         opt.zero_grad(set_to_none=True)
         if device.type == "cuda":
             torch.cuda.synchronize(device)
-        if i:
+        if i >= 2:
             times.append(time.perf_counter() - t0)
     return float(np.median(times))
 
@@ -173,7 +176,7 @@ def plan_sweep(data_dir: str | Path, budget_seconds: float, sizes: list[str], to
     for n_layer, d_model in shapes:
         key = f"{n_layer}x{d_model}"
         step_s[key] = STEP_OVERHEAD * measure_step_seconds(model_config(n_layer, d_model, block_size, vocab),
-                                                           micro_batch_size, dev)
+                                                           train_config(100, options), dev)
         say(f"measured {key}: {step_s[key] * 1e3:.1f} ms per step of {tokens_per_step} tokens")
     # Scoring the val split: forward only, about a third of a training step per window of tokens.
     eval_s = {k: v / 3 * math.ceil(val_tokens / tokens_per_step) for k, v in step_s.items()}
