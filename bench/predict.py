@@ -10,7 +10,8 @@
    measured, and whether the measurement lies in the 90% bootstrap interval.
 
 SHARDS: a `gptforge prepare` folder, e.g. from
-`gptforge prepare /work-or-your/shared/data/openshakespeare --out SHARDS --vocab-size 1024 --val-fraction 0.02`.
+`gptforge prepare CORPUS --out SHARDS --vocab-size 1024 --val-fraction 0.02` (bench/RESULTS.md used
+the shared openshakespeare corpus).
 """
 
 from __future__ import annotations
@@ -111,7 +112,8 @@ def main() -> int:
         p = fit.params
         text = (
             "\n## Scaling-law prediction (issue 17: plan --fit)\n\n"
-            f"Command: `python bench/predict.py --data SHARDS --budget-minutes {args.budget_minutes:g} --write`, "
+            f"Command: `python bench/predict.py --data SHARDS --budget-minutes {args.budget_minutes:g} "
+            f"--sizes {' '.join(args.sizes)} --write`, "
             "SHARDS = `gptforge prepare openshakespeare --vocab-size 1024 --val-fraction 0.02` (the shared "
             f"Shakespeare + Milton corpus, {vocab} tokens vocabulary, {ev['val_tokens']:,} val tokens). "
             f"Machine: {cpu_name()}, torch {torch.__version__} ({torch.get_num_threads()} thread); shared and "
