@@ -417,21 +417,25 @@ def read_run(run_dir: Path) -> RunPoint:
     result = json.loads(result_path.read_text()) if result_path.is_file() else None
     if result is not None:
         loss, tokens = float(result["val_loss"]), float(result["tokens"])
-        last_step = int(result.get("step", max_steps))
+        step = result.get("step")  # None when the run failed before reporting one
+        last_step = int(step) if step is not None else (int(steps[-1]["step"]) if steps else 0)
     else:
         if not vals:
             raise MissingInputError(f"{run_dir}: no validation loss (no {RESULT_FILE}, no val_loss in metrics.jsonl)")
         loss = vals[-1]
         tokens = float(steps[-1]["tokens_seen"]) if steps else 0.0
         last_step = int(steps[-1]["step"]) if steps else 0
-    status = "finished"
     losses = [float(r["loss"]) for r in steps] + vals + [loss]
-    if any(not math.isfinite(v) for v in losses) or (vals and loss > 1.1 * min(vals)):
+    stopped = result.get("stopped") if result is not None else None
+    if (stopped == "non_finite" or any(not math.isfinite(v) for v in losses)
+            or (vals and loss > 1.1 * min(vals))):
         status = "diverged"
     elif max_steps and last_step < max_steps:
         status = f"stopped early (step {last_step} of {max_steps})"
-    elif result is not None and result.get("stopped") not in (None, "max_steps"):
-        status = f"stopped early ({result['stopped']})"
+    elif stopped not in (None, "max_steps"):
+        status = f"stopped early ({stopped})"
+    else:
+        status = "finished"
     return RunPoint(name=str(run_dir), n_params=float(non_embedding_params(model)), tokens=tokens, loss=loss,
                     tokenizer=data.get("tokenizer_sha256"), data=data.get("meta_sha256"), status=status,
                     model=cfg.get("model"))

@@ -80,3 +80,26 @@ def test_sweep_command_plan_only(tiny_shards, tmp_path, capsys):
     rc = main(["sweep", "--data", str(tiny_shards), "--out", str(out), "--budget-minutes", "2", "--sizes", "2x16",
                "2x32", "--block-size", "32", "--micro-batch-size", "4", "--device", "cpu", "--plan-only"])
     assert rc != 0 and "other options" in capsys.readouterr().err
+
+
+def test_diverged_run_is_recorded_and_excluded_from_the_fit(tiny_shards, tmp_path, monkeypatch):
+    import gptforge.train.loop as loop
+    from gptforge.errors import TrainingError
+    from gptforge.plan.fit import find_runs
+    from gptforge.train.sweep import SweepPlan, SweepRun, model_config, train_config
+
+    opts = {"block_size": 32, "micro_batch_size": 4, "lr": 2e-3, "seed": 1, "device": "cpu"}
+    plan = SweepPlan(runs=[SweepRun("l2_d16_t1280", 2, 16, 1280, 10, 1.0)], options=opts, step_seconds={},
+                     val_tokens=10, budget_seconds=60, est_seconds=1.0)
+    real_train = loop.train
+
+    def diverging(cfg, data_dir, run_dir, **kw):  # the real trainer writes the run, then the loss blows up
+        real_train(cfg, data_dir, run_dir, **kw)
+        raise TrainingError("5 consecutive non-finite steps")
+
+    monkeypatch.setattr(loop, "train", diverging)
+    assert train_config(10, opts).max_steps == 10 and model_config(2, 16, 32, 384).n_head == 1
+    done = run_sweep(plan, tiny_shards, tmp_path)
+    assert done["finished"] == []
+    (point,) = find_runs([tmp_path])
+    assert point.status == "diverged"
