@@ -151,3 +151,16 @@ def test_non_embedding_params_drop_embedding_tables():
 
     cfg = ModelConfig(n_layer=2, d_model=32, n_head=2, block_size=32, vocab_size=384).resolved()
     assert non_embedding_params(cfg) == param_count(cfg) - 384 * 32 - 32 * 32
+
+
+def test_plot_png_and_plotly_html_without_matplotlib(tmp_path, monkeypatch):
+    import sys
+
+    from gptforge.plan.fit import plot_fit
+
+    fit = fit_scaling_law(synthetic_runs(noise=0.0), bootstrap=0)
+    png = plot_fit(fit, tmp_path / "fit.png", fit.loss(6e6, 1.2e8))
+    assert png.read_bytes()[:4] == b"\x89PNG"
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # as if not installed
+    html = plot_fit(fit, tmp_path / "fit2.png")
+    assert html.suffix == ".html" and "compute-optimal frontier" in html.read_text()
