@@ -30,10 +30,11 @@ def test_plan_fills_budget_with_token_ladder(tiny_shards):
 def test_sweep_runs_records_every_val_token_and_resumes(tiny_shards, tmp_path):
     out = tmp_path / "sweep"
     plan = plan_sweep(tiny_shards, budget_seconds=60, tokens=[1280, 2560, 3840], **TINY)
-    assert len(plan.runs) == 6 and plan.runs[0].name == "l2_d16_t1280"  # cheapest first
+    assert len(plan.runs) == 6 and sorted(r.tokens for r in plan.runs) == [1280, 1280, 2560, 2560, 3840, 3840]
     with pytest.raises(InputError, match="a fit needs 5"):
         plan_sweep(tiny_shards, budget_seconds=60, tokens=[1280, 2560], **TINY)
-    plan.runs = plan.runs[:3]
+    by_name = {r.name: r for r in plan.runs}
+    plan.runs = [by_name["l2_d16_t1280"], by_name["l2_d32_t1280"], by_name["l2_d16_t2560"]]
     first = plan.runs[:2]
     done = run_sweep(type(plan)(**{**plan.__dict__, "runs": first}), tiny_shards, out)
     assert done["finished"] == [r.name for r in first] and done["stopped"] is None
