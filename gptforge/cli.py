@@ -32,6 +32,7 @@ COMMANDS = {
     "export": "Export a run or Hugging Face folder as hf, onnx (KV cache), gguf (llama.cpp) or a Triton repository.",
     "quantize": "Quantize a run's weights to int8, int4 or nf4 and report size, speed and perplexity change.",
     "prune": "Prune a run's heads, MLP channels, embedding channels and layers by activation importance.",
+    "sweep": "Plan and run a scaling sweep of small runs within a time budget (resumable), for `plan --fit`.",
     "export-checkpoint": "Consolidate a sharded training checkpoint into one safetensors (or torch) file.",
 }
 

@@ -8,38 +8,20 @@ Examples:
     gptforge plan --model llama-3-8b --train.precision bf16 --gpu h100-sxm --num-gpus 8 --recommend
     gptforge plan --model gpt2-small --train.micro_batch_size 8 --measure
     gptforge plan --list-gpus
+    gptforge plan --fit SWEEP_DIR --model 4x128 --tokens 2M --target-loss 3.0 --gpu h100-sxm --price 2.5
 """
 
 from __future__ import annotations
 
 import json
 import os
-import re
 import sys
 
 from gptforge.config import ModelConfig, ParallelConfig, TrainConfig, explain_unknown
+from gptforge.plan.flops import parse_tokens  # noqa: F401  (re-exported: tests and scripts use it from here)
 
 SECTIONS = {"model": ModelConfig, "train": TrainConfig, "parallel": ParallelConfig}
 GiB = 2**30
-
-_SUFFIX = {"k": 1e3, "m": 1e6, "b": 1e9, "g": 1e9, "t": 1e12}
-
-
-def parse_tokens(text: str) -> float:
-    """'2T' -> 2e12, '300B' -> 3e11, '1.5e12' -> 1.5e12, '1_000_000' -> 1e6.
-
-    Raises:
-        ValueError: not a positive number with an optional k/M/B/T suffix.
-    """
-    s = str(text).strip().replace("_", "").replace(",", "")
-    m = re.fullmatch(r"([0-9]*\.?[0-9]+(?:e[0-9]+)?)([kKmMbBgGtT]?)", s)
-    if not m:
-        raise ValueError(f"--tokens: cannot read {text!r}; write e.g. 2T, 300B, 1.5e12")
-    value = float(m.group(1)) * _SUFFIX.get(m.group(2).lower(), 1.0)
-    if value <= 0:
-        raise ValueError("--tokens must be > 0")
-    return value
-
 
 def _rewrite_model_shortcut(argv: list[str]) -> list[str]:
     """`--model NAME` is short for `--model.preset NAME` (a YAML file path keeps jsonargparse's meaning)."""
@@ -91,6 +73,20 @@ def _parser():
                         help="Also run one training step under FakeTensorMode with MemTracker (no real "
                              "memory) and print its tracked peak beside the formula's.")
     parser.add_argument("--list-gpus", action="store_true", help="List known GPUs and exit.")
+    parser.add_argument("--fit", type=str, nargs="+", default=None,
+                        help="Run or sweep directories: fit L(N, D) = E + A/N^alpha + B/D^beta to their final val "
+                             "losses (Hoffmann et al. 2022, approach 3) and predict from it; --model may then be a "
+                             "shape LAYERSxD_MODEL in the runs' recipe family.")
+    parser.add_argument("--target-loss", type=float, default=None,
+                        help="With --fit: tokens (and, with --gpu, GPU-hours, days, cost) to reach this val loss.")
+    parser.add_argument("--flops", type=str, default=None,
+                        help="With --fit: a compute budget in FLOPs (e.g. 1e18) for the compute-optimal N and D "
+                             "(default: the compute of --model x --tokens).")
+    parser.add_argument("--bootstrap", type=int, default=100,
+                        help="With --fit: bootstrap resamples of the runs for the 90%% intervals.")
+    parser.add_argument("--plot", type=str, default=None,
+                        help="With --fit: where to write the plot (default: scaling_fit.png in the first --fit "
+                             "directory; .html when matplotlib is not installed).")
     parser.add_argument("--table", action="store_true",
                         help="Print the 'How much GPU do I need?' markdown page (with --measure, backed by "
                              "fake-tensor measurements) and exit.")
@@ -237,6 +233,14 @@ def main(argv: list[str]) -> int:
     if ns.list_gpus:
         print(list_gpus_text())
         return 0
+    if ns.fit:
+        from gptforge.errors import GptforgeError
+
+        try:
+            return _fit_main(ns, parser)
+        except (GptforgeError, ValueError) as e:
+            print(f"gptforge plan: error: {e}", file=sys.stderr)
+            return 2
     if ns.table:
         from gptforge.plan.table import how_much_gpu_markdown
 
@@ -297,3 +301,135 @@ def main(argv: list[str]) -> int:
                       f"tp {pc.tp} pp {pc.pp} dp {pc.dp}, offload {pc.offload}")
                 print("   " + "\n   ".join(c.recipe_lines()))
     return 0
+
+
+def _fmt_band(v, lo, hi, fmt="{:.4f}") -> str:
+    if v is None:
+        return "n/a"
+    band = "" if lo is None or hi is None or lo != lo else f" [{fmt.format(lo)} - {fmt.format(hi)}]"
+    return fmt.format(v) + band
+
+
+def _hardware(model_cfg, train, parallel, ns, tokens: float) -> dict | None:
+    """The planner's time and cost for `tokens` on --gpu, or None without --gpu."""
+    from gptforge.plan import plan as make_plan
+
+    if ns.gpu is None:
+        return None
+    p = make_plan(model_cfg, train, parallel, gpu=ns.gpu, num_gpus=ns.num_gpus, tokens=tokens, price=ns.price)
+    sp = p.speed
+    return {"gpu": ns.gpu, "num_gpus": p.num_gpus, "fits": p.fits, "gpu_hours_low": sp.gpu_hours_low,
+            "gpu_hours_high": sp.gpu_hours_high, "days_low": sp.total_time_seconds_low / 86400,
+            "days_high": sp.total_time_seconds_high / 86400, "cost_low": sp.cost_low, "cost_high": sp.cost_high,
+            "mfu_low": sp.mfu_low, "mfu_high": sp.mfu_high, "seconds_low": sp.total_time_seconds_low,
+            "seconds_high": sp.total_time_seconds_high}
+
+
+def _hardware_line(h: dict) -> str:
+    line = (f"on {h['num_gpus']} x {h['gpu']} (MFU {h['mfu_low']:.0%}-{h['mfu_high']:.0%}, the planner's time "
+            f"model): {h['gpu_hours_low']:,.3g} - {h['gpu_hours_high']:,.3g} GPU-hours, "
+            f"{_duration(h['seconds_low'])} - {_duration(h['seconds_high'])} ({h['days_low']:.3g} - "
+            f"{h['days_high']:.3g} days)")
+    if h["cost_low"] is not None:
+        line += f", cost {h['cost_low']:,.3g} - {h['cost_high']:,.3g}"
+    if h["fits"] is False:
+        line += " (DOES NOT FIT in memory with this train/parallel config: see gptforge plan without --fit)"
+    return line
+
+
+def _fit_main(ns, parser) -> int:
+    """`gptforge plan --fit ...`: fit the scaling law to runs and answer the questions asked."""
+    from pathlib import Path
+
+    from gptforge.plan.fit import find_runs, fit_scaling_law, non_embedding_params, plot_fit, question_model
+    from gptforge.plan.params import param_count
+
+    points = find_runs(ns.fit)
+    fit = fit_scaling_law(points, bootstrap=ns.bootstrap)
+    init = parser.instantiate(ns) if hasattr(parser, "instantiate") else parser.instantiate_classes(ns)
+    model_cfg = None
+    if init.model.preset is not None:
+        model_cfg = question_model(init.model.preset, fit.runs)
+    elif init.model.n_layer is not None:
+        model_cfg = init.model.resolved()
+    out: dict = {"fit": fit.to_dict()}
+    n = non_embedding_params(model_cfg) if model_cfg is not None else None
+    tokens = parse_tokens(ns.tokens) if ns.tokens is not None else None
+    if model_cfg is not None and tokens is None and ns.target_loss is None:
+        tokens = 20.0 * param_count(model_cfg)  # Chinchilla's 20 tokens per parameter, as plain `plan`
+    question = None
+    if model_cfg is not None and tokens is not None:
+        question = fit.loss(n, tokens)
+        question["model"] = {k: getattr(model_cfg, k) for k in ("arch", "n_layer", "d_model", "n_head",
+                                                                 "block_size", "vocab_size")}
+        question["hardware"] = _hardware(model_cfg, init.train, init.parallel, ns, tokens)
+        out["prediction"] = question
+    budget = float(ns.flops) if ns.flops is not None else (question["flops"] if question else None)
+    if budget is not None:
+        out["compute_optimal"] = fit.compute_optimal(budget)
+    if ns.target_loss is not None:
+        if model_cfg is not None:
+            t = fit.tokens_for_loss(ns.target_loss, n)
+            if t.get("tokens") is not None:
+                t["hardware"] = _hardware(model_cfg, init.train, init.parallel, ns, t["tokens"])
+            out["target"] = t
+        out["target_frontier"] = fit.min_compute_for_loss(ns.target_loss)
+    plot_path = Path(ns.plot) if ns.plot else Path(ns.fit[0]) / "scaling_fit.png"
+    out["plot"] = str(plot_fit(fit, plot_path, question))
+    if ns.json:
+        print(json.dumps(out, indent=2, default=str))
+        return 0
+    print(format_fit(out))
+    return 0
+
+
+def format_fit(out: dict) -> str:
+    """Human-readable report of `gptforge plan --fit` (the dict --json prints)."""
+    f = out["fit"]
+    p, lo, hi, s = f["params"], f["params_low"], f["params_high"], f["seen"]
+    lines = [f"Scaling law {f['law']}, N = {f['n_convention']}, compute = 6ND",
+             f"  fitted on {s['runs']} runs: N {s['n_min']:.3g} - {s['n_max']:.3g}, D {s['d_min']:.3g} - "
+             f"{s['d_max']:.3g}, compute {s['c_min']:.3g} - {s['c_max']:.3g} FLOPs; "
+             f"{f['bootstrap_resamples']} bootstrap resamples, 90% intervals in brackets"]
+    for k in ("E", "A", "alpha", "B", "beta"):
+        lines.append(f"  {k:<5} = {_fmt_band(p[k], lo.get(k), hi.get(k), '{:.4g}')}")
+    if f["excluded"]:
+        lines.append("  excluded runs:")
+        lines += [f"    {r['name']}: {r['status']}" for r in f["excluded"]]
+    q = out.get("prediction")
+    if q:
+        m = q["model"]
+        lines += ["", f"Prediction for n_layer {m['n_layer']}, d_model {m['d_model']} (N = {q['n_params']:.4g} "
+                      f"non-embedding), {_fmt_count(q['tokens'])} tokens ({q['flops']:.3g} FLOPs):",
+                  f"  val loss {_fmt_band(q['loss'], q['loss_low'], q['loss_high'])}"]
+        if q.get("hardware"):
+            lines.append("  " + _hardware_line(q["hardware"]))
+        lines += [f"  WARNING: {w}" for w in q["warnings"]]
+    c = out.get("compute_optimal")
+    if c:
+        lines += ["", f"Compute-optimal split of {c['flops']:.3g} FLOPs (Hoffmann et al. 2022, eq. 4):",
+                  f"  N {_fmt_band(c['n_params'], c['n_params_low'], c['n_params_high'], '{:.4g}')}, "
+                  f"D {_fmt_band(c['tokens'], c['tokens_low'], c['tokens_high'], '{:.4g}')} tokens, "
+                  f"val loss {_fmt_band(c['loss'], c['loss_low'], c['loss_high'])}"]
+        lines += [f"  WARNING: {w}" for w in c["warnings"]]
+    t = out.get("target")
+    if t:
+        lines += ["", f"Target val loss {t['target_loss']:g} with N = {t['n_params']:.4g}:"]
+        if t.get("tokens") is None:
+            lines.append(f"  {t['reason']}")
+        else:
+            lines.append(f"  tokens {_fmt_band(t['tokens'], t['tokens_low'], t['tokens_high'], '{:.4g}')} "
+                         f"({t['flops']:.3g} FLOPs)")
+            if t.get("hardware"):
+                lines.append("  " + _hardware_line(t["hardware"]))
+            lines += [f"  WARNING: {w}" for w in t["warnings"]]
+    tf = out.get("target_frontier")
+    if tf:
+        lines += ["", f"Least compute to reach val loss {tf['target_loss']:g} (compute-optimal frontier):"]
+        if not tf["reachable"]:
+            lines.append(f"  {tf['reason']}")
+        else:
+            lines.append(f"  {tf['flops']:.3g} FLOPs: N {tf['n_params']:.4g}, D {tf['tokens']:.4g} tokens")
+            lines += [f"  WARNING: {w}" for w in tf["warnings"]]
+    lines += ["", f"Plot: {out['plot']}"]
+    return "\n".join(lines)

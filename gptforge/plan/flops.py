@@ -14,6 +14,8 @@ hardware FLOPs utilisation (HFU) adds the recomputed forward (Korthikanti et al.
 
 from __future__ import annotations
 
+import re
+
 from gptforge.config import ModelConfig
 
 CONVENTIONS = ("6N+attention", "6N")
@@ -76,3 +78,22 @@ def gpu_hours(tokens: float, flops_per_token_: float, peak_flops: float, mfu_: f
 def chinchilla_tokens(n_params: int, tokens_per_param: float = 20.0) -> int:
     """Compute-optimal token budget D = 20 * N (Hoffmann et al. 2022, table 3: ~20 tokens/parameter)."""
     return int(round(tokens_per_param * n_params))
+
+
+_SUFFIX = {"k": 1e3, "m": 1e6, "b": 1e9, "g": 1e9, "t": 1e12}
+
+
+def parse_tokens(text: str) -> float:
+    """'2T' -> 2e12, '300B' -> 3e11, '1.5e12' -> 1.5e12, '1_000_000' -> 1e6.
+
+    Raises:
+        ValueError: not a positive number with an optional k/M/B/T suffix.
+    """
+    s = str(text).strip().replace("_", "").replace(",", "")
+    m = re.fullmatch(r"([0-9]*\.?[0-9]+(?:e[0-9]+)?)([kKmMbBgGtT]?)", s)
+    if not m:
+        raise ValueError(f"--tokens: cannot read {text!r}; write e.g. 2T, 300B, 1.5e12")
+    value = float(m.group(1)) * _SUFFIX.get(m.group(2).lower(), 1.0)
+    if value <= 0:
+        raise ValueError("--tokens must be > 0")
+    return value
