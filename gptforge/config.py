@@ -1,7 +1,7 @@
 """Typed configuration: plain dataclasses are the single source of truth.
 
 A YAML recipe (`--config recipe.yaml`) and dotted command-line overrides (`--train.lr 3e-4`) fill
-them through jsonargparse, so each field's docstring is its `--help` text. Unknown keys are errors
+them through jsonargparse (`gptforge.options.command_parser`), so each field's docstring is its `--help` text. Unknown keys are errors
 that name the key and its nearest valid spelling (see `parse`).
 
 `ModelConfig` fields default to None, meaning "take it from the preset, else the default": that
@@ -527,40 +527,6 @@ class RunConfig:
     model: ModelConfig = field(default_factory=ModelConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
     parallel: ParallelConfig = field(default_factory=ParallelConfig)
-
-
-def make_parser(prog: str, description: str, sections: dict[str, type] = SECTIONS):
-    """A jsonargparse parser with `--config recipe.yaml` and one `--section.key` option per field.
-
-    Field docstrings become the `--help` text. Later options override earlier ones, and options
-    override the recipe, so `--config r.yaml --train.lr 1e-3` takes lr from the command line.
-    """
-    import jsonargparse
-
-    jsonargparse.set_parsing_settings(docstring_parse_attribute_docstrings=True)
-    parser = jsonargparse.ArgumentParser(prog=prog, description=description, exit_on_error=False)
-    parser.add_argument("--config", action=jsonargparse.ActionConfigFile,
-                        help="YAML recipe with model:, train: and parallel: sections (any subset of keys).")
-    for name, cls in sections.items():
-        parser.add_class_arguments(cls, name, help=(cls.__doc__ or "").strip().splitlines()[0])
-    return parser
-
-
-def parse_args(parser, argv: list[str]):
-    """Parse `argv`; on a bad option or key print the error with a 'did you mean' hint and exit 2.
-
-    Returns: (namespace with dataclass instances per section, plain namespace).
-    """
-    import sys
-
-    try:
-        ns = parser.parse_args(argv)
-    except SystemExit:
-        raise
-    except Exception as e:  # jsonargparse.ArgumentError and friends
-        print(f"{parser.prog}: error: {describe_parse_error(str(e), argv)}", file=sys.stderr)
-        raise SystemExit(2) from None
-    return parser.instantiate(ns), ns
 
 
 def describe_parse_error(message: str, argv: list[str]) -> str:

@@ -57,14 +57,15 @@ def command_parser(prog: str, description: str, options: type | None = None,
             default are required; bool fields are flags (`--flag`, or `--no-flag` when the
             default is True); `field(metadata={"flag": "--from"})` names an option whose name is
             no Python identifier.
-        sections: {name: dataclass} added as dotted keys (`--train.lr`), as in config.make_parser.
+        sections: {name: dataclass} added as dotted keys (`--train.lr`), each field's docstring its help.
         positional: fields of `options` taken by position instead (`gptforge generate RUN`).
         config_file: add `--config recipe.yaml` (default: when there are sections).
     """
     import jsonargparse
 
     jsonargparse.set_parsing_settings(docstring_parse_attribute_docstrings=True)
-    parser = jsonargparse.ArgumentParser(prog=prog, description=description, exit_on_error=False)
+    parser = jsonargparse.ArgumentParser(prog=prog, description=description, exit_on_error=False,
+                                         allow_abbrev=False)  # a misspelt option is an error, not a guess
     if config_file if config_file is not None else bool(sections):
         parser.add_argument("--config", action=jsonargparse.ActionConfigFile,
                             help="YAML recipe with one section per config group (any subset of keys).")

@@ -16,8 +16,11 @@ from __future__ import annotations
 import json
 import os
 import sys
+from dataclasses import dataclass
+from typing import Optional
 
-from gptforge.config import ModelConfig, ParallelConfig, TrainConfig, explain_unknown
+from gptforge.config import ModelConfig, ParallelConfig, TrainConfig
+from gptforge.options import command_parser, parse_command
 from gptforge.plan.flops import parse_tokens  # noqa: F401  (re-exported: tests and scripts use it from here)
 
 SECTIONS = {"model": ModelConfig, "train": TrainConfig, "parallel": ParallelConfig}
@@ -40,57 +43,53 @@ def _rewrite_model_shortcut(argv: list[str]) -> list[str]:
     return out
 
 
-def build_parser(sections: dict[str, type] = SECTIONS, prog: str = "gptforge plan", description: str = ""):
-    """A jsonargparse parser with `--config FILE` and one dotted group per config dataclass.
+PLAN_DESCRIPTION = ("Predict per-GPU memory (weights, gradients, optimizer states, activations, logits/loss, "
+                    "buffers), FLOPs, tokens/s, MFU, step time, total time and cost of a training job. "
+                    "--model NAME is short for --model.preset NAME.")
 
-    Field docstrings become the --help text; unknown keys are errors (abbreviations disabled).
-    """
-    from jsonargparse import ActionConfigFile, ArgumentParser
 
-    parser = ArgumentParser(prog=prog, description=description, exit_on_error=False, allow_abbrev=False)
-    parser.add_argument("--config", action=ActionConfigFile, help="YAML recipe with model/train/parallel sections.")
-    for name, cls in sections.items():
-        parser.add_class_arguments(cls, name)
-    return parser
+@dataclass
+class PlanOptions:
+    gpu: Optional[str] = None
+    """GPU short name (see --list-gpus; h100, a100, 4090 and the like resolve)."""
+    num_gpus: Optional[int] = None
+    """Number of GPUs; those not used by tp*pp become data parallel."""
+    tokens: Optional[str] = None
+    """Training tokens, e.g. 2T or 300B (default: 20 per parameter, Chinchilla)."""
+    price: Optional[float] = None
+    """Price per GPU-hour, for the cost estimate."""
+    recommend: bool = False
+    """Rank the fastest layouts that fit (needs --gpu; keeps the global batch)."""
+    top: int = 5
+    """How many layouts --recommend prints."""
+    json: bool = False
+    """Print one JSON object (bytes, FLOPs, seconds)."""
+    measure: bool = False
+    """Also run one training step under FakeTensorMode with MemTracker (no real memory) and print its
+    tracked peak beside the formula's."""
+    list_gpus: bool = False
+    """List known GPUs and exit."""
+    fit: Optional[list[str]] = None
+    """Run or sweep directories: fit L(N, D) = E + A/N^alpha + B/D^beta to their final val losses
+    (Hoffmann et al. 2022, approach 3) and predict from it; --model may then be a shape
+    LAYERSxD_MODEL in the runs' recipe family."""
+    target_loss: Optional[float] = None
+    """With --fit: tokens (and, with --gpu, GPU-hours, days, cost) to reach this val loss."""
+    flops: Optional[str] = None
+    """With --fit: a compute budget in FLOPs (e.g. 1e18) for the compute-optimal N and D (default:
+    the compute of --model x --tokens)."""
+    bootstrap: int = 100
+    """With --fit: bootstrap resamples of the runs for the 90% intervals."""
+    plot: Optional[str] = None
+    """With --fit: where to write the plot (default: scaling_fit.png in the first --fit directory;
+    .html when matplotlib is not installed)."""
+    table: bool = False
+    """Print the 'How much GPU do I need?' markdown page (with --measure, backed by fake-tensor
+    measurements) and exit."""
 
 
 def _parser():
-    parser = build_parser(description=(
-        "Predict per-GPU memory (weights, gradients, optimizer states, activations, logits/loss, "
-        "buffers), FLOPs, tokens/s, MFU, step time, total time and cost of a training job. "
-        "--model NAME is short for --model.preset NAME."))
-    parser.add_argument("--gpu", type=str, default=None, help="GPU short name (see --list-gpus).")
-    parser.add_argument("--num-gpus", type=int, default=None,
-                        help="Number of GPUs; those not used by tp*pp become data parallel.")
-    parser.add_argument("--tokens", type=str, default=None,
-                        help="Training tokens, e.g. 2T or 300B (default: 20 per parameter, Chinchilla).")
-    parser.add_argument("--price", type=float, default=None, help="Price per GPU-hour, for the cost estimate.")
-    parser.add_argument("--recommend", action="store_true",
-                        help="Rank the fastest layouts that fit (needs --gpu; keeps the global batch).")
-    parser.add_argument("--top", type=int, default=5, help="How many layouts --recommend prints.")
-    parser.add_argument("--json", action="store_true", help="Print one JSON object (bytes, FLOPs, seconds).")
-    parser.add_argument("--measure", action="store_true",
-                        help="Also run one training step under FakeTensorMode with MemTracker (no real "
-                             "memory) and print its tracked peak beside the formula's.")
-    parser.add_argument("--list-gpus", action="store_true", help="List known GPUs and exit.")
-    parser.add_argument("--fit", type=str, nargs="+", default=None,
-                        help="Run or sweep directories: fit L(N, D) = E + A/N^alpha + B/D^beta to their final val "
-                             "losses (Hoffmann et al. 2022, approach 3) and predict from it; --model may then be a "
-                             "shape LAYERSxD_MODEL in the runs' recipe family.")
-    parser.add_argument("--target-loss", type=float, default=None,
-                        help="With --fit: tokens (and, with --gpu, GPU-hours, days, cost) to reach this val loss.")
-    parser.add_argument("--flops", type=str, default=None,
-                        help="With --fit: a compute budget in FLOPs (e.g. 1e18) for the compute-optimal N and D "
-                             "(default: the compute of --model x --tokens).")
-    parser.add_argument("--bootstrap", type=int, default=100,
-                        help="With --fit: bootstrap resamples of the runs for the 90%% intervals.")
-    parser.add_argument("--plot", type=str, default=None,
-                        help="With --fit: where to write the plot (default: scaling_fit.png in the first --fit "
-                             "directory; .html when matplotlib is not installed).")
-    parser.add_argument("--table", action="store_true",
-                        help="Print the 'How much GPU do I need?' markdown page (with --measure, backed by "
-                             "fake-tensor measurements) and exit.")
-    return parser
+    return command_parser("gptforge plan", PLAN_DESCRIPTION, PlanOptions, sections=SECTIONS)
 
 
 def _gib(n: float) -> str:
@@ -226,10 +225,9 @@ def main(argv: list[str]) -> int:
         parser.print_help()
         return 0
     try:
-        ns = parser.parse_args(argv)
-    except Exception as e:  # jsonargparse raises argparse.ArgumentError with exit_on_error=False
-        print(f"gptforge plan: {explain_unknown(str(e), SECTIONS)}", file=sys.stderr)
-        return 2
+        ns, init = parse_command(parser, argv)
+    except SystemExit as e:  # the error line is printed; keep the exit status as a return value
+        return int(e.code or 0)
     if ns.list_gpus:
         print(list_gpus_text())
         return 0
@@ -237,7 +235,7 @@ def main(argv: list[str]) -> int:
         from gptforge.errors import GptforgeError
 
         try:
-            return _fit_main(ns, parser)
+            return _fit_main(ns, init)
         except (GptforgeError, ValueError) as e:
             print(f"gptforge plan: error: {e}", file=sys.stderr)
             return 2
@@ -247,7 +245,6 @@ def main(argv: list[str]) -> int:
         print(how_much_gpu_markdown(measure=ns.measure))
         return 0
     try:
-        init = parser.instantiate(ns) if hasattr(parser, "instantiate") else parser.instantiate_classes(ns)
         model, train, parallel = init.model, init.train, init.parallel
         if model.preset is None and model.n_layer is None:
             raise ValueError("no model given: pass --model NAME (e.g. gpt2-small) or model.* fields")
@@ -337,7 +334,7 @@ def _hardware_line(h: dict) -> str:
     return line
 
 
-def _fit_main(ns, parser) -> int:
+def _fit_main(ns, init) -> int:
     """`gptforge plan --fit ...`: fit the scaling law to runs and answer the questions asked."""
     from pathlib import Path
 
@@ -346,7 +343,6 @@ def _fit_main(ns, parser) -> int:
 
     points = find_runs(ns.fit)
     fit = fit_scaling_law(points, bootstrap=ns.bootstrap)
-    init = parser.instantiate(ns) if hasattr(parser, "instantiate") else parser.instantiate_classes(ns)
     model_cfg = None
     if init.model.preset is not None:
         model_cfg = question_model(init.model.preset, fit.runs)
