@@ -60,10 +60,29 @@ class ModelConfig:
     """Epsilon of LayerNorm/RMSNorm. Default 1e-5."""
     rope_theta: Optional[float] = None
     """RoPE base frequency (llama). Default 10000."""
-    activation: Optional[Literal["gelu", "gelu_tanh"]] = None
-    """GPT-2 MLP nonlinearity: gelu (exact, erf; as nanoGPT) or gelu_tanh (the tanh approximation
-    of the original GPT-2 and Hugging Face's "gelu_new"). Llama blocks always use SwiGLU.
-    Default gelu (about twice as fast as gelu_tanh on CPUs)."""
+    activation: Optional[Literal["gelu", "gelu_tanh", "relu2"]] = None
+    """MLP nonlinearity. gpt2 blocks: gelu (exact, erf; as nanoGPT) or gelu_tanh (the tanh
+    approximation of the original GPT-2 and Hugging Face's "gelu_new"); llama blocks use SwiGLU
+    with either of those values. relu2, both families: down(relu(up(x))^2), no gate (squared
+    ReLU, So et al. 2021 "Primer", section 3; the modded-nanogpt speedrun's MLP); d_ff then
+    defaults to 4*d_model. Default gelu (about twice as fast as gelu_tanh on CPUs)."""
+    qk_norm: Optional[bool] = None
+    """RMSNorm (learned gain, one per head dim) on each head's query and key before RoPE and the
+    dot product (Henry et al. 2020 "Query-Key Normalization"; Dehghani et al. 2023, ViT-22B,
+    section 2; as Qwen3 and the modded-nanogpt speedrun). Default False."""
+    zero_init_proj: Optional[bool] = None
+    """Initialise the attention-output (o_proj) and MLP-output (down_proj) weights to zero, so
+    every block is the identity at step 0 (Zhang et al. 2019 "Fixup"; modded-nanogpt). Default
+    False (GPT-2's N(0, 0.02/sqrt(2*n_layer)))."""
+    logit_softcap: Optional[float] = None
+    """Soft cap c on the output logits: c * tanh(z / c), so |logit| < c (Gemma 2, Team 2024,
+    section 2, final_logit_softcapping 30; modded-nanogpt uses 15 at GPT-2-small scale). 0 or
+    unset: off."""
+    value_embeddings: Optional[bool] = None
+    """Value embeddings: every other block, counting back from the last, gets its own token
+    embedding table (vocab_size, n_kv_head*head_dim) added to the attention values, v = v +
+    E_v[token] (Zhou et al. 2024 "Value Residual Learning"; the modded-nanogpt speedrun and
+    nanochat). Adds ceil(n_layer/2) * vocab_size * kv width parameters. Default False."""
     rope_scaling: Optional[dict] = None
     """RoPE frequency scaling for long context (llama), as in Hugging Face configs: None (plain
     RoPE), {"rope_type": "linear", "factor": f} (position interpolation), or {"rope_type": "llama3",
@@ -100,7 +119,7 @@ class ModelConfig:
         values.setdefault("n_kv_head", values["n_head"])
         values.setdefault("d_model", 128)
         if "d_ff" not in values:
-            if arch == "gpt2":
+            if arch == "gpt2" or values.get("activation") == "relu2":
                 values["d_ff"] = 4 * values["d_model"]
             else:
                 values["d_ff"] = int(math.ceil(8 * values["d_model"] / 3 / 16) * 16)
@@ -114,6 +133,10 @@ class ModelConfig:
         values.setdefault("rope_theta", 10000.0)
         values.setdefault("activation", "gelu")
         values.setdefault("attention", "sdpa")
+        values.setdefault("qk_norm", False)
+        values.setdefault("zero_init_proj", False)
+        values.setdefault("logit_softcap", 0.0)
+        values.setdefault("value_embeddings", False)
         out = ModelConfig(**values)
         for name in ("n_layer", "n_head", "n_kv_head", "d_model", "d_ff", "block_size", "vocab_size"):
             if getattr(out, name) < 1:
@@ -124,6 +147,8 @@ class ModelConfig:
             raise ValueError(f"model.d_model ({out.d_model}) must be divisible by model.n_head ({out.n_head})")
         if out.n_head % out.n_kv_head:
             raise ValueError(f"model.n_head ({out.n_head}) must be divisible by model.n_kv_head ({out.n_kv_head})")
+        if out.logit_softcap < 0:
+            raise ValueError(f"model.logit_softcap must be >= 0 (0: off), got {out.logit_softcap}")
         if out.arch == "llama" and (out.d_model // out.n_head) % 2:
             raise ValueError("llama (RoPE) needs an even head dimension d_model/n_head")
         return out
