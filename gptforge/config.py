@@ -198,9 +198,22 @@ class TrainConfig:
     """AdamW epsilon."""
     grad_clip: float = 1.0
     """Clip the global gradient norm to this value; 0 disables clipping."""
-    optimizer: Literal["adamw", "sgd", "adamw8bit", "adafactor"] = "adamw"
-    """Optimizer. adamw (fused where the device supports it) and sgd run everywhere; adamw8bit and
-    adafactor are planner-only here."""
+    optimizer: Literal["adamw", "sgd", "muon", "adamw8bit", "adafactor"] = "adamw"
+    """Optimizer. adamw (fused where the device supports it) and sgd run everywhere; muon:
+    torch.optim.Muon (Newton-Schulz orthogonalised momentum, Jordan et al. 2024) for the 2-D
+    matrices inside the blocks and AdamW (train.lr, betas, weight_decay) for embeddings, head,
+    norms and biases; single process, DDP and pipeline parallel (not FSDP2, TP or ZeRO-1).
+    adamw8bit and adafactor are planner-only here."""
+    muon_lr: Optional[float] = None
+    """muon: peak learning rate of the Muon matrices (scaled by the schedule like lr, so the
+    ratio muon_lr / lr stays fixed); torch.optim.Muon also multiplies it by sqrt(max(1,
+    rows/cols)) per matrix (Jordan et al. 2024, the "original" adjustment). Default 0.02 (the
+    reference Muon implementation's)."""
+    muon_momentum: float = 0.95
+    """muon: Nesterov momentum of the Muon matrices (reference value 0.95)."""
+    muon_weight_decay: float = 0.0
+    """muon: decoupled weight decay of the Muon matrices (the matrices shrink by
+    lr_muon * muon_weight_decay per step); the AdamW parameters keep weight_decay."""
     precision: Literal["fp32", "bf16", "fp16", "fp8"] = "fp32"
     """Autocast precision: fp32, bf16 or fp16 (with a gradient scaler). fp8 is planner-only."""
     eval_interval: int = 100
@@ -255,7 +268,8 @@ class TrainConfig:
               "weight_decay": (0.0, None), "beta1": (0.0, 1.0), "beta2": (0.0, 1.0), "eps": (0.0, None),
               "grad_clip": (0.0, None), "eval_interval": (0, None), "eval_steps": (1, None), "patience": (0, None),
               "checkpoint_interval": (0, None), "keep_checkpoints": (1, None), "stop_at_step": (0, None),
-              "max_bad_steps": (1, None), "log_interval": (1, None), "num_threads": (0, None)}
+              "max_bad_steps": (1, None), "log_interval": (1, None), "num_threads": (0, None),
+              "muon_momentum": (0.0, 1.0), "muon_weight_decay": (0.0, None)}
     """Allowed (min, max) of each numeric field, both inclusive; None: unbounded."""
 
     def check_trainable(self) -> None:
@@ -272,12 +286,14 @@ class TrainConfig:
             if (lo is not None and v < lo) or (hi is not None and v > hi):
                 allowed = f">= {lo}" if hi is None else f"in [{lo}, {hi}]"
                 raise InputError(f"train.{name}={v!r}: must be {allowed}")
+        if self.muon_lr is not None and self.muon_lr < 0:
+            raise InputError(f"train.muon_lr={self.muon_lr!r}: must be >= 0 (or unset)")
         if self.global_batch_size is not None and self.global_batch_size < 1:
             raise InputError(f"train.global_batch_size={self.global_batch_size!r}: must be >= 1 (or unset)")
         for name, values in self.PLANNER_ONLY.items():
             if getattr(self, name) in values:
                 raise InputError(f"train.{name}={getattr(self, name)!r} is modelled by `gptforge plan` only and "
-                                 "cannot be trained here; use " + ("adamw or sgd" if name == "optimizer"
+                                 "cannot be trained here; use " + ("adamw, sgd or muon" if name == "optimizer"
                                                                    else "fp32, bf16 or fp16"))
 
 

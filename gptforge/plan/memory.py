@@ -70,6 +70,9 @@ def optimizer_state_bytes(cfg: ModelConfig, optimizer: str, shapes=None) -> int:
     adamw8bit: two 8-bit moments with one fp32 absmax per 2048-value block, ~2 bytes/param
     (Dettmers et al. 2022, "8-bit Optimizers via Block-wise Quantization").
     sgd: one fp32 momentum buffer, 4 bytes/param (momentum 0.9 assumed).
+    muon: one fp32 momentum buffer (4 bytes/param) for each Muon matrix (the 2-D weights inside
+    the blocks, torch.optim.Muon) and AdamW's 8 bytes/param for the rest (embeddings, head,
+    norms, biases), as `gptforge.train.optim.muon_split` splits them.
     adafactor: factored second moment, fp32 row and column statistics (r + c per matrix, n per
     vector), no first moment (Shazeer & Stern 2018; torch.optim.Adafactor with beta1 None).
 
@@ -84,6 +87,9 @@ def optimizer_state_bytes(cfg: ModelConfig, optimizer: str, shapes=None) -> int:
         return 2 * n + 2 * 4 * math.ceil(n / 2048)
     if optimizer == "sgd":
         return 4 * n
+    if optimizer == "muon":
+        m = sum(p.numel for p in shapes if is_muon_param(p))
+        return 4 * m + 8 * (n - m)
     if optimizer == "adafactor":
         total = 0
         for p in shapes:
@@ -92,7 +98,13 @@ def optimizer_state_bytes(cfg: ModelConfig, optimizer: str, shapes=None) -> int:
             else:
                 total += 4 * p.numel
         return total
-    raise ValueError(f"train.optimizer: unknown optimizer {optimizer!r}; choose adamw, adamw8bit, sgd or adafactor")
+    raise ValueError(f"train.optimizer: unknown optimizer {optimizer!r}; choose adamw, adamw8bit, sgd, muon or "
+                     "adafactor")
+
+
+def is_muon_param(p) -> bool:
+    """Whether a `ParamShape` is a Muon matrix: a 2-D weight inside a block, not a value embedding."""
+    return p.role == "block" and len(p.shape) == 2 and not p.name.endswith("v_embed.weight")
 
 
 def zero_paper_model_state_bytes(n_params: float, dp: int, stage: int, k: float = 12.0) -> float:
@@ -457,6 +469,13 @@ def estimate_memory(model: ModelConfig, train: TrainConfig, parallel: ParallelCo
     if not fused_optimizer and train.optimizer in ("adamw", "sgd"):
         largest = max(x.numel for x in shapes)
         opt_temp = 4 * largest // t
+    if train.optimizer == "muon":
+        # torch.optim.Muon works one matrix at a time: the fp32 Nesterov update, its bf16
+        # Newton-Schulz iterate and next iterate, and two bf16 (min dim)^2 Gram products.
+        mats = [x for x in shapes if is_muon_param(x)]
+        if mats:
+            big = max(mats, key=lambda x: x.numel)
+            opt_temp = (4 * big.numel + 2 * 2 * big.numel + 2 * 2 * min(big.shape) ** 2) // t
 
     # Gradients resident during backward: with accumulation, earlier micro-batches' gradients.
     grads_during = grads if (train.gradient_accumulation_steps > 1 or p > 1) else 0

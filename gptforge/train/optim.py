@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import torch
 
 from gptforge.config import TrainConfig
+
+MUON_LR = 0.02
+"""Default train.muon_lr (the reference Muon implementation's lr, Jordan et al. 2024)."""
 
 
 def param_groups(model: torch.nn.Module, weight_decay: float) -> list[dict]:
@@ -16,8 +20,12 @@ def param_groups(model: torch.nn.Module, weight_decay: float) -> list[dict]:
     Following Loshchilov & Hutter 2019 (decoupled weight decay) and the GPT-2/nanoGPT practice of
     not decaying gains and biases. A group with no parameter is left out.
     """
+    return _decay_groups(model.parameters(), weight_decay)
+
+
+def _decay_groups(params, weight_decay: float) -> list[dict]:
     decay, no_decay, seen = [], [], set()
-    for p in model.parameters():
+    for p in params:
         if not p.requires_grad or id(p) in seen:
             continue
         seen.add(id(p))
@@ -42,6 +50,11 @@ def build_optimizer(model: torch.nn.Module, cfg: TrainConfig, device_type: str,
     Raises:
         ValueError: an optimizer that only the planner models (adamw8bit, adafactor).
     """
+    if cfg.optimizer == "muon":
+        if zero_group is not None:
+            raise ValueError("train.optimizer=muon does not run under ZeRO-1 (parallel.zero_stage 1): use DDP "
+                             "(parallel.dp_replicate) or train.optimizer adamw")
+        return build_muon(model, cfg, device_type)
     groups = param_groups(model, cfg.weight_decay)
     if cfg.optimizer == "adamw":
         cls = torch.optim.AdamW
@@ -61,8 +74,123 @@ def build_optimizer(model: torch.nn.Module, cfg: TrainConfig, device_type: str,
             return ZeroRedundancyOptimizer(groups, optimizer_class=cls, process_group=zero_group, **kwargs)
         return cls(groups, **kwargs)
     raise ValueError(
-        f"train.optimizer={cfg.optimizer!r} is modelled by `gptforge plan` but not trainable here; use adamw or sgd"
+        f"train.optimizer={cfg.optimizer!r} is modelled by `gptforge plan` but not trainable here; use adamw, sgd or muon"
     )
+
+
+def muon_split(model: torch.nn.Module) -> tuple[list[torch.nn.Parameter], list[torch.nn.Parameter]]:
+    """(Muon parameters, AdamW parameters): Muon takes the weight of every nn.Linear inside the
+    transformer blocks (a module path with a `blocks` component: q/k/v/o and MLP projections);
+    AdamW everything else (token/position/value embeddings, the output head, norms, biases), as
+    in Jordan et al. 2024 ("Muon: an optimizer for hidden layers"). Trainable parameters only,
+    shared ones once."""
+    muon_ids: set[int] = set()
+    for name, mod in model.named_modules():
+        if isinstance(mod, torch.nn.Linear) and "blocks" in name.split(".") and mod.weight.requires_grad \
+                and mod.weight.dim() == 2:
+            muon_ids.add(id(mod.weight))
+    muon, rest, seen = [], [], set()
+    for p in model.parameters():
+        if not p.requires_grad or id(p) in seen:
+            continue
+        seen.add(id(p))
+        (muon if id(p) in muon_ids else rest).append(p)
+    return muon, rest
+
+
+class MuonAdamW(torch.optim.Optimizer):
+    """torch.optim.Muon on the hidden matrices plus torch.optim.AdamW on the rest, as one optimizer.
+
+    One `param_groups` list and one `state` (both inner optimizers share them), so the trainer's
+    lr setting, zero_grad, gradient scaler, clipping and DCP checkpoints (`state_dict` /
+    `load_state_dict`, resumed bit-exactly) treat it as any optimizer.
+
+    Every group's "lr" is in AdamW units (what the schedule `lr_at` returns; the trainer sets it
+    on all groups). A Muon group carries "muon_lr_ratio" = muon_lr / lr and steps with lr *
+    ratio, so Muon follows the same schedule at its own peak. Groups: [muon], [adamw decay],
+    [adamw no decay] (empty ones left out).
+
+    Raises:
+        ValueError: a sharded (DTensor: FSDP2 or tensor-parallel) parameter: Newton-Schulz on a
+            shard is not the orthogonalised full matrix, so this refuses rather than produce
+            wrong updates.
+    """
+
+    def __init__(self, muon_params, adamw_groups: list[dict], lr: float, muon_lr: float, momentum: float = 0.95,
+                 muon_weight_decay: float = 0.0, betas=(0.9, 0.95), eps: float = 1e-8, fused: bool | None = None):
+        muon_params, adamw_groups = list(muon_params), [g for g in adamw_groups if g["params"]]
+        if any(type(p).__name__ == "DTensor" for p in muon_params) or \
+                any(type(p).__name__ == "DTensor" for g in adamw_groups for p in g["params"]):
+            raise ValueError("train.optimizer=muon cannot run on sharded parameters (FSDP2 / parallel.dp_shard > 1, "
+                             "zero_stage 2-3, or parallel.tp > 1): Newton-Schulz needs whole matrices; use DDP "
+                             "(parallel.dp_replicate) or train.optimizer adamw")
+        if lr <= 0:
+            raise ValueError(f"train.lr={lr!r}: Muon's lr is set relative to it, so it must be > 0")
+        inner: list[torch.optim.Optimizer] = []
+        if muon_params:
+            self._muon = torch.optim.Muon(muon_params, lr=lr, weight_decay=muon_weight_decay, momentum=momentum,
+                                          nesterov=True)
+            for g in self._muon.param_groups:
+                g["muon_lr_ratio"] = muon_lr / lr
+            inner.append(self._muon)
+        else:
+            self._muon = None
+        kwargs: dict[str, Any] = dict(lr=lr, betas=betas, eps=eps)
+        if fused:
+            kwargs["fused"] = True
+        self._adamw = torch.optim.AdamW(adamw_groups, **kwargs) if adamw_groups else None
+        if self._adamw is not None:
+            inner.append(self._adamw)
+        if not inner:
+            raise ValueError("train.optimizer=muon: the model has no trainable parameter")
+        super().__init__([g for o in inner for g in o.param_groups], defaults={})
+        self._relink()
+
+    def _relink(self) -> None:
+        # The inner optimizers view slices of this one's groups and share its state dict.
+        n = len(self._muon.param_groups) if self._muon is not None else 0
+        if self._muon is not None:
+            self._muon.param_groups = self.param_groups[:n]
+            self._muon.state = self.state
+        if self._adamw is not None:
+            self._adamw.param_groups = self.param_groups[n:]
+            self._adamw.state = self.state
+
+    def load_state_dict(self, state_dict: dict) -> None:
+        super().load_state_dict(state_dict)
+        self._relink()
+
+    @torch.no_grad()
+    def step(self, closure=None):
+        """One step of both optimizers; Muon groups at lr * muon_lr_ratio. Returns closure's loss."""
+        loss = None
+        if closure is not None:
+            with torch.enable_grad():
+                loss = closure()
+        if self._muon is not None:
+            saved = [g["lr"] for g in self._muon.param_groups]
+            for g in self._muon.param_groups:
+                g["lr"] = g["lr"] * g["muon_lr_ratio"]
+            try:
+                self._muon.step()
+            finally:
+                for g, lr in zip(self._muon.param_groups, saved):
+                    g["lr"] = lr
+        if self._adamw is not None:
+            self._adamw.step()
+        return loss
+
+
+def build_muon(model: torch.nn.Module, cfg: TrainConfig, device_type: str) -> MuonAdamW:
+    """`MuonAdamW` for `model` from train.* (lr, muon_lr (default MUON_LR), muon_momentum,
+    muon_weight_decay, weight_decay on the AdamW matrices, beta1/beta2/eps). Raises ValueError
+    as `MuonAdamW`."""
+    muon, rest = muon_split(model)
+    adamw_groups = _decay_groups(rest, cfg.weight_decay)
+    return MuonAdamW(muon, adamw_groups, lr=cfg.lr, muon_lr=cfg.muon_lr if cfg.muon_lr is not None else MUON_LR,
+                     momentum=cfg.muon_momentum, muon_weight_decay=cfg.muon_weight_decay,
+                     betas=(cfg.beta1, cfg.beta2), eps=cfg.eps,
+                     fused=device_type in ("cuda", "cpu"))
 
 
 def lr_at(step: int, cfg: TrainConfig) -> float:
