@@ -186,6 +186,12 @@ class TrainConfig:
     """Linear warmup steps from 0 to lr."""
     lr_schedule: Literal["cosine", "linear", "constant", "wsd"] = "cosine"
     """After warmup: cosine or linear decay to min_lr, constant, or warmup-stable-decay."""
+    schedule_start: int = 0
+    """Step at which the schedule (warmup, then decay) starts: lr_at(step) is the schedule of a
+    run of max_steps - schedule_start steps evaluated at step - schedule_start (steps before it
+    get the schedule's first value). Set it to the resume step to continue a run with a fresh
+    schedule, e.g. a WSD cooldown from any checkpoint (`--train.lr_schedule wsd
+    --train.decay_fraction 1 --train.warmup_steps 0 --train.schedule_start S`). 0: from step 0."""
     decay_fraction: float = 0.2
     """wsd only: fraction of max_steps spent in the final linear decay."""
     weight_decay: float = 0.1
@@ -264,7 +270,7 @@ class TrainConfig:
     """Values `gptforge plan` models but the trainer does not run."""
 
     RANGES = {"max_steps": (1, None), "micro_batch_size": (1, None), "gradient_accumulation_steps": (1, None),
-              "lr": (0.0, None), "min_lr": (0.0, None), "warmup_steps": (0, None), "decay_fraction": (0.0, 1.0),
+              "lr": (0.0, None), "min_lr": (0.0, None), "warmup_steps": (0, None), "schedule_start": (0, None), "decay_fraction": (0.0, 1.0),
               "weight_decay": (0.0, None), "beta1": (0.0, 1.0), "beta2": (0.0, 1.0), "eps": (0.0, None),
               "grad_clip": (0.0, None), "eval_interval": (0, None), "eval_steps": (1, None), "patience": (0, None),
               "checkpoint_interval": (0, None), "keep_checkpoints": (1, None), "stop_at_step": (0, None),
@@ -286,6 +292,9 @@ class TrainConfig:
             if (lo is not None and v < lo) or (hi is not None and v > hi):
                 allowed = f">= {lo}" if hi is None else f"in [{lo}, {hi}]"
                 raise InputError(f"train.{name}={v!r}: must be {allowed}")
+        if self.schedule_start >= self.max_steps:
+            raise InputError(f"train.schedule_start={self.schedule_start}: must be below train.max_steps "
+                             f"({self.max_steps}); raise max_steps to extend the run")
         if self.muon_lr is not None and self.muon_lr < 0:
             raise InputError(f"train.muon_lr={self.muon_lr!r}: must be >= 0 (or unset)")
         if self.global_batch_size is not None and self.global_batch_size < 1:

@@ -196,17 +196,22 @@ def build_muon(model: torch.nn.Module, cfg: TrainConfig, device_type: str) -> Mu
 def lr_at(step: int, cfg: TrainConfig) -> float:
     """Learning rate for optimizer step `step` (0-based).
 
+    The schedule runs over local steps s = max(0, step - schedule_start) of a span of
+    n = max_steps - schedule_start steps (schedule_start 0: s = step, n = max_steps).
     Linear warmup from lr/warmup_steps to lr over `warmup_steps`, then:
     - cosine: min_lr + (lr - min_lr) * (1 + cos(pi * progress)) / 2 (Loshchilov & Hutter 2017);
     - linear: straight line from lr to min_lr;
     - constant: lr;
     - wsd (warmup-stable-decay, Hu et al. 2024, MiniCPM): lr until the last `decay_fraction` of
-      steps, then linear to min_lr.
-    progress = (step - warmup) / (max_steps - warmup), clamped to [0, 1].
+      the n steps, then linear to min_lr.
+    progress = (s - warmup) / (n - warmup), clamped to [0, 1].
     """
+    start = cfg.schedule_start
+    step = max(0, step - start)
+    n = max(1, cfg.max_steps - start)
     if cfg.warmup_steps > 0 and step < cfg.warmup_steps:
         return cfg.lr * (step + 1) / cfg.warmup_steps
-    span = max(1, cfg.max_steps - cfg.warmup_steps)
+    span = max(1, n - cfg.warmup_steps)
     progress = min(1.0, max(0.0, (step - cfg.warmup_steps) / span))
     if cfg.lr_schedule == "constant":
         return cfg.lr
@@ -215,9 +220,19 @@ def lr_at(step: int, cfg: TrainConfig) -> float:
     if cfg.lr_schedule == "linear":
         return cfg.lr + (cfg.min_lr - cfg.lr) * progress
     if cfg.lr_schedule == "wsd":
-        decay_steps = max(1, int(round(cfg.decay_fraction * cfg.max_steps)))
-        decay_start = cfg.max_steps - decay_steps
+        decay_steps = max(1, int(round(cfg.decay_fraction * n)))
+        decay_start = n - decay_steps
         if step < decay_start:
             return cfg.lr
         return cfg.lr + (cfg.min_lr - cfg.lr) * min(1.0, (step - decay_start + 1) / decay_steps)
     raise ValueError(f"train.lr_schedule: unknown schedule {cfg.lr_schedule!r}")
+
+
+def describe_schedule(cfg: TrainConfig) -> str:
+    """One line naming the schedule that applies, for the run's log, e.g. "lr schedule: wsd from
+    step 1000 to 1500 (warmup 0, decay over the last 100%), peak 0.0006 -> 6e-05"."""
+    tail = f", decay over the last {cfg.decay_fraction:.0%}" if cfg.lr_schedule == "wsd" else ""
+    where = f"from step {cfg.schedule_start} to {cfg.max_steps}" if cfg.schedule_start else f"over {cfg.max_steps} steps"
+    ends = f"{cfg.lr:g}" if cfg.lr_schedule == "constant" else f"{cfg.lr:g} -> {cfg.min_lr:g}"
+    muon = f", muon peak {cfg.muon_lr if cfg.muon_lr is not None else MUON_LR:g}" if cfg.optimizer == "muon" else ""
+    return f"lr schedule: {cfg.lr_schedule} {where} (warmup {cfg.warmup_steps}{tail}), peak {ends}{muon}"

@@ -118,3 +118,25 @@ def test_planner_counts_one_momentum_buffer_per_muon_parameter():
     assert optimizer_state_bytes(cfg, "muon") < optimizer_state_bytes(cfg, "adamw")
     est = estimate_memory(cfg, TrainConfig(optimizer="muon", micro_batch_size=2), ParallelConfig())
     assert est.optimizer_states == 4 * n_muon + 8 * n_rest and est.optimizer_temp > 0
+
+
+def test_checkpoint_written_before_the_model_options_resumes(tiny_shards, tmp_path):
+    """A config.yaml without model.qk_norm & co. (an older run) still resumes: missing keys take
+    their default (off)."""
+    import yaml
+
+    from gptforge.runtime import checkpoint as ck
+    from gptforge.train.loop import train
+
+    def cfg(**kw):
+        return RunConfig(model=ModelConfig(preset="gpt2-nano", block_size=32, n_layer=1, d_model=32),
+                         train=TrainConfig(max_steps=3, micro_batch_size=2, eval_interval=0, checkpoint_interval=0,
+                                           tensorboard=False, report=False, spike_alarms=False, **kw))
+
+    train(cfg(stop_at_step=2), tiny_shards, tmp_path / "run", progress=False)
+    found = ck.find_checkpoint(tmp_path / "run")
+    saved = yaml.safe_load((found / "config.yaml").read_text())
+    for k in ("qk_norm", "zero_init_proj", "logit_softcap", "value_embeddings"):
+        saved["model"].pop(k)
+    (found / "config.yaml").write_text(yaml.safe_dump(saved))
+    assert train(cfg(), tiny_shards, tmp_path / "run", resume=True, progress=False).step == 3

@@ -30,3 +30,25 @@ def test_schedules():
     wsd = TrainConfig(lr=1.0, min_lr=0.0, warmup_steps=10, max_steps=100, lr_schedule="wsd", decay_fraction=0.2)
     assert lr_at(50, wsd) == 1.0 and lr_at(79, wsd) == 1.0
     assert lr_at(89, wsd) == pytest.approx(0.5) and lr_at(99, wsd) == pytest.approx(0.0)
+
+
+def test_schedule_start_counts_warmup_and_decay_from_that_step():
+    base = dict(lr=1.0, min_lr=0.0, warmup_steps=10, max_steps=110)
+    fresh = TrainConfig(**base)
+    moved = TrainConfig(lr=1.0, min_lr=0.0, warmup_steps=10, max_steps=1110, schedule_start=1000)
+    for s in (0, 5, 9, 10, 60, 109):
+        assert lr_at(1000 + s, moved) == pytest.approx(lr_at(s, fresh))
+    assert lr_at(1000, moved) == pytest.approx(0.1)  # a fresh warmup at the resume step
+    assert lr_at(500, moved) == pytest.approx(0.1)  # before the start: the schedule's first value
+    # WSD cooldown from a checkpoint: linear from lr to min_lr over the remaining steps.
+    cool = TrainConfig(lr=1.0, min_lr=0.0, warmup_steps=0, max_steps=200, lr_schedule="wsd", decay_fraction=1.0,
+                       schedule_start=100)
+    assert lr_at(100, cool) == pytest.approx(0.99) and lr_at(149, cool) == pytest.approx(0.5)
+    assert lr_at(199, cool) == pytest.approx(0.0)
+    from gptforge.train.optim import describe_schedule
+
+    assert "wsd from step 100 to 200" in describe_schedule(cool)
+    from gptforge.errors import InputError
+
+    with pytest.raises(InputError, match="schedule_start"):
+        TrainConfig(max_steps=10, schedule_start=10).check_trainable()
