@@ -28,7 +28,7 @@ class ModelConfig:
 
     preset: Optional[str] = None
     """Named shape (gpt2-nano, gpt2-micro, gpt2-mini, gpt2-small, gpt2-medium, gpt2-large, gpt2-xl,
-    llama-nano, llama-micro, llama-60m, llama-160m, llama-2-7b, llama-2-13b, llama-2-70b,
+    modern-nano, modern-micro, modern-mini, modern-small, llama-nano, llama-micro, llama-60m, llama-160m, llama-2-7b, llama-2-13b, llama-2-70b,
     llama-3-8b, llama-3-70b). Other model.* keys override it."""
     arch: Optional[Literal["gpt2", "llama"]] = None
     """Block type: gpt2 (learned positions, LayerNorm, GELU) or llama (RoPE, RMSNorm, SwiGLU, GQA).

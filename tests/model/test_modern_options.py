@@ -166,3 +166,16 @@ def test_mapped_options_export_to_transformers_exactly(arch, extra, tmp_path):
         back = load_hf_model(out).eval()
         assert back.config.qk_norm == m.config.qk_norm and back.config.activation == m.config.activation
         assert (back(x) - m(x)).abs().max() < 1e-5
+
+
+def test_modern_presets_turn_the_options_on_and_refuse_hf_export():
+    cfg = ModelConfig(preset="modern-micro", vocab_size=V).resolved()
+    assert (cfg.arch, cfg.activation, cfg.qk_norm, cfg.zero_init_proj, cfg.logit_softcap, cfg.tie_embeddings) == \
+        ("llama", "relu2", True, True, 15.0, False)
+    assert cfg.d_ff == 4 * cfg.d_model and not cfg.value_embeddings
+    m = GPT(cfg)
+    x = torch.randint(0, V, (1, 8))
+    with torch.no_grad():
+        assert m(x).abs().max() < 15.0
+    with pytest.raises(UnsupportedHFConfig, match="model.logit_softcap"):
+        config_to_hf(cfg)
