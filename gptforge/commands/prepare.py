@@ -46,9 +46,11 @@ def build_parser() -> argparse.ArgumentParser:
                    help="input bytes per work shard (the unit of parallel work and of resume after a crash; "
                         "0: the corpus size / 64, between 1 MiB and 64 MiB)")
     p.add_argument("--keep-work", action="store_true", help="keep the work folder (.OUT.work) after success")
-    p.add_argument("--vocab-size", type=int, default=32000, metavar="N",
+    p.add_argument("--vocab-size", type=int, default=0, metavar="N",
                    help="vocabulary size of the trained tokenizer, including the 256 byte tokens and <|endoftext|> "
-                        "(a small corpus may stop short of it); ignored with --tokenizer")
+                        "(a small corpus may stop short of it); 0 (the default): 4*sqrt(characters) rounded to a "
+                        "power of two, between 512 and 32768 (1 MB of text: 4096); a warning when a size given "
+                        "is more than 4x off that; ignored with --tokenizer")
     p.add_argument("--tokenizer", metavar="FILE", default=None,
                    help="use this Hugging Face tokenizer.json (it must have <|endoftext|>) instead of training one")
     p.add_argument("--text-field", default="auto", metavar="F",
