@@ -50,6 +50,7 @@ def build_optimizer(model: torch.nn.Module, cfg: TrainConfig, device_type: str,
     Raises:
         ValueError: an optimizer that only the planner models (adamw8bit, adafactor).
     """
+    cfg = cfg.filled()
     if cfg.optimizer == "muon":
         if zero_group is not None:
             raise ValueError("train.optimizer=muon does not run under ZeRO-1 (parallel.zero_stage 1): use DDP "
@@ -185,12 +186,76 @@ def build_muon(model: torch.nn.Module, cfg: TrainConfig, device_type: str) -> Mu
     """`MuonAdamW` for `model` from train.* (lr, muon_lr (default MUON_LR), muon_momentum,
     muon_weight_decay, weight_decay on the AdamW matrices, beta1/beta2/eps). Raises ValueError
     as `MuonAdamW`."""
+    cfg = cfg.filled()
     muon, rest = muon_split(model)
     adamw_groups = _decay_groups(rest, cfg.weight_decay)
     return MuonAdamW(muon, adamw_groups, lr=cfg.lr, muon_lr=cfg.muon_lr if cfg.muon_lr is not None else MUON_LR,
                      momentum=cfg.muon_momentum, muon_weight_decay=cfg.muon_weight_decay,
                      betas=(cfg.beta1, cfg.beta2), eps=cfg.eps,
                      fused=device_type in ("cuda", "cpu"))
+
+
+# Size-aware defaults: lr = min(LR_MAX, LR_WIDTH_CONSTANT / d_model) (the 1/width scaling of
+# muP's hidden learning rate for Adam, Yang et al. 2022, table 3), fitted by bench/lr_sweep.py
+# (bench/RESULTS.md, "Size-aware learning rate"). Anchors: gpt2-small's published 6e-4 at d_model
+# 768 is 0.46 / 768.
+LR_WIDTH_CONSTANT = 0.5
+LR_MAX = 1e-2
+WARMUP_FRACTION, WARMUP_MIN, WARMUP_MAX = 0.05, 10, 1000
+
+
+def default_lr(d_model: int, max_steps: int) -> float:
+    """The learning rate used when train.lr is unset: min(LR_MAX, LR_WIDTH_CONSTANT / d_model),
+    rounded to 2 significant digits (so config.yaml shows e.g. 0.0039). max_steps: the planned
+    run length; the sweep found no shift of the best lr between its two lengths, so it only
+    enters through the warmup (see `default_warmup`)."""
+    lr = min(LR_MAX, LR_WIDTH_CONSTANT / d_model)
+    return float(f"{lr:.2g}")
+
+
+def default_warmup(max_steps: int) -> int:
+    """Warmup steps when train.warmup_steps is unset: WARMUP_FRACTION (5%) of max_steps, clamped
+    to [WARMUP_MIN, WARMUP_MAX] and to at most a quarter of the run."""
+    w = min(WARMUP_MAX, max(WARMUP_MIN, round(WARMUP_FRACTION * max_steps)))
+    return int(min(w, max_steps // 4))
+
+
+def resolve_defaults(model_cfg, train_cfg: TrainConfig, saved: dict | None = None) -> TrainConfig:
+    """A copy of `train_cfg` with every unset size-dependent value filled: lr (`default_lr` of
+    model.d_model), min_lr (lr / 10), warmup_steps (`default_warmup`), muon_lr (MUON_LR).
+
+    Call it once at the start of a pretraining run, before building the optimizer, print
+    `describe_defaults(before, after)` and write the returned config into config.yaml, so a
+    resume is exact. saved: the `train` section of the checkpoint's config.yaml when resuming;
+    its values win over the rule for any field unset now (a resume with a longer max_steps keeps
+    its lr). Fine-tuning sets its own values, so nothing there is unset.
+
+    model_cfg: a ModelConfig (resolved or not).
+    """
+    import dataclasses
+
+    saved = saved or {}
+    d_model = model_cfg.resolved().d_model if model_cfg.d_model is None else model_cfg.d_model
+    out = {}
+    lr = train_cfg.lr if train_cfg.lr is not None else saved.get("lr")
+    if lr is None:
+        lr = default_lr(d_model, train_cfg.max_steps)
+    out["lr"] = float(lr)
+    min_lr = train_cfg.min_lr if train_cfg.min_lr is not None else saved.get("min_lr")
+    out["min_lr"] = float(min_lr) if min_lr is not None else out["lr"] / 10
+    warm = train_cfg.warmup_steps if train_cfg.warmup_steps is not None else saved.get("warmup_steps")
+    out["warmup_steps"] = int(warm) if warm is not None else default_warmup(train_cfg.max_steps)
+    muon_lr = train_cfg.muon_lr if train_cfg.muon_lr is not None else saved.get("muon_lr")
+    out["muon_lr"] = float(muon_lr) if muon_lr is not None else MUON_LR
+    return dataclasses.replace(train_cfg, **out)
+
+
+def describe_defaults(before: TrainConfig, after: TrainConfig) -> str:
+    """One line naming the values `resolve_defaults` chose (those unset in `before`), e.g.
+    "size-aware defaults: lr 0.0039, min_lr 0.00039, warmup_steps 50"; "" when nothing was unset."""
+    chosen = [f"{k} {getattr(after, k):g}" for k in ("lr", "min_lr", "warmup_steps", "muon_lr")
+              if getattr(before, k) is None and (k != "muon_lr" or after.optimizer == "muon")]
+    return "size-aware defaults: " + ", ".join(chosen) if chosen else ""
 
 
 def lr_at(step: int, cfg: TrainConfig) -> float:
@@ -206,6 +271,7 @@ def lr_at(step: int, cfg: TrainConfig) -> float:
       the n steps, then linear to min_lr.
     progress = (s - warmup) / (n - warmup), clamped to [0, 1].
     """
+    cfg = cfg.filled()
     start = cfg.schedule_start
     step = max(0, step - start)
     n = max(1, cfg.max_steps - start)
@@ -231,6 +297,7 @@ def lr_at(step: int, cfg: TrainConfig) -> float:
 def describe_schedule(cfg: TrainConfig) -> str:
     """One line naming the schedule that applies, for the run's log, e.g. "lr schedule: wsd from
     step 1000 to 1500 (warmup 0, decay over the last 100%), peak 0.0006 -> 6e-05"."""
+    cfg = cfg.filled()
     tail = f", decay over the last {cfg.decay_fraction:.0%}" if cfg.lr_schedule == "wsd" else ""
     where = f"from step {cfg.schedule_start} to {cfg.max_steps}" if cfg.schedule_start else f"over {cfg.max_steps} steps"
     ends = f"{cfg.lr:g}" if cfg.lr_schedule == "constant" else f"{cfg.lr:g} -> {cfg.min_lr:g}"

@@ -52,3 +52,29 @@ def test_schedule_start_counts_warmup_and_decay_from_that_step():
 
     with pytest.raises(InputError, match="schedule_start"):
         TrainConfig(max_steps=10, schedule_start=10).check_trainable()
+
+
+def test_size_aware_defaults_follow_the_documented_rule():
+    from gptforge.train.optim import LR_MAX, LR_WIDTH_CONSTANT, describe_defaults, resolve_defaults
+
+    tc = TrainConfig(max_steps=2000)
+    assert tc.lr is None and tc.warmup_steps is None and tc.min_lr is None
+    small = resolve_defaults(ModelConfig(preset="gpt2-small"), tc)
+    nano = resolve_defaults(ModelConfig(preset="gpt2-nano"), tc)
+    assert small.lr == pytest.approx(float(f"{LR_WIDTH_CONSTANT / 768:.2g}"))
+    assert nano.lr == pytest.approx(float(f"{min(LR_MAX, LR_WIDTH_CONSTANT / 64):.2g}")) and nano.lr > small.lr
+    assert nano.min_lr == pytest.approx(nano.lr / 10) and nano.warmup_steps == 100  # 5% of 2000
+    assert resolve_defaults(ModelConfig(d_model=64), TrainConfig(max_steps=100)).warmup_steps == 10
+    assert resolve_defaults(ModelConfig(d_model=64), TrainConfig(max_steps=20)).warmup_steps == 5  # <= a quarter
+    assert resolve_defaults(ModelConfig(d_model=64), TrainConfig(max_steps=10**6)).warmup_steps == 1000
+    # Given values are kept; a resume takes the frozen ones from the checkpoint's config.yaml.
+    given = resolve_defaults(ModelConfig(d_model=64), TrainConfig(lr=1e-3, warmup_steps=7, max_steps=100))
+    assert (given.lr, given.min_lr, given.warmup_steps) == (1e-3, pytest.approx(1e-4), 7)
+    resumed = resolve_defaults(ModelConfig(d_model=64), TrainConfig(max_steps=5000),
+                               saved={"lr": 0.004, "min_lr": 0.0004, "warmup_steps": 50, "muon_lr": 0.03})
+    assert (resumed.lr, resumed.warmup_steps, resumed.muon_lr) == (0.004, 50, 0.03)
+    line = describe_defaults(tc, nano)
+    assert line.startswith("size-aware defaults: lr ") and "warmup_steps 100" in line
+    assert describe_defaults(given, given) == ""
+    # Unresolved (the trainer did not call resolve_defaults): the earlier fixed defaults.
+    assert lr_at(99, TrainConfig(max_steps=1000)) == pytest.approx(6e-4)
