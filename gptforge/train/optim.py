@@ -195,21 +195,24 @@ def build_muon(model: torch.nn.Module, cfg: TrainConfig, device_type: str) -> Mu
                      fused=device_type in ("cuda", "cpu"))
 
 
-# Size-aware defaults: lr = min(LR_MAX, LR_WIDTH_CONSTANT / d_model) (the 1/width scaling of
-# muP's hidden learning rate for Adam, Yang et al. 2022, table 3), fitted by bench/lr_sweep.py
-# (bench/RESULTS.md, "Size-aware learning rate"). Anchors: gpt2-small's published 6e-4 at d_model
-# 768 is 0.46 / 768.
-LR_WIDTH_CONSTANT = 0.5
+# Size-aware defaults, fitted by bench/lr_sweep.py (bench/RESULTS.md, "Size-aware learning rate"):
+# the best AdamW lr of 2-layer models on English prose at d_model 32/64/128/256 (300 steps of 512
+# tokens) was 0.004/0.002/0.002/0.001; a least-squares line in log-log space gives
+# lr = 0.0016 * (128 / d_model)^0.6. The exponent lies between muP's 1/width for Adam's hidden
+# lr (Yang et al. 2022, table 3) and a constant; extrapolated to gpt2-small (d_model 768) it
+# gives 5.5e-4, next to the 6e-4 GPT-3/nanoGPT use at that width (Brown et al. 2020, table 2.1).
+LR_AT_128, LR_WIDTH_EXPONENT = 0.0016, 0.6
 LR_MAX = 1e-2
 WARMUP_FRACTION, WARMUP_MIN, WARMUP_MAX = 0.05, 10, 1000
 
 
 def default_lr(d_model: int, max_steps: int) -> float:
-    """The learning rate used when train.lr is unset: min(LR_MAX, LR_WIDTH_CONSTANT / d_model),
-    rounded to 2 significant digits (so config.yaml shows e.g. 0.0039). max_steps: the planned
-    run length; the sweep found no shift of the best lr between its two lengths, so it only
-    enters through the warmup (see `default_warmup`)."""
-    lr = min(LR_MAX, LR_WIDTH_CONSTANT / d_model)
+    """The learning rate used when train.lr is unset: min(LR_MAX, LR_AT_128 * (128 /
+    d_model)^LR_WIDTH_EXPONENT), rounded to 2 significant digits (d_model 64: 0.0024; 128:
+    0.0016; 384: 0.00083; 768: 0.00055). max_steps: the planned run length; the sweep found the
+    same best lr at 300 and 900 steps (d_model 32), so it only enters through the warmup
+    (`default_warmup`)."""
+    lr = min(LR_MAX, LR_AT_128 * (128 / d_model) ** LR_WIDTH_EXPONENT)
     return float(f"{lr:.2g}")
 
 

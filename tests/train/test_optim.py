@@ -55,14 +55,16 @@ def test_schedule_start_counts_warmup_and_decay_from_that_step():
 
 
 def test_size_aware_defaults_follow_the_documented_rule():
-    from gptforge.train.optim import LR_MAX, LR_WIDTH_CONSTANT, describe_defaults, resolve_defaults
+    from gptforge.train.optim import default_lr, describe_defaults, resolve_defaults
 
     tc = TrainConfig(max_steps=2000)
     assert tc.lr is None and tc.warmup_steps is None and tc.min_lr is None
     small = resolve_defaults(ModelConfig(preset="gpt2-small"), tc)
     nano = resolve_defaults(ModelConfig(preset="gpt2-nano"), tc)
-    assert small.lr == pytest.approx(float(f"{LR_WIDTH_CONSTANT / 768:.2g}"))
-    assert nano.lr == pytest.approx(float(f"{min(LR_MAX, LR_WIDTH_CONSTANT / 64):.2g}")) and nano.lr > small.lr
+    # The documented values of lr = 0.0016 * (128 / d_model)^0.6.
+    assert (small.lr, nano.lr) == (0.00055, 0.0024)
+    assert [default_lr(d, 1000) for d in (32, 128, 256, 384)] == [0.0037, 0.0016, 0.0011, 0.00083]
+    assert default_lr(2, 1000) == 0.01  # capped
     assert nano.min_lr == pytest.approx(nano.lr / 10) and nano.warmup_steps == 100  # 5% of 2000
     assert resolve_defaults(ModelConfig(d_model=64), TrainConfig(max_steps=100)).warmup_steps == 10
     assert resolve_defaults(ModelConfig(d_model=64), TrainConfig(max_steps=20)).warmup_steps == 5  # <= a quarter
