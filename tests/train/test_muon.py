@@ -140,3 +140,32 @@ def test_checkpoint_written_before_the_model_options_resumes(tiny_shards, tmp_pa
         saved["model"].pop(k)
     (found / "config.yaml").write_text(yaml.safe_dump(saved))
     assert train(cfg(), tiny_shards, tmp_path / "run", resume=True, progress=False).step == 3
+
+
+def test_muon_under_ddp_matches_one_process_and_fsdp_is_refused(tiny_shards, tmp_path):
+    """Two gloo ranks (DDP, modern model options on) follow the single-process Muon run; FSDP2
+    stops before step 1 with the refusal."""
+    from gptforge.train.loop import train
+    from tests.train.dist_harness import run_layouts
+
+    model = dict(arch="llama", n_layer=2, n_head=2, n_kv_head=2, d_model=32, block_size=32, activation="relu2",
+                 qk_norm=True, zero_init_proj=True, logit_softcap=15.0, value_embeddings=True)
+
+    def tkw(mbs, gas):
+        return dict(max_steps=4, micro_batch_size=mbs, gradient_accumulation_steps=gas, lr=3e-3, warmup_steps=1,
+                    optimizer="muon", eval_interval=0, checkpoint_interval=0, tensorboard=False, report=False,
+                    spike_alarms=False, seed=7)
+
+    torch.set_num_threads(1)
+    ref = train(RunConfig(model=ModelConfig(**model), train=TrainConfig(**tkw(4, 2))), tiny_shards, tmp_path / "ref",
+                progress=False)
+    jobs = [dict(name=n, model=model, train=tkw(4, 1), parallel=p, data=str(tiny_shards), run_dir=str(tmp_path / n))
+            for n, p in (("ddp", dict(dp_replicate=2)), ("fsdp", dict(dp_shard=2)))]
+    res = run_layouts(2, jobs, tmp_path / "out")
+    assert "error" not in res["ddp"], res["ddp"].get("error")
+    want = [r["loss"] for r in ref.history]
+    assert len(res["ddp"]["loss"]) == len(want) == 4
+    assert want[-1] < want[0] - 0.05  # it trains: a wrong update would show
+    for a, b in zip(res["ddp"]["loss"], want):
+        assert abs(a - b) <= 1e-3 * abs(b)
+    assert "sharded parameters" in res["fsdp"]["error"]
