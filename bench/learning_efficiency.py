@@ -1,0 +1,78 @@
+"""Learning efficiency on the CPU: val loss against CPU seconds for the GPT-2 recipe with the
+size-aware defaults, the modern preset with AdamW, and the modern preset with Muon.
+
+    python bench/learning_efficiency.py --text corpus.txt --width 64 --steps 400 --seeds 1,2
+
+Same tokenizer, data, shape (n_layer 2 for width 64, block 64, batch 8), steps and schedule for
+every recipe; val loss (nats/token, so directly comparable) over --eval-steps fixed batches at
+the end; CPU seconds are this process's user + system time for the training call (fair on a
+loaded machine). Prints the CPU, the load average, each run and the mean/spread per recipe.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--text", required=True)
+    ap.add_argument("--width", type=int, default=64)
+    ap.add_argument("--layers", type=int, default=2)
+    ap.add_argument("--steps", type=int, default=400)
+    ap.add_argument("--seeds", default="1,2")
+    ap.add_argument("--vocab-size", type=int, default=1024)
+    ap.add_argument("--eval-steps", type=int, default=16)
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--muon-lr", type=float, default=None, help="train.muon_lr (default: resolve_defaults')")
+    args = ap.parse_args()
+
+    import torch
+    from lr_sweep import cpu_name  # bench/ is on sys.path when this script runs
+
+    from gptforge.config import ModelConfig, RunConfig, TrainConfig
+    from gptforge.data.prepare import PrepareConfig, prepare
+    from gptforge.train.loop import train
+    from gptforge.train.optim import resolve_defaults
+
+    torch.set_num_threads(args.threads)
+    print(f"CPU: {cpu_name()}; torch {torch.__version__}; threads {args.threads}; load average at start "
+          f"{os.getloadavg()[0]:.1f}")
+    work = Path(tempfile.mkdtemp(prefix="learn_eff_"))
+    data = work / "data"
+    prepare(PrepareConfig(inputs=[args.text], out=str(data), vocab_size=args.vocab_size, val_fraction=0.05,
+                          workers=1, doc_separator="\n\n"), show_progress=False)
+    w = args.width
+    shape = dict(n_layer=args.layers, n_head=max(1, w // 32), d_model=w, block_size=64)
+    recipes = {
+        "gpt2 + adamw (size-aware lr)": (ModelConfig(preset="gpt2-nano", **shape), "adamw"),
+        "modern + adamw": (ModelConfig(preset="modern-nano", **shape), "adamw"),
+        "modern + muon": (ModelConfig(preset="modern-nano", **shape), "muon"),
+    }
+    summary = {}
+    for name, (mc, opt) in recipes.items():
+        for seed in [int(s) for s in args.seeds.split(",")]:
+            tc = resolve_defaults(mc, TrainConfig(max_steps=args.steps, micro_batch_size=8, optimizer=opt,
+                                                  muon_lr=args.muon_lr, eval_interval=args.steps, eval_steps=args.eval_steps,
+                                                  checkpoint_interval=0, tensorboard=False, report=False,
+                                                  spike_alarms=False, seed=seed))
+            c0, t0 = time.process_time(), time.time()
+            res = train(RunConfig(model=mc, train=tc), data, work / f"{name.split()[0]}_{opt}_{seed}", progress=False)
+            cpu = time.process_time() - c0
+            summary.setdefault(name, []).append((res.val_loss, cpu))
+            print(f"{name:30s} seed {seed}: val loss {res.val_loss:.4f}, {cpu:.1f} CPU s ({time.time() - t0:.0f} s "
+                  f"wall; lr {tc.lr:g}{f', muon_lr {tc.muon_lr:g}' if opt == 'muon' else ''})", flush=True)
+    print(f"load average at end {os.getloadavg()[0]:.1f}")
+    for name, rows in summary.items():
+        losses, cpus = [r[0] for r in rows], [r[1] for r in rows]
+        spread = (max(losses) - min(losses)) / 2
+        print(f"| {name} | {statistics.mean(losses):.4f} ± {spread:.4f} | {statistics.mean(cpus):.1f} |")
+
+
+if __name__ == "__main__":
+    main()
