@@ -213,7 +213,7 @@ def check_exportable(cfg: ModelConfig) -> None:
     if bad:
         name, value, why = bad[0]
         raise UnsupportedHFConfig(f"model.{name}={value!r} cannot be exported as a Hugging Face model: {why}; "
-                                  "train without it to export, or use another format (gptforge export)")
+                                  "a model trained with it stays in gptforge's format (generate, evaluate and serve use it)")
 
 
 def config_to_hf(cfg: ModelConfig, dtype: torch.dtype = torch.float32, bos_token_id: int | None = None,
