@@ -200,12 +200,13 @@ def layer_activation_bytes(cfg: ModelConfig, precision: str, micro_batch_size: i
     e = act_bytes(precision)
     autocast = precision != "fp32"
     llama = cfg.arch == "llama"
+    gated = llama and cfg.activation != "relu2"  # SwiGLU (relu2 blocks have no gate)
     bs, sbh = b * s, b * s * h
     seq_shard = tp if sequence_parallel else 1
     out = LayerActivations()
 
     # Norm regions (the residual stream is fp32 under autocast: embeddings and params are fp32).
-    n_consumers = (3, 2 if llama else 1)  # attention norm feeds q,k,v; MLP norm feeds up (+gate)
+    n_consumers = (3, 2 if gated else 1)  # attention norm feeds q,k,v; MLP norm feeds up (+gate)
     for consumers in n_consumers:
         region = 4 * sbh + 2 * 4 * bs  # input x + mean/rstd (LayerNorm) or x + rsqrt (RMSNorm)
         if llama:
@@ -232,9 +233,15 @@ def layer_activation_bytes(cfg: ModelConfig, precision: str, micro_batch_size: i
             # RoPE's torch.cat leaves q in (b, a, s, hd) layout, so the output follows it and the
             # reshape for o_proj copies.
             out.attention += e * sbh // tp
-    # MLP
+    if cfg.qk_norm:
+        # RMSNorm over each head's q and k in fp32: the input, the normalised value, one rsqrt
+        # per head and position.
+        kv_w = cfg.n_kv_head * cfg.head_dim
+        out.attention += (2 * 4 * (sbh + b * s * kv_w) + 4 * bs * (a + cfg.n_kv_head)) // tp
+    # MLP: SwiGLU keeps gate, up, silu(gate) and their product; gelu/relu2 the up output and the
+    # activation's output.
     bsf = b * s * f // tp
-    out.mlp += (4 if llama else 2) * e * bsf
+    out.mlp += (4 if gated else 2) * e * bsf
     if cfg.dropout > 0:
         out.dropout_masks += 2 * sbh // seq_shard
     return out
@@ -456,11 +463,13 @@ def estimate_memory(model: ModelConfig, train: TrainConfig, parallel: ParallelCo
     bsv = b * s * V // t
     logits_kept_bytes = (e if autocast else 4) * bsv if logits_kept else 0
     logits_loss = logits_kept_bytes + 4 * bsv + 8 * bsv
+    if cfg.logit_softcap:
+        logits_loss += 4 * bsv  # tanh's fp32 output, saved for its backward
 
     # Transients of one block's backward: gradients of its activations, and with recomputation
     # the recomputed forward of that block.
     f_local = b * s * cfg.d_ff // t
-    bw_temp = 2 * 4 * bsh + (3 if cfg.arch == "llama" else 2) * e * f_local
+    bw_temp = 2 * 4 * bsh + (3 if cfg.arch == "llama" and cfg.activation != "relu2" else 2) * e * f_local
     if n_ckpt:
         bw_temp += per_layer.total + copy_block
 

@@ -169,3 +169,14 @@ def test_muon_under_ddp_matches_one_process_and_fsdp_is_refused(tiny_shards, tmp
     for a, b in zip(res["ddp"]["loss"], want):
         assert abs(a - b) <= 1e-3 * abs(b)
     assert "sharded parameters" in res["fsdp"]["error"]
+
+
+def test_planner_activations_follow_the_mlp_and_qk_norm():
+    from gptforge.plan.memory import layer_activation_bytes
+
+    base = dict(arch="llama", n_layer=2, n_head=4, d_model=64, d_ff=256, block_size=64, vocab_size=100)
+    swiglu = layer_activation_bytes(ModelConfig(**base).resolved(), "fp32", 2)
+    relu2 = layer_activation_bytes(ModelConfig(**base, activation="relu2").resolved(), "fp32", 2)
+    assert relu2.mlp * 2 == swiglu.mlp  # no gate: half the MLP tensors at equal d_ff
+    qk = layer_activation_bytes(ModelConfig(**base, qk_norm=True).resolved(), "fp32", 2)
+    assert qk.attention > swiglu.attention and qk.mlp == swiglu.mlp
