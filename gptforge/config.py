@@ -180,13 +180,13 @@ class TrainConfig:
     config.yaml (a resume on another number of processes then keeps it)."""
     lr: Optional[float] = None
     """Peak learning rate (AdamW's; with muon, that of the embeddings, head, norms and biases).
-    Unset: derived from model.d_model and train.max_steps when the run starts
-    (`gptforge.train.optim.resolve_defaults`), printed and frozen in config.yaml."""
+    Unset: `gptforge.train.optim.resolve_defaults` derives it from model.d_model (0.0016 *
+    (128 / d_model)^0.6, fitted on CPU runs); a trainer that does not apply it uses 6e-4."""
     min_lr: Optional[float] = None
-    """Learning rate at the end of decay. Unset: lr / 10."""
+    """Learning rate at the end of decay. Unset: lr / 10 (6e-5 when lr is unset and not resolved)."""
     warmup_steps: Optional[int] = None
-    """Linear warmup steps from 0 to lr. Unset: 5% of max_steps, at least 10 and at most 1000
-    (and at most a quarter of the run)."""
+    """Linear warmup steps from 0 to lr. Unset: `resolve_defaults` takes 5% of max_steps, at
+    least 10 and at most 1000 (and at most a quarter of the run); unresolved, 100."""
     lr_schedule: Literal["cosine", "linear", "constant", "wsd"] = "cosine"
     """After warmup: cosine or linear decay to min_lr, constant, or warmup-stable-decay."""
     schedule_start: int = 0

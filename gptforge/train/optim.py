@@ -79,6 +79,34 @@ def build_optimizer(model: torch.nn.Module, cfg: TrainConfig, device_type: str,
     )
 
 
+def check_muon_layout(train_cfg: TrainConfig, parallel_cfg) -> None:
+    """Refuse train.optimizer muon, before anything is built, on a layout whose parameters are
+    sharded (FSDP2: parallel.uses_fsdp(); tensor parallel: parallel.tp > 1), under ZeRO-1, or on
+    the DeepSpeed backend; Newton-Schulz needs each whole matrix on one rank. No-op for other
+    optimizers. parallel_cfg: a resolved ParallelConfig.
+
+    Raises:
+        InputError: naming the parallel option and what to use instead.
+    """
+    from gptforge.errors import InputError
+
+    if train_cfg.optimizer != "muon":
+        return
+    why = None
+    if parallel_cfg.backend == "deepspeed":
+        why = "parallel.backend deepspeed runs AdamW only"
+    elif parallel_cfg.tp > 1:
+        why = f"parallel.tp={parallel_cfg.tp} shards the matrices"
+    elif parallel_cfg.uses_fsdp():
+        why = f"FSDP2 (parallel.dp_shard={parallel_cfg.dp_shard}, zero stage {parallel_cfg.effective_zero_stage()}) " \
+              "shards the matrices"
+    elif parallel_cfg.effective_zero_stage() == 1:
+        why = "parallel.zero_stage 1 splits the optimizer over ranks"
+    if why:
+        raise InputError(f"train.optimizer=muon: {why}; Muon needs whole matrices per rank: use DDP "
+                         "(parallel.dp_replicate), pipeline stages, or train.optimizer adamw")
+
+
 def muon_split(model: torch.nn.Module) -> tuple[list[torch.nn.Parameter], list[torch.nn.Parameter]]:
     """(Muon parameters, AdamW parameters): Muon takes the weight of every nn.Linear inside the
     transformer blocks (a module path with a `blocks` component: q/k/v/o and MLP projections);

@@ -180,3 +180,19 @@ def test_planner_activations_follow_the_mlp_and_qk_norm():
     assert relu2.mlp * 2 == swiglu.mlp  # no gate: half the MLP tensors at equal d_ff
     qk = layer_activation_bytes(ModelConfig(**base, qk_norm=True).resolved(), "fp32", 2)
     assert qk.attention > swiglu.attention and qk.mlp == swiglu.mlp
+
+
+def test_layout_check_refuses_sharding_before_anything_is_built():
+    from gptforge.config import ParallelConfig
+    from gptforge.errors import InputError
+    from gptforge.train.optim import check_muon_layout
+
+    muon = TrainConfig(optimizer="muon")
+    for par, word in ((dict(dp_shard=2), "FSDP2"), (dict(dp_shard=1, tp=2), "tp=2"),
+                      (dict(dp_shard=2, zero_stage=1), "zero_stage 1"),
+                      (dict(dp_shard=1, backend="deepspeed"), "deepspeed")):
+        with pytest.raises(InputError, match=word):
+            check_muon_layout(muon, ParallelConfig(**par))
+    check_muon_layout(muon, ParallelConfig(dp_replicate=2, dp_shard=1))
+    check_muon_layout(muon, ParallelConfig(dp_shard=1, pp=2))
+    check_muon_layout(TrainConfig(), ParallelConfig(dp_shard=2))
