@@ -143,7 +143,7 @@ class Attention(nn.Module):
         if value_embedding:
             self.v_embed = nn.Embedding(cfg.vocab_size, cfg.n_kv_head * cfg.head_dim)
 
-    def forward(self, x, rope=None, cache: KVCache | None = None, attn_mask=None, idx=None):
+    def forward(self, x, rope=None, cache: KVCache | None = None, attn_mask=None, *, idx=None):
         """x: (B, T, C) -> (B, T, C).
 
         rope: (cos, sin) each (B or 1, 1, T, hd/2) for these positions. attn_mask: optional bool
@@ -243,8 +243,11 @@ class Block(nn.Module):
         self.norm_2 = _norm(cfg)
         self.mlp = MLP(cfg)
 
-    def forward(self, x, rope=None, cache=None, attn_mask=None, idx=None):
-        x = x + self.attn(self.norm_1(x), rope, cache, attn_mask, idx)
+    def forward(self, x, rope=None, cache=None, attn_mask=None, *, idx=None):
+        # idx (token ids, for a value embedding) travels as a keyword only when given, so that
+        # tensor parallelism's per-argument input layouts (4 positional inputs) still apply.
+        extra = {"idx": idx} if idx is not None else {}
+        x = x + self.attn(self.norm_1(x), rope, cache, attn_mask, **extra)
         return x + self.mlp(self.norm_2(x))
 
 
@@ -340,7 +343,8 @@ class GPT(nn.Module):
         x = self.embed(idx, position_ids)
         rope = self.rope_at(position_ids)
         for i, block in enumerate(self.blocks):
-            x = block(x, rope, caches[i] if caches else None, attn_mask, idx)
+            extra = {"idx": idx} if hasattr(block.attn, "v_embed") else {}
+            x = block(x, rope, caches[i] if caches else None, attn_mask, **extra)
         if last_only:
             x = x[:, -1:, :]
         return self.head(x)

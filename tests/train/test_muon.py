@@ -196,3 +196,17 @@ def test_layout_check_refuses_sharding_before_anything_is_built():
     check_muon_layout(muon, ParallelConfig(dp_replicate=2, dp_shard=1))
     check_muon_layout(muon, ParallelConfig(dp_shard=1, pp=2))
     check_muon_layout(TrainConfig(), ParallelConfig(dp_shard=2))
+
+
+def test_value_embeddings_train_under_activation_checkpointing(tiny_shards, tmp_path):
+    """The token ids reach a wrapped (checkpointed) block: losses equal the unwrapped run's."""
+    from gptforge.train.loop import train
+
+    def run(mode):
+        cfg = RunConfig(model=ModelConfig(preset="modern-nano", block_size=32, value_embeddings=True),
+                        train=TrainConfig(max_steps=2, micro_batch_size=2, lr=3e-3, warmup_steps=1, optimizer="muon",
+                                          activation_checkpointing=mode, eval_interval=0, checkpoint_interval=0,
+                                          tensorboard=False, report=False, spike_alarms=False))
+        return [r["loss"] for r in train(cfg, tiny_shards, tmp_path / mode, progress=False).history]
+
+    assert run("full") == run("none")
