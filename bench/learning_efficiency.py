@@ -1,5 +1,6 @@
 """Learning efficiency on the CPU: val loss against CPU seconds for the GPT-2 recipe with the
-size-aware defaults, the modern preset with AdamW, and the modern preset with Muon.
+size-aware defaults, the modern preset with AdamW, and the modern preset with Muon; and the CPU
+seconds each needs to reach the GPT-2 recipe's final val loss (evaluations every steps/8).
 
     python bench/learning_efficiency.py --text corpus.txt --width 64 --steps 400 --seeds 1,2
 
@@ -58,20 +59,32 @@ def main() -> None:
     for name, (mc, opt) in recipes.items():
         for seed in [int(s) for s in args.seeds.split(",")]:
             tc = resolve_defaults(mc, TrainConfig(max_steps=args.steps, micro_batch_size=8, optimizer=opt,
-                                                  muon_lr=args.muon_lr, eval_interval=args.steps, eval_steps=args.eval_steps,
+                                                  muon_lr=args.muon_lr, eval_interval=max(1, args.steps // 8), eval_steps=args.eval_steps,
                                                   checkpoint_interval=0, tensorboard=False, report=False,
                                                   spike_alarms=False, seed=seed))
             c0, t0 = time.process_time(), time.time()
             res = train(RunConfig(model=mc, train=tc), data, work / f"{name.split()[0]}_{opt}_{seed}", progress=False)
             cpu = time.process_time() - c0
-            summary.setdefault(name, []).append((res.val_loss, cpu))
+            curve = [(r["step"], r["val_loss"]) for r in res.history if r.get("val_loss") is not None]
+            summary.setdefault(name, []).append((res.val_loss, cpu, curve))
             print(f"{name:30s} seed {seed}: val loss {res.val_loss:.4f}, {cpu:.1f} CPU s ({time.time() - t0:.0f} s "
                   f"wall; lr {tc.lr:g}{f', muon_lr {tc.muon_lr:g}' if opt == 'muon' else ''})", flush=True)
     print(f"load average at end {os.getloadavg()[0]:.1f}")
+    # CPU seconds to reach the first recipe's mean final val loss: the first evaluation at or below
+    # it, as a fraction of the run's steps times the run's CPU seconds (steps cost the same).
+    target = statistics.mean(r[0] for r in next(iter(summary.values())))
+    print(f"target: {target:.4f} (first recipe's mean final val loss); evaluations every {max(1, args.steps // 8)} "
+          "steps")
+    print("| recipe | final val loss (mean ± half range) | CPU s per run | CPU s to target |")
     for name, rows in summary.items():
         losses, cpus = [r[0] for r in rows], [r[1] for r in rows]
         spread = (max(losses) - min(losses)) / 2
-        print(f"| {name} | {statistics.mean(losses):.4f} ± {spread:.4f} | {statistics.mean(cpus):.1f} |")
+        reach = []
+        for _, cpu, curve in rows:
+            step = next((s for s, v in curve if v <= target + 1e-9), None)
+            reach.append(cpu * step / args.steps if step is not None else float("nan"))
+        print(f"| {name} | {statistics.mean(losses):.4f} ± {spread:.4f} | {statistics.mean(cpus):.1f} | "
+              f"{statistics.mean(reach):.1f} |")
 
 
 if __name__ == "__main__":
