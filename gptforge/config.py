@@ -28,7 +28,7 @@ class ModelConfig:
 
     preset: Optional[str] = None
     """Named shape (gpt2-nano, gpt2-micro, gpt2-mini, gpt2-small, gpt2-medium, gpt2-large, gpt2-xl,
-    llama-nano, llama-micro, llama-60m, llama-160m, llama-2-7b, llama-2-13b, llama-2-70b,
+    modern-nano, modern-micro, modern-mini, modern-small, llama-nano, llama-micro, llama-60m, llama-160m, llama-2-7b, llama-2-13b, llama-2-70b,
     llama-3-8b, llama-3-70b). Other model.* keys override it."""
     arch: Optional[Literal["gpt2", "llama"]] = None
     """Block type: gpt2 (learned positions, LayerNorm, GELU) or llama (RoPE, RMSNorm, SwiGLU, GQA).
@@ -60,10 +60,29 @@ class ModelConfig:
     """Epsilon of LayerNorm/RMSNorm. Default 1e-5."""
     rope_theta: Optional[float] = None
     """RoPE base frequency (llama). Default 10000."""
-    activation: Optional[Literal["gelu", "gelu_tanh"]] = None
-    """GPT-2 MLP nonlinearity: gelu (exact, erf; as nanoGPT) or gelu_tanh (the tanh approximation
-    of the original GPT-2 and Hugging Face's "gelu_new"). Llama blocks always use SwiGLU.
-    Default gelu (about twice as fast as gelu_tanh on CPUs)."""
+    activation: Optional[Literal["gelu", "gelu_tanh", "relu2"]] = None
+    """MLP nonlinearity. gpt2 blocks: gelu (exact, erf; as nanoGPT) or gelu_tanh (the tanh
+    approximation of the original GPT-2 and Hugging Face's "gelu_new"); llama blocks use SwiGLU
+    with either of those values. relu2, both families: down(relu(up(x))^2), no gate (squared
+    ReLU, So et al. 2021 "Primer", section 3; the modded-nanogpt speedrun's MLP); d_ff then
+    defaults to 4*d_model. Default gelu (about twice as fast as gelu_tanh on CPUs)."""
+    qk_norm: Optional[bool] = None
+    """RMSNorm (learned gain, one per head dim) on each head's query and key before RoPE and the
+    dot product (Henry et al. 2020 "Query-Key Normalization"; Dehghani et al. 2023, ViT-22B,
+    section 2; as Qwen3 and the modded-nanogpt speedrun). Default False."""
+    zero_init_proj: Optional[bool] = None
+    """Initialise the attention-output (o_proj) and MLP-output (down_proj) weights to zero, so
+    every block is the identity at step 0 (Zhang et al. 2019 "Fixup"; modded-nanogpt). Default
+    False (GPT-2's N(0, 0.02/sqrt(2*n_layer)))."""
+    logit_softcap: Optional[float] = None
+    """Soft cap c on the output logits: c * tanh(z / c), so |logit| < c (Gemma 2, Team 2024,
+    section 2, final_logit_softcapping 30; modded-nanogpt uses 15 at GPT-2-small scale). 0 or
+    unset: off."""
+    value_embeddings: Optional[bool] = None
+    """Value embeddings: every other block, counting back from the last, gets its own token
+    embedding table (vocab_size, n_kv_head*head_dim) added to the attention values, v = v +
+    E_v[token] (Zhou et al. 2024 "Value Residual Learning"; the modded-nanogpt speedrun and
+    nanochat). Adds ceil(n_layer/2) * vocab_size * kv width parameters. Default False."""
     rope_scaling: Optional[dict] = None
     """RoPE frequency scaling for long context (llama), as in Hugging Face configs: None (plain
     RoPE), {"rope_type": "linear", "factor": f} (position interpolation), or {"rope_type": "llama3",
@@ -104,7 +123,7 @@ class ModelConfig:
         values.setdefault("n_kv_head", values["n_head"])
         values.setdefault("d_model", 128)
         if "d_ff" not in values:
-            if arch == "gpt2":
+            if arch == "gpt2" or values.get("activation") == "relu2":
                 values["d_ff"] = 4 * values["d_model"]
             else:
                 values["d_ff"] = int(math.ceil(8 * values["d_model"] / 3 / 16) * 16)
@@ -118,6 +137,10 @@ class ModelConfig:
         values.setdefault("rope_theta", 10000.0)
         values.setdefault("activation", "gelu")
         values.setdefault("attention", "sdpa")
+        values.setdefault("qk_norm", False)
+        values.setdefault("zero_init_proj", False)
+        values.setdefault("logit_softcap", 0.0)
+        values.setdefault("value_embeddings", False)
         out = ModelConfig(**values)
         for name in ("n_layer", "n_head", "n_kv_head", "d_model", "d_ff", "block_size", "vocab_size"):
             if getattr(out, name) < 1:
@@ -130,6 +153,8 @@ class ModelConfig:
             raise ValueError(f"model.d_model ({out.d_model}) must be divisible by model.n_head ({out.n_head})")
         if out.n_head % out.n_kv_head:
             raise ValueError(f"model.n_head ({out.n_head}) must be divisible by model.n_kv_head ({out.n_kv_head})")
+        if out.logit_softcap < 0:
+            raise ValueError(f"model.logit_softcap must be >= 0 (0: off), got {out.logit_softcap}")
         if out.arch == "llama" and out.head_dim % 2:
             raise ValueError("llama (RoPE) needs an even head dimension (d_model/n_head or head_size)")
         return out
@@ -160,14 +185,23 @@ class TrainConfig:
     becomes global_batch_size / (micro_batch_size * dp), so the same run keeps its batches on any
     number of processes. Unset: micro_batch_size * gradient_accumulation_steps * dp, recorded in
     config.yaml (a resume on another number of processes then keeps it)."""
-    lr: float = 6e-4
-    """Peak learning rate."""
-    min_lr: float = 6e-5
-    """Learning rate at the end of decay."""
-    warmup_steps: int = 100
-    """Linear warmup steps from 0 to lr."""
+    lr: Optional[float] = None
+    """Peak learning rate (AdamW's; with muon, that of the embeddings, head, norms and biases).
+    Unset: `gptforge.train.optim.resolve_defaults` derives it from model.d_model (0.0016 *
+    (128 / d_model)^0.6, fitted on CPU runs); a trainer that does not apply it uses 6e-4."""
+    min_lr: Optional[float] = None
+    """Learning rate at the end of decay. Unset: lr / 10 (6e-5 when lr is unset and not resolved)."""
+    warmup_steps: Optional[int] = None
+    """Linear warmup steps from 0 to lr. Unset: `resolve_defaults` takes 5% of max_steps, at
+    least 10 and at most 1000 (and at most a quarter of the run); unresolved, 100."""
     lr_schedule: Literal["cosine", "linear", "constant", "wsd"] = "cosine"
     """After warmup: cosine or linear decay to min_lr, constant, or warmup-stable-decay."""
+    schedule_start: int = 0
+    """Step at which the schedule (warmup, then decay) starts: lr_at(step) is the schedule of a
+    run of max_steps - schedule_start steps evaluated at step - schedule_start (steps before it
+    get the schedule's first value). Set it to the resume step to continue a run with a fresh
+    schedule, e.g. a WSD cooldown from any checkpoint (`--train.lr_schedule wsd
+    --train.decay_fraction 1 --train.warmup_steps 0 --train.schedule_start S`). 0: from step 0."""
     decay_fraction: float = 0.2
     """wsd only: fraction of max_steps spent in the final linear decay."""
     weight_decay: float = 0.1
@@ -180,9 +214,22 @@ class TrainConfig:
     """AdamW epsilon."""
     grad_clip: float = 1.0
     """Clip the global gradient norm to this value; 0 disables clipping."""
-    optimizer: Literal["adamw", "sgd", "adamw8bit", "adafactor"] = "adamw"
-    """Optimizer. adamw (fused where the device supports it) and sgd run everywhere; adamw8bit and
-    adafactor are planner-only here."""
+    optimizer: Literal["adamw", "sgd", "muon", "adamw8bit", "adafactor"] = "adamw"
+    """Optimizer. adamw (fused where the device supports it) and sgd run everywhere; muon:
+    torch.optim.Muon (Newton-Schulz orthogonalised momentum, Jordan et al. 2024) for the 2-D
+    matrices inside the blocks and AdamW (train.lr, betas, weight_decay) for embeddings, head,
+    norms and biases; single process, DDP and pipeline parallel (not FSDP2, TP or ZeRO-1).
+    adamw8bit and adafactor are planner-only here."""
+    muon_lr: Optional[float] = None
+    """muon: peak learning rate of the Muon matrices (scaled by the schedule like lr, so the
+    ratio muon_lr / lr stays fixed); torch.optim.Muon also multiplies it by sqrt(max(1,
+    rows/cols)) per matrix (Jordan et al. 2024, the "original" adjustment). Default 0.02 (the
+    reference Muon implementation's)."""
+    muon_momentum: float = 0.95
+    """muon: Nesterov momentum of the Muon matrices (reference value 0.95)."""
+    muon_weight_decay: float = 0.0
+    """muon: decoupled weight decay of the Muon matrices (the matrices shrink by
+    lr_muon * muon_weight_decay per step); the AdamW parameters keep weight_decay."""
     precision: Literal["auto", "fp32", "bf16", "fp16", "fp8"] = "auto"
     """Autocast precision: auto (what is fast on the device: bf16 on GPUs that have it and on CPUs
     whose measured bf16 matmuls beat fp32, else fp32; the choice is frozen in config.yaml), fp32,
@@ -245,16 +292,30 @@ class TrainConfig:
     wandb_mode: Literal["online", "offline", "disabled"] = "online"
     """W&B mode: offline writes the run under RUN_DIR/wandb for a later `wandb sync`."""
 
+    LEGACY_DEFAULTS = {"lr": 6e-4, "min_lr": 6e-5, "warmup_steps": 100}
+    """What an unset lr/min_lr/warmup_steps means where `resolve_defaults` was not applied (the
+    fixed defaults of earlier versions): see `filled`."""
+
+    def filled(self) -> "TrainConfig":
+        """A copy with unset lr / min_lr / warmup_steps replaced by LEGACY_DEFAULTS (min_lr: lr/10
+        when lr is set). The size-aware values come from `gptforge.train.optim.resolve_defaults`."""
+        lr = self.lr if self.lr is not None else self.LEGACY_DEFAULTS["lr"]
+        return dataclasses.replace(
+            self, lr=lr, min_lr=self.min_lr if self.min_lr is not None else (
+                lr / 10 if self.lr is not None else self.LEGACY_DEFAULTS["min_lr"]),
+            warmup_steps=self.warmup_steps if self.warmup_steps is not None else self.LEGACY_DEFAULTS["warmup_steps"])
+
     PLANNER_ONLY = {"optimizer": ("adamw8bit", "adafactor"), "precision": ("fp8",)}
     """Values `gptforge plan` models but the trainer does not run."""
 
     RANGES = {"max_steps": (1, None), "micro_batch_size": (1, None), "gradient_accumulation_steps": (1, None),
-              "lr": (0.0, None), "min_lr": (0.0, None), "warmup_steps": (0, None), "decay_fraction": (0.0, 1.0),
+              "lr": (0.0, None), "min_lr": (0.0, None), "warmup_steps": (0, None), "schedule_start": (0, None), "decay_fraction": (0.0, 1.0),
               "weight_decay": (0.0, None), "beta1": (0.0, 1.0), "beta2": (0.0, 1.0), "eps": (0.0, None),
               "grad_clip": (0.0, None), "eval_interval": (0, None), "eval_steps": (1, None), "patience": (0, None),
               "checkpoint_interval": (0, None), "keep_checkpoints": (1, None), "stop_at_step": (0, None),
               "max_minutes": (0.0, None), "max_minutes_steps": (0, None),
-              "max_bad_steps": (1, None), "log_interval": (1, None), "num_threads": (0, None)}
+              "max_bad_steps": (1, None), "log_interval": (1, None), "num_threads": (0, None),
+              "muon_momentum": (0.0, 1.0), "muon_weight_decay": (0.0, None)}
     """Allowed (min, max) of each numeric field, both inclusive; None: unbounded."""
 
     def check_trainable(self) -> None:
@@ -268,15 +329,22 @@ class TrainConfig:
 
         for name, (lo, hi) in self.RANGES.items():
             v = getattr(self, name)
+            if v is None:  # unset: filled by gptforge.train.optim.resolve_defaults
+                continue
             if (lo is not None and v < lo) or (hi is not None and v > hi):
                 allowed = f">= {lo}" if hi is None else f"in [{lo}, {hi}]"
                 raise InputError(f"train.{name}={v!r}: must be {allowed}")
+        if self.schedule_start >= self.max_steps:
+            raise InputError(f"train.schedule_start={self.schedule_start}: must be below train.max_steps "
+                             f"({self.max_steps}); raise max_steps to extend the run")
+        if self.muon_lr is not None and self.muon_lr < 0:
+            raise InputError(f"train.muon_lr={self.muon_lr!r}: must be >= 0 (or unset)")
         if self.global_batch_size is not None and self.global_batch_size < 1:
             raise InputError(f"train.global_batch_size={self.global_batch_size!r}: must be >= 1 (or unset)")
         for name, values in self.PLANNER_ONLY.items():
             if getattr(self, name) in values:
                 raise InputError(f"train.{name}={getattr(self, name)!r} is modelled by `gptforge plan` only and "
-                                 "cannot be trained here; use " + ("adamw or sgd" if name == "optimizer"
+                                 "cannot be trained here; use " + ("adamw, sgd or muon" if name == "optimizer"
                                                                    else "fp32, bf16 or fp16"))
 
 

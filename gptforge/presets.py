@@ -9,6 +9,10 @@
 | gpt2-medium   | gpt2  | 24      | 16     | 16        | 1024    | 4096   | 1024       | 50257  | 354,823,168                |
 | gpt2-large    | gpt2  | 36      | 20     | 20        | 1280    | 5120   | 1024       | 50257  | 774,030,080                |
 | gpt2-xl       | gpt2  | 48      | 25     | 25        | 1600    | 6400   | 1024       | 50257  | 1,557,611,200              |
+| modern-nano   | llama | 2       | 2      | 2         | 64      | 256    | 128        | data   | 226,752 at vocab 1000      |
+| modern-micro  | llama | 4       | 4      | 4         | 128     | 512    | 256        | data   | 1,043,840 at vocab 1000    |
+| modern-mini   | llama | 6       | 6      | 6         | 384     | 1536   | 256        | data   | 11,390,592 at vocab 1000   |
+| modern-small  | llama | 12      | 12     | 12        | 768     | 3072   | 1024       | 50257  | 162,150,144                |
 | llama-nano    | llama | 2       | 4      | 2         | 64      | 176    | 128        | data   | 220,480 at vocab 1000      |
 | llama-micro   | llama | 4       | 4      | 2         | 128     | 352    | 256        | data   | 994,432 at vocab 1000      |
 | llama-60m     | llama | 8       | 8      | 8         | 512     | 1376   | 1024       | 32000  | 58,073,600                 |
@@ -19,7 +23,9 @@
 | llama-3-8b    | llama | 32      | 32     | 8         | 4096    | 14336  | 8192       | 128256 | 8,030,261,248              |
 | llama-3-70b   | llama | 80      | 64     | 8         | 8192    | 28672  | 8192       | 128256 | 70,553,706,496             |
 
-GPT-2 shapes: Radford et al. 2019, table 2 (the released checkpoints). llama-60m: the 60M shape of
+GPT-2 shapes: Radford et al. 2019, table 2 (the released checkpoints). modern-*: the GPT-2 shapes
+with Llama blocks, untied head, relu2 MLP (d_ff 4*d_model), QK-norm, zero-initialised output
+projections and logit soft cap 15 (see `ModelConfig` for each option's source). llama-60m: the 60M shape of
 Zhao et al. 2024 (GaLore), table 2; llama-160m: the shape of the public "llama-160m" draft model.
 Llama 2: Touvron et al. 2023, table 1 and the released configs; Llama 3: the released
 `config.json` files (GQA with 8 KV heads, RoPE theta 500000). Parameter counts are what
@@ -30,6 +36,11 @@ from __future__ import annotations
 
 _GPT2 = dict(arch="gpt2", bias=True, tie_embeddings=True, norm_eps=1e-5)
 _LLAMA = dict(arch="llama", bias=False, tie_embeddings=False, norm_eps=1e-5, rope_theta=10000.0)
+# The modern family: Llama blocks (RoPE, RMSNorm) with the speedrun changes that paid at GPT-2-small
+# scale (modded-nanogpt record log, nanochat): squared-ReLU MLP, QK-norm, zero-initialised output
+# projections, an untied head and a logit soft cap of 15. Value embeddings stay opt-in.
+_MODERN = dict(arch="llama", bias=False, tie_embeddings=False, norm_eps=1e-5, rope_theta=10000.0,
+               activation="relu2", qk_norm=True, zero_init_proj=True, logit_softcap=15.0, value_embeddings=False)
 
 PRESETS: dict[str, dict] = {
     # CPU-sized shapes for laptops, tests and the quickstart. vocab_size comes from the data.
@@ -41,6 +52,13 @@ PRESETS: dict[str, dict] = {
     "gpt2-medium": dict(_GPT2, n_layer=24, n_head=16, d_model=1024, block_size=1024, vocab_size=50257),
     "gpt2-large": dict(_GPT2, n_layer=36, n_head=20, d_model=1280, block_size=1024, vocab_size=50257),
     "gpt2-xl": dict(_GPT2, n_layer=48, n_head=25, d_model=1600, block_size=1024, vocab_size=50257),
+    # Modern family (from-scratch pretraining; pair with --train.optimizer muon). No Hugging Face
+    # export (the logit soft cap and the relu2 Llama MLP have no counterpart there): export refuses
+    # by option name; gptforge's own checkpoints, generation, evaluation and serving work.
+    "modern-nano": dict(_MODERN, n_layer=2, n_head=2, d_model=64, block_size=128),
+    "modern-micro": dict(_MODERN, n_layer=4, n_head=4, d_model=128, block_size=256),
+    "modern-mini": dict(_MODERN, n_layer=6, n_head=6, d_model=384, block_size=256),
+    "modern-small": dict(_MODERN, n_layer=12, n_head=12, d_model=768, block_size=1024, vocab_size=50257),
     # Llama family.
     "llama-nano": dict(_LLAMA, n_layer=2, n_head=4, n_kv_head=2, d_model=64, d_ff=176, block_size=128),
     "llama-micro": dict(_LLAMA, n_layer=4, n_head=4, n_kv_head=2, d_model=128, d_ff=352, block_size=256),

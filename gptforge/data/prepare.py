@@ -92,9 +92,11 @@ class PrepareConfig:
     """Files, folders (walked recursively) and glob patterns to read."""
     out: str
     """Shard folder to write (must not exist or be empty, unless --overwrite)."""
-    vocab_size: int = 32000
+    vocab_size: int = 0
     """Vocabulary size of the trained tokenizer, including the 256 byte tokens and <|endoftext|> (a
-    small corpus may stop short of it); ignored with --tokenizer."""
+    small corpus may stop short of it); 0 (the default): 4*sqrt(characters) rounded to a power of
+    two, between 512 and 32768 (1 MB of text: 4096), with a warning when a size given is more than
+    4x off that; ignored with --tokenizer."""
     tokenizer: str | None = None
     """Use this Hugging Face tokenizer.json (it must have <|endoftext|>) instead of training one."""
     text_field: str = "auto"
@@ -166,8 +168,9 @@ class PrepareConfig:
             except LookupError:
                 raise ValueError(f"--encoding {self.encoding!r}: not an encoding Python knows "
                                  f"(e.g. utf-8, utf-16-le, latin-1, cp1252)") from None
-        if self.tokenizer is None and self.vocab_size < 257:
-            raise ValueError(f"--vocab-size must be at least 257 (256 bytes + <|endoftext|>), got {self.vocab_size}")
+        if self.tokenizer is None and self.vocab_size != 0 and self.vocab_size < 257:
+            raise ValueError(f"--vocab-size must be at least 257 (256 bytes + <|endoftext|>), or 0 to choose it "
+                             f"from the corpus size; got {self.vocab_size}")
 
     def meta_dict(self) -> dict[str, Any]:
         """The options that decide the output's content (not out, workers, ...), for meta.json."""
@@ -597,7 +600,8 @@ def _run_pipeline(cfg: PrepareConfig, out_dir: Path, files: list[Path], recipe_d
             if tok_path.exists():
                 tokenizer = Tokenizer.from_file(tok_path)
             else:
-                tokenizer = train_bpe(_train_texts(work, len(shards), masks, cfg, moved, cuts), cfg.vocab_size,
+                vocab = check_vocab_size(cfg.vocab_size, nstats.characters_out)
+                tokenizer = train_bpe(_train_texts(work, len(shards), masks, cfg, moved, cuts), vocab,
                                       min_frequency=cfg.min_frequency)
                 tokenizer.save(tok_path)
             timings["train_tokenizer"] = time.perf_counter() - t
@@ -775,6 +779,40 @@ def _position_split(cfg: PrepareConfig, scan: _Scan, work: Path, n_shards: int, 
                 f"{best[1]} instead, as nanoGPT does ({shares}, of {n:,}); give more documents, or cut "
                 f"a file into documents with --doc-separator, for a split by document")
     return {best[1]: [[0, "train"]] + cut}
+
+
+AUTO_VOCAB_MIN, AUTO_VOCAB_MAX = 512, 32768
+
+
+def auto_vocab_size(n_chars: int) -> int:
+    """Vocabulary size for a corpus of `n_chars` characters (after normalization) when
+    --vocab-size is not given: 4 * sqrt(n_chars) rounded to the nearest power of two, clamped to
+    [512, 32768]. 100 kB -> 1024, 1 MB -> 4096, 16 MB -> 16384, 64 MB and more -> 32768.
+
+    A heuristic (gptforge's, not from a paper): the vocabulary grows sublinearly with the data,
+    as the compute-optimal vocabularies of Tao et al. 2024 ("Scaling Laws with Vocabulary") do, so
+    that each merge is still seen often (a 4096-token vocabulary over 1 MB of text leaves ~70
+    occurrences per token type) rather than 32000 types over a few MB.
+    """
+    import math
+
+    target = 4.0 * math.sqrt(max(1, n_chars))
+    return int(min(AUTO_VOCAB_MAX, max(AUTO_VOCAB_MIN, 2 ** round(math.log2(target)))))
+
+
+def check_vocab_size(vocab_size: int, n_chars: int) -> int:
+    """The vocabulary size to train: `vocab_size`, or `auto_vocab_size(n_chars)` when it is 0
+    (logged). Logs a warning when an explicit size is more than 4x above or below the rule."""
+    auto = auto_vocab_size(n_chars)
+    if vocab_size == 0:
+        log.info(f"vocabulary size {auto} chosen for {n_chars:,} characters (set --vocab-size to override)")
+        return auto
+    if vocab_size > 4 * auto or 4 * vocab_size < auto:
+        log.warning(f"--vocab-size {vocab_size} is far from the {auto} that fits {n_chars:,} characters of text "
+                    f"(gptforge.data.prepare.auto_vocab_size); "
+                    + ("many token types will be rare or unused" if vocab_size > auto else
+                       "sequences will be long in tokens"))
+    return vocab_size
 
 
 def _small_corpus_rule(cfg: PrepareConfig, scan: _Scan) -> dict[str, str]:

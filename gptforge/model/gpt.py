@@ -6,6 +6,10 @@ Reads top to bottom like the papers:
 - Llama (Touvron et al. 2023): rotary position embedding (Su et al. 2021), RMSNorm
   (Zhang & Sennrich 2019), SwiGLU MLP (Shazeer 2020), grouped-query attention (Ainslie et al. 2023).
 
+Options from the speedrun literature (each off by default; see `ModelConfig` for sources):
+QK-norm, squared-ReLU MLP, zero-initialised output projections, a logit soft cap and value
+embeddings.
+
 The module knows nothing of parallelism, data or losses: it maps token ids (B, T) to logits
 (B, T, vocab_size). DDP/FSDP2/TP, activation checkpointing and compile are applied from outside.
 """
@@ -121,7 +125,7 @@ class KVCache:
 class Attention(nn.Module):
     """Multi-head causal self-attention with optional grouped-query KV heads and RoPE."""
 
-    def __init__(self, cfg: ModelConfig):
+    def __init__(self, cfg: ModelConfig, value_embedding: bool = False):
         super().__init__()
         self.n_head, self.n_kv_head, self.head_dim = cfg.n_head, cfg.n_kv_head, cfg.head_dim
         self.q_proj = nn.Linear(cfg.d_model, cfg.n_head * cfg.head_dim, bias=cfg.qkv_bias)
@@ -133,18 +137,35 @@ class Attention(nn.Module):
         self.resid_dropout = nn.Dropout(cfg.dropout)
         self.use_rope = cfg.arch == "llama"
         self.eager = cfg.attention == "eager"
+        if cfg.qk_norm:
+            self.q_norm = RMSNorm(cfg.head_dim, cfg.norm_eps)
+            self.k_norm = RMSNorm(cfg.head_dim, cfg.norm_eps)
+        if value_embedding:
+            self.v_embed = nn.Embedding(cfg.vocab_size, cfg.n_kv_head * cfg.head_dim)
 
-    def forward(self, x, rope=None, cache: KVCache | None = None, attn_mask=None):
+    def forward(self, x, rope=None, cache: KVCache | None = None, attn_mask=None, *, idx=None):
         """x: (B, T, C) -> (B, T, C).
 
         rope: (cos, sin) each (B or 1, 1, T, hd/2) for these positions. attn_mask: optional bool
-        (B or 1, 1, T, S), True = may attend; when None, causal masking is used.
+        (B or 1, 1, T, S), True = may attend; when None, causal masking is used. idx: the token
+        ids (B, T), needed by a layer with a value embedding.
+
+        Raises:
+            ValueError: a value-embedding layer called without token ids (e.g. a pipeline stage).
         """
         B, T, _ = x.shape
         # Heads may be sharded by tensor parallelism: infer the local count from the output width.
         q = self.q_proj(x).view(B, T, -1, self.head_dim).transpose(1, 2)
         k = self.k_proj(x).view(B, T, -1, self.head_dim).transpose(1, 2)
-        v = self.v_proj(x).view(B, T, -1, self.head_dim).transpose(1, 2)
+        v = self.v_proj(x)
+        if hasattr(self, "v_embed"):
+            if idx is None:
+                raise ValueError("model.value_embeddings needs the token ids in every block; this caller "
+                                 "(e.g. pipeline parallelism) does not pass them: turn value_embeddings off")
+            v = v + self.v_embed(idx).to(v.dtype)
+        v = v.view(B, T, -1, self.head_dim).transpose(1, 2)
+        if hasattr(self, "q_norm"):
+            q, k = self.q_norm(q), self.k_norm(k)
         if self.use_rope:
             q, k = apply_rope(q, *rope), apply_rope(k, *rope)
         past = 0
@@ -189,11 +210,13 @@ class Attention(nn.Module):
 
 
 class MLP(nn.Module):
-    """GPT-2: down(gelu(up(x))). Llama: down(silu(gate(x)) * up(x)) (SwiGLU). (B, T, C) -> (B, T, C)."""
+    """GPT-2: down(gelu(up(x))). Llama: down(silu(gate(x)) * up(x)) (SwiGLU). activation relu2
+    (either family): down(relu(up(x))^2). (B, T, C) -> (B, T, C)."""
 
     def __init__(self, cfg: ModelConfig):
         super().__init__()
-        self.swiglu = cfg.arch == "llama"
+        self.relu2 = cfg.activation == "relu2"
+        self.swiglu = cfg.arch == "llama" and not self.relu2
         self.gelu_approximate = "tanh" if cfg.activation == "gelu_tanh" else "none"
         if self.swiglu:
             self.gate_proj = nn.Linear(cfg.d_model, cfg.d_ff, bias=cfg.bias)
@@ -205,6 +228,8 @@ class MLP(nn.Module):
     def forward(self, x):
         if self.swiglu:
             h = F.silu(self.gate_proj(x)) * self.up_proj(x)
+        elif self.relu2:
+            h = F.relu(self.up_proj(x)).square()
         else:
             h = F.gelu(self.up_proj(x), approximate=self.gelu_approximate)
         return self.dropout(self.down_proj(h))
@@ -219,15 +244,18 @@ def _norm(cfg: ModelConfig) -> nn.Module:
 class Block(nn.Module):
     """Pre-norm residual block: x + attn(norm_1(x)); x + mlp(norm_2(x))."""
 
-    def __init__(self, cfg: ModelConfig):
+    def __init__(self, cfg: ModelConfig, value_embedding: bool = False):
         super().__init__()
         self.norm_1 = _norm(cfg)
-        self.attn = Attention(cfg)
+        self.attn = Attention(cfg, value_embedding)
         self.norm_2 = _norm(cfg)
         self.mlp = MLP(cfg)
 
-    def forward(self, x, rope=None, cache=None, attn_mask=None):
-        x = x + self.attn(self.norm_1(x), rope, cache, attn_mask)
+    def forward(self, x, rope=None, cache=None, attn_mask=None, *, idx=None):
+        # idx (token ids, for a value embedding) travels as a keyword only when given, so that
+        # tensor parallelism's per-argument input layouts (4 positional inputs) still apply.
+        extra = {"idx": idx} if idx is not None else {}
+        x = x + self.attn(self.norm_1(x), rope, cache, attn_mask, **extra)
         return x + self.mlp(self.norm_2(x))
 
 
@@ -249,7 +277,7 @@ class GPT(nn.Module):
         if cfg.arch == "gpt2":
             self.wpe = nn.Embedding(cfg.block_size, cfg.d_model)
         self.drop = nn.Dropout(cfg.dropout)
-        self.blocks = nn.ModuleList([Block(cfg) for _ in range(cfg.n_layer)])
+        self.blocks = nn.ModuleList([Block(cfg, has_value_embedding(cfg, i)) for i in range(cfg.n_layer)])
         self.norm_f = _norm(cfg)
         self.lm_head = nn.Linear(cfg.d_model, cfg.vocab_size, bias=False)
         if cfg.tie_embeddings:
@@ -266,6 +294,8 @@ class GPT(nn.Module):
             std = 0.02
             if getattr(module, "is_residual_proj", False):
                 std = 0.02 / math.sqrt(2 * self.config.n_layer)
+            if getattr(module, "is_residual_proj", False) and self.config.zero_init_proj:
+                std = 0.0
             nn.init.normal_(module.weight, mean=0.0, std=std)
             if module.bias is not None:
                 nn.init.zeros_(module.bias)
@@ -325,7 +355,8 @@ class GPT(nn.Module):
         x = self.embed(idx, position_ids)
         rope = self.rope_at(position_ids)
         for i, block in enumerate(self.blocks):
-            x = block(x, rope, caches[i] if caches else None, attn_mask)
+            extra = {"idx": idx} if hasattr(block.attn, "v_embed") else {}
+            x = block(x, rope, caches[i] if caches else None, attn_mask, **extra)
         if last_only:
             x = x[:, -1:, :]
         elif select is not None:
@@ -349,8 +380,14 @@ class GPT(nn.Module):
         return self.rope_cos[position_ids][:, None], self.rope_sin[position_ids][:, None]
 
     def head(self, x: torch.Tensor) -> torch.Tensor:
-        """Final norm and output projection: (B, T, C) -> logits (B, T, V)."""
-        return self.lm_head(self.norm_f(x))
+        """Final norm and output projection: (B, T, C) -> logits (B, T, V); with
+        model.logit_softcap c, c * tanh(logits / c) (computed in fp32, returned in the logits'
+        dtype)."""
+        logits = self.lm_head(self.norm_f(x))
+        c = self.config.logit_softcap
+        if c:
+            logits = (c * torch.tanh(logits.float() / c)).to(logits.dtype)
+        return logits
 
     def make_caches(self, batch: int, max_len: int | None = None, dtype=None) -> list[KVCache]:
         """One empty KVCache per block, sized for `max_len` positions (default block_size)."""
@@ -360,6 +397,12 @@ class GPT(nn.Module):
             KVCache(batch, cfg.n_kv_head, max_len or cfg.block_size, cfg.head_dim, p.device, dtype or p.dtype)
             for _ in range(cfg.n_layer)
         ]
+
+
+def has_value_embedding(cfg: ModelConfig, layer: int) -> bool:
+    """Whether block `layer` (0-based) has a value embedding: with model.value_embeddings, every
+    other block counting back from the last (the last, the third from last, ...)."""
+    return bool(cfg.value_embeddings) and (cfg.n_layer - 1 - layer) % 2 == 0
 
 
 def flops_per_token(cfg: ModelConfig, n_params: int, seq_len: int | None = None) -> float:

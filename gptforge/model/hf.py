@@ -32,7 +32,7 @@ from gptforge.config import ModelConfig
 from gptforge.errors import InputError
 from gptforge.model.gpt import GPT
 
-SUPPORTED_MODEL_TYPES = ("gpt2", "llama", "mistral", "qwen2")
+SUPPORTED_MODEL_TYPES = ("gpt2", "llama", "mistral", "qwen2", "qwen3")
 
 # Activations whose Hugging Face name means GELU with the tanh approximation, the one GPT-2 uses.
 _GPT2_TANH_GELU = ("gelu_new", "gelu_pytorch_tanh")
@@ -106,9 +106,9 @@ def config_from_hf(hf: dict, where: str = "config.json", block_size: int | None 
         )
     if model_type == "gpt2":
         act = hf.get("activation_function", "gelu_new")
-        if act not in _GPT2_TANH_GELU + ("gelu",):
+        if act not in _GPT2_TANH_GELU + ("gelu", "relu2"):
             raise _unsupported(where, "activation_function", act,
-                               "gptforge's GPT-2 MLP uses GELU, exact (gelu) or tanh (gelu_new)")
+                               "gptforge's GPT-2 MLP uses GELU, exact (gelu) or tanh (gelu_new), or relu2")
         for field, ok in (("scale_attn_weights", True), ("scale_attn_by_inverse_layer_idx", False),
                           ("add_cross_attention", False)):
             if hf.get(field, ok) != ok:
@@ -123,7 +123,7 @@ def config_from_hf(hf: dict, where: str = "config.json", block_size: int | None 
             vocab_size=hf.get("vocab_size", 50257), dropout=0.0, bias=True, qkv_bias=True,
             tie_embeddings=hf.get("tie_word_embeddings", True),
             norm_eps=float(hf.get("layer_norm_epsilon", 1e-5)),
-            activation="gelu" if act == "gelu" else "gelu_tanh",
+            activation=act if act in ("gelu", "relu2") else "gelu_tanh",
         )
         return cfg.resolved()
 
@@ -137,10 +137,12 @@ def config_from_hf(hf: dict, where: str = "config.json", block_size: int | None 
         raise _unsupported(where, "head_dim", head_dim, f"gptforge needs head_dim = hidden_size/num_attention_heads = {d // n_head}")
     max_pos = hf.get("max_position_embeddings", 2048)
     ctx = block_size or max_pos
-    if model_type == "qwen2":
+    if model_type in ("qwen2", "qwen3"):
         if hf.get("use_sliding_window", False):
             raise _unsupported(where, "use_sliding_window", True, "sliding-window attention is not implemented")
-        bias, qkv_bias = False, True
+        bias, qkv_bias = False, model_type == "qwen2"
+        if model_type == "qwen3" and hf.get("attention_bias", False):
+            raise _unsupported(where, "attention_bias", True, "Qwen3's bias on o_proj without one on the MLP")
     else:
         attn_bias, mlp_bias = bool(hf.get("attention_bias", False)), bool(hf.get("mlp_bias", False))
         if attn_bias != mlp_bias:
@@ -157,7 +159,7 @@ def config_from_hf(hf: dict, where: str = "config.json", block_size: int | None 
     for field in ("layer_types",):
         types = hf.get(field)
         if types and any(t != "full_attention" for t in types):
-            if not (model_type == "qwen2" and not hf.get("use_sliding_window", False)):
+            if not (model_type in ("qwen2", "qwen3") and not hf.get("use_sliding_window", False)):
                 raise _unsupported(where, field, sorted(set(types)), "only full attention is supported")
     theta, scaling = _rope_from_hf(hf, where)
     cfg = ModelConfig(
@@ -165,16 +167,53 @@ def config_from_hf(hf: dict, where: str = "config.json", block_size: int | None 
         n_kv_head=hf.get("num_key_value_heads") or n_head, d_model=d, d_ff=hf["intermediate_size"],
         block_size=ctx, vocab_size=hf["vocab_size"], dropout=0.0, bias=bias, qkv_bias=qkv_bias,
         tie_embeddings=bool(hf.get("tie_word_embeddings", False)), norm_eps=float(hf.get("rms_norm_eps", 1e-6)),
-        rope_theta=theta, rope_scaling=scaling,
+        rope_theta=theta, rope_scaling=scaling, qk_norm=model_type == "qwen3",
     )
     return cfg.resolved()
 
 
 def hf_model_type(cfg: ModelConfig) -> str:
-    """The Hugging Face model_type that represents `cfg` exactly: gpt2, llama or qwen2."""
+    """The Hugging Face model_type that represents `cfg` exactly: gpt2, llama, qwen2 or qwen3
+    (model.qk_norm: Qwen3's per-head q_norm/k_norm, Yang et al. 2025, Qwen3 technical report,
+    section 2).
+
+    Raises:
+        UnsupportedHFConfig: a model option no supported architecture has, named (see
+            `check_exportable`).
+    """
+    check_exportable(cfg)
     if cfg.arch == "gpt2":
         return "gpt2"
+    if cfg.qk_norm:
+        return "qwen3"
     return "qwen2" if (cfg.qkv_bias and not cfg.bias) else "llama"
+
+
+def check_exportable(cfg: ModelConfig) -> None:
+    """Refuse, by option name, a model option no Hugging Face architecture gptforge writes can
+    represent: logit_softcap, value_embeddings, qk_norm on gpt2 blocks or with biases, relu2 on
+    llama blocks. (zero_init_proj only changes the initialisation: exportable. gpt2 + relu2 is
+    GPT-2 with activation_function "relu2".)
+
+    Raises:
+        UnsupportedHFConfig: naming `model.<option>` and what to do.
+    """
+    cfg = cfg.resolved()
+    bad = []
+    if cfg.logit_softcap:
+        bad.append(("logit_softcap", cfg.logit_softcap, "no exported architecture caps the final logits here"))
+    if cfg.value_embeddings:
+        bad.append(("value_embeddings", True, "no Hugging Face architecture has value embeddings"))
+    if cfg.qk_norm and cfg.arch == "gpt2":
+        bad.append(("qk_norm", True, "GPT-2 has no QK-norm (llama blocks with qk_norm export as Qwen3)"))
+    elif cfg.qk_norm and (cfg.bias or cfg.qkv_bias):
+        bad.append(("qk_norm", True, "Qwen3 (QK-norm) has no o_proj/MLP bias: export needs bias=False, qkv_bias=False"))
+    if cfg.arch == "llama" and cfg.activation == "relu2":
+        bad.append(("activation", "relu2", "Llama-family architectures use SwiGLU"))
+    if bad:
+        name, value, why = bad[0]
+        raise UnsupportedHFConfig(f"model.{name}={value!r} cannot be exported as a Hugging Face model: {why}; "
+                                  "a model trained with it stays in gptforge's format (generate, evaluate and serve use it)")
 
 
 def config_to_hf(cfg: ModelConfig, dtype: torch.dtype = torch.float32, bos_token_id: int | None = None,
@@ -185,10 +224,13 @@ def config_to_hf(cfg: ModelConfig, dtype: torch.dtype = torch.float32, bos_token
     kept (updating dtype and the fields gptforge owns), so a Mistral stays a Mistral and unknown
     fields (e.g. `bos_token_id`) survive a round trip.
 
+    Raises UnsupportedHFConfig naming a model option no architecture here has (`check_exportable`).
+
     RoPE is written in both spellings, legacy `rope_theta`/`rope_scaling` (transformers 4.x, vLLM)
     and `rope_parameters` (transformers 5), with the same values.
     """
     cfg = cfg.resolved()
+    check_exportable(cfg)
     dtype_name = str(dtype).removeprefix("torch.")
     if base is not None:
         try:
@@ -212,12 +254,13 @@ def config_to_hf(cfg: ModelConfig, dtype: torch.dtype = torch.float32, bos_token
             "architectures": ["GPT2LMHeadModel"], "model_type": "gpt2", "vocab_size": cfg.vocab_size,
             "n_positions": cfg.block_size, "n_embd": cfg.d_model, "n_layer": cfg.n_layer, "n_head": cfg.n_head,
             "n_inner": cfg.d_ff,
-            "activation_function": "gelu" if cfg.activation == "gelu" else "gelu_new", "layer_norm_epsilon": cfg.norm_eps,
+            "activation_function": {"gelu": "gelu", "relu2": "relu2"}.get(cfg.activation, "gelu_new"),
+            "layer_norm_epsilon": cfg.norm_eps,
             "resid_pdrop": cfg.dropout, "embd_pdrop": cfg.dropout, "attn_pdrop": cfg.dropout,
             "scale_attn_weights": True, "tie_word_embeddings": cfg.tie_embeddings, "use_cache": True,
         }
     else:
-        arch = {"llama": "LlamaForCausalLM", "qwen2": "Qwen2ForCausalLM"}[model_type]
+        arch = {"llama": "LlamaForCausalLM", "qwen2": "Qwen2ForCausalLM", "qwen3": "Qwen3ForCausalLM"}[model_type]
         out = {
             "architectures": [arch], "model_type": model_type, "vocab_size": cfg.vocab_size,
             "hidden_size": cfg.d_model, "intermediate_size": cfg.d_ff, "num_hidden_layers": cfg.n_layer,
@@ -231,6 +274,8 @@ def config_to_hf(cfg: ModelConfig, dtype: torch.dtype = torch.float32, bos_token
             out["attention_bias"] = out["mlp_bias"] = bool(cfg.bias)
         else:
             out["use_sliding_window"] = False
+            if model_type == "qwen3":
+                out["attention_bias"] = False
     out["torch_dtype"] = dtype_name
     out["bos_token_id"] = bos_token_id
     out["eos_token_id"] = eos_token_id
@@ -265,6 +310,8 @@ _LLAMA_NAMES = [  # (Hugging Face, gptforge); {i} = layer index
 ] + [
     (f"model.layers.{{i}}.self_attn.{p}.{t}", f"blocks.{{i}}.attn.{p}.{t}")
     for p in ("q_proj", "k_proj", "v_proj", "o_proj") for t in ("weight", "bias")
+] + [
+    (f"model.layers.{{i}}.self_attn.{p}.weight", f"blocks.{{i}}.attn.{p}.weight") for p in ("q_norm", "k_norm")
 ] + [
     (f"model.layers.{{i}}.mlp.{p}.{t}", f"blocks.{{i}}.mlp.{p}.{t}")
     for p in ("gate_proj", "up_proj", "down_proj") for t in ("weight", "bias")

@@ -71,6 +71,9 @@ def optimizer_state_bytes(cfg: ModelConfig, optimizer: str, shapes=None) -> int:
     adamw8bit: two 8-bit moments with one fp32 absmax per 2048-value block, ~2 bytes/param
     (Dettmers et al. 2022, "8-bit Optimizers via Block-wise Quantization").
     sgd: one fp32 momentum buffer, 4 bytes/param (momentum 0.9 assumed).
+    muon: one fp32 momentum buffer (4 bytes/param) for each Muon matrix (the 2-D weights inside
+    the blocks, torch.optim.Muon) and AdamW's 8 bytes/param for the rest (embeddings, head,
+    norms, biases), as `gptforge.train.optim.muon_split` splits them.
     adafactor: factored second moment, fp32 row and column statistics (r + c per matrix, n per
     vector), no first moment (Shazeer & Stern 2018; torch.optim.Adafactor with beta1 None).
 
@@ -85,6 +88,9 @@ def optimizer_state_bytes(cfg: ModelConfig, optimizer: str, shapes=None) -> int:
         return 2 * n + 2 * 4 * math.ceil(n / 2048)
     if optimizer == "sgd":
         return 4 * n
+    if optimizer == "muon":
+        m = sum(p.numel for p in shapes if is_muon_param(p))
+        return 4 * m + 8 * (n - m)
     if optimizer == "adafactor":
         total = 0
         for p in shapes:
@@ -93,7 +99,13 @@ def optimizer_state_bytes(cfg: ModelConfig, optimizer: str, shapes=None) -> int:
             else:
                 total += 4 * p.numel
         return total
-    raise ValueError(f"train.optimizer: unknown optimizer {optimizer!r}; choose adamw, adamw8bit, sgd or adafactor")
+    raise ValueError(f"train.optimizer: unknown optimizer {optimizer!r}; choose adamw, adamw8bit, sgd, muon or "
+                     "adafactor")
+
+
+def is_muon_param(p) -> bool:
+    """Whether a `ParamShape` is a Muon matrix: a 2-D weight inside a block, not a value embedding."""
+    return p.role == "block" and len(p.shape) == 2 and not p.name.endswith("v_embed.weight")
 
 
 def zero_paper_model_state_bytes(n_params: float, dp: int, stage: int, k: float = 12.0) -> float:
@@ -189,12 +201,13 @@ def layer_activation_bytes(cfg: ModelConfig, precision: str, micro_batch_size: i
     e = act_bytes(precision)
     autocast = precision != "fp32"
     llama = cfg.arch == "llama"
+    gated = llama and cfg.activation != "relu2"  # SwiGLU (relu2 blocks have no gate)
     bs, sbh = b * s, b * s * h
     seq_shard = tp if sequence_parallel else 1
     out = LayerActivations()
 
     # Norm regions (the residual stream is fp32 under autocast: embeddings and params are fp32).
-    n_consumers = (3, 2 if llama else 1)  # attention norm feeds q,k,v; MLP norm feeds up (+gate)
+    n_consumers = (3, 2 if gated else 1)  # attention norm feeds q,k,v; MLP norm feeds up (+gate)
     for consumers in n_consumers:
         region = 4 * sbh + 2 * 4 * bs  # input x + mean/rstd (LayerNorm) or x + rsqrt (RMSNorm)
         if llama:
@@ -221,9 +234,15 @@ def layer_activation_bytes(cfg: ModelConfig, precision: str, micro_batch_size: i
             # RoPE's torch.cat leaves q in (b, a, s, hd) layout, so the output follows it and the
             # reshape for o_proj copies.
             out.attention += e * sbh // tp
-    # MLP
+    if cfg.qk_norm:
+        # RMSNorm over each head's q and k in fp32: the input, the normalised value, one rsqrt
+        # per head and position.
+        kv_w = cfg.n_kv_head * cfg.head_dim
+        out.attention += (2 * 4 * (sbh + b * s * kv_w) + 4 * bs * (a + cfg.n_kv_head)) // tp
+    # MLP: SwiGLU keeps gate, up, silu(gate) and their product; gelu/relu2 the up output and the
+    # activation's output.
     bsf = b * s * f // tp
-    out.mlp += (4 if llama else 2) * e * bsf
+    out.mlp += (4 if gated else 2) * e * bsf
     if cfg.dropout > 0:
         out.dropout_masks += 2 * sbh // seq_shard
     return out
@@ -455,11 +474,13 @@ def estimate_memory(model: ModelConfig, train: TrainConfig, parallel: ParallelCo
     bsv = b * s * V // t
     logits_kept_bytes = (e if autocast else 4) * bsv if logits_kept else 0
     logits_loss = logits_kept_bytes + 4 * bsv + 8 * bsv
+    if cfg.logit_softcap:
+        logits_loss += 4 * bsv  # tanh's fp32 output, saved for its backward
 
     # Transients of one block's backward: gradients of its activations, and with recomputation
     # the recomputed forward of that block.
     f_local = b * s * cfg.d_ff // t
-    bw_temp = 2 * 4 * bsh + (3 if cfg.arch == "llama" else 2) * e * f_local
+    bw_temp = 2 * 4 * bsh + (3 if cfg.arch == "llama" and cfg.activation != "relu2" else 2) * e * f_local
     if n_ckpt:
         bw_temp += per_layer.total + copy_block
 
@@ -468,6 +489,13 @@ def estimate_memory(model: ModelConfig, train: TrainConfig, parallel: ParallelCo
     if not fused_optimizer and train.optimizer in ("adamw", "sgd"):
         largest = max(x.numel for x in shapes)
         opt_temp = 4 * largest // t
+    if train.optimizer == "muon":
+        # torch.optim.Muon works one matrix at a time: the fp32 Nesterov update, its bf16
+        # Newton-Schulz iterate and next iterate, and two bf16 (min dim)^2 Gram products.
+        mats = [x for x in shapes if is_muon_param(x)]
+        if mats:
+            big = max(mats, key=lambda x: x.numel)
+            opt_temp = (4 * big.numel + 2 * 2 * big.numel + 2 * 2 * min(big.shape) ** 2) // t
 
     # Gradients resident during backward: with accumulation, earlier micro-batches' gradients.
     grads_during = grads if (train.gradient_accumulation_steps > 1 or p > 1) else 0

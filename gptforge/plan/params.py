@@ -34,8 +34,9 @@ class ParamShape:
         return len(self.shape) >= 2
 
 
-def block_param_shapes(cfg: ModelConfig, prefix: str = "") -> list[ParamShape]:
-    """Parameters of one transformer block (`Block` in gpt.py). cfg must be resolved."""
+def block_param_shapes(cfg: ModelConfig, prefix: str = "", value_embedding: bool = False) -> list[ParamShape]:
+    """Parameters of one transformer block (`Block` in gpt.py); value_embedding: the block has a
+    value-embedding table (`has_value_embedding`). cfg must be resolved."""
     h, hd, f = cfg.d_model, cfg.head_dim, cfg.d_ff
     q_out, kv_out = cfg.n_head * hd, cfg.n_kv_head * hd
     out: list[ParamShape] = []
@@ -55,8 +56,13 @@ def block_param_shapes(cfg: ModelConfig, prefix: str = "") -> list[ParamShape]:
     lin("attn.k_proj", h, kv_out, cfg.qkv_bias)
     lin("attn.v_proj", h, kv_out, cfg.qkv_bias)
     lin("attn.o_proj", q_out, h, cfg.bias)
+    if cfg.qk_norm:
+        out.append(ParamShape(f"{prefix}attn.q_norm.weight", (hd,), "block"))
+        out.append(ParamShape(f"{prefix}attn.k_norm.weight", (hd,), "block"))
+    if value_embedding:
+        out.append(ParamShape(f"{prefix}attn.v_embed.weight", (cfg.vocab_size, kv_out), "block"))
     norm("norm_2")
-    if cfg.arch == "llama":
+    if cfg.arch == "llama" and cfg.activation != "relu2":
         lin("mlp.gate_proj", h, f, cfg.bias)
     lin("mlp.up_proj", h, f, cfg.bias)
     lin("mlp.down_proj", f, h, cfg.bias)
@@ -72,7 +78,7 @@ def param_shapes(cfg: ModelConfig) -> list[ParamShape]:
     if cfg.arch == "gpt2":
         out.append(ParamShape("wpe.weight", (cfg.block_size, h), "embedding"))
     for i in range(cfg.n_layer):
-        out += block_param_shapes(cfg, prefix=f"blocks.{i}.")
+        out += block_param_shapes(cfg, prefix=f"blocks.{i}.", value_embedding=_has_ve(cfg, i))
     out.append(ParamShape("norm_f.weight", (h,), "final_norm"))
     if cfg.arch == "gpt2" and cfg.bias:
         out.append(ParamShape("norm_f.bias", (h,), "final_norm"))
@@ -87,7 +93,13 @@ def param_count(cfg: ModelConfig) -> int:
         cfg = cfg.resolved()
     per_block = sum(p.numel for p in block_param_shapes(cfg))
     rest = sum(p.numel for p in param_shapes(replace(cfg, n_layer=0)))
-    return per_block * cfg.n_layer + rest
+    n_ve = sum(_has_ve(cfg, i) for i in range(cfg.n_layer))
+    return per_block * cfg.n_layer + rest + n_ve * cfg.vocab_size * cfg.n_kv_head * cfg.head_dim
+
+
+def _has_ve(cfg: ModelConfig, layer: int) -> bool:
+    # Mirrors gptforge.model.gpt.has_value_embedding (plan may import model, kept closed-form here).
+    return bool(cfg.value_embeddings) and (cfg.n_layer - 1 - layer) % 2 == 0
 
 
 def block_param_count(cfg: ModelConfig) -> int:

@@ -22,7 +22,7 @@ def measure_step_seconds(model_cfg: ModelConfig, train_cfg: TrainConfig, repeats
     precision = resolve_precision(train_cfg.precision, device)
     cfg = model_cfg.resolved()
     model = GPT(cfg).to(device)
-    opt = build_optimizer(model, train_cfg, device.type)
+    opt = build_optimizer(model, train_cfg.filled(), device.type)
     g = torch.Generator().manual_seed(0)
     shape = (train_cfg.micro_batch_size, cfg.block_size)
     micro = [(torch.randint(0, cfg.vocab_size, shape, generator=g), torch.randint(0, cfg.vocab_size, shape, generator=g))

@@ -183,7 +183,7 @@ def _deepspeed_config(ds: dict, train_cfg: TrainConfig, par_cfg: ParallelConfig,
     out["gradient_clipping"] = train_cfg.grad_clip
     out["optimizer"] = {"type": "AdamW", "params": {
         **(ds.get("optimizer", {}).get("params", {})),
-        "lr": train_cfg.lr, "betas": [train_cfg.beta1, train_cfg.beta2], "eps": train_cfg.eps,
+        "lr": train_cfg.filled().lr, "betas": [train_cfg.beta1, train_cfg.beta2], "eps": train_cfg.eps,
         "weight_decay": train_cfg.weight_decay}}
     out["fp16"] = {**ds.get("fp16", {}), "enabled": train_cfg.precision == "fp16"}
     out["bf16"] = {**ds.get("bf16", {}), "enabled": train_cfg.precision == "bf16"}

@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import torch
 
 from gptforge.config import TrainConfig
+
+MUON_LR = 0.02
+"""Default train.muon_lr (the reference Muon implementation's lr, Jordan et al. 2024)."""
 
 
 def param_groups(model: torch.nn.Module, weight_decay: float) -> list[dict]:
@@ -16,8 +20,12 @@ def param_groups(model: torch.nn.Module, weight_decay: float) -> list[dict]:
     Following Loshchilov & Hutter 2019 (decoupled weight decay) and the GPT-2/nanoGPT practice of
     not decaying gains and biases. A group with no parameter is left out.
     """
+    return _decay_groups(model.parameters(), weight_decay)
+
+
+def _decay_groups(params, weight_decay: float) -> list[dict]:
     decay, no_decay, seen = [], [], set()
-    for p in model.parameters():
+    for p in params:
         if not p.requires_grad or id(p) in seen:
             continue
         seen.add(id(p))
@@ -42,6 +50,12 @@ def build_optimizer(model: torch.nn.Module, cfg: TrainConfig, device_type: str,
     Raises:
         ValueError: an optimizer that only the planner models (adamw8bit, adafactor).
     """
+    cfg = cfg.filled()
+    if cfg.optimizer == "muon":
+        if zero_group is not None:
+            raise ValueError("train.optimizer=muon does not run under ZeRO-1 (parallel.zero_stage 1): use DDP "
+                             "(parallel.dp_replicate) or train.optimizer adamw")
+        return build_muon(model, cfg, device_type)
     groups = param_groups(model, cfg.weight_decay)
     if cfg.optimizer == "adamw":
         cls = torch.optim.AdamW
@@ -61,24 +75,240 @@ def build_optimizer(model: torch.nn.Module, cfg: TrainConfig, device_type: str,
             return ZeroRedundancyOptimizer(groups, optimizer_class=cls, process_group=zero_group, **kwargs)
         return cls(groups, **kwargs)
     raise ValueError(
-        f"train.optimizer={cfg.optimizer!r} is modelled by `gptforge plan` but not trainable here; use adamw or sgd"
+        f"train.optimizer={cfg.optimizer!r} is modelled by `gptforge plan` but not trainable here; use adamw, sgd or muon"
     )
+
+
+def check_muon_layout(train_cfg: TrainConfig, parallel_cfg) -> None:
+    """Refuse train.optimizer muon, before anything is built, on a layout whose parameters are
+    sharded (FSDP2: parallel.uses_fsdp(); tensor parallel: parallel.tp > 1), under ZeRO-1, or on
+    the DeepSpeed backend; Newton-Schulz needs each whole matrix on one rank. No-op for other
+    optimizers. parallel_cfg: a resolved ParallelConfig.
+
+    Raises:
+        InputError: naming the parallel option and what to use instead.
+    """
+    from gptforge.errors import InputError
+
+    if train_cfg.optimizer != "muon":
+        return
+    why = None
+    if parallel_cfg.backend == "deepspeed":
+        why = "parallel.backend deepspeed runs AdamW only"
+    elif parallel_cfg.tp > 1:
+        why = f"parallel.tp={parallel_cfg.tp} shards the matrices"
+    elif parallel_cfg.uses_fsdp():
+        why = f"FSDP2 (parallel.dp_shard={parallel_cfg.dp_shard}, zero stage {parallel_cfg.effective_zero_stage()}) " \
+              "shards the matrices"
+    elif parallel_cfg.effective_zero_stage() == 1:
+        why = "parallel.zero_stage 1 splits the optimizer over ranks"
+    if why:
+        raise InputError(f"train.optimizer=muon: {why}; Muon needs whole matrices per rank: use DDP "
+                         "(parallel.dp_replicate), pipeline stages, or train.optimizer adamw")
+
+
+def muon_split(model: torch.nn.Module) -> tuple[list[torch.nn.Parameter], list[torch.nn.Parameter]]:
+    """(Muon parameters, AdamW parameters): Muon takes the weight of every nn.Linear inside the
+    transformer blocks (a module path with a `blocks` component: q/k/v/o and MLP projections);
+    AdamW everything else (token/position/value embeddings, the output head, norms, biases), as
+    in Jordan et al. 2024 ("Muon: an optimizer for hidden layers"). Trainable parameters only,
+    shared ones once."""
+    muon_ids: set[int] = set()
+    for name, mod in model.named_modules():
+        if isinstance(mod, torch.nn.Linear) and "blocks" in name.split(".") and mod.weight.requires_grad \
+                and mod.weight.dim() == 2:
+            muon_ids.add(id(mod.weight))
+    muon, rest, seen = [], [], set()
+    for p in model.parameters():
+        if not p.requires_grad or id(p) in seen:
+            continue
+        seen.add(id(p))
+        (muon if id(p) in muon_ids else rest).append(p)
+    return muon, rest
+
+
+class MuonAdamW(torch.optim.Optimizer):
+    """torch.optim.Muon on the hidden matrices plus torch.optim.AdamW on the rest, as one optimizer.
+
+    One `param_groups` list and one `state` (both inner optimizers share them), so the trainer's
+    lr setting, zero_grad, gradient scaler, clipping and DCP checkpoints (`state_dict` /
+    `load_state_dict`, resumed bit-exactly) treat it as any optimizer.
+
+    Every group's "lr" is in AdamW units (what the schedule `lr_at` returns; the trainer sets it
+    on all groups). A Muon group carries "muon_lr_ratio" = muon_lr / lr and steps with lr *
+    ratio, so Muon follows the same schedule at its own peak. Groups: [muon], [adamw decay],
+    [adamw no decay] (empty ones left out).
+
+    Raises:
+        ValueError: a sharded (DTensor: FSDP2 or tensor-parallel) parameter: Newton-Schulz on a
+            shard is not the orthogonalised full matrix, so this refuses rather than produce
+            wrong updates.
+    """
+
+    def __init__(self, muon_params, adamw_groups: list[dict], lr: float, muon_lr: float, momentum: float = 0.95,
+                 muon_weight_decay: float = 0.0, betas=(0.9, 0.95), eps: float = 1e-8, fused: bool | None = None):
+        muon_params, adamw_groups = list(muon_params), [g for g in adamw_groups if g["params"]]
+        if any(type(p).__name__ == "DTensor" for p in muon_params) or \
+                any(type(p).__name__ == "DTensor" for g in adamw_groups for p in g["params"]):
+            raise ValueError("train.optimizer=muon cannot run on sharded parameters (FSDP2 / parallel.dp_shard > 1, "
+                             "zero_stage 2-3, or parallel.tp > 1): Newton-Schulz needs whole matrices; use DDP "
+                             "(parallel.dp_replicate) or train.optimizer adamw")
+        if lr <= 0:
+            raise ValueError(f"train.lr={lr!r}: Muon's lr is set relative to it, so it must be > 0")
+        inner: list[torch.optim.Optimizer] = []
+        if muon_params:
+            self._muon = torch.optim.Muon(muon_params, lr=lr, weight_decay=muon_weight_decay, momentum=momentum,
+                                          nesterov=True)
+            for g in self._muon.param_groups:
+                g["muon_lr_ratio"] = muon_lr / lr
+            inner.append(self._muon)
+        else:
+            self._muon = None
+        kwargs: dict[str, Any] = dict(lr=lr, betas=betas, eps=eps)
+        if fused:
+            kwargs["fused"] = True
+        self._adamw = torch.optim.AdamW(adamw_groups, **kwargs) if adamw_groups else None
+        if self._adamw is not None:
+            inner.append(self._adamw)
+        if not inner:
+            raise ValueError("train.optimizer=muon: the model has no trainable parameter")
+        super().__init__([g for o in inner for g in o.param_groups], defaults={})
+        self._relink()
+
+    def _relink(self) -> None:
+        # The inner optimizers view slices of this one's groups and share its state dict.
+        n = len(self._muon.param_groups) if self._muon is not None else 0
+        if self._muon is not None:
+            self._muon.param_groups = self.param_groups[:n]
+            self._muon.state = self.state
+        if self._adamw is not None:
+            self._adamw.param_groups = self.param_groups[n:]
+            self._adamw.state = self.state
+
+    def load_state_dict(self, state_dict: dict) -> None:
+        super().load_state_dict(state_dict)
+        self._relink()
+
+    @torch.no_grad()
+    def step(self, closure=None):
+        """One step of both optimizers; Muon groups at lr * muon_lr_ratio. Returns closure's loss."""
+        loss = None
+        if closure is not None:
+            with torch.enable_grad():
+                loss = closure()
+        if self._muon is not None:
+            saved = [g["lr"] for g in self._muon.param_groups]
+            for g in self._muon.param_groups:
+                g["lr"] = g["lr"] * g["muon_lr_ratio"]
+            try:
+                self._muon.step()
+            finally:
+                for g, lr in zip(self._muon.param_groups, saved):
+                    g["lr"] = lr
+        if self._adamw is not None:
+            self._adamw.step()
+        return loss
+
+
+def build_muon(model: torch.nn.Module, cfg: TrainConfig, device_type: str) -> MuonAdamW:
+    """`MuonAdamW` for `model` from train.* (lr, muon_lr (default MUON_LR), muon_momentum,
+    muon_weight_decay, weight_decay on the AdamW matrices, beta1/beta2/eps). Raises ValueError
+    as `MuonAdamW`."""
+    cfg = cfg.filled()
+    muon, rest = muon_split(model)
+    adamw_groups = _decay_groups(rest, cfg.weight_decay)
+    return MuonAdamW(muon, adamw_groups, lr=cfg.lr, muon_lr=cfg.muon_lr if cfg.muon_lr is not None else MUON_LR,
+                     momentum=cfg.muon_momentum, muon_weight_decay=cfg.muon_weight_decay,
+                     betas=(cfg.beta1, cfg.beta2), eps=cfg.eps,
+                     fused=device_type in ("cuda", "cpu"))
+
+
+# Size-aware defaults, fitted by bench/lr_sweep.py (bench/RESULTS.md, "Size-aware learning rate"):
+# the best AdamW lr of 2-layer models on English prose at d_model 32/64/128/256 (300 steps of 512
+# tokens) was 0.004/0.002/0.002/0.001; a least-squares line in log-log space gives
+# lr = 0.0016 * (128 / d_model)^0.6. The exponent lies between muP's 1/width for Adam's hidden
+# lr (Yang et al. 2022, table 3) and a constant; extrapolated to gpt2-small (d_model 768) it
+# gives 5.5e-4, next to the 6e-4 GPT-3/nanoGPT use at that width (Brown et al. 2020, table 2.1).
+LR_AT_128, LR_WIDTH_EXPONENT = 0.0016, 0.6
+LR_MAX = 1e-2
+WARMUP_FRACTION, WARMUP_MIN, WARMUP_MAX = 0.05, 10, 1000
+
+
+def default_lr(d_model: int, max_steps: int) -> float:
+    """The learning rate used when train.lr is unset: min(LR_MAX, LR_AT_128 * (128 /
+    d_model)^LR_WIDTH_EXPONENT), rounded to 2 significant digits (d_model 64: 0.0024; 128:
+    0.0016; 384: 0.00083; 768: 0.00055). max_steps: the planned run length; the sweep found the
+    same best lr at 300 and 900 steps (d_model 32), so it only enters through the warmup
+    (`default_warmup`)."""
+    lr = min(LR_MAX, LR_AT_128 * (128 / d_model) ** LR_WIDTH_EXPONENT)
+    return float(f"{lr:.2g}")
+
+
+def default_warmup(max_steps: int) -> int:
+    """Warmup steps when train.warmup_steps is unset: WARMUP_FRACTION (5%) of max_steps, clamped
+    to [WARMUP_MIN, WARMUP_MAX] and to at most a quarter of the run."""
+    w = min(WARMUP_MAX, max(WARMUP_MIN, round(WARMUP_FRACTION * max_steps)))
+    return int(min(w, max_steps // 4))
+
+
+def resolve_defaults(model_cfg, train_cfg: TrainConfig, saved: dict | None = None) -> TrainConfig:
+    """A copy of `train_cfg` with every unset size-dependent value filled: lr (`default_lr` of
+    model.d_model), min_lr (lr / 10), warmup_steps (`default_warmup`), muon_lr (MUON_LR).
+
+    Call it once at the start of a pretraining run, before building the optimizer, print
+    `describe_defaults(before, after)` and write the returned config into config.yaml, so a
+    resume is exact. saved: the `train` section of the checkpoint's config.yaml when resuming;
+    its values win over the rule for any field unset now (a resume with a longer max_steps keeps
+    its lr). Fine-tuning sets its own values, so nothing there is unset.
+
+    model_cfg: a ModelConfig (resolved or not).
+    """
+    import dataclasses
+
+    saved = saved or {}
+    d_model = model_cfg.resolved().d_model if model_cfg.d_model is None else model_cfg.d_model
+    out = {}
+    lr = train_cfg.lr if train_cfg.lr is not None else saved.get("lr")
+    if lr is None:
+        lr = default_lr(d_model, train_cfg.max_steps)
+    out["lr"] = float(lr)
+    min_lr = train_cfg.min_lr if train_cfg.min_lr is not None else saved.get("min_lr")
+    out["min_lr"] = float(min_lr) if min_lr is not None else out["lr"] / 10
+    warm = train_cfg.warmup_steps if train_cfg.warmup_steps is not None else saved.get("warmup_steps")
+    out["warmup_steps"] = int(warm) if warm is not None else default_warmup(train_cfg.max_steps)
+    muon_lr = train_cfg.muon_lr if train_cfg.muon_lr is not None else saved.get("muon_lr")
+    out["muon_lr"] = float(muon_lr) if muon_lr is not None else MUON_LR
+    return dataclasses.replace(train_cfg, **out)
+
+
+def describe_defaults(before: TrainConfig, after: TrainConfig) -> str:
+    """One line naming the values `resolve_defaults` chose (those unset in `before`), e.g.
+    "size-aware defaults: lr 0.0039, min_lr 0.00039, warmup_steps 50"; "" when nothing was unset."""
+    chosen = [f"{k} {getattr(after, k):g}" for k in ("lr", "min_lr", "warmup_steps", "muon_lr")
+              if getattr(before, k) is None and (k != "muon_lr" or after.optimizer == "muon")]
+    return "size-aware defaults: " + ", ".join(chosen) if chosen else ""
 
 
 def lr_at(step: int, cfg: TrainConfig) -> float:
     """Learning rate for optimizer step `step` (0-based).
 
+    The schedule runs over local steps s = max(0, step - schedule_start) of a span of
+    n = max_steps - schedule_start steps (schedule_start 0: s = step, n = max_steps).
     Linear warmup from lr/warmup_steps to lr over `warmup_steps`, then:
     - cosine: min_lr + (lr - min_lr) * (1 + cos(pi * progress)) / 2 (Loshchilov & Hutter 2017);
     - linear: straight line from lr to min_lr;
     - constant: lr;
     - wsd (warmup-stable-decay, Hu et al. 2024, MiniCPM): lr until the last `decay_fraction` of
-      steps, then linear to min_lr.
-    progress = (step - warmup) / (max_steps - warmup), clamped to [0, 1].
+      the n steps, then linear to min_lr.
+    progress = (s - warmup) / (n - warmup), clamped to [0, 1].
     """
+    cfg = cfg.filled()
+    start = cfg.schedule_start
+    step = max(0, step - start)
+    n = max(1, cfg.max_steps - start)
     if cfg.warmup_steps > 0 and step < cfg.warmup_steps:
         return cfg.lr * (step + 1) / cfg.warmup_steps
-    span = max(1, cfg.max_steps - cfg.warmup_steps)
+    span = max(1, n - cfg.warmup_steps)
     progress = min(1.0, max(0.0, (step - cfg.warmup_steps) / span))
     if cfg.lr_schedule == "constant":
         return cfg.lr
@@ -87,9 +317,20 @@ def lr_at(step: int, cfg: TrainConfig) -> float:
     if cfg.lr_schedule == "linear":
         return cfg.lr + (cfg.min_lr - cfg.lr) * progress
     if cfg.lr_schedule == "wsd":
-        decay_steps = max(1, int(round(cfg.decay_fraction * cfg.max_steps)))
-        decay_start = cfg.max_steps - decay_steps
+        decay_steps = max(1, int(round(cfg.decay_fraction * n)))
+        decay_start = n - decay_steps
         if step < decay_start:
             return cfg.lr
         return cfg.lr + (cfg.min_lr - cfg.lr) * min(1.0, (step - decay_start + 1) / decay_steps)
     raise ValueError(f"train.lr_schedule: unknown schedule {cfg.lr_schedule!r}")
+
+
+def describe_schedule(cfg: TrainConfig) -> str:
+    """One line naming the schedule that applies, for the run's log, e.g. "lr schedule: wsd from
+    step 1000 to 1500 (warmup 0, decay over the last 100%), peak 0.0006 -> 6e-05"."""
+    cfg = cfg.filled()
+    tail = f", decay over the last {cfg.decay_fraction:.0%}" if cfg.lr_schedule == "wsd" else ""
+    where = f"from step {cfg.schedule_start} to {cfg.max_steps}" if cfg.schedule_start else f"over {cfg.max_steps} steps"
+    ends = f"{cfg.lr:g}" if cfg.lr_schedule == "constant" else f"{cfg.lr:g} -> {cfg.min_lr:g}"
+    muon = f", muon peak {cfg.muon_lr if cfg.muon_lr is not None else MUON_LR:g}" if cfg.optimizer == "muon" else ""
+    return f"lr schedule: {cfg.lr_schedule} {where} (warmup {cfg.warmup_steps}{tail}), peak {ends}{muon}"

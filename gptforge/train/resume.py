@@ -65,6 +65,14 @@ def check_resume(found: Path, source, mc, tc, global_batch_size: int, dp_size: i
     saved = yaml.safe_load((found / "config.yaml").read_text()) or {}
     source.check_resume(saved, found)
     now = to_dict(mc)
+    if isinstance(saved.get("model"), dict):
+        # A checkpoint written before a model option existed lacks its key: fill it with the default.
+        from gptforge.config import ModelConfig, from_dict
+
+        try:
+            saved["model"] = to_dict(from_dict(ModelConfig, saved["model"]).resolved())
+        except ValueError:
+            pass  # an unknown key or a bad value: reported below as a difference
     if saved.get("model") != now:
         diff = {k: (v, now.get(k)) for k, v in (saved.get("model") or {}).items() if now.get(k) != v}
         raise InputError(f"--resume: the model config differs from the checkpoint's ({found / 'config.yaml'}): "

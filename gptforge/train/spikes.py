@@ -89,7 +89,7 @@ class SpikeDetector:
                              f"window={window}, min_history={min_history}, threshold={threshold}")
         self.window, self.threshold, self.min_history = window, threshold, min_history
         self.divergence_after, self.metrics = divergence_after, tuple(metrics)
-        self.grad_clip, self.warmup_steps = grad_clip, warmup_steps
+        self.grad_clip, self.warmup_steps = grad_clip, warmup_steps or 0  # None: unset (unresolved)
         self.history: dict[str, deque[float]] = {m: deque(maxlen=window) for m in self.metrics}
         self.loss_spikes_in_row = 0
 

@@ -128,6 +128,8 @@ class Trainer:
         self.ckpt_root = self.run_dir / "checkpoints"
         if resume and self._nothing_to_resume():
             resume = False
+        self._resolve_train_defaults(resume)
+        cfg, tc = self.cfg, self.tc
         if not resume and ((self.run_dir / "metrics.jsonl").exists() or any(self.ckpt_root.glob("step_*"))):
             raise FileExistsError(
                 f"{self.run_dir} already holds a run (metrics.jsonl / checkpoints): continue it with --resume, "
@@ -165,6 +167,25 @@ class Trainer:
         self._announce(ds_config)
 
     # -- set-up ------------------------------------------------------------------------------
+
+    def _resolve_train_defaults(self, resume: bool) -> None:
+        """Size-aware lr / min_lr / warmup_steps where unset (gptforge.train.optim.resolve_defaults;
+        on resume the checkpoint's values win), printed and frozen in config.yaml; Muon's layout
+        check before anything is built."""
+        from gptforge.train.optim import check_muon_layout, describe_defaults, describe_schedule, resolve_defaults
+
+        check_muon_layout(self.tc, self.pc)
+        saved = None
+        if resume:
+            found = ckpt_lib.find_checkpoint(self.run_dir)
+            saved = (yaml.safe_load((found / "config.yaml").read_text()) or {}).get("train")
+        tc = resolve_defaults(self.mc, self.tc, saved=saved)
+        line = describe_defaults(self.tc, tc)
+        if line:
+            self.say(line)
+        self.say(describe_schedule(tc))
+        self.tc = tc
+        self.cfg = RunConfig(model=self.mc, train=tc, parallel=self.pc)
 
     def _early_stopping(self) -> EarlyStopping:
         metric = self.tc.best_metric

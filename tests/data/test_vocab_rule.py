@@ -1,0 +1,42 @@
+"""prepare without --vocab-size: the vocabulary is chosen from the corpus size; far-off sizes warn."""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+
+from gptforge.data.prepare import PrepareConfig, auto_vocab_size, check_vocab_size, prepare
+from gptforge.data.shards import load_meta
+
+
+@pytest.mark.parametrize("n_chars, expected", [
+    (1_000, 512), (100_000, 1024), (1_000_000, 4096), (4_000_000, 8192), (16_000_000, 16384),
+    (64_000_000, 32768), (10_000_000_000, 32768),
+])
+def test_documented_values(n_chars, expected):
+    assert auto_vocab_size(n_chars) == expected
+
+
+def test_far_off_size_warns(caplog):
+    with caplog.at_level(logging.WARNING, logger="gptforge.data"):
+        assert check_vocab_size(32000, 2_000_000) == 32000
+    assert "far from the 4096" in caplog.text
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="gptforge.data"):
+        assert check_vocab_size(6000, 2_000_000) == 6000
+    assert caplog.text == ""
+    assert check_vocab_size(0, 2_000_000) == 4096
+
+
+def test_prepare_without_vocab_size_uses_the_rule(tmp_path, stdlib_texts):
+    src = tmp_path / "src"
+    src.mkdir()
+    for i, t in enumerate(stdlib_texts[:6]):
+        (src / f"d{i}.txt").write_text(t)
+    n_chars = sum(len(t) for t in stdlib_texts[:6])
+    out = tmp_path / "out"
+    prepare(PrepareConfig(inputs=[str(src)], out=str(out), val_fraction=0.2, workers=1), show_progress=False)
+    meta = load_meta(out)
+    # BPE may stop short of the target on a small corpus, never above it.
+    assert 257 <= meta["vocab_size"] <= auto_vocab_size(n_chars) and auto_vocab_size(n_chars) < 32000
