@@ -99,7 +99,7 @@ def check_muon_layout(train_cfg: TrainConfig, parallel_cfg) -> None:
         why = f"parallel.tp={parallel_cfg.tp} shards the matrices"
     elif parallel_cfg.uses_fsdp():
         why = f"FSDP2 (parallel.dp_shard={parallel_cfg.dp_shard}, zero stage {parallel_cfg.effective_zero_stage()}) " \
-              "shards the matrices"
+              "holds sharded parameters"
     elif parallel_cfg.effective_zero_stage() == 1:
         why = "parallel.zero_stage 1 splits the optimizer over ranks"
     if why:

@@ -66,7 +66,7 @@ def test_a_time_budgeted_run_sets_its_steps_stops_and_resumes(tiny_shards, tmp_p
     assert any("train.max_steps 60" in m for m in said)
     assert r.step == 60  # the real steps are much faster than 5 s: all planned steps fit
     # A budget used up stops the run with a checkpoint; a resume with a larger budget continues.
-    cfg2 = RunConfig(model=cfg.model, train=TrainConfig(max_minutes=1e-4, micro_batch_size=2, eval_interval=0,
+    cfg2 = RunConfig(model=cfg.model, train=TrainConfig(max_minutes=1e-7, micro_batch_size=2, eval_interval=0,
                                                         warmup_steps=2, tensorboard=False, report=False))
     run2 = tmp_path / "run2"
     r2 = train(cfg2, tiny_shards, run2, progress=False)
