@@ -80,7 +80,8 @@ def _nanogpt_row(nano_dir: Path, data: Path, work: Path, smoke: bool) -> str:
     import numpy as np
 
     from gptforge.config import ModelConfig
-    from gptforge.model.gpt import GPT, flops_per_token
+    from gptforge.model.gpt import GPT
+    from gptforge.plan.flops import flops_per_token
     from gptforge.train.mfu import device_peak
 
     m = _runs(smoke)[0][1]

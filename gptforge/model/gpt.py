@@ -403,13 +403,3 @@ def has_value_embedding(cfg: ModelConfig, layer: int) -> bool:
     """Whether block `layer` (0-based) has a value embedding: with model.value_embeddings, every
     other block counting back from the last (the last, the third from last, ...)."""
     return bool(cfg.value_embeddings) and (cfg.n_layer - 1 - layer) % 2 == 0
-
-
-def flops_per_token(cfg: ModelConfig, n_params: int, seq_len: int | None = None) -> float:
-    """Training FLOPs per token: 6*N + 12*L*H*Q*T (PaLM, Chowdhery et al. 2022, appendix B).
-
-    N: all parameters (tied embeddings counted once), as the PaLM and Llama 3 MFU figures count
-    them; L layers, H heads, Q head dim, T sequence length. Units: FLOPs/token.
-    """
-    T = seq_len or cfg.block_size
-    return 6.0 * n_params + 12.0 * cfg.n_layer * cfg.n_head * cfg.head_dim * T

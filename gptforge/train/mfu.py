@@ -1,7 +1,7 @@
 """Model FLOPs utilisation: achieved training FLOP/s over the device's dense peak.
 
 MFU = tokens_per_second * flops_per_token / peak (PaLM, Chowdhery et al. 2022, appendix B), with
-flops_per_token = 6N + 12*L*H*Q*T from `gptforge.model.flops_per_token`.
+flops_per_token = 6N + 12*L*H*Q*T from `gptforge.plan.flops.flops_per_token`.
 The peak is the datasheet's dense (not 2:4 sparse) figure for known GPUs; on a CPU there is no
 datasheet, so the matmul peak is measured once at start and the figure is labelled as such.
 """

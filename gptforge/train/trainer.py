@@ -25,7 +25,8 @@ import yaml
 from gptforge.atomic import atomic_write_text
 from gptforge.config import ModelConfig, ParallelConfig, RunConfig, to_dict
 from gptforge.errors import InputError
-from gptforge.model.gpt import GPT, flops_per_token
+from gptforge.model.gpt import GPT
+from gptforge.plan.flops import flops_per_token
 from gptforge.runtime import checkpoint as ckpt_lib
 from gptforge.runtime.activation import apply_activation_checkpointing
 from gptforge.runtime.device import resolve_precision
