@@ -65,7 +65,7 @@ def from_hf(hf_dir: Path, out: Path, dtype: torch.dtype | None = None, block_siz
     return out
 
 
-def load_model_checkpoint(path: Path, dtype: torch.dtype | None = None):
+def load_model_checkpoint(path: Path, dtype: torch.dtype | None = None, which: str = "latest"):
     """(GPT, checkpoint folder) from a gptforge run dir or checkpoint (see
     `gptforge.runtime.checkpoint.find_checkpoint`).
 
@@ -87,7 +87,7 @@ def load_model_checkpoint(path: Path, dtype: torch.dtype | None = None):
     from gptforge.model.gpt import GPT
     from gptforge.runtime.adapters import load_lora_for_export, merge_for_export
 
-    step = find_checkpoint(path)
+    step = find_checkpoint(path, which)
     cfg_path = next((p / "config.yaml" for p in (step, step.parent.parent) if (p / "config.yaml").is_file()), None)
     if cfg_path is None:
         raise FileNotFoundError(f"{step}: no config.yaml with the model config in the checkpoint or its run directory")
@@ -235,25 +235,13 @@ def load_for_inference(path: str | Path, device: str | torch.device = "cpu", whi
     """
     import yaml
 
-    from gptforge.config import ModelConfig
-    from gptforge.model.gpt import GPT
 
     ckpt = find_checkpoint(path, which)
     doc = yaml.safe_load((ckpt / "config.yaml").read_text())
     if doc.get("quantization"):
         return _load_quantized(ckpt, doc, device)
-    model = GPT(ModelConfig(**doc["model"]).resolved())
-    # A (Q)LoRA fine-tune's checkpoint: load base and adapters, then dequantize and merge
-    # (inference needs no adapters).
-    import torch.distributed.checkpoint as dcp
-
-    from gptforge.runtime.adapters import load_lora_for_export, merge_for_export
-
-    keys = dcp.FileSystemReader(str(ckpt)).read_metadata().state_dict_metadata
-    n_lora = load_lora_for_export(model, ckpt, [k[len("model."):] for k in keys if k.startswith("model.")])
-    load_model_weights(ckpt, model)
-    if n_lora:
-        merge_for_export(model)
+    # fp32 for inference whatever the stored dtype; a (Q)LoRA fine-tune comes back merged.
+    model, _ = load_model_checkpoint(ckpt, torch.float32)
     model.to(device).eval()
     return model, ckpt, doc, _find_tokenizer(ckpt, doc)
 
