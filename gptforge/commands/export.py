@@ -50,26 +50,19 @@ class ExportOptions:
 def _hf(opts: ExportOptions, dtype) -> Path:
     """--format hf: a gptforge run goes through `to_hf`, the code path of `convert --to-hf`; a
     Hugging Face folder is loaded and written again by the same writer (`save_hf`)."""
-    from gptforge.errors import InputError, MissingInputError
-    from gptforge.model.qlora import QLoRAUnavailable
     from gptforge.runtime.loading import to_hf
 
     src = Path(opts.source)
-    try:
-        if not (src / "config.json").is_file():
-            return to_hf(src, Path(opts.out), dtype, Path(opts.tokenizer) if opts.tokenizer else None,
-                         overwrite=opts.overwrite)
-        from gptforge.export.common import load_source
-        from gptforge.model.hf_save import save_hf
+    if not (src / "config.json").is_file():
+        return to_hf(src, Path(opts.out), dtype, Path(opts.tokenizer) if opts.tokenizer else None,
+                     overwrite=opts.overwrite)
+    from gptforge.export.common import load_source
+    from gptforge.model.hf_save import save_hf
 
-        model, sources = load_source(src, dtype)
-        tok_dir = _tokenizer_dir(opts.tokenizer) or sources["tokenizer_dir"]
-        return save_hf(model, model.config, opts.out, tokenizer_dir=tok_dir, base_config=sources["hf_config"],
-                       generation_config=sources["generation_config"], dtype=dtype, overwrite=opts.overwrite)
-    except FileNotFoundError as e:
-        raise MissingInputError(str(e)) from None
-    except (FileExistsError, ValueError, QLoRAUnavailable) as e:
-        raise InputError(str(e)) from None
+    model, sources = load_source(src, dtype)
+    tok_dir = _tokenizer_dir(opts.tokenizer) or sources["tokenizer_dir"]
+    return save_hf(model, model.config, opts.out, tokenizer_dir=tok_dir, base_config=sources["hf_config"],
+                   generation_config=sources["generation_config"], dtype=dtype, overwrite=opts.overwrite)
 
 
 def _tokenizer_dir(tokenizer: str | None) -> Path | None:
