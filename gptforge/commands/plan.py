@@ -89,7 +89,12 @@ class PlanOptions:
 
 
 def _parser():
-    return command_parser("gptforge plan", PLAN_DESCRIPTION, PlanOptions, sections=SECTIONS)
+    from gptforge.config import FinetuneConfig
+
+    parser = command_parser("gptforge plan", PLAN_DESCRIPTION, PlanOptions,
+                            sections={**SECTIONS, "finetune": FinetuneConfig})
+    parser.set_defaults({"finetune.method": "full"})  # plan pretraining unless --finetune.method lora/qlora
+    return parser
 
 
 def _gib(n: float) -> str:
@@ -184,6 +189,12 @@ def format_plan(p, measured=None) -> str:
         head = m.capacity - m.total
         verdict = "FITS" if p.fits else "DOES NOT FIT"
         lines.append(f"  {verdict} in {m.capacity / GiB:.0f} GiB: headroom {head / GiB:+.2f} GiB")
+        if p.fixes:
+            lines.append("  changes predicted to fit, cheapest first:")
+            lines += [f"    {text}   (peak {b / GiB:.2f} GiB of tensors)" for text, b in p.fixes[:4]]
+        elif not p.fits:
+            lines.append("  no single change of micro-batch, activation checkpointing or ZeRO stage fits: try "
+                         "--recommend, more GPUs, or fine-tuning with --finetune.method lora / qlora")
     lines.append("  other phases: " + ", ".join(f"{k} {v / GiB:.2f} GiB" for k, v in m.phases.items()
                                                  if k != m.peak_phase))
     if measured is not None:
@@ -249,7 +260,8 @@ def main(argv: list[str]) -> int:
         if model.preset is None and model.n_layer is None:
             raise ValueError("no model given: pass --model NAME (e.g. gpt2-small) or model.* fields")
         tokens = parse_tokens(ns.tokens) if ns.tokens is not None else None
-        p = make_plan(model, train, parallel, gpu=ns.gpu, num_gpus=ns.num_gpus, tokens=tokens, price=ns.price)
+        p = make_plan(model, train, parallel, gpu=ns.gpu, num_gpus=ns.num_gpus, tokens=tokens, price=ns.price,
+                      finetune=init.finetune)
         measured = None
         if ns.measure:
             from rich.console import Console

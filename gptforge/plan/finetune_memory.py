@@ -17,7 +17,6 @@ and the temporaries from `estimate_memory` and swaps the model states.
 
 from __future__ import annotations
 
-import dataclasses
 import math
 
 from gptforge.config import FinetuneConfig, ModelConfig, ParallelConfig, TrainConfig
@@ -81,19 +80,11 @@ def estimate_finetune_memory(model: ModelConfig, train: TrainConfig, fc: Finetun
                              parallel: ParallelConfig | None = None, capacity_bytes: int = 0) -> MemoryEstimate:
     """Per-device memory of a fine-tuning step (`fc.method` full, lora or qlora), in bytes.
 
-    full is `estimate_memory` itself. For lora / qlora the model states are `finetune_states`;
-    activations, logits and temporaries are full training's (see the module docstring).
+    full is `estimate_memory` itself. For lora / qlora the model states are `finetune_states`
+    (passed to estimate_memory, which also drops the frozen head's gradient); activations, logits
+    and temporaries are full training's (see the module docstring).
     """
-    full = estimate_memory(model.resolved(), train, parallel, capacity_bytes=capacity_bytes)
     if fc.method == "full":
-        return full
-    st = finetune_states(model, fc)
-    old = full.weights + full.gradients + full.optimizer_states
-    new = st["weights"] + st["gradients"] + st["optimizer_states"]
-    phases = {k: max(0, v - old + new) for k, v in full.phases.items()}
-    peak_phase = max(phases, key=phases.get) if phases else full.peak_phase
-    peak = phases.get(peak_phase, full.peak_tensor_bytes - old + new)
-    total = peak + full.comm_buckets + full.cuda_context + full.allocator_margin
-    return dataclasses.replace(full, weights=st["weights"], gradients=st["gradients"],
-                               optimizer_states=st["optimizer_states"], phases=phases, peak_phase=peak_phase,
-                               peak_tensor_bytes=peak, total=total, peak_parts={})
+        return estimate_memory(model.resolved(), train, parallel, capacity_bytes=capacity_bytes)
+    return estimate_memory(model.resolved(), train, parallel, capacity_bytes=capacity_bytes,
+                           states=finetune_states(model, fc))

@@ -356,7 +356,7 @@ def validate(model: ModelConfig, train: TrainConfig, parallel: ParallelConfig) -
 
 def estimate_memory(model: ModelConfig, train: TrainConfig, parallel: ParallelConfig | None = None,
                     capacity_bytes: int = 0, fused_optimizer: bool = True,
-                    logits_kept: bool = True) -> MemoryEstimate:
+                    logits_kept: bool = True, states: dict | None = None) -> MemoryEstimate:
     """Per-GPU memory of one training step (the rank holding the most), in bytes.
 
     model: resolved or not (resolved here). capacity_bytes: the GPU's memory, for `fits`.
@@ -497,10 +497,15 @@ def estimate_memory(model: ModelConfig, train: TrainConfig, parallel: ParallelCo
             big = max(mats, key=lambda x: x.numel)
             opt_temp = (4 * big.numel + 2 * 2 * big.numel + 2 * 2 * min(big.shape) ** 2) // t
 
+    # Fine-tuning with frozen base weights (gptforge.plan.finetune_memory): its model states
+    # replace full training's, and the frozen head gets no gradient.
+    frozen_head = states is not None
+    if states is not None:
+        weights, grads, opt = states["weights"], states["gradients"], states["optimizer_states"]
     # Gradients resident during backward: with accumulation, earlier micro-batches' gradients.
     grads_during = grads if (train.gradient_accumulation_steps > 1 or p > 1) else 0
     # lm_head's weight gradient exists once the loss backward is done.
-    head_grad = 4 * wte // t
+    head_grad = 0 if frozen_head else 4 * wte // t
     # Tied embeddings: the embedding's dense gradient arrives after lm_head's and is summed into a
     # new tensor, so two more (V, h) fp32 buffers exist at the very end of backward.
     tied_grad_temp = 2 * head_grad if cfg.tie_embeddings else 0

@@ -30,6 +30,8 @@ class Plan:
     tokens_source: str
     """'given' or 'chinchilla (20 tokens/parameter)'."""
     notes: list = field(default_factory=list)
+    fixes: list = field(default_factory=list)
+    """When it does not fit: [(command-line change, predicted peak tensor bytes)], cheapest first."""
 
     def to_dict(self) -> dict:
         """Flat-ish dict for --json: top-level `fits`, `param_count`, and every figure by name."""
@@ -80,7 +82,7 @@ def resolve_layout(parallel: ParallelConfig, num_gpus: int | None) -> tuple[Para
 
 def plan(model_cfg: ModelConfig, train_cfg: TrainConfig | None = None, parallel_cfg: ParallelConfig | None = None,
          gpu: str | GPU | None = None, num_gpus: int | None = None, tokens: float | None = None,
-         price: float | None = None, mfu: tuple[float, float] | None = None) -> Plan:
+         price: float | None = None, mfu: tuple[float, float] | None = None, finetune=None) -> Plan:
     """Predict per-GPU memory, speed, time and cost of a training job.
 
     model_cfg/train_cfg/parallel_cfg: the same dataclasses `pretrain` reads. gpu: short name
@@ -103,7 +105,17 @@ def plan(model_cfg: ModelConfig, train_cfg: TrainConfig | None = None, parallel_
         peak = g.peak_flops(train_cfg.precision)  # raises for bf16 on V100/T4
         if train_cfg.precision == "fp32" and g.tf32_tflops:
             notes.append("fp32 speed assumes TF32 matmuls (torch.backends.cuda.matmul.allow_tf32 = True)")
-    mem = estimate_memory(cfg, train_cfg, parallel_cfg, capacity_bytes=g.memory_bytes if g else 0)
+    capacity = g.memory_bytes if g else 0
+    if finetune is not None and finetune.method != "full":
+        from gptforge.plan.finetune_memory import estimate_finetune_memory, finetune_states
+
+        mem = estimate_finetune_memory(cfg, train_cfg, finetune, parallel_cfg, capacity_bytes=capacity)
+        st = finetune_states(cfg, finetune)
+        notes.append(f"fine-tuning ({finetune.method}, rank {finetune.lora_rank}): {st['adapter_params']:,} adapter "
+                     f"parameters trained, the {st['base_params']:,} base parameters frozen"
+                     + (" and their block linears stored in 4 bits" if finetune.method == "qlora" else ""))
+    else:
+        mem = estimate_memory(cfg, train_cfg, parallel_cfg, capacity_bytes=capacity)
     if tokens is None:
         tokens_v, source = float(chinchilla_tokens(n)), "chinchilla (20 tokens/parameter)"
     else:
@@ -115,8 +127,14 @@ def plan(model_cfg: ModelConfig, train_cfg: TrainConfig | None = None, parallel_
         speed = estimate_speed(cfg, train_cfg, parallel_cfg, n, peak, n_gpus, tokens_v, price, mfu=mfu)
     if parallel_cfg.effective_zero_stage() != parallel_cfg.zero_stage:
         notes.append("parallel.dp_shard > 1 with zero_stage 0 is FSDP2 full sharding: planned as ZeRO-3")
+    fixes = []
+    if g is not None and mem.fits is False and (finetune is None or finetune.method == "full"):
+        from gptforge.plan.advice import fit_changes
+
+        headroom = mem.total - mem.peak_tensor_bytes  # buffers, context and margin come on top
+        fixes = fit_changes(cfg, train_cfg, parallel_cfg, capacity - headroom)
     return Plan(
-        fits=mem.fits, param_count=n, model=to_dict(cfg), train=to_dict(train_cfg), parallel=to_dict(parallel_cfg),
+        fixes=fixes, fits=mem.fits, param_count=n, model=to_dict(cfg), train=to_dict(train_cfg), parallel=to_dict(parallel_cfg),
         num_gpus=n_gpus, gpu=g.to_dict() if g else None, memory=mem, speed=speed, tokens=tokens_v,
         tokens_source=source, notes=notes,
     )

@@ -60,3 +60,17 @@ def test_lora_peak_is_below_full_training_of_a_large_model():
     qlora = estimate_finetune_memory(mc, tc, FinetuneConfig(method="qlora"))
     assert qlora.peak_tensor_bytes < lora.peak_tensor_bytes < full.peak_tensor_bytes
     assert qlora.weights < 0.2 * full.weights  # 4-bit blocks, fp32 embeddings and head
+
+
+def test_plan_cli_prints_qlora_memory_and_the_changes_that_would_fit(capsys):
+    from gptforge.cli import main
+
+    assert main(["plan", "--model", "llama-2-7b", "--gpu", "4090", "--train.micro_batch_size", "1",
+                 "--train.activation_checkpointing", "full", "--finetune.method", "qlora"]) == 0
+    out = capsys.readouterr().out
+    assert "FITS in 24 GiB" in out and "DOES NOT FIT" not in out and "stored in 4 bits" in out
+    assert main(["plan", "--model", "gpt2-small", "--gpu", "t4", "--train.precision", "fp16",
+                 "--train.micro_batch_size", "32"]) == 0
+    out = capsys.readouterr().out
+    assert "DOES NOT FIT" in out and "changes predicted to fit" in out
+    assert "--train.micro_batch_size 8 --train.gradient_accumulation_steps 4" in out
