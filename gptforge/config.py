@@ -339,6 +339,12 @@ class TrainConfig:
                              f"({self.max_steps}); raise max_steps to extend the run")
         if self.muon_lr is not None and self.muon_lr < 0:
             raise InputError(f"train.muon_lr={self.muon_lr!r}: must be >= 0 (or unset)")
+        if self.lr is not None and self.min_lr is not None and self.min_lr > self.lr:
+            raise InputError(f"train.min_lr={self.min_lr:g} is above train.lr={self.lr:g}: the schedule decays from "
+                             "lr to min_lr; set min_lr <= lr")
+        if self.warmup_steps is not None and self.warmup_steps >= self.max_steps > 1:
+            raise InputError(f"train.warmup_steps={self.warmup_steps} >= train.max_steps={self.max_steps}: the "
+                             "learning rate would never reach its peak; use fewer warmup steps")
         if self.global_batch_size is not None and self.global_batch_size < 1:
             raise InputError(f"train.global_batch_size={self.global_batch_size!r}: must be >= 1 (or unset)")
         for name, values in self.PLANNER_ONLY.items():

@@ -42,6 +42,7 @@ from typing import Iterable, Iterator, Literal
 import numpy as np
 import torch
 
+from gptforge.errors import InputError
 from gptforge.runtime.loss import (
     IGNORE_INDEX,  # labels of positions that count for no loss
 )
@@ -305,7 +306,14 @@ def read_jsonl(path: str | Path, errors: list[str] | None = None) -> Iterator[tu
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"{path}: no such instruction file (.jsonl with prompt/completion or messages)")
-    with open(path, encoding="utf-8") as f:
+    from gptforge.data.readers import sniff_binary
+
+    with open(path, "rb") as fb:
+        why = sniff_binary(fb.read(64 * 1024))
+    if why:
+        raise InputError(f"{path}: a binary file ({why}), not an instruction .jsonl; give a UTF-8 .jsonl with "
+                         "prompt/completion or messages rows")
+    with open(path, encoding="utf-8", errors="replace") as f:
         for n, line in enumerate(f, 1):
             if not line.strip():
                 continue

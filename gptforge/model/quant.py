@@ -327,8 +327,11 @@ def quantize_model(model: nn.Module, spec: QuantSpec, allocate_only: bool = Fals
         bad = sorted({model.get_submodule(n).in_features for n in names
                       if model.get_submodule(n).in_features % spec.group_size})
         if bad:
+            widths = {model.get_submodule(n).in_features for n in names}
+            fits = [g for g in (256, 128, 64, 32, 16, 8) if all(w % g == 0 for w in widths)]
+            hint = f"the largest group size that divides them all is {fits[0]}" if fits else "no power of two from 8 up divides them all"
             raise ValueError(f"--group-size {spec.group_size} does not divide the input width(s) {bad} of this "
-                             "model's linear layers; choose a divisor, e.g. 32 or 64")
+                             f"model's linear layers; {hint}")
     for name in names:
         parent_name, leaf = name.rsplit(".", 1) if "." in name else ("", name)
         lin = model.get_submodule(name)

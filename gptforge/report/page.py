@@ -379,6 +379,10 @@ def write_report(run_dirs: list[str | Path], out: str | Path, stopped: str | Non
     if not run_dirs:
         raise InputError("gptforge report: give at least one run directory")
     paths = [Path(p) for p in run_dirs]
+    for p in paths:
+        if (p / "meta.json").is_file() and not (p / "config.yaml").is_file() and not (p / "metrics.jsonl").exists():
+            raise InputError(f"{p} is a shard folder from `gptforge prepare` (its report.html is the curation "
+                             "report), not a run directory: give the --out folder of pretrain / finetune")
     names = [p.resolve().name for p in paths]
     labels = [(f"{p.resolve().parent.name}/{n}" if names.count(n) > 1 else n) for p, n in zip(paths, names)]
     runs = [load_run(p, label) for p, label in zip(paths, labels)]

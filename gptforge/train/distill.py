@@ -206,6 +206,11 @@ def distill(cfg, teacher_run: str | Path, student: str, data: str | Path, run_di
         raise InputError(f"--student vocabulary {mc.vocab_size} differs from the teacher's {teacher.vocab_size}: "
                          "they must share the tokenizer")
     mc = dataclasses.replace(mc, vocab_size=teacher.vocab_size)
+    student_block = mc.resolved().block_size
+    if student_block > teacher.model.config.block_size:
+        raise InputError(f"--student context {student_block} tokens is longer than the teacher's model.block_size "
+                         f"{teacher.model.config.block_size}: the teacher cannot score those positions; use "
+                         f"--model.block_size {teacher.model.config.block_size} or less")
     loss = DistillLoss(teacher, alpha, temperature, device, precision)
     extra = {"distill": {"teacher": str(Path(teacher_run).resolve()), "student": student, "alpha": alpha,
                          "temperature": temperature, "teacher_dtype": teacher_dtype}}

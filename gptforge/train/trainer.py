@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import os
 import shutil
 import signal
 import time
@@ -69,12 +70,15 @@ class TrainResult:
     history: list[dict] = field(default_factory=list)
     signal: int | None = None
     """The signal (SIGINT 2, SIGTERM 15) that stopped the run, when one did."""
+    max_steps: int | None = None
+    """train.max_steps of the session."""
 
     def summary(self) -> str:
         """One line saying how the run ended."""
         if not self.history and self.stopped == "max_steps":
-            return (f"nothing to do: {self.run_dir} is already at train.max_steps ({self.step}); "
-                    "raise --train.max_steps to train further")
+            return (f"nothing to do: {self.run_dir} is already at step {self.step}, not before train.max_steps "
+                    f"{self.max_steps if self.max_steps is not None else self.step}; raise --train.max_steps past "
+                    f"{self.step} to train further")
         val = f", val loss {self.val_loss:.4f}" if self.val_loss is not None else ""
         train_loss = f"{self.train_loss:.4f}" if self.train_loss is not None else "n/a"
         return (f"stopped ({self.stopped}) at step {self.step}: train loss {train_loss}{val}; "
@@ -131,7 +135,8 @@ class Trainer:
             resume = False
         self._resolve_train_defaults(resume)
         cfg, tc = self.cfg, self.tc
-        if not resume and ((self.run_dir / "metrics.jsonl").exists() or any(self.ckpt_root.glob("step_*"))):
+        metrics = self.run_dir / "metrics.jsonl"
+        if not resume and ((metrics.exists() and metrics.stat().st_size > 0) or any(self.ckpt_root.glob("step_*"))):
             raise FileExistsError(
                 f"{self.run_dir} already holds a run (metrics.jsonl / checkpoints): continue it with --resume, "
                 "or give a new --out; gptforge never mixes two runs in one directory"
@@ -312,6 +317,7 @@ class Trainer:
         found = ckpt_lib.find_checkpoint(self.run_dir)
         check_resume(found, self.source, self.mc, self.tc, self.batches.global_batch_size, self.env.dp_size)
         loaded = self.engine.load(found)
+        self.say(f"resuming from {found} (step {loaded.get('step', 0)})")
         self.state.update({k: loaded[k] for k in self.state if k in loaded})
         self.early_stop.load_state_dict(loaded)
         if self.spikes is not None and loaded.get("spikes"):
@@ -368,6 +374,23 @@ class Trainer:
         except ValueError as e:
             self.predicted_mem = None
             self.say(f"planner: no memory prediction for this layout ({e})")
+        self._check_host_memory()
+
+    def _check_host_memory(self) -> None:
+        """On a CPU, refuse a step the planner predicts to need more than this machine's memory
+        (a 100,000-token context would otherwise swap for many minutes before failing)."""
+        if self.device.type != "cpu" or self.predicted_mem is None:
+            return
+        try:
+            total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+        except (ValueError, OSError, AttributeError):
+            return
+        if self.predicted_mem > 0.9 * total:
+            from gptforge.plan.advice import out_of_memory_message
+
+            raise InputError("this step does not fit in this machine's memory: "
+                             + out_of_memory_message(self.mc, self.tc, self.pc, int(0.9 * total), None)
+                             .replace("out of memory: ", "", 1))
 
     def _announce(self, ds_config) -> None:
         mc, tc, pc, env = self.mc, self.tc, self.pc, self.env
@@ -432,7 +455,8 @@ class Trainer:
         return TrainResult(run_dir=self.run_dir, step=self.state["step"], train_loss=self.last_loss,
                            val_loss=self.evaluator.last, best_val_loss=self.early_stop.best_val_loss,
                            stopped=self.stopped, tokens_seen=self.state["tokens_seen"], history=self.metrics.history,
-                           signal=(stop.signal or signal.SIGTERM) if self.stopped == "signal" else None)
+                           signal=(stop.signal or signal.SIGTERM) if self.stopped == "signal" else None,
+                           max_steps=tc.max_steps)
 
     def train_step(self, step: int, stop: StopFlag) -> tuple[dict[str, Any], bool, bool]:
         """One optimizer step (0-based `step`). Returns (metrics row, finite, any rank signalled)."""
