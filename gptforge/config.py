@@ -342,8 +342,8 @@ class TrainConfig:
         if self.lr is not None and self.min_lr is not None and self.min_lr > self.lr:
             raise InputError(f"train.min_lr={self.min_lr:g} is above train.lr={self.lr:g}: the schedule decays from "
                              "lr to min_lr; set min_lr <= lr")
-        if self.warmup_steps is not None and self.warmup_steps >= self.max_steps > 1:
-            raise InputError(f"train.warmup_steps={self.warmup_steps} >= train.max_steps={self.max_steps}: the "
+        if self.warmup_steps is not None and self.warmup_steps > self.max_steps > 1:
+            raise InputError(f"train.warmup_steps={self.warmup_steps} > train.max_steps={self.max_steps}: the "
                              "learning rate would never reach its peak; use fewer warmup steps")
         if self.global_batch_size is not None and self.global_batch_size < 1:
             raise InputError(f"train.global_batch_size={self.global_batch_size!r}: must be >= 1 (or unset)")
