@@ -10,6 +10,7 @@ from typing import BinaryIO
 
 from gptforge.data.readers.base import BadFileError, ReadStats, _sniff_stream, decode_utf8
 from gptforge.data.readers.files import open_binary
+from gptforge.data.readers.jsonl import _Prefixed
 from gptforge.errors import InputError
 
 log = logging.getLogger("gptforge.data")
@@ -73,33 +74,6 @@ def text_encoding_of(head: bytes, encoding: str | None = None) -> str | None:
     return None
 
 
-class _PrefixedOwner(io.RawIOBase):
-    """`head` then the rest of `fh`; closing it closes `fh` (for a peeked one-shot stream)."""
-
-    def __init__(self, head: bytes, fh: BinaryIO):
-        self._head = memoryview(head)
-        self._fh = fh
-
-    def readable(self) -> bool:
-        return True
-
-    def readinto(self, b) -> int:  # type: ignore[override]
-        if self._head.nbytes:
-            n = min(len(b), self._head.nbytes)
-            b[:n] = self._head[:n]
-            self._head = self._head[n:]
-            return n
-        data = self._fh.read(len(b))
-        b[:len(data)] = data
-        return len(data)
-
-    def close(self) -> None:
-        try:
-            self._fh.close()
-        finally:
-            super().close()
-
-
 def _transcoding_opener(path: Path, stats: ReadStats, opener=None):
     """`opener` (or one for `path`) that yields UTF-8 when the file has a UTF-16/32 BOM or
     `stats.encoding` names another encoding; the same opener otherwise.
@@ -117,7 +91,7 @@ def _transcoding_opener(path: Path, stats: ReadStats, opener=None):
     fh = opener()
     head = fh.read(4)
     enc = text_encoding_of(head, stats.encoding)
-    stream: io.RawIOBase = _PrefixedOwner(head, fh)
+    stream: io.RawIOBase = _Prefixed(head, fh, owns=True)
     if enc is not None:
         stream = _Utf8Transcoder(io.BufferedReader(stream), enc)  # type: ignore[arg-type]
     return lambda: io.BufferedReader(stream, buffer_size=1 << 20)

@@ -59,11 +59,19 @@ def ext_is_json(path: Path) -> bool:
 
 
 class _Prefixed(io.RawIOBase):
-    """A raw stream that first returns `head` (already sniffed) then the rest of `fh`."""
+    """A raw stream that first returns `head` (already sniffed) then the rest of `fh`; with
+    `owns`, closing it closes `fh` too (a peeked one-shot stream)."""
 
-    def __init__(self, head: bytes, fh: BinaryIO):
+    def __init__(self, head: bytes, fh: BinaryIO, owns: bool = False):
         self._head = memoryview(head)
-        self._fh = fh
+        self._fh, self._owns = fh, owns
+
+    def close(self) -> None:
+        try:
+            if self._owns:
+                self._fh.close()
+        finally:
+            super().close()
 
     def readable(self) -> bool:
         return True
