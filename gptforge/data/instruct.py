@@ -320,7 +320,7 @@ def read_jsonl(path: str | Path, errors: list[str] | None = None) -> Iterator[tu
             try:
                 yield f"{path}:{n}", json.loads(line)
             except json.JSONDecodeError as e:
-                message = f"{path}:{n}: not valid JSON ({e.msg} at column {e.colno})"
+                message = f"{path}:{n}: not valid JSON ({e.msg.removesuffix(' at')} at column {e.colno})"
                 if errors is None:
                     raise ValueError(message) from None
                 errors.append(message)

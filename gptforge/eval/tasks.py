@@ -159,7 +159,7 @@ def read_rows(path: Path) -> list[tuple[int, object]]:
         try:
             row = json.loads(t)
         except json.JSONDecodeError as e:
-            raise _err(path, n, f"not valid JSON ({e.msg} at column {e.colno}); a task file has one JSON object "
+            raise _err(path, n, f"not valid JSON ({e.msg.removesuffix(' at')} at column {e.colno}); a task file has one JSON object "
                                 "per line") from None
         if not isinstance(row, dict):
             raise _err(path, n, f"expected a JSON object, got {type(row).__name__}")

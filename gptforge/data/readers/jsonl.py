@@ -41,7 +41,7 @@ def _read_json(path: Path, stats: ReadStats, text_field: str, opener=None) -> It
                         return
                     except BadFileError:
                         pass
-                stats.skip_record("bad_json", f"{where}: skipping a line that is not valid JSON ({e.msg} "
+                stats.skip_record("bad_json", f"{where}: skipping a line that is not valid JSON ({e.msg.removesuffix(' at')} "
                                   f"at column {e.colno})")
                 continue
             text = _text_of(record, text_field, where, stats)
@@ -93,7 +93,7 @@ def _read_json_whole(path: Path, data: bytes, stats: ReadStats, text_field: str)
     try:
         value = json.loads(text)
     except json.JSONDecodeError as e:
-        raise BadFileError("bad_json", f"{path}: not valid JSON ({e.msg} at line {e.lineno} column {e.colno})") from e
+        raise BadFileError("bad_json", f"{path}: not valid JSON ({e.msg.removesuffix(' at')} at line {e.lineno} column {e.colno})") from e
     items = value if isinstance(value, list) else [value]
     for i, record in enumerate(items):
         where = f"{path}#{i}"
