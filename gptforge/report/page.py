@@ -260,6 +260,27 @@ def _eval_html(runs: list[RunData]) -> str:
     return "".join(parts) or "<p class=empty>No evaluation results (RUN/eval/**/*.json) in these runs.</p>"
 
 
+def _samples_html(runs: list[RunData]) -> str:
+    """The end-of-run samples (RUN/samples.json: greedy and sampled continuations of fixed prompts)."""
+    import json
+
+    parts = []
+    for r in runs:
+        f = r.path / "samples.json"
+        try:
+            doc = json.loads(f.read_text()) if f.is_file() else None
+        except (OSError, ValueError):
+            doc = None
+        if not doc:
+            continue
+        rows = "".join(f"<tr><td class=l><code>{_e(s['prompt'] or '<|endoftext|>')}</code></td><td class=l>"
+                       f"{_e(s['mode'])}</td><td class=l><pre>{_e(s['prompt'] + s['text'])}</pre></td></tr>"
+                       for s in doc.get("samples", []))
+        parts.append(f"<h3>{_e(r.label)} at step {_e(doc.get('step'))}</h3><table class=eval><tr><th class=l>prompt"
+                     f"</th><th class=l>mode</th><th class=l>text</th></tr>{rows}</table>")
+    return "".join(parts) or "<p class=empty>No samples (RUN/samples.json) in these runs.</p>"
+
+
 def _data_html(runs: list[RunData], out_dir: Path) -> str:
     parts, seen = [], set()
     for r in runs:
@@ -362,6 +383,7 @@ def render_report(runs: list[RunData], out_dir: Path | None = None, stopped: str
         parts.append("<h2>Other metrics</h2><div class=grid>" + chart("other") + "</div>")
     parts.append("<h2>Memory</h2><div class=grid>" + chart("memory") + "</div>" + _memory_html(runs))
     parts.append("<h2>Evaluation</h2><div class=grid>" + chart("eval") + "</div>" + _eval_html(runs))
+    parts.append("<h2>Samples</h2>" + _samples_html(runs))
     parts.append("<h2>Data</h2>" + _data_html(runs, out_dir))
     parts.append("<h2>Environment</h2>" + _env_html(runs))
     parts.append("<script type='application/json' id=summary-json>"

@@ -556,12 +556,43 @@ class Trainer:
             self.metrics.message(f"signal {stop.signal or 'on another rank'} received: checkpoint written at step "
                                  f"{step}; continue with --resume")
 
+    SAMPLE_PROMPTS = ("", "The ", "def ")
+    """Prompts of the end-of-run samples ("": from the end-of-text token)."""
+
+    def _write_samples(self, max_new_tokens: int = 32) -> None:
+        """RUN/samples.json: a greedy and a sampled continuation (temperature 0.8, seed 0) of each
+        of SAMPLE_PROMPTS, for the run report. Single process only (a sharded model would need a
+        collective generate); skipped when the run has no tokenizer.json."""
+        tok_file = self.run_dir / "tokenizer.json"
+        if self.env.distributed or not tok_file.is_file() or self.par.module is None:
+            return
+        import json
+
+        from gptforge.data.tokenizer import Tokenizer
+        from gptforge.infer.generate import generate
+
+        tok = Tokenizer.from_file(tok_file)
+        model, was = self.par.core, self.par.core.training
+        model.eval()
+        out = []
+        for prompt in self.SAMPLE_PROMPTS:
+            ids = tok.encode(prompt) if prompt else [tok.eos_id]
+            idx = torch.tensor([ids], dtype=torch.long, device=self.device)
+            for mode, temp in (("greedy", 0.0), ("sampled", 0.8)):
+                new = generate(model, idx, max_new_tokens, temperature=temp, seed=0)[0, len(ids):].tolist()
+                out.append({"prompt": prompt, "mode": mode, "text": tok.decode(new)})
+        model.train(was)
+        atomic_write_text(self.run_dir / "samples.json", json.dumps({"step": self.state["step"], "samples": out},
+                                                                    indent=2, ensure_ascii=False) + "\n")
+
     def close(self) -> None:
         """End of the run, however it ended: close the logs and data, write the report (rank 0)."""
         self.metrics.close()
         self.source.close()
         if self.main and self.tc.report and (self.run_dir / "metrics.jsonl").exists():
             from gptforge.report import write_run_report
+
+            self._write_samples()
 
             path = write_run_report(self.run_dir, stopped=getattr(self, "stopped", None))
             self.say(f"report: {path}")

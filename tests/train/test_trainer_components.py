@@ -113,3 +113,15 @@ def test_a_second_writer_on_one_run_directory_is_refused(tiny_shards, tmp_path):
     assert not (run / "metrics.jsonl").exists()
     train(_cfg(max_steps=2), tiny_shards, run, progress=False)  # free again once the holder is gone
     assert [r["step"] for r in read_metrics(run)][-1] == 2
+
+
+def test_the_run_ends_with_samples_in_the_report(tiny_shards, tmp_path):
+    import json
+
+    run = tmp_path / "run"
+    train(_cfg(max_steps=4), tiny_shards, run, progress=False)
+    doc = json.loads((run / "samples.json").read_text())
+    assert doc["step"] == 4 and {s["mode"] for s in doc["samples"]} == {"greedy", "sampled"}
+    assert len(doc["samples"]) == 6 and all(isinstance(s["text"], str) for s in doc["samples"])
+    html = (run / "report.html").read_text()
+    assert "<h2>Samples</h2>" in html and "at step 4" in html
