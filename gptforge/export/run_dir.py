@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import json
-import os
 import shutil
 from pathlib import Path
 
 import torch
 
-from gptforge.atomic import atomic_write_text, replace_dir
+from gptforge.atomic import atomic_write_text
 from gptforge.runtime.checkpoint import save_checkpoint
 
 
@@ -24,14 +23,12 @@ def write_run(model: torch.nn.Module, doc: dict, out: Path, tokenizer: Path | No
     """
     import yaml
 
+    from gptforge.export.common import staged_dir
+
     out = Path(out)
     if out.exists() and not overwrite:
         raise FileExistsError(f"{out} exists; choose another --out or pass --overwrite")
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.parent / f".{out.name}.tmp-{os.getpid()}"
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir(parents=True)
-    try:
+    with staged_dir(out, overwrite=True) as tmp:  # built beside `out`, moved in place when complete
         config_yaml = yaml.safe_dump(doc, sort_keys=False)
         save_checkpoint(tmp / "checkpoints", int(trainer_state.get("step", 0)), model, None, trainer_state,
                         config_yaml, keep=1)
@@ -40,8 +37,4 @@ def write_run(model: torch.nn.Module, doc: dict, out: Path, tokenizer: Path | No
             shutil.copyfile(tokenizer, tmp / "tokenizer.json")
         for name, value in (extra_json or {}).items():
             atomic_write_text(tmp / name, json.dumps(value, indent=2) + "\n")
-        replace_dir(tmp, out)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
     return out
