@@ -282,6 +282,14 @@ class TrainConfig:
     spike_alarms: bool = True
     """Watch train loss and gradient norm for spikes and divergence (rolling median / MAD); alarms
     go on the progress line, into metrics.jsonl (`events`) and the report."""
+    spike_action: Literal["warn", "rollback"] = "warn"
+    """What a loss spike (or a streak of train.max_bad_steps non-finite steps) does: warn (an
+    alarm only; the non-finite streak stops the run), or rollback: reload the last good checkpoint
+    (model, optimizer, schedule, RNG), skip the batches read since it and continue, logged as a
+    `rollback` event (gptforge.train.rollback). Needs train.spike_alarms; single process only."""
+    max_rollbacks: int = 3
+    """spike_action rollback: rollbacks allowed in the run (counted over resumes); the next spike
+    after them stops the run."""
     wandb_project: Optional[str] = None
     """Weights & Biases project: log the config, every metrics row and the report (needs `pip
     install wandb`). Unset: no W&B."""
@@ -315,7 +323,7 @@ class TrainConfig:
               "checkpoint_interval": (0, None), "keep_checkpoints": (1, None), "stop_at_step": (0, None),
               "max_minutes": (0.0, None), "max_minutes_steps": (0, None),
               "max_bad_steps": (1, None), "log_interval": (1, None), "num_threads": (0, None),
-              "muon_momentum": (0.0, 1.0), "muon_weight_decay": (0.0, None)}
+              "muon_momentum": (0.0, 1.0), "muon_weight_decay": (0.0, None), "max_rollbacks": (1, None)}
     """Allowed (min, max) of each numeric field, both inclusive; None: unbounded."""
 
     def check_trainable(self) -> None:
@@ -347,6 +355,15 @@ class TrainConfig:
                              "learning rate would never reach its peak; use fewer warmup steps")
         if self.global_batch_size is not None and self.global_batch_size < 1:
             raise InputError(f"train.global_batch_size={self.global_batch_size!r}: must be >= 1 (or unset)")
+        if self.spike_action not in ("warn", "rollback"):
+            raise InputError(f"train.spike_action={self.spike_action!r}: must be warn or rollback")
+        if self.spike_action == "rollback" and not self.spike_alarms:
+            raise InputError("train.spike_action=rollback acts on the spike detector's alarms, and "
+                             "train.spike_alarms is false; set train.spike_alarms true, or spike_action warn")
+        if self.spike_action == "rollback" and self.checkpoint_interval == 0 and self.eval_interval == 0:
+            raise InputError("train.spike_action=rollback needs checkpoints to roll back to, and "
+                             "train.checkpoint_interval 0 with train.eval_interval 0 writes one only at the end; "
+                             "set train.checkpoint_interval (e.g. 100)")
         for name, values in self.PLANNER_ONLY.items():
             if getattr(self, name) in values:
                 raise InputError(f"train.{name}={getattr(self, name)!r} is modelled by `gptforge plan` only and "

@@ -84,12 +84,19 @@ def _line(runs, run, i, key, what, *, dash=None, smooth_it=False, width=1.5, opa
 
 
 def _marks(fig: go.Figure, runs: list[RunData], key: str, scale: float = 1.0) -> None:
-    """Resumes as dashed vertical lines; skipped steps (loss chart) and spike events on `key`."""
+    """Resumes as dashed vertical lines, rollbacks (train.spike_action rollback) as dotted ones at
+    the step that rolled back; skipped steps (loss chart) and spike events on `key`."""
     for i, run in enumerate(runs):
         for s in run.resumes:
             fig.add_vline(x=s, line=dict(color=color(i), dash="dash", width=1),
                           annotation_text="resumed" if len(runs) == 1 else f"{run.label} resumed",
                           annotation_position="top left", annotation_font_size=10)
+        for e in run.events:
+            if e.get("kind") == "rollback":
+                text = f"rolled back to {e.get('to_step')}"
+                fig.add_vline(x=e["step"], line=dict(color="#9467bd", dash="dot", width=1.5),
+                              annotation_text=text if len(runs) == 1 else f"{run.label} {text}",
+                              annotation_position="top right", annotation_font_size=10)
         if key == "loss":
             skipped = [r for r in run.rows if r.get("skipped") or not _finite(r.get("loss"))]
             if skipped:

@@ -178,8 +178,15 @@ def _summary_card(run: RunData, s: dict[str, Any], index: int, color: str) -> st
             + row("skipped (non-finite) steps", "skipped_steps", _num(s["skipped_steps"]))
             + row("loss / gradient alarms", "alarms", _e(_alarms(run)))
             + row("resumed at steps", None, ", ".join(f"{x:,}" for x in run.resumes) or "never")
+            + row("rollbacks", "rollbacks", _e(_rollbacks(run)))
             + row("stopped", "stopped", _e(s["stopped"]))
             + "</table></div>")
+
+
+def _rollbacks(run: RunData) -> str:
+    """train.spike_action rollback events: "FROM -> TO (N batches skipped, reason)", or "none"."""
+    return "; ".join(f"{e.get('from_step')} -> {e.get('to_step')} ({e.get('skipped_batches')} batches skipped, "
+                     f"{e.get('reason')})" for e in run.events if e.get("kind") == "rollback") or "none"
 
 
 def _alarms(run: RunData) -> str:
@@ -375,7 +382,7 @@ def render_report(runs: list[RunData], out_dir: Path | None = None, stopped: str
                                                   config=plot_config, default_height="330px") + "</div>")
 
     parts.append("<h2>Training curves</h2><p class=sub>Drag to zoom, double-click to reset, click a legend entry to "
-                 "hide it. Dashed vertical lines: resumes; red crosses: skipped (non-finite) steps; triangles: "
+                 "hide it. Dashed vertical lines: resumes; dotted: rollbacks to an earlier checkpoint; red crosses: skipped (non-finite) steps; triangles: "
                  f"loss or gradient spikes. Curves over {2000:,} points keep every bucket's min and max.</p>"
                  "<div class=grid>" + "".join(chart(c) for c in ("loss", "lr", "grad_norm", "tokens_per_second",
                                                                   "mfu", "step_seconds")) + "</div>")

@@ -11,8 +11,9 @@ from typing import Any
 
 
 class MetricsWriter:
-    """Append one JSON object per logged step to RUN_DIR/metrics.jsonl, and mirror scalars to
-    TensorBoard (RUN_DIR/tb) when enabled. Each row is flushed so a killed run keeps its rows."""
+    """Append one JSON object per logged step to RUN_DIR/metrics.jsonl, and mirror scalars (and
+    each of the row's `events`, as text under events/<kind>) to TensorBoard (RUN_DIR/tb) when
+    enabled. Each row is flushed so a killed run keeps its rows."""
 
     def __init__(self, run_dir: Path, tensorboard: bool = True, resume_step: int | None = None):
         self.path = Path(run_dir) / "metrics.jsonl"
@@ -48,6 +49,8 @@ class MetricsWriter:
             for k, v in row.items():
                 if k != "step" and isinstance(v, (int, float)) and v is not None and math.isfinite(v):
                     self.tb.add_scalar(f"train/{k}" if k != "val_loss" else "val/loss", v, step)
+            for ev in row.get("events") or []:  # alarms, rollbacks, resumes: TensorBoard's Text tab
+                self.tb.add_text(f"events/{ev.get('kind', 'event')}", json.dumps(ev), step)
 
     def close(self) -> None:
         self.f.close()

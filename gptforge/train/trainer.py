@@ -25,7 +25,7 @@ import yaml
 
 from gptforge.atomic import atomic_write_text
 from gptforge.config import ModelConfig, ParallelConfig, RunConfig, to_dict
-from gptforge.errors import InputError
+from gptforge.errors import InputError, TrainingError
 from gptforge.model.gpt import GPT
 from gptforge.plan.flops import flops_per_token
 from gptforge.runtime import checkpoint as ckpt_lib
@@ -50,6 +50,7 @@ from gptforge.train.optim import build_optimizer, lr_at
 from gptforge.train.parallelize import Parallelized, apply_compile, parallelize
 from gptforge.train.provenance import run_config_yaml
 from gptforge.train.resume import check_resume
+from gptforge.train.rollback import RollbackState, rollback_trigger
 from gptforge.train.sources import BatchSource, ShardSource
 from gptforge.train.spikes import SpikeDetector
 from gptforge.train.step import PipelineLoss, forward_backward, pipeline_evaluate, pipeline_forward_backward
@@ -157,6 +158,11 @@ class Trainer:
         self.state: dict[str, Any] = {"step": 0, "tokens_seen": 0, "elapsed_seconds": 0.0, "skipped_steps": 0}
         self.early_stop = self._early_stopping()
         self.spikes = SpikeDetector(grad_clip=tc.grad_clip, warmup_steps=tc.warmup_steps) if tc.spike_alarms else None
+        if tc.spike_action == "rollback" and (env.distributed or ds_config is not None):
+            raise InputError("train.spike_action=rollback runs in a single process only (a mid-run reload is not "
+                             "tested under distributed layouts); use train.spike_action warn, and resume from an "
+                             "earlier checkpoint by hand after a spike")
+        self.rollback, self.rolled_back = RollbackState(tc.max_rollbacks), False
         self.wandb = (WandbLogger(self.run_dir, tc.wandb_project, tc.wandb_entity, tc.wandb_run_name, tc.wandb_mode,
                                   config=yaml.safe_load(self.config_yaml))
                       if tc.wandb_project and self.main else None)
@@ -322,6 +328,7 @@ class Trainer:
         self.early_stop.load_state_dict(loaded)
         if self.spikes is not None and loaded.get("spikes"):
             self.spikes.load_state_dict(loaded["spikes"])
+        self.rollback.load_state_dict(loaded.get("rollback") or {})
         if self.wandb is not None and loaded.get("wandb"):
             self.wandb.load_state_dict(loaded["wandb"])
 
@@ -415,20 +422,22 @@ class Trainer:
         """Train from the current step to train.max_steps (or an earlier stop). Returns the result.
 
         Raises:
-            TrainingError: too many consecutive non-finite steps (the last good checkpoint is kept).
+            TrainingError: too many consecutive non-finite steps (the last good checkpoint is kept),
+                or a spike after train.max_rollbacks rollbacks (train.spike_action rollback).
         """
         tc, start = self.tc, self.state["step"]
         self.stopped, self.last_loss = "max_steps", None
         try:
             with StopFlag() as stop:
                 self.stop_flag = stop
-                for step in range(start, tc.max_steps):
-                    row, finite, interrupted = self.train_step(step, stop)
+                while self.state["step"] < tc.max_steps:  # a rollback moves state["step"] back
+                    row, finite, interrupted = self.train_step(self.state["step"], stop)
                     done = row["step"]
                     bad = self.bad_steps.update(done, row["loss"], finite)
-                    if done == start + 1:
+                    first = done == start + 1 and not self.rolled_back
+                    if first:
                         self._report_memory(row)
-                    if self.bad_steps.in_row >= tc.max_bad_steps:
+                    if self.bad_steps.in_row >= tc.max_bad_steps and tc.spike_action != "rollback":
                         self.metrics.log(row, force=True)
                         self.stopped = "non_finite"
                         self.bad_steps.check()
@@ -437,7 +446,9 @@ class Trainer:
                         row["val_loss"] = val
                     row.update(self.task_evaluator.maybe_evaluate(done))
                     new_best = self.early_stop.update(row.get(self.early_stop.metric))
-                    self._add_events(row, first=done == start + 1)
+                    self._add_events(row, first=first)
+                    if self._maybe_roll_back(row):
+                        continue
                     self.metrics.log(row, force=bool(row.get("events")))
                     self.metrics.progress(row, self.evaluator.last)
                     reason = ("early_stopping" if self.early_stop.should_stop else "signal" if interrupted
@@ -464,7 +475,7 @@ class Trainer:
         t0 = time.perf_counter()
         lr = lr_at(step, tc)
         engine.set_lr(lr)
-        micro = self.batches.micro_batches(step)
+        micro = self.batches.micro_batches(self.rollback.data_index(step))
         # Every tp and pp rank of a dp rank reads the same slice: count each slice once.
         (n_sum,) = env.all_reduce_sum([count_targets(micro)])
         n_tokens = int(round(n_sum / (env.tp_size * env.pp_size)))
@@ -519,6 +530,73 @@ class Trainer:
         if events:
             row["events"] = events
 
+    def _maybe_roll_back(self, row: dict[str, Any]) -> bool:
+        """train.spike_action rollback (gptforge.train.rollback): on a loss spike or a full streak of
+        non-finite steps, reload the last checkpoint before this step and skip the batches read
+        since it. Logs this step's row with a `rollback` event. Returns True when it rolled back
+        (the loop continues from state["step"], the checkpoint's step).
+
+        Without a checkpoint before this step it says so and goes on as `warn` (a non-finite
+        streak then stops the run as under `warn`).
+
+        Raises:
+            TrainingError: train.max_rollbacks rollbacks were made already (the row, with a `stop`
+                event, is logged first), or the non-finite streak had no checkpoint to go back to.
+        """
+        if self.tc.spike_action != "rollback":
+            return False
+        bad_streak = self.bad_steps.in_row >= self.tc.max_bad_steps
+        reason = rollback_trigger(row.get("events") or [], bad_streak)
+        if reason is None:
+            return False
+        done = row["step"]
+        found, why_not = self._checkpoint_before(done)
+        if found is None:
+            self.metrics.message(f"step {done}: {reason}, and {why_not}: nothing to roll back to, continuing as "
+                                 "train.spike_action warn")
+            if bad_streak:
+                self.metrics.log(row, force=True)
+                self.stopped = "non_finite"
+                self.bad_steps.check()
+            return False
+        try:
+            self.rollback.check_allowed(done, reason, self.ckpt_root)
+        except TrainingError:
+            row.setdefault("events", []).append(
+                {"kind": "stop", "step": done, "reason": f"{reason} after train.max_rollbacks "
+                                                          f"({self.tc.max_rollbacks}) rollbacks"})
+            self.metrics.log(row, force=True)
+            self.stopped = "max_rollbacks"
+            raise
+        loaded = self.engine.load(found)
+        event = self.rollback.record(done, int(loaded["step"]), reason)
+        row.setdefault("events", []).append(event)
+        self.metrics.log(row, force=True)
+        self.metrics.message(RollbackState.message(event, found.name, self.tc.max_rollbacks))
+        # The checkpoint's state, but the wall time spent and the rollback record go on.
+        self.state.update({k: loaded[k] for k in self.state if k in loaded and k != "elapsed_seconds"})
+        self.early_stop.load_state_dict(loaded)
+        if self.spikes is not None and loaded.get("spikes"):
+            self.spikes.load_state_dict(loaded["spikes"])
+        self.bad_steps.in_row = 0
+        self.rolled_back = True
+        return True
+
+    def _checkpoint_before(self, step: int) -> tuple[Path | None, str]:
+        """The newest intact checkpoint of this run written before 1-based `step`, or (None, why not)."""
+        from gptforge.errors import DamagedFileError
+
+        try:
+            found = ckpt_lib.find_checkpoint(self.run_dir)
+        except FileNotFoundError:
+            return None, "no checkpoint was written yet"
+        except DamagedFileError as e:
+            return None, f"the checkpoints are damaged ({e})"
+        saved = int(ckpt_lib.load_trainer_state(found).get("step", 0))
+        if saved >= step:
+            return None, f"the latest checkpoint ({found.name}) is not before it"
+        return found, ""
+
     def _mfu(self, tokens_per_second: float) -> float | None:
         """Achieved / peak FLOP/s (PaLM, appendix B). Above 100% the measured peak cannot be right
         (a CPU's peak moves with its load): None, shown as n/a, rather than a wrong figure."""
@@ -533,6 +611,7 @@ class Trainer:
         state = {**self.state, **self.early_stop.state_dict()}
         if self.spikes is not None:
             state["spikes"] = self.spikes.state_dict()
+        state["rollback"] = self.rollback.state_dict()
         if self.wandb is not None:
             state["wandb"] = self.wandb.state_dict()
         return state

@@ -1,0 +1,107 @@
+"""`train.spike_action rollback`: on a loss spike, go back to the last good checkpoint and skip the
+batches that led to it.
+
+This is the recipe large runs use (PaLM, Chowdhery et al. 2022, section 5.1: restart from a
+checkpoint some 100 steps before the spike and skip the few hundred batches seen before and
+during it). A spike that goes away when its batches are skipped came from those batches meeting
+that state of the model; one that keeps coming back needs another lr or clip, which is why the
+number of rollbacks is bounded (`train.max_rollbacks`).
+
+Data position. A run's batch of optimizer step k (0-based) is batch number `k + data_offset` of
+its BatchSource (`Batches.micro_batches(index)`), `data_offset` starting at 0. A rollback from
+step S (the 1-based step whose loss spiked) to checkpoint step C restores everything the
+checkpoint holds (model, optimizer, scheduler position, RNG, the detector's window, early
+stopping) and adds S - C to `data_offset`: the batches steps C+1..S had read are never read
+again, and step C+1 reads the first batch no step has read. The rollback record (`state_dict`)
+is not taken from the checkpoint but kept across the reload, and saved in every later
+checkpoint, so a resumed run reads the same batches as an uninterrupted one.
+
+What triggers a rollback: a "spike" or "divergence" event on the loss (gptforge.train.spikes),
+and a streak of train.max_bad_steps non-finite steps (which would otherwise stop the run).
+Gradient-norm spikes alone do not: clipping already bounds their update.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from gptforge.errors import TrainingError
+
+ACTIONS = ("warn", "rollback")
+"""Values of train.spike_action."""
+
+
+def rollback_trigger(events: list[dict[str, Any]], bad_streak_full: bool) -> str | None:
+    """Why this step calls for a rollback, or None.
+
+    Args:
+        events: the step's event dicts (`SpikeEvent.as_dict()`).
+        bad_streak_full: whether train.max_bad_steps non-finite steps came in a row.
+
+    Returns: "loss spike", "loss divergence", "non-finite steps" or None.
+    """
+    for e in events:
+        if e.get("metric") == "loss" and e.get("kind") in ("spike", "divergence"):
+            return f"loss {e['kind']}"
+    return "non-finite steps" if bad_streak_full else None
+
+
+class RollbackState:
+    """What rollbacks did so far: how many, the data offset, the batch ranges skipped.
+
+    Args:
+        max_rollbacks: rollbacks allowed in a run (counted over resumes).
+    """
+
+    def __init__(self, max_rollbacks: int):
+        self.max_rollbacks = max_rollbacks
+        self.count = 0
+        self.data_offset = 0
+        self.skipped: list[dict[str, Any]] = []
+        """One record per rollback: from_step, to_step, first_batch, last_batch, skipped_batches, reason."""
+
+    def data_index(self, step: int) -> int:
+        """The BatchSource batch number that 0-based optimizer step `step` reads."""
+        return step + self.data_offset
+
+    def check_allowed(self, step: int, reason: str, ckpt_root) -> None:
+        """Raises TrainingError when `max_rollbacks` rollbacks were already made."""
+        if self.count >= self.max_rollbacks:
+            done = ", ".join(f"{r['from_step']}->{r['to_step']}" for r in self.skipped) or "none"
+            raise TrainingError(
+                f"{reason} at step {step} after train.max_rollbacks={self.max_rollbacks} rollback(s) ({done}): "
+                f"stopping. Skipping data did not cure it, so the model or its settings are the cause: resume "
+                f"from the last good checkpoint in {ckpt_root} with a lower train.lr (2-3x), more "
+                "train.warmup_steps or train.grad_clip 1.0."
+            )
+
+    def record(self, from_step: int, to_step: int, reason: str) -> dict[str, Any]:
+        """Account a rollback from 1-based step `from_step` to checkpoint step `to_step` (< from_step).
+
+        Returns: the metrics event {"kind": "rollback", "step", "from_step", "to_step",
+        "skipped_batches", "first_batch", "last_batch", "reason", "rollbacks"}.
+        """
+        n = from_step - to_step
+        first = self.data_index(to_step)
+        rec = {"from_step": from_step, "to_step": to_step, "first_batch": first, "last_batch": first + n - 1,
+               "skipped_batches": n, "reason": reason}
+        self.data_offset += n
+        self.count += 1
+        self.skipped.append(rec)
+        return {"kind": "rollback", "step": from_step, **rec, "rollbacks": self.count}
+
+    @staticmethod
+    def message(event: dict[str, Any], ckpt_name: str, max_rollbacks: int) -> str:
+        """One progress line for a rollback event."""
+        return (f"step {event['from_step']}: {event['reason']}: rolled back to {ckpt_name} (step {event['to_step']}); "
+                f"skipping batches {event['first_batch']}-{event['last_batch']} ({event['skipped_batches']}); "
+                f"rollback {event['rollbacks']} of train.max_rollbacks {max_rollbacks}")
+
+    def state_dict(self) -> dict[str, Any]:
+        """Plain data for trainer_state.pt."""
+        return {"count": self.count, "data_offset": self.data_offset, "skipped": [dict(r) for r in self.skipped]}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.count = int(state.get("count", 0))
+        self.data_offset = int(state.get("data_offset", 0))
+        self.skipped = [dict(r) for r in state.get("skipped", [])]
