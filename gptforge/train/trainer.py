@@ -121,6 +121,10 @@ class Trainer:
                  config_extra: dict[str, Any] | None = None, on_save: Callable[[int, Path], None] | None = None,
                  ds_config: dict | None = None, requested_parallel: ParallelConfig | None = None,
                  loss_fn: Callable[..., torch.Tensor] | None = None):
+        if cfg.train.spike_action == "rollback" and (env.distributed or ds_config is not None):
+            raise InputError("train.spike_action=rollback runs in a single process only (its mid-run reload is not "
+                             "tested under distributed layouts or DeepSpeed); use train.spike_action warn, and after "
+                             "a spike resume from an earlier checkpoint by hand")
         self.env, self.source, self.run_dir = env, source, Path(run_dir)
         self.loss_fn = loss_fn
         self.device, self.main = env.device, env.is_main
@@ -158,10 +162,6 @@ class Trainer:
         self.state: dict[str, Any] = {"step": 0, "tokens_seen": 0, "elapsed_seconds": 0.0, "skipped_steps": 0}
         self.early_stop = self._early_stopping()
         self.spikes = SpikeDetector(grad_clip=tc.grad_clip, warmup_steps=tc.warmup_steps) if tc.spike_alarms else None
-        if tc.spike_action == "rollback" and (env.distributed or ds_config is not None):
-            raise InputError("train.spike_action=rollback runs in a single process only (a mid-run reload is not "
-                             "tested under distributed layouts); use train.spike_action warn, and resume from an "
-                             "earlier checkpoint by hand after a spike")
         self.rollback, self.rolled_back = RollbackState(tc.max_rollbacks), False
         self.wandb = (WandbLogger(self.run_dir, tc.wandb_project, tc.wandb_entity, tc.wandb_run_name, tc.wandb_mode,
                                   config=yaml.safe_load(self.config_yaml))

@@ -162,3 +162,13 @@ def test_a_non_finite_streak_rolls_back_and_the_progress_line_says_so(tiny_shard
 def test_options_are_range_checked(kw, match):
     with pytest.raises(InputError, match=match):
         TrainConfig(**{"spike_action": "rollback", **kw}).check_trainable()
+
+
+def test_distributed_layouts_are_refused(tiny_shards, tmp_path):
+    from gptforge.train.distributed import DistEnv
+    from gptforge.train.trainer import Trainer
+
+    env = DistEnv(world_size=2, dp_size=2, mesh=object())  # as a 2-process run sees itself
+    with pytest.raises(InputError, match="spike_action=rollback runs in a single process only"):
+        Trainer(_cfg(), env, PoisonedShards(tiny_shards), tmp_path / "run", progress=False)
+    assert not (tmp_path / "run").exists()
