@@ -286,7 +286,8 @@ class TrainConfig:
     """What a loss spike (or a streak of train.max_bad_steps non-finite steps) does: warn (an
     alarm only; the non-finite streak stops the run), or rollback: reload the last good checkpoint
     (model, optimizer, schedule, RNG), skip the batches read since it and continue, logged as a
-    `rollback` event (gptforge.train.rollback). Needs train.spike_alarms; single process only."""
+    `rollback` event (gptforge.train.rollback). Needs train.spike_alarms; single process or plain
+    DDP (parallel.dp_replicate) only."""
     max_rollbacks: int = 3
     """spike_action rollback: rollbacks allowed in the run (counted over resumes); the next spike
     after them stops the run."""

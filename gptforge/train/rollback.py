@@ -19,6 +19,11 @@ checkpoint, so a resumed run reads the same batches as an uninterrupted one.
 What triggers a rollback: a "spike" or "divergence" event on the loss (gptforge.train.spikes),
 and a streak of train.max_bad_steps non-finite steps (which would otherwise stop the run).
 Gradient-norm spikes alone do not: clipping already bounds their update.
+
+Distributed runs: the detector sees the all-reduced loss and the global gradient norm, the same
+numbers on every rank, so every rank decides alike and reloads the same checkpoint (each its own
+RNG state). The trainer allows it under plain DDP (tested against a single process) and refuses
+it for the layouts where it is not tested (FSDP2/ZeRO, tp, pp, DeepSpeed).
 """
 
 from __future__ import annotations

@@ -121,10 +121,13 @@ class Trainer:
                  config_extra: dict[str, Any] | None = None, on_save: Callable[[int, Path], None] | None = None,
                  ds_config: dict | None = None, requested_parallel: ParallelConfig | None = None,
                  loss_fn: Callable[..., torch.Tensor] | None = None):
-        if cfg.train.spike_action == "rollback" and (env.distributed or ds_config is not None):
-            raise InputError("train.spike_action=rollback runs in a single process only (its mid-run reload is not "
-                             "tested under distributed layouts or DeepSpeed); use train.spike_action warn, and after "
-                             "a spike resume from an earlier checkpoint by hand")
+        pc = cfg.parallel
+        plain_ddp = pc.dp_shard == 1 and pc.tp == 1 and pc.pp == 1 and pc.effective_zero_stage() == 0
+        if cfg.train.spike_action == "rollback" and (ds_config is not None or (env.distributed and not plain_ddp)):
+            raise InputError("train.spike_action=rollback runs in a single process or under plain DDP "
+                             "(parallel.dp_replicate) only: its mid-run reload is not tested under FSDP2/ZeRO, tp, "
+                             "pp or DeepSpeed; use train.spike_action warn there, and after a spike resume from an "
+                             "earlier checkpoint by hand")
         self.env, self.source, self.run_dir = env, source, Path(run_dir)
         self.loss_fn = loss_fn
         self.device, self.main = env.device, env.is_main

@@ -40,7 +40,14 @@ def _worker(rank: int, world: int, port: int, jobs: list[dict], out: str) -> Non
         try:
             cfg = RunConfig(model=ModelConfig(**job["model"]), train=TrainConfig(**job["train"]),
                             parallel=ParallelConfig(**job["parallel"]))
-            res = train(cfg, job["data"], job["run_dir"], resume=job.get("resume", False), progress=False)
+            data = None
+            if job.get("source"):  # "module:Class", built as Class(data_dir, **source_kwargs)
+                import importlib
+
+                mod, name = job["source"].split(":")
+                data = getattr(importlib.import_module(mod), name)(job["data"], **job.get("source_kwargs", {}))
+            res = train(cfg, job["data"], job["run_dir"], resume=job.get("resume", False), progress=False,
+                        data=data)
             results[job["name"]] = {"loss": [r["loss"] for r in res.history],
                                     "val_loss": [r.get("val_loss") for r in res.history],
                                     "rows": res.history, "seconds": time.perf_counter() - t0}

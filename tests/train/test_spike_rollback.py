@@ -3,6 +3,7 @@ reloads the last checkpoint, skips the window and goes on (gptforge.train.rollba
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import pytest
@@ -16,7 +17,8 @@ from gptforge.train.loop import train
 from gptforge.train.sources import ShardSource
 
 POISON_TOKEN = 1
-"""Every target of a poisoned batch is this token: a loss far above the curve's (about 9 nats vs 5)."""
+"""Every target of a poisoned batch is this token: a loss far above the curve's (about 6.9 nats
+against a median of 5.3 at step 30 of the runs below, robust z above 20)."""
 
 
 class _PoisonedBatches:
@@ -78,11 +80,12 @@ def test_rollback_reloads_the_checkpoint_and_skips_the_poisoned_window(rolled):
     assert (rb["from_step"], rb["to_step"], rb["skipped_batches"], rb["first_batch"], rb["last_batch"]) == \
            (30, 20, 10, 20, 29)
     assert rb["reason"] == "loss spike" and rb["rollbacks"] == 1
-    assert any(e["metric"] == "loss" and e["step"] == 30 for e in _events(run, "spike"))
+    (spike,) = [e for e in _events(run, "spike") if e["metric"] == "loss"]
+    assert spike["step"] == 30
     # Steps 1-30 read batches 0-29; after the reload steps 21-40 read 30-49: 20-29 are never read again.
     assert src.read == list(range(30)) + list(range(30, 50))
     assert res.step == 40 and res.stopped == "max_steps"
-    assert math.isfinite(res.train_loss) and res.train_loss < 7.0
+    assert math.isfinite(res.train_loss) and res.train_loss < spike["value"] - 1.0
     # The spiked row is logged, then steps 21..40 again; the report keeps the last row of each step.
     steps = [r["step"] for r in read_metrics(run) if "loss" in r]
     assert steps == list(range(1, 31)) + list(range(21, 41))
@@ -164,11 +167,39 @@ def test_options_are_range_checked(kw, match):
         TrainConfig(**{"spike_action": "rollback", **kw}).check_trainable()
 
 
-def test_distributed_layouts_are_refused(tiny_shards, tmp_path):
+@pytest.mark.slow  # two gloo processes: 20-30 s on 2 shared, loaded cores
+def test_two_ddp_ranks_roll_back_as_one_process_does(rolled, tiny_shards, tmp_path):
+    # Every rank sees the all-reduced loss and global gradient norm, so all take the same decision.
+    from tests.train.dist_harness import run_layouts
+
+    _, single, _ = rolled
+    cfg = _cfg()
+    job = dict(name="ddp", model=dataclasses.asdict(cfg.model),
+               # Checkpoints at 20 and 40 only (fewer writes); the rollback still goes to 20.
+               train={**dataclasses.asdict(cfg.train), "micro_batch_size": 2, "checkpoint_interval": 20},
+               parallel=dict(dp_replicate=2),
+               data=str(tiny_shards), run_dir=str(tmp_path / "run"), source=f"{__name__}:PoisonedShards",
+               source_kwargs={"poison": [29]})
+    res = run_layouts(2, [job], tmp_path / "out")["ddp"]
+    assert "error" not in res, res["error"]
+    # Summation order differs between 1 and 2 ranks: rows agree to ~1e-7, a few to 1e-5 after 49 steps.
+    want = [r["loss"] for r in single.history]
+    assert len(res["loss"]) == len(want) == 50
+    rel = [abs(a - b) / abs(b) for a, b in zip(res["loss"], want)]
+    assert max(rel) <= 1e-4, " ".join(f"{i + 1}:{r:.1e}" for i, r in enumerate(rel))
+    (rb,) = _events(tmp_path / "run", "rollback")
+    assert (rb["from_step"], rb["to_step"], rb["skipped_batches"]) == (30, 20, 10)
+
+
+def test_sharded_layouts_are_refused(tiny_shards, tmp_path):
+    from gptforge.config import ParallelConfig
     from gptforge.train.distributed import DistEnv
     from gptforge.train.trainer import Trainer
 
     env = DistEnv(world_size=2, dp_size=2, mesh=object())  # as a 2-process run sees itself
-    with pytest.raises(InputError, match="spike_action=rollback runs in a single process only"):
-        Trainer(_cfg(), env, PoisonedShards(tiny_shards), tmp_path / "run", progress=False)
+    for parallel in (dict(dp_shard=2), dict(dp_shard=1, tp=2), dict(dp_shard=1, pp=2),
+                     dict(dp_shard=1, dp_replicate=2, zero_stage=1)):
+        cfg = RunConfig(model=_cfg().model, train=_cfg().train, parallel=ParallelConfig(**parallel))
+        with pytest.raises(InputError, match="spike_action=rollback runs in a single process or under plain DDP"):
+            Trainer(cfg, env, PoisonedShards(tiny_shards), tmp_path / "run", progress=False)
     assert not (tmp_path / "run").exists()
