@@ -50,6 +50,7 @@ class WandbLogger:
         self.mode, self.config = mode, config or {}
         self.run_id: str | None = None
         self._run = None
+        self.last_step: int | None = None
 
     @property
     def run(self):
@@ -66,7 +67,15 @@ class WandbLogger:
 
     def log(self, row: dict[str, Any]) -> None:
         """Log a metrics row at its `step`: finite numbers as they are (val_loss as val/loss, the
-        rest under train/), and the number of events of the step as train/events."""
+        rest under train/), and the number of events of the step as train/events.
+
+        W&B takes only increasing steps: a row at or before the last logged step (the steps a
+        `train.spike_action rollback` trains again) is left out here rather than refused by wandb
+        with a warning each; W&B keeps the first pass of those steps, metrics.jsonl both."""
+        step = int(row["step"])
+        if self.last_step is not None and step <= self.last_step:
+            return
+        self.last_step = step
         data: dict[str, Any] = {}
         for k, v in row.items():
             if k == "step" or isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
@@ -75,7 +84,7 @@ class WandbLogger:
         if row.get("events"):
             data["train/events"] = len(row["events"])
         if data:
-            self.run.log(data, step=int(row["step"]))
+            self.run.log(data, step=step)
 
     def log_report(self, path: str | Path) -> None:
         """Upload (online) or store (offline) a file, e.g. RUN/report.html, as an artifact of type

@@ -203,3 +203,21 @@ def test_sharded_layouts_are_refused(tiny_shards, tmp_path):
         with pytest.raises(InputError, match="spike_action=rollback runs in a single process or under plain DDP"):
             Trainer(cfg, env, PoisonedShards(tiny_shards), tmp_path / "run", progress=False)
     assert not (tmp_path / "run").exists()
+
+
+def test_wandb_keeps_increasing_steps_only(tmp_path):
+    pytest.importorskip("wandb")
+    from gptforge.train.wandb_logger import WandbLogger
+
+    class Recorder:
+        def __init__(self):
+            self.steps = []
+
+        def log(self, data, step):
+            self.steps.append((step, data["train/loss"]))
+
+    logger = WandbLogger(tmp_path, "p", mode="offline")
+    logger._run = rec = Recorder()  # as started; the real wandb refuses a decreasing step with a warning
+    for step, loss in [(1, 5.0), (2, 4.9), (3, 9.0), (2, 4.8), (3, 4.7), (4, 4.6)]:  # a rollback from 3 to 1
+        logger.log({"step": step, "loss": loss})
+    assert rec.steps == [(1, 5.0), (2, 4.9), (3, 9.0), (4, 4.6)]
