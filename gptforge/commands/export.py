@@ -80,7 +80,7 @@ def _tokenizer_dir(tokenizer: str | None) -> Path | None:
 
 def _gguf(opts: ExportOptions, model, tok_dir: Path | None) -> Path:
     """One .gguf file and an ollama Modelfile naming it, in the folder --out."""
-    from gptforge.export.common import staged_dir
+    from gptforge.atomic import staged_dir
     from gptforge.export.gguf import gguf_filename, write_gguf
 
     dtype = opts.dtype or "f16"

@@ -238,7 +238,7 @@ def export_onnx(model: nn.Module, sources: dict, out: str | Path, dtype: torch.d
         InputError: `out` exists without overwrite, an unsupported dtype or quantization.
         MissingInputError: no tokenizer (see `tokenizer_files`).
     """
-    from gptforge.export.common import staged_dir
+    from gptforge.atomic import staged_dir
 
     with staged_dir(out, overwrite) as tmp:
         write_onnx_folder(model, sources, tmp, dtype, quantize)
