@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal, Optional
@@ -64,6 +63,8 @@ class EvaluateOptions:
     """auto, cpu, cuda, mps."""
     json: bool = False
     """Print the result as JSON."""
+    quiet: bool = False
+    """No progress bars (on a terminal) or progress lines (otherwise) on stderr."""
 
 
 def _load(opts: EvaluateOptions, device):
@@ -84,6 +85,9 @@ def main(argv: list[str]) -> int:
 
     opts, _ = parse_command(command_parser("gptforge evaluate", DESCRIPTION, EvaluateOptions, positional=("model",)),
                             argv)
+    from gptforge.progress import set_quiet
+
+    set_quiet(opts.quiet)
     chosen = [k for k in ("tasks", "harness", "data", "text") if getattr(opts, k)]
     if len(chosen) != 1:
         raise InputError("give exactly one of --tasks FILE..., --harness TASK..., --data DIR or --text FILE"
@@ -155,9 +159,8 @@ def _tasks(opts: EvaluateOptions) -> int:
     if tok_path is None:
         raise MissingInputError(f"no tokenizer.json found for {ckpt} (checkpoint, run directory, data folder)")
     tok = Tokenizer.from_file(tok_path)
-    progress = sys.stderr.isatty()
     results = [run_task(model, tok, t, device, opts.precision, opts.batch_size or 32, opts.num_fewshot, opts.limit,
-                        opts.seed, progress=progress) for t in tasks]
+                        opts.seed, progress=True) for t in tasks]
     agg = aggregate(results) if len(results) > 1 else None
     contamination = _contamination(opts, tasks, results) if opts.contamination else None
     doc = {
@@ -207,22 +210,7 @@ def _contamination(opts: EvaluateOptions, tasks, results) -> dict:
     data_tok = Tokenizer.from_file(tok_file)
     texts = {t.name: [e.demo for e in t.examples[:r.n]] for t, r in zip(tasks, results)}
     tokens = {name: data_tok.encode_batch(v) for name, v in texts.items()}
-    bar = None
-    if sys.stderr.isatty():
-        from rich.progress import Progress
-
-        from gptforge.data.shards import load_meta
-
-        total = (load_meta(opts.contamination)["splits"].get("train") or {}).get("tokens", 0)
-        bar = Progress(transient=True)
-        job = bar.add_task("contamination (train tokens)", total=total)
-        bar.start()
-    try:
-        report = find_contamination(tokens, opts.contamination, n=opts.contamination_ngram,
-                                    on_chunk=(lambda k: bar.update(job, completed=k)) if bar is not None else None)
-    finally:
-        if bar is not None:
-            bar.stop()
+    report = find_contamination(tokens, opts.contamination, n=opts.contamination_ngram, progress=True)
     lines = {t.name: [e.line for e in t.examples[:r.n]] for t, r in zip(tasks, results)}
     for t, r in zip(tasks, results):
         bad = set(report.contaminated[t.name])
@@ -297,7 +285,7 @@ def _perplexity(opts: EvaluateOptions) -> int:
         source = str(path)
     try:
         result = evaluate_tokens(model, tokens, n_bytes=n_bytes, stride=opts.stride, batch_size=opts.batch_size or 8,
-                                 device=device, progress=sys.stdout.isatty())
+                                 device=device, progress=True)
     except ValueError as e:  # stride out of range, fewer than 2 tokens
         raise InputError(f"{source}: {e}") from None
     out = dict(result.as_dict(), checkpoint=str(ckpt), source=source)

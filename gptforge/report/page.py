@@ -22,6 +22,7 @@ from typing import Any
 
 from gptforge.atomic import atomic_write_text
 from gptforge.errors import InputError
+from gptforge.progress import progress as show_progress
 from gptforge.report.run_data import RunData, load_run
 
 _CSS = """body{font-family:system-ui,sans-serif;margin:1.5em auto;max-width:1200px;color:#222;padding:0 1em}
@@ -391,8 +392,11 @@ def render_report(runs: list[RunData], out_dir: Path | None = None, stopped: str
     return "".join(parts)
 
 
-def write_report(run_dirs: list[str | Path], out: str | Path, stopped: str | None = None) -> Path:
+def write_report(run_dirs: list[str | Path], out: str | Path, stopped: str | None = None,
+                 progress: bool = False) -> Path:
     """Load the runs and write the report to `out` (atomically). Returns `out` as a Path.
+
+    progress: show the steps (each run read, the page built) with `gptforge.progress`.
 
     Raises:
         MissingInputError: a run directory does not exist.
@@ -407,10 +411,17 @@ def write_report(run_dirs: list[str | Path], out: str | Path, stopped: str | Non
                              "report), not a run directory: give the --out folder of pretrain / finetune")
     names = [p.resolve().name for p in paths]
     labels = [(f"{p.resolve().parent.name}/{n}" if names.count(n) > 1 else n) for p, n in zip(paths, names)]
-    runs = [load_run(p, label) for p, label in zip(paths, labels)]
     out = Path(out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    atomic_write_text(out, render_report(runs, out.parent, stopped))
+    with show_progress("report", len(paths) + 1, "steps", enabled=progress) as bar:
+        runs = []
+        for p, label in zip(paths, labels):
+            bar.update(info=f"reading {label}")
+            runs.append(load_run(p, label))
+            bar.advance()
+        bar.update(info="building the page")
+        out.parent.mkdir(parents=True, exist_ok=True)
+        atomic_write_text(out, render_report(runs, out.parent, stopped))
+        bar.advance()
     return out
 
 
