@@ -212,9 +212,10 @@ class Phases:
             _live_bars.append(bar)
         return self
 
-    def __exit__(self, *exc: Any) -> None:
-        for t in self._log.values():
-            t.finish()
+    def __exit__(self, exc_type, *exc: Any) -> None:
+        if exc_type is None:  # after an error, its own message is the last line
+            for t in self._log.values():
+                t.finish()
         if self._rich is not None:
             if self._nested:
                 if self.transient:

@@ -107,10 +107,10 @@ def _out_path(opts: EvaluateOptions) -> Path:
 
 
 def _harness(opts: EvaluateOptions) -> int:
-    from gptforge.atomic import atomic_write_text
     from gptforge.data.tokenizer import Tokenizer
     from gptforge.errors import MissingInputError
     from gptforge.eval.harness import run_harness
+    from gptforge.eval.results_file import record_results
     from gptforge.runtime.device import pick_device
 
     device = pick_device(opts.device)
@@ -122,10 +122,10 @@ def _harness(opts: EvaluateOptions) -> int:
     from lm_eval.utils import make_table
 
     out = _out_path(opts)
-    out.parent.mkdir(parents=True, exist_ok=True)
     keep = {k: res[k] for k in ("results", "n-shot", "n-samples", "versions", "higher_is_better") if k in res}
     keep["checkpoint"], keep["checkpoint_sha256"] = str(ckpt), _tree_sha256(Path(ckpt))
-    atomic_write_text(out, json.dumps(keep, indent=2, default=str) + "\n")
+    keep = json.loads(json.dumps(keep, default=str))  # lm-eval's values as JSON (numpy scalars as text)
+    record_results(out, keep)  # merged with earlier calls' tasks; each call also in results.history.jsonl
     if opts.json:
         print(json.dumps(keep, indent=2, default=str))
     else:
@@ -140,9 +140,9 @@ def _tasks(opts: EvaluateOptions) -> int:
     import torch
 
     import gptforge
-    from gptforge.atomic import atomic_write_json
     from gptforge.data.tokenizer import Tokenizer
     from gptforge.errors import InputError, MissingInputError
+    from gptforge.eval.results_file import merge_predictions, record_results
     from gptforge.eval.runner import aggregate, format_table, run_task
     from gptforge.eval.tasks import load_task
     from gptforge.runtime.device import pick_device
@@ -175,9 +175,8 @@ def _tasks(opts: EvaluateOptions) -> int:
     if contamination:
         doc["contamination"] = contamination
     out = _out_path(opts)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    atomic_write_json(out, doc)
-    atomic_write_json(out.with_name(out.stem + ".predictions.json"), {r.name: r.predictions for r in results})
+    merged = record_results(out, doc)  # earlier calls' other tasks kept; each call in results.history.jsonl
+    merge_predictions(out.with_name(out.stem + ".predictions.json"), {r.name: r.predictions for r in results})
     if opts.json:
         print(json.dumps(doc, indent=2))
     else:
@@ -193,7 +192,8 @@ def _tasks(opts: EvaluateOptions) -> int:
                 print(f"{name}: {rec['contaminated']} of {doc['tasks'][name]['n']} examples share a "
                       f"{contamination['ngram']}-gram with {opts.contamination} [{contamination['split']}]"
                       f" ({rec['too_short']} too short to check); clean subset (n {clean['n']}): {figures or 'empty'}")
-        print(f"results: {out}")
+        earlier = sorted(set(merged["tasks"]) - {r.name for r in results})
+        print(f"results: {out}" + (f" (also holds earlier results of {', '.join(earlier)})" if earlier else ""))
     return 0
 
 

@@ -23,7 +23,7 @@ from typing import Any
 from gptforge.atomic import atomic_write_text
 from gptforge.errors import InputError
 from gptforge.progress import progress as show_progress
-from gptforge.report.run_data import RunData, load_run
+from gptforge.report.run_data import RunData, load_run, require_run_dir
 
 _CSS = """body{font-family:system-ui,sans-serif;margin:1.5em auto;max-width:1200px;color:#222;padding:0 1em}
 h1{margin-bottom:.2em}h2{margin-top:1.6em;border-bottom:1px solid #ddd}.sub{color:#666}
@@ -411,6 +411,8 @@ def write_report(run_dirs: list[str | Path], out: str | Path, stopped: str | Non
                              "report), not a run directory: give the --out folder of pretrain / finetune")
     names = [p.resolve().name for p in paths]
     labels = [(f"{p.resolve().parent.name}/{n}" if names.count(n) > 1 else n) for p, n in zip(paths, names)]
+    for p in paths:
+        require_run_dir(p)  # before the progress lines start
     out = Path(out)
     with show_progress("report", len(paths) + 1, "steps", enabled=progress) as bar:
         runs = []
