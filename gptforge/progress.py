@@ -134,12 +134,16 @@ class _LogTask:
             self.info = info
         if description is not None:
             self.description = description
+        if self.finished:
+            return
         self.completed = (self.completed if completed is None else completed) + advance
+        if self.total and self.completed >= self.total:
+            self.finish()  # all done: the final line now, not when the block ends
+            return
         step = self._step()
         if step > self.last_step or time.monotonic() - self.last_t >= self.every_s:
             self.last_step = step
-            if not (self.total and self.completed >= self.total):  # the final line comes from finish()
-                self._write()
+            self._write()
 
     def finish(self) -> None:
         if not self.finished:
@@ -164,15 +168,23 @@ class Phases:
         transient: bar mode: remove the bars when done (True) or leave them on the screen.
         stream: where to write (default stderr); also what "auto" tests for a terminal.
         mode: force "bar", "log" or "off" instead of the process-wide mode.
+        every_s, every_fraction: log mode's spacing (default LOG_EVERY_S, LOG_EVERY_FRACTION).
+        unit: the unit of steps added without one.
+
+    Log mode writes a step's final line when its count reaches its total (or when the block
+    ends without an error); a step whose block ends with an error writes no final line, so the
+    error stays the last line. A `Phases` opened while a bar is on the terminal adds its rows to
+    that display (rich allows one live display at a time).
     """
 
     def __init__(self, enabled: bool = True, transient: bool = True, stream: TextIO | None = None,
-                 mode: str | None = None, every_s: float | None = None, every_fraction: float | None = None):
+                 mode: str | None = None, every_s: float | None = None, every_fraction: float | None = None,
+                 unit: str = ""):
         self.stream = stream if stream is not None else sys.stderr
         if mode is not None and mode not in MODES:
             raise ValueError(f"progress mode {mode!r}: expected one of {', '.join(MODES)}")
         self.mode = "off" if not enabled else (resolved_mode(self.stream) if mode in (None, "auto") else mode)
-        self.transient = transient
+        self.transient, self.unit = transient, unit
         self.every_s = LOG_EVERY_S if every_s is None else every_s
         self.every_fraction = LOG_EVERY_FRACTION if every_fraction is None else every_fraction
         self._rich = None
@@ -226,9 +238,11 @@ class Phases:
                 self._rich.stop()
             self._rich = None
 
-    def add_task(self, description: str, total: float | None = None, completed: float = 0, unit: str = "",
+    def add_task(self, description: str, total: float | None = None, completed: float = 0, unit: str | None = None,
                  info: str = "", **_fields: Any) -> int:
-        """Start a step; returns its id. `total` None: an unknown total (counts and rate, no ETA)."""
+        """Start a step; returns its id. `total` None: an unknown total (counts and rate, no ETA);
+        `unit` None: the Phases' own."""
+        unit = self.unit if unit is None else unit
         if self._rich is not None:
             task_id = self._rich.add_task(description, total=total, completed=completed, unit=unit, info=info)
             self._own.append(task_id)

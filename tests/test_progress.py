@@ -110,3 +110,14 @@ def test_phases_take_the_rich_task_interface():
     text = out.getvalue()
     assert "gptforge: count lines: 4/4 (100%)" in text and "1 reused" in text
     assert "gptforge: curate: 2/2 (100%)" in text and text.count("done") == 2
+
+
+def test_a_step_that_fails_writes_no_final_line():
+    out = io.StringIO()
+    with pytest.raises(RuntimeError):
+        with P.progress("failing", total=10, stream=out) as bar:
+            bar.advance(3)
+            raise RuntimeError("boom")
+    lines = out.getvalue().splitlines()
+    assert len(lines) == 2 and lines[-1].startswith("gptforge: failing: 3/10 it (30%)")  # no final "done" line
+    assert not any(ln.endswith("done") for ln in lines)

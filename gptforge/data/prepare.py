@@ -376,7 +376,7 @@ def _make_progress(show: bool):
     """The phases' progress (gptforge.progress.Phases): bars on a terminal, log lines otherwise."""
     from gptforge.progress import Phases
 
-    return Phases(enabled=show, transient=False)
+    return Phases(enabled=show, transient=False, unit="shards")
 
 
 def _merge_shard_stats(results: list[dict[str, Any]], names: list[str]) -> tuple[ReadStats, NormalizeStats, list[StepStats]]:

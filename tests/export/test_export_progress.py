@@ -62,3 +62,20 @@ def test_gguf_q4_0_names_the_tensors_it_keeps_in_f16(tiny_shards, tmp_path):
     assert types["blk.0.ffn_down.weight"] == gguf.GGMLQuantizationType.F16
     assert types["blk.0.ffn_up.weight"] == gguf.GGMLQuantizationType.Q4_0
     assert "ffn_up" not in msg
+
+
+def test_quantize_and_prune_print_their_steps_unless_quiet(gpt2_run, tiny_shards, tmp_path, capsys):
+    assert main(["quantize", str(gpt2_run), "--method", "int8", "--calibration", str(tiny_shards),
+                 "--max-eval-tokens", "256", "--out", str(tmp_path / "q")]) == 0
+    err = capsys.readouterr().err
+    assert "gptforge: quantize int8: 0/4 steps (0%)" in err and "measuring the original model" in err
+    assert re.search(r"gptforge: quantize int8: 4/4 steps \(100%\).*done", err)
+    assert re.search(r"gptforge: perplexity: \d+/\d+ windows", err)  # the before/after scoring, nested
+    assert main(["prune", str(gpt2_run), "--calibration", str(tiny_shards), "--n-layer", "1",
+                 "--calibration-batches", "2", "--out", str(tmp_path / "p")]) == 0
+    err = capsys.readouterr().err
+    assert re.search(r"gptforge: calibration pass: 2/2 batches \(100%\).*done", err)
+    assert main(["prune", str(gpt2_run), "--sparsity", "0.5", "--out", str(tmp_path / "s"), "--quiet"]) == 0
+    assert main(["quantize", str(gpt2_run), "--method", "int8", "--calibration", str(tiny_shards),
+                 "--max-eval-tokens", "256", "--out", str(tmp_path / "q2"), "--quiet"]) == 0
+    assert "gptforge:" not in capsys.readouterr().err
