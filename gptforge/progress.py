@@ -111,14 +111,15 @@ class _LogTask:
         parts = [f"{_num(self.completed)}/{_num(self.total)}{unit} ({self.completed / self.total:.0%})"
                  if self.total else f"{_num(self.completed)}{unit}"]
         if rate > 0:
-            parts.append(f"{rate:.3g}{unit or ' it'}/s")
+            shown = f"{rate:,.0f}" if rate >= 100 else f"{rate:.1f}" if rate >= 1 else f"{rate:.3g}"
+            parts.append(f"{shown}{unit or ' it'}/s")
         parts.append(f"elapsed {format_duration(elapsed)}")
         if self.total and not self.finished:
             left = max(0.0, self.total - self.completed)
             parts.append(f"ETA {format_duration(left / rate)}" if rate > 0 else "ETA unknown")
         if note:
             parts.append(note)
-        if self.info:
+        if self.info and not self.finished:  # what the step is doing now; nothing once it is done
             parts.append(self.info)
         return f"gptforge: {self.description}: " + ", ".join(parts)
 
@@ -130,6 +131,7 @@ class _LogTask:
                info: str | None = None, description: str | None = None) -> None:
         if total is not None:
             self.total = total
+        new_info = info is not None and info != self.info
         if info is not None:
             self.info = info
         if description is not None:
@@ -141,7 +143,7 @@ class _LogTask:
             self.finish()  # all done: the final line now, not when the block ends
             return
         step = self._step()
-        if step > self.last_step or time.monotonic() - self.last_t >= self.every_s:
+        if step > self.last_step or new_info or time.monotonic() - self.last_t >= self.every_s:
             self.last_step = step
             self._write()
 
@@ -281,9 +283,9 @@ class Bar:
     def __init__(self, phases: Phases, task_id: int):
         self._phases, self._id = phases, task_id
 
-    def advance(self, n: float = 1) -> None:
-        """Count `n` more units done."""
-        self._phases.advance(self._id, n)
+    def advance(self, n: float = 1, info: str | None = None) -> None:
+        """Count `n` more units done; `info`: what runs now (shown after the counts)."""
+        self._phases.update(self._id, advance=n, info=info)
 
     def update(self, completed: float | None = None, total: float | None = None, info: str | None = None) -> None:
         """Set the done count, the total, or the text shown after the counts."""
@@ -291,8 +293,8 @@ class Bar:
 
 
 @contextmanager
-def progress(description: str, total: float | None = None, unit: str = "it", *, enabled: bool = True,
-             transient: bool = True, stream: TextIO | None = None, mode: str | None = None,
+def progress(description: str, total: float | None = None, unit: str = "it", *, info: str = "",
+             enabled: bool = True, transient: bool = True, stream: TextIO | None = None, mode: str | None = None,
              every_s: float | None = None, every_fraction: float | None = None) -> Iterator[Bar]:
     """Show one step's progress while the block runs (see the module docstring for the modes).
 
@@ -300,13 +302,15 @@ def progress(description: str, total: float | None = None, unit: str = "it", *, 
         description: what is being done ("scoring hellaswag").
         total: units to do (None: unknown; counts and rate without ETA).
         unit: the unit's name, plural ("tensors", "tokens").
+        info: what runs first (for a count of steps: the first step's name).
         enabled: False shows nothing whatever the mode.
         every_s, every_fraction: log mode's spacing (default LOG_EVERY_S, LOG_EVERY_FRACTION).
 
-    Yields: a `Bar` with `advance(n)` and `update(completed=, total=, info=)`.
+    Yields: a `Bar` with `advance(n, info=)` and `update(completed=, total=, info=)`. In log
+    mode a new `info` writes a line too, so a count of named steps shows each step as it starts.
     """
     with Phases(enabled, transient, stream, mode, every_s, every_fraction) as phases:
-        yield Bar(phases, phases.add_task(description, total=total, unit=unit))
+        yield Bar(phases, phases.add_task(description, total=total, unit=unit, info=info))
 
 
 def track(items: Iterable, description: str, total: float | None = None, unit: str = "it", **kw: Any) -> Iterator:

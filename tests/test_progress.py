@@ -49,7 +49,7 @@ def test_log_mode_writes_on_time_too_and_without_a_total(monkeypatch):
     lines = out.getvalue().splitlines()
     assert [re.match(r"gptforge: reading: ([\d,]+ bytes)", ln).group(1) for ln in lines] == [
         "0 bytes", "5,000 bytes", "10,000 bytes", "12,000 bytes"]
-    assert "1e+03 bytes/s" in lines[1] and "elapsed 0:00:05" in lines[1] and "ETA" not in lines[1]
+    assert "1,000 bytes/s" in lines[1] and "elapsed 0:00:05" in lines[1] and "ETA" not in lines[1]
 
 
 def test_eta_is_remaining_over_rate(monkeypatch):

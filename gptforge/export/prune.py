@@ -348,11 +348,9 @@ def sparsify_run(run: str | Path, out: str | Path, sparsity: float, overwrite: b
         raise InputError(f"{run}: a quantized run cannot be pruned; prune the original run, then quantize")
     if Path(out).exists() and not overwrite:
         raise FileExistsError(f"{out} exists; choose another --out or pass --overwrite")
-    with show_progress("prune (magnitude)", 2, "steps") as bar:
-        bar.update(info="zeroing the smallest weights")
+    with show_progress("prune (magnitude)", 2, "steps", info="zeroing the smallest weights") as bar:
         report = {"source": str(ckpt), **magnitude_prune(model, sparsity)}
-        bar.advance()
-        bar.update(info="writing the run")
+        bar.advance(info="writing the run")
         new_doc = {k: v for k, v in doc.items() if k != "finetune"}
         new_doc["pruning"] = {"source": str(ckpt), "method": "unstructured magnitude (dense storage)",
                               "sparsity": sparsity}

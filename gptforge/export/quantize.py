@@ -93,25 +93,21 @@ def quantize_run(run: str | Path, spec: QuantSpec, out: str | Path, data: str | 
     out = Path(out)
     if out.exists() and not overwrite:
         raise FileExistsError(f"{out} exists; choose another --out or pass --overwrite")
-    with show_progress(f"quantize {spec.method}", 4, "steps") as bar:
-        bar.update(info="measuring the original model")
+    with show_progress(f"quantize {spec.method}", 4, "steps", info="measuring the original model") as bar:
         before = {"bytes": tensor_bytes(model), "params": model.num_params(), "eval": _score(model, tokens),
                   "forward_ms": forward_ms(model, batch)}
         before["disk_bytes"] = _checkpoint_bytes(model, out.parent)
-        bar.advance()
-        bar.update(info="quantizing")
+        bar.advance(info="quantizing")
         try:
             names = quantize_model(model, spec)
         except ValueError as e:
             raise InputError(str(e)) from None
         model.eval()
         bits, weights = quantized_bits(model, names)
-        bar.advance()
-        bar.update(info="measuring the quantized model")
+        bar.advance(info="measuring the quantized model")
         after = {"bytes": tensor_bytes(model), "eval": _score(model, tokens),
                  "forward_ms": forward_ms(model, batch)}
-        bar.advance()
-        bar.update(info="writing the run")
+        bar.advance(info="writing the run")
         report = _write(model, doc, spec, ckpt, tok, out, overwrite, names, bits, weights, before, after,
                         data_dir if tokens is not None else None, batch_size)
         bar.advance()

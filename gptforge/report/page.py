@@ -414,13 +414,11 @@ def write_report(run_dirs: list[str | Path], out: str | Path, stopped: str | Non
     for p in paths:
         require_run_dir(p)  # before the progress lines start
     out = Path(out)
-    with show_progress("report", len(paths) + 1, "steps", enabled=progress) as bar:
+    with show_progress("report", len(paths) + 1, "steps", info=f"reading {labels[0]}", enabled=progress) as bar:
         runs = []
-        for p, label in zip(paths, labels):
-            bar.update(info=f"reading {label}")
+        for i, (p, label) in enumerate(zip(paths, labels)):
             runs.append(load_run(p, label))
-            bar.advance()
-        bar.update(info="building the page")
+            bar.advance(info=f"reading {labels[i + 1]}" if i + 1 < len(labels) else "building the page")
         out.parent.mkdir(parents=True, exist_ok=True)
         atomic_write_text(out, render_report(runs, out.parent, stopped))
         bar.advance()
