@@ -1,4 +1,4 @@
-"""Crash-safe writes (temp file, fsync, rename) and file hashing.
+"""Crash-safe writes (temp file, fsync, rename), staged output folders and file hashing.
 
 A reader (or a resumed job) sees either the old file or the complete new one, never half of it.
 Files get the usual permissions (0666 minus the umask), also when a library wrote them with a
@@ -7,6 +7,7 @@ private mode (safetensors writes 0600), so exported models are readable by a ser
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -107,3 +108,33 @@ def file_sha256(path: str | Path) -> str:
         for chunk in iter(lambda: f.read(1 << 20), b""):
             h.update(chunk)
     return h.hexdigest()
+
+
+@contextlib.contextmanager
+def staged_dir(out: str | Path, overwrite: bool = False):
+    """Yield an empty temporary folder beside `out`; on a clean exit it replaces `out` (see
+    `gptforge.atomic.replace_dir`), on an exception it is removed and `out` is left as it was.
+
+    Raises:
+        InputError: `out` exists and not overwrite.
+    """
+    from gptforge.errors import InputError
+
+    out = Path(out)
+    if out.exists() and not overwrite:
+        raise InputError(f"{out} exists; choose another --out or pass --overwrite")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.parent / f".{out.name}.tmp-{os.getpid()}"
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir()
+    try:
+        yield tmp
+        for f in tmp.rglob("*"):
+            if f.is_file():
+                fsync_file(f)
+        for d in [tmp, *(d for d in tmp.rglob("*") if d.is_dir())]:
+            fsync_dir(d)
+        replace_dir(tmp, out)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise

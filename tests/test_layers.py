@@ -15,7 +15,8 @@ PACKAGE = Path(__file__).resolve().parents[1] / "gptforge"
 
 LAYERS = ["base", "model", "runtime", "data", "plan", "infer", "eval", "report", "train", "export", "serve",
           "commands"]
-BASE = {"gptforge", "gptforge.atomic", "gptforge.config", "gptforge.presets", "gptforge.errors"}
+BASE = {"gptforge", "gptforge.atomic", "gptforge.config", "gptforge.presets", "gptforge.errors",
+        "gptforge.progress"}
 TOP = {"gptforge.cli", "gptforge.quickstart"}
 
 

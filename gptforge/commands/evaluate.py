@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal, Optional
@@ -64,6 +63,8 @@ class EvaluateOptions:
     """auto, cpu, cuda, mps."""
     json: bool = False
     """Print the result as JSON."""
+    quiet: bool = False
+    """No progress bars (on a terminal) or progress lines (otherwise) on stderr."""
 
 
 def _load(opts: EvaluateOptions, device):
@@ -84,6 +85,9 @@ def main(argv: list[str]) -> int:
 
     opts, _ = parse_command(command_parser("gptforge evaluate", DESCRIPTION, EvaluateOptions, positional=("model",)),
                             argv)
+    from gptforge.progress import set_quiet
+
+    set_quiet(opts.quiet)
     chosen = [k for k in ("tasks", "harness", "data", "text") if getattr(opts, k)]
     if len(chosen) != 1:
         raise InputError("give exactly one of --tasks FILE..., --harness TASK..., --data DIR or --text FILE"
@@ -103,10 +107,10 @@ def _out_path(opts: EvaluateOptions) -> Path:
 
 
 def _harness(opts: EvaluateOptions) -> int:
-    from gptforge.atomic import atomic_write_text
     from gptforge.data.tokenizer import Tokenizer
     from gptforge.errors import MissingInputError
     from gptforge.eval.harness import run_harness
+    from gptforge.eval.results_file import record_results
     from gptforge.runtime.device import pick_device
 
     device = pick_device(opts.device)
@@ -118,10 +122,10 @@ def _harness(opts: EvaluateOptions) -> int:
     from lm_eval.utils import make_table
 
     out = _out_path(opts)
-    out.parent.mkdir(parents=True, exist_ok=True)
     keep = {k: res[k] for k in ("results", "n-shot", "n-samples", "versions", "higher_is_better") if k in res}
     keep["checkpoint"], keep["checkpoint_sha256"] = str(ckpt), _tree_sha256(Path(ckpt))
-    atomic_write_text(out, json.dumps(keep, indent=2, default=str) + "\n")
+    keep = json.loads(json.dumps(keep, default=str))  # lm-eval's values as JSON (numpy scalars as text)
+    record_results(out, keep)  # merged with earlier calls' tasks; each call also in results.history.jsonl
     if opts.json:
         print(json.dumps(keep, indent=2, default=str))
     else:
@@ -136,9 +140,9 @@ def _tasks(opts: EvaluateOptions) -> int:
     import torch
 
     import gptforge
-    from gptforge.atomic import atomic_write_json
     from gptforge.data.tokenizer import Tokenizer
     from gptforge.errors import InputError, MissingInputError
+    from gptforge.eval.results_file import merge_predictions, record_results
     from gptforge.eval.runner import aggregate, format_table, run_task
     from gptforge.eval.tasks import load_task
     from gptforge.runtime.device import pick_device
@@ -155,9 +159,8 @@ def _tasks(opts: EvaluateOptions) -> int:
     if tok_path is None:
         raise MissingInputError(f"no tokenizer.json found for {ckpt} (checkpoint, run directory, data folder)")
     tok = Tokenizer.from_file(tok_path)
-    progress = sys.stderr.isatty()
     results = [run_task(model, tok, t, device, opts.precision, opts.batch_size or 32, opts.num_fewshot, opts.limit,
-                        opts.seed, progress=progress) for t in tasks]
+                        opts.seed, progress=True) for t in tasks]
     agg = aggregate(results) if len(results) > 1 else None
     contamination = _contamination(opts, tasks, results) if opts.contamination else None
     doc = {
@@ -172,9 +175,8 @@ def _tasks(opts: EvaluateOptions) -> int:
     if contamination:
         doc["contamination"] = contamination
     out = _out_path(opts)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    atomic_write_json(out, doc)
-    atomic_write_json(out.with_name(out.stem + ".predictions.json"), {r.name: r.predictions for r in results})
+    merged = record_results(out, doc)  # earlier calls' other tasks kept; each call in results.history.jsonl
+    merge_predictions(out.with_name(out.stem + ".predictions.json"), {r.name: r.predictions for r in results})
     if opts.json:
         print(json.dumps(doc, indent=2))
     else:
@@ -190,7 +192,8 @@ def _tasks(opts: EvaluateOptions) -> int:
                 print(f"{name}: {rec['contaminated']} of {doc['tasks'][name]['n']} examples share a "
                       f"{contamination['ngram']}-gram with {opts.contamination} [{contamination['split']}]"
                       f" ({rec['too_short']} too short to check); clean subset (n {clean['n']}): {figures or 'empty'}")
-        print(f"results: {out}")
+        earlier = sorted(set(merged["tasks"]) - {r.name for r in results})
+        print(f"results: {out}" + (f" (also holds earlier results of {', '.join(earlier)})" if earlier else ""))
     return 0
 
 
@@ -207,22 +210,7 @@ def _contamination(opts: EvaluateOptions, tasks, results) -> dict:
     data_tok = Tokenizer.from_file(tok_file)
     texts = {t.name: [e.demo for e in t.examples[:r.n]] for t, r in zip(tasks, results)}
     tokens = {name: data_tok.encode_batch(v) for name, v in texts.items()}
-    bar = None
-    if sys.stderr.isatty():
-        from rich.progress import Progress
-
-        from gptforge.data.shards import load_meta
-
-        total = (load_meta(opts.contamination)["splits"].get("train") or {}).get("tokens", 0)
-        bar = Progress(transient=True)
-        job = bar.add_task("contamination (train tokens)", total=total)
-        bar.start()
-    try:
-        report = find_contamination(tokens, opts.contamination, n=opts.contamination_ngram,
-                                    on_chunk=(lambda k: bar.update(job, completed=k)) if bar is not None else None)
-    finally:
-        if bar is not None:
-            bar.stop()
+    report = find_contamination(tokens, opts.contamination, n=opts.contamination_ngram, progress=True)
     lines = {t.name: [e.line for e in t.examples[:r.n]] for t, r in zip(tasks, results)}
     for t, r in zip(tasks, results):
         bad = set(report.contaminated[t.name])
@@ -297,7 +285,7 @@ def _perplexity(opts: EvaluateOptions) -> int:
         source = str(path)
     try:
         result = evaluate_tokens(model, tokens, n_bytes=n_bytes, stride=opts.stride, batch_size=opts.batch_size or 8,
-                                 device=device, progress=sys.stdout.isatty())
+                                 device=device, progress=True)
     except ValueError as e:  # stride out of range, fewer than 2 tokens
         raise InputError(f"{source}: {e}") from None
     out = dict(result.as_dict(), checkpoint=str(ckpt), source=source)

@@ -45,6 +45,8 @@ class ExportOptions:
     """triton: where instances run (KIND_AUTO: GPUs when there are any)."""
     overwrite: bool = False
     """Replace --out if it exists."""
+    quiet: bool = False
+    """No progress bars (on a terminal) or progress lines (otherwise) on stderr."""
 
 
 def _hf(opts: ExportOptions, dtype) -> Path:
@@ -80,7 +82,7 @@ def _tokenizer_dir(tokenizer: str | None) -> Path | None:
 
 def _gguf(opts: ExportOptions, model, tok_dir: Path | None) -> Path:
     """One .gguf file and an ollama Modelfile naming it, in the folder --out."""
-    from gptforge.export.common import staged_dir
+    from gptforge.atomic import staged_dir
     from gptforge.export.gguf import gguf_filename, write_gguf
 
     dtype = opts.dtype or "f16"
@@ -98,6 +100,9 @@ def main(argv: list[str]) -> int:
     parser = command_parser("gptforge export", "Export a run or Hugging Face folder as hf, onnx, gguf or a Triton "
                             "model repository.", ExportOptions, positional=("source",))
     opts, _ = parse_command(parser, argv)
+    from gptforge.progress import set_quiet
+
+    set_quiet(opts.quiet)
     import torch
 
     from gptforge.errors import InputError
@@ -114,14 +119,20 @@ def main(argv: list[str]) -> int:
     if Path(opts.out).exists() and not opts.overwrite:
         raise InputError(f"{opts.out} exists; choose another --out or pass --overwrite")
     dtype = DTYPES[opts.dtype] if opts.dtype else None
+    from gptforge.progress import progress
+
     if opts.format == "hf":
-        path = _hf(opts, dtype)
+        with progress("hf export: loading and writing safetensors", 1, "folders") as bar:
+            path = _hf(opts, dtype)
+            bar.advance()
         print(f"wrote {path}")
         return 0
 
     # gguf converts from f32 itself; onnx/triton trace the model in the dtype written.
     load_dtype = torch.float32 if opts.format == "gguf" else (dtype or torch.float32)
-    model, sources = load_source(opts.source, load_dtype)
+    with progress(f"loading {opts.source}", 1, "models") as bar:
+        model, sources = load_source(opts.source, load_dtype)
+        bar.advance()
     tok_dir = _tokenizer_dir(opts.tokenizer) or sources["tokenizer_dir"]
     sources = dict(sources, tokenizer_dir=tok_dir)
     if opts.format == "gguf":

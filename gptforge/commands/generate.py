@@ -84,6 +84,15 @@ def main(argv: list[str]) -> int:
         ids = tok.encode(args.prompt) if args.prompt else [tok.eos_id]
     if not ids:
         ids = [tok.eos_id]
+    block = model.config.block_size
+    if len(ids) > block:  # said here as one line; generate() would cut it the same way with a Python warning
+        import sys
+
+        what = "the chat prompt (template included)" if args.chat else "--prompt"
+        print(f"gptforge generate: warning: {what} is {len(ids)} tokens, longer than the model's context of "
+              f"{block} tokens: the first {len(ids) - block} tokens are dropped and generation continues from the "
+              f"last {block}", file=sys.stderr)
+        ids = ids[-block:]
     idx = torch.tensor([ids] * args.num_samples, dtype=torch.long, device=device)
     out = generate(model, idx, args.max_new_tokens, temperature=args.temperature, top_k=args.top_k,
                    top_p=args.top_p, seed=args.seed, use_cache=not args.no_cache,

@@ -35,7 +35,9 @@ class PrepareOptions(PrepareConfig):
     show_recipe: Optional[str] = None
     """Print a recipe (a built-in name or a YAML file) as YAML and exit."""
     no_progress: bool = False
-    """Do not draw progress bars."""
+    """Do not draw progress bars (nor, when stderr is not a terminal, progress log lines)."""
+    quiet: bool = False
+    """No progress bars (on a terminal) or progress lines (otherwise) on stderr; the same as --no-progress."""
 
 
 def build_parser():
@@ -45,6 +47,9 @@ def build_parser():
 def main(argv: list[str]) -> int:
     """Run `gptforge prepare`; returns the exit code (0 ok, 1 bad input, 2 usage error)."""
     opts, _ = parse_command(build_parser(), argv)
+    from gptforge.progress import set_quiet
+
+    set_quiet(opts.quiet or opts.no_progress)
     if opts.show_recipe:
         from gptforge.data.pipeline import show_recipe
 
@@ -66,7 +71,7 @@ def main(argv: list[str]) -> int:
     values = {f.name: getattr(opts, f.name) for f in dataclasses.fields(PrepareConfig)}
     if values["languages"]:  # `--languages en,zh` and `--languages en zh` both work
         values["languages"] = [x.strip() for v in values["languages"] for x in v.split(",") if x.strip()]
-    result = prepare(PrepareConfig(**values), show_progress=not opts.no_progress)
+    result = prepare(PrepareConfig(**values), show_progress=not (opts.no_progress or opts.quiet))
     table = Table(title=f"prepared {result.out_dir}", show_header=False)
     table.add_column(style="bold")
     table.add_column()

@@ -48,12 +48,17 @@ class PruneOptions:
     """Replace --out if it exists."""
     json: bool = False
     """Print the report as JSON."""
+    quiet: bool = False
+    """No progress bars (on a terminal) or progress lines (otherwise) on stderr."""
 
 
 def main(argv: list[str]) -> int:
     from gptforge.options import command_parser, parse_command
 
     o, _ = parse_command(command_parser("gptforge prune", DESCRIPTION, PruneOptions, positional=("run",)), argv)
+    from gptforge.progress import set_quiet
+
+    set_quiet(o.quiet)
     from gptforge.errors import InputError
     from gptforge.export.prune import PruneShape, prune_run
 

@@ -36,6 +36,8 @@ class QuantizeOptions:
     """Replace --out if it exists."""
     json: bool = False
     """Print the report as JSON."""
+    quiet: bool = False
+    """No progress bars (on a terminal) or progress lines (otherwise) on stderr."""
 
 
 def main(argv: list[str]) -> int:
@@ -43,6 +45,9 @@ def main(argv: list[str]) -> int:
 
     opts, _ = parse_command(command_parser("gptforge quantize", DESCRIPTION, QuantizeOptions, positional=("run",)),
                             argv)
+    from gptforge.progress import set_quiet
+
+    set_quiet(opts.quiet)
     from gptforge.export.quantize import format_report, quantize_run
     from gptforge.model.quant import QuantSpec
 

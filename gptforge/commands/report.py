@@ -18,6 +18,8 @@ class ReportOptions:
     """Run directories (the --out folders of pretrain / finetune)."""
     out: Optional[str] = None
     """Where to write the page. Default: RUN/report.html for one run, report.html here for several."""
+    quiet: bool = False
+    """No progress bars (on a terminal) or progress lines (otherwise) on stderr."""
 
 
 def main(argv: list[str]) -> int:
@@ -25,8 +27,11 @@ def main(argv: list[str]) -> int:
     from gptforge.report import write_report
 
     opts, _ = parse_command(command_parser("gptforge report", DESCRIPTION, ReportOptions, positional=("runs",)), argv)
+    from gptforge.progress import set_quiet
+
+    set_quiet(opts.quiet)
     out = Path(opts.out) if opts.out else (Path(opts.runs[0]) / "report.html" if len(opts.runs) == 1
                                            else Path("report.html"))
-    path = write_report(opts.runs, out)
+    path = write_report(opts.runs, out, progress=True)
     print(f"wrote {path} ({path.stat().st_size / 1e6:.1f} MB; open it in a browser)")
     return 0

@@ -50,6 +50,7 @@ def main(argv: list[str]) -> int:
     import uvicorn
 
     from gptforge.serve.app import ServeConfig, create_app, load_model
+    from gptforge.serve.listen import bind_listening_socket
 
     model, tok, template = load_model(opts.model, opts.device, opts.precision)
     block = model.config.block_size
@@ -59,7 +60,13 @@ def main(argv: list[str]) -> int:
     cfg = ServeConfig(model_name=name, api_key=opts.api_key, max_batch_size=opts.max_batch_size,
                       max_model_len=opts.max_model_len, chat_template=opts.chat_template or template)
     app = create_app(model, tok, cfg)
+    sock = bind_listening_socket(opts.host, opts.port)  # a busy port: one error line, not uvicorn's
     print(f"serving {name!r} on http://{opts.host}:{opts.port}/v1 (context {cfg.max_model_len or block}, "
           f"batch {opts.max_batch_size})", flush=True)
-    uvicorn.run(app, host=opts.host, port=opts.port, log_level="warning", timeout_graceful_shutdown=10)
+    server = uvicorn.Server(uvicorn.Config(app, host=opts.host, port=opts.port, log_level="warning",
+                                           timeout_graceful_shutdown=10))
+    try:
+        server.run(sockets=[sock])
+    finally:
+        sock.close()
     return 0

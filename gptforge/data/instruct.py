@@ -370,7 +370,7 @@ def load_examples(path: str | Path, tok: ChatTokenizer, template: str | None = N
     import os
     import tempfile
 
-    from rich.progress import Progress
+    from gptforge.progress import progress
 
     path = Path(path)
     if not path.is_file():
@@ -384,15 +384,14 @@ def load_examples(path: str | Path, tok: ChatTokenizer, template: str | None = N
         _warn_skipped(path, cached_errors, len(examples))  # the cache remembers what it skipped
         return examples
     examples, errors = [], []
-    with Progress(transient=True) as progress:
-        task = progress.add_task(f"tokenizing {path.name}", total=path.stat().st_size)
+    with progress(f"tokenizing {path.name}", path.stat().st_size, "bytes") as bar:
         for where, row in read_jsonl(path, errors):
             # A bad row is skipped with a warning and counted, as prepare does with bad records.
             try:
                 examples.append(render_example(tok, row, template, where))
             except ValueError as e:
                 errors.append(str(e))
-            progress.update(task, advance=len(json.dumps(row)) + 1)
+            bar.advance(len(json.dumps(row)) + 1)
     if errors and not examples:
         shown = "\n  ".join(errors[:5]) + (f"\n  ... and {len(errors) - 5} more" if len(errors) > 5 else "")
         raise ValueError(f"{path}: no usable row; {len(errors)} bad row(s):\n  {shown}")

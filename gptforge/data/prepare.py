@@ -373,18 +373,10 @@ class _Scan:
 
 
 def _make_progress(show: bool):
-    from rich.progress import (
-        BarColumn,
-        MofNCompleteColumn,
-        Progress,
-        TextColumn,
-        TimeElapsedColumn,
-        TimeRemainingColumn,
-    )
+    """The phases' progress (gptforge.progress.Phases): bars on a terminal, log lines otherwise."""
+    from gptforge.progress import Phases
 
-    return Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
-                    TextColumn("{task.fields[info]}"), TimeElapsedColumn(), TimeRemainingColumn(),
-                    disable=not show, transient=False)
+    return Phases(enabled=show, transient=False, unit="shards")
 
 
 def _merge_shard_stats(results: list[dict[str, Any]], names: list[str]) -> tuple[ReadStats, NormalizeStats, list[StepStats]]:

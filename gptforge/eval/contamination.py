@@ -23,6 +23,7 @@ from pathlib import Path
 import numpy as np
 
 from gptforge.errors import InputError
+from gptforge.progress import progress as show_progress
 
 _BASE = np.uint64(0x100000001B3)  # FNV-1a 64-bit prime, odd: a good multiplier mod 2^64
 
@@ -62,11 +63,12 @@ class ContaminationReport:
 
 def find_contamination(example_tokens: dict[str, Sequence[Sequence[int]]], data_dir: str | Path, n: int = 13,
                        split: str = "train", chunk_tokens: int = 1 << 22,
-                       on_chunk: Callable[[int], None] | None = None) -> ContaminationReport:
+                       on_chunk: Callable[[int], None] | None = None, progress: bool = False) -> ContaminationReport:
     """Indices of the examples (per task) that share a token n-gram with `split` of `data_dir`.
 
     example_tokens: {task: [token ids of each example's text]}, encoded with the data's tokenizer.
-    on_chunk: called with the number of training tokens read after each chunk (progress).
+    on_chunk: called with the number of training tokens read after each chunk.
+    progress: show the scan's progress (`gptforge.progress`: a bar on a terminal, log lines otherwise).
 
     Raises:
         InputError: n < 1, the split is empty, or not a shard folder (see
@@ -98,26 +100,28 @@ def find_contamination(example_tokens: dict[str, Sequence[Sequence[int]]], data_
     top[wanted >> np.uint64(40)] = True
     itemsize = np.dtype(meta["dtype"]).itemsize
     total = 0
-    for name in info["files"]:
-        path = Path(data_dir) / name
-        length = path.stat().st_size // itemsize
-        with open(path, "rb") as fh:  # plain reads, not a memory map: resident memory stays one chunk
-            start = 0
-            while start + n <= length:
-                stop = min(length, start + chunk_tokens + n - 1)  # chunks overlap by n - 1 tokens
-                fh.seek(start * itemsize)
-                h = ngram_hashes(np.fromfile(fh, dtype=meta["dtype"], count=stop - start), n)
-                h = h[top[h >> np.uint64(40)]]
-                if len(h) and len(wanted):
-                    pos = np.searchsorted(wanted, h)
-                    pos[pos == len(wanted)] = 0
-                    seen[pos[wanted[pos] == h]] = True
-                if on_chunk is not None:
-                    on_chunk(total + stop)
-                if stop == length:
-                    break
-                start = stop - (n - 1)
-        total += length
+    with show_progress("contamination check", info["tokens"], "train tokens", enabled=progress) as bar:
+        for name in info["files"]:
+            path = Path(data_dir) / name
+            length = path.stat().st_size // itemsize
+            with open(path, "rb") as fh:  # plain reads, not a memory map: resident memory stays one chunk
+                start = 0
+                while start + n <= length:
+                    stop = min(length, start + chunk_tokens + n - 1)  # chunks overlap by n - 1 tokens
+                    fh.seek(start * itemsize)
+                    h = ngram_hashes(np.fromfile(fh, dtype=meta["dtype"], count=stop - start), n)
+                    h = h[top[h >> np.uint64(40)]]
+                    if len(h) and len(wanted):
+                        pos = np.searchsorted(wanted, h)
+                        pos[pos == len(wanted)] = 0
+                        seen[pos[wanted[pos] == h]] = True
+                    bar.update(completed=total + stop)
+                    if on_chunk is not None:
+                        on_chunk(total + stop)
+                    if stop == length:
+                        break
+                    start = stop - (n - 1)
+            total += length
     found = set(wanted[seen].tolist())
     contaminated = {task: [i for i, hs in enumerate(exs) if any(int(x) in found for x in hs.tolist())]
                     for task, exs in per_example.items()}

@@ -19,6 +19,7 @@ import torch
 
 from gptforge.data.loader import TokenStream
 from gptforge.model.gpt import GPT
+from gptforge.progress import progress as show_progress
 from gptforge.runtime.device import autocast_context
 from gptforge.runtime.loss import IGNORE_INDEX, token_loss_sum
 
@@ -82,38 +83,29 @@ def evaluate_tokens(model: GPT, tokens: np.ndarray | torch.Tensor, n_bytes: int 
     was_training = model.training
     model.eval()
     total, count = 0.0, 0
-    bar = None
-    if progress:
-        from rich.progress import Progress
-
-        bar = Progress(transient=True)
-        task = bar.add_task("evaluate", total=len(windows))
-        bar.start()
     try:
-        # Group windows of equal length so each batch is one tensor.
-        i = 0
-        while i < len(windows):
-            length = windows[i][1] - windows[i][0]
-            group = [windows[i]]
-            while (i + len(group) < len(windows) and len(group) < batch_size
-                   and windows[i + len(group)][1] - windows[i + len(group)][0] == length):
-                group.append(windows[i + len(group)])
-            x = torch.stack([toks[b:e] for b, e, _ in group]).to(device)
-            y = torch.stack([toks[b + 1 : e + 1] for b, e, _ in group]).clone()
-            for r, (b, _e, first) in enumerate(group):
-                y[r, : first - b] = IGNORE_INDEX  # already scored by an earlier window
-            y = y.to(device)
-            ctx = torch.autocast(device.type, dtype=autocast_dtype) if autocast_dtype else torch.no_grad()
-            with ctx:
-                logits = model(x)
-            total += float(token_loss_sum(logits, y))
-            count += int((y != IGNORE_INDEX).sum())
-            i += len(group)
-            if bar is not None:
-                bar.update(task, advance=len(group))
+        with show_progress("perplexity", len(windows), "windows", enabled=progress) as bar:
+            # Group windows of equal length so each batch is one tensor.
+            i = 0
+            while i < len(windows):
+                length = windows[i][1] - windows[i][0]
+                group = [windows[i]]
+                while (i + len(group) < len(windows) and len(group) < batch_size
+                       and windows[i + len(group)][1] - windows[i + len(group)][0] == length):
+                    group.append(windows[i + len(group)])
+                x = torch.stack([toks[b:e] for b, e, _ in group]).to(device)
+                y = torch.stack([toks[b + 1 : e + 1] for b, e, _ in group]).clone()
+                for r, (b, _e, first) in enumerate(group):
+                    y[r, : first - b] = IGNORE_INDEX  # already scored by an earlier window
+                y = y.to(device)
+                ctx = torch.autocast(device.type, dtype=autocast_dtype) if autocast_dtype else torch.no_grad()
+                with ctx:
+                    logits = model(x)
+                total += float(token_loss_sum(logits, y))
+                count += int((y != IGNORE_INDEX).sum())
+                i += len(group)
+                bar.advance(len(group))
     finally:
-        if bar is not None:
-            bar.stop()
         model.train(was_training)
     loss = total / count
     bpb = total / math.log(2) / n_bytes if n_bytes else None

@@ -54,6 +54,7 @@ from gptforge.eval.metrics import (
 )
 from gptforge.eval.scoring import encode_pair, make_units, score_units
 from gptforge.eval.tasks import Task, load_task
+from gptforge.progress import progress as show_progress
 
 DEFAULT_SEED = 1234
 """Few-shot seed (lm-evaluation-harness's default fewshot_random_seed)."""
@@ -122,16 +123,6 @@ def fewshot_contexts(task: Task, index: int, num_fewshot: int, seed: int) -> lis
     return [prefix + c for c in ex.contexts]
 
 
-def _progress(enabled: bool, label: str, total: int):
-    if not enabled:
-        return None, None
-    from rich.progress import Progress
-
-    bar = Progress(transient=True)
-    bar.start()
-    return bar, bar.add_task(label, total=total)
-
-
 def _choice_metrics(task: Task, examples, lls: list[list[float]], greedy: list[list[bool]]) -> tuple[dict, dict | None,
                                                                                                       list]:
     gold = [e.label for e in examples]
@@ -156,7 +147,7 @@ def _choice_metrics(task: Task, examples, lls: list[list[float]], greedy: list[l
 
 
 def _generate(model, tokenizer, prompts: list[list[int]], max_new_tokens: int, stop: list[str], batch_size: int,
-              device: torch.device, precision: str, bar=None, bar_task=None) -> list[str]:
+              device: torch.device, precision: str, bar=None) -> list[str]:
     """Greedy continuations of token prompts, cut before the first stop string or end-of-text.
     Prompts are batched by length (`gptforge.infer.generate.generate_batch`, left-padded); a row
     stops at its stop string, the batch when every row has."""
@@ -173,7 +164,7 @@ def _generate(model, tokenizer, prompts: list[list[int]], max_new_tokens: int, s
         for i, g in zip(rows, gens):
             outputs[i] = g.text
         if bar is not None:
-            bar.update(bar_task, advance=len(rows))
+            bar.advance(len(rows))
     return outputs
 
 
@@ -223,19 +214,14 @@ def run_task(model: torch.nn.Module, tokenizer, task: Task | str | Path, device:
         from gptforge.runtime.device import AUTOCAST_DTYPES
 
         preds = []
-        bar, bt = _progress(progress, task.name, n)
-        try:
+        with show_progress(f"scoring {task.name}", n, "documents", enabled=progress) as bar:
             for e in examples:
                 toks = np.array([tokenizer.eos_id] + tokenizer.encode(e.answers[0]), dtype=np.int64)
                 r = evaluate_tokens(model, toks, stride=block, batch_size=batch_size, device=device,
                                     autocast_dtype=AUTOCAST_DTYPES.get(precision))
                 preds.append({"line": e.line, "nats": r.total_nats, "tokens": r.tokens,
                               "bytes": len(e.answers[0].encode("utf-8")), "words": len(re.split(r"\s+", e.answers[0]))})
-                if bar is not None:
-                    bar.update(bt, advance=1)
-        finally:
-            if bar is not None:
-                bar.stop()
+                bar.advance()
         metrics = perplexity_metrics([p["nats"] for p in preds], [p["bytes"] for p in preds],
                                      [p["words"] for p in preds])
         return TaskResult(**common, truncated=0, metrics=metrics, seconds=time.perf_counter() - t0, predictions=preds)
@@ -247,16 +233,14 @@ def run_task(model: torch.nn.Module, tokenizer, task: Task | str | Path, device:
         prompts = [tokenizer.encode(c[0]) or [tokenizer.eos_id] for c in contexts]
         truncated = sum(len(p) > keep for p in prompts)
         prompts = [p[-keep:] for p in prompts]
-        bar, bt = _progress(progress, task.name, n)
         was_training = model.training
         model.eval()
         try:
-            outs = _generate(model, tokenizer, prompts, task.max_new_tokens, task.stop, batch_size, device, precision,
-                             bar, bt)
+            with show_progress(f"scoring {task.name}", n, "examples", enabled=progress) as bar:
+                outs = _generate(model, tokenizer, prompts, task.max_new_tokens, task.stop, batch_size, device,
+                                 precision, bar)
         finally:
             model.train(was_training)
-            if bar is not None:
-                bar.stop()
         em = [exact_match(o, e.answers) for o, e in zip(outs, examples)]
         f1 = [token_f1(o, e.answers) for o, e in zip(outs, examples)]
         return TaskResult(**common, truncated=truncated,
@@ -282,13 +266,9 @@ def run_task(model: torch.nn.Module, tokenizer, task: Task | str | Path, device:
                 f"is {len(cont)} tokens, longer than the model's context of {block}"
             raise InputError(f"{task.path}, line {examples[k].line}: the continuation {text!r} {why}")
     units, truncated = make_units(pairs, block)
-    bar, bt = _progress(progress, task.name, len(units))
-    try:
+    with show_progress(f"scoring {task.name}", len(units), "requests", enabled=progress) as bar:
         ll, greedy = score_units(model, units, len(requests), batch_size, device, precision, padding_side,
-                                 on_batch=(lambda k: bar.update(bt, advance=k)) if bar is not None else None)
-    finally:
-        if bar is not None:
-            bar.stop()
+                                 on_batch=bar.advance)
     lls: list[list[float]] = [[] for _ in range(n)]
     grs: list[list[bool]] = [[] for _ in range(n)]
     for r, k in enumerate(owner):

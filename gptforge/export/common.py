@@ -1,18 +1,17 @@
-"""What every export writer shares: loading the source model, the tokenizer files, the staged folder.
+"""What every export writer shares: loading the source model and the tokenizer files.
 
 - `load_source(path, dtype)`: a gptforge run / checkpoint (LoRA merged) or a Hugging Face folder
   -> (GPT in eval mode, sources), through `gptforge.runtime.loading.load_pretrained`.
 - `tokenizer_files(tokenizer_dir, block_size)`: the tokenizer files written beside an exported
   model, as the Hugging Face writer writes them.
-- `staged_dir(out, overwrite)`: a temporary sibling folder renamed onto `out` only when the
-  writer finished, so an interrupted export never leaves a folder that looks complete.
+
+Every writer builds its output folder inside `gptforge.atomic.staged_dir`, a temporary sibling
+folder renamed onto `out` only when the writer finished, so an interrupted export never leaves a
+folder that looks complete.
 """
 
 from __future__ import annotations
 
-import contextlib
-import os
-import shutil
 from pathlib import Path
 
 import torch
@@ -92,31 +91,3 @@ def tokenizer_files(tokenizer_dir: Path | None, block_size: int) -> dict[str, by
     return files
 
 
-@contextlib.contextmanager
-def staged_dir(out: str | Path, overwrite: bool = False):
-    """Yield an empty temporary folder beside `out`; on a clean exit it replaces `out` (see
-    `gptforge.atomic.replace_dir`), on an exception it is removed and `out` is left as it was.
-
-    Raises:
-        InputError: `out` exists and not overwrite.
-    """
-    from gptforge.atomic import fsync_dir, fsync_file, replace_dir
-
-    out = Path(out)
-    if out.exists() and not overwrite:
-        raise InputError(f"{out} exists; choose another --out or pass --overwrite")
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.parent / f".{out.name}.tmp-{os.getpid()}"
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir()
-    try:
-        yield tmp
-        for f in tmp.rglob("*"):
-            if f.is_file():
-                fsync_file(f)
-        for d in [tmp, *(d for d in tmp.rglob("*") if d.is_dir())]:
-            fsync_dir(d)
-        replace_dir(tmp, out)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise

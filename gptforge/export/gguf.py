@@ -7,7 +7,7 @@ A gptforge GPT becomes one `.gguf` file:
 - weights in f32, f16 or bf16, or quantized to q8_0 / q4_0 (blocks of 32 values, one f16 scale per
   block; llama.cpp's `ggml-quants.c` formats as gguf-py implements them). Norms, biases and
   RoPE factors stay f32, as llama.cpp's own converter keeps them; a matrix whose rows are not a
-  multiple of 32 long is written f16;
+  multiple of 32 long is written f16, with a warning naming each such tensor;
 - the byte-level BPE tokenizer embedded: tokens, merges, token types (special tokens CONTROL,
   vocabulary padding UNUSED), BOS/EOS ids, pre-tokenizer `gpt-2` (GPT-2's regex, the one
   gptforge's tokenizer uses), and the chat template when the tokenizer has one;
@@ -24,12 +24,14 @@ head count for k), so both compute the same attention.
 from __future__ import annotations
 
 import json
+import warnings
 from pathlib import Path
 
 import numpy as np
 import torch
 
 from gptforge.errors import InputError
+from gptforge.progress import progress as show_progress
 
 GGUF_DTYPES = ("f32", "f16", "bf16")
 GGUF_QUANTS = ("q8_0", "q4_0")
@@ -277,20 +279,40 @@ def write_gguf(model: torch.nn.Module, tokenizer_dir: Path | None, path: str | P
     if template is not None:
         w.add_chat_template(template)
 
-    for tname, t in gguf_tensors(model):
-        qtype = tensor_type(tname, t, dtype, quantize)
-        data = t.numpy().astype(np.float32)
-        if qtype == gguf.GGMLQuantizationType.F32:
-            w.add_tensor(tname, data)
-        elif qtype == gguf.GGMLQuantizationType.F16:
-            w.add_tensor(tname, data.astype(np.float16))
-        else:
-            w.add_tensor(tname, gguf.quants.quantize(data, qtype), raw_dtype=qtype)
-    w.write_header_to_file()
-    w.write_kv_data_to_file()
-    w.write_tensors_to_file(progress=False)
-    w.close()
+    tensors = gguf_tensors(model)
+    kept_f16 = []  # (name, shape) of matrices quantize could not take
+    with show_progress(f"gguf: converting tensors to {quantize or dtype}", len(tensors), "tensors") as bar:
+        for tname, t in tensors:
+            qtype = tensor_type(tname, t, dtype, quantize)
+            data = t.numpy().astype(np.float32)
+            if qtype == gguf.GGMLQuantizationType.F32:
+                w.add_tensor(tname, data)
+            elif qtype == gguf.GGMLQuantizationType.F16:
+                w.add_tensor(tname, data.astype(np.float16))
+                if quantize is not None:
+                    kept_f16.append((tname, tuple(t.shape)))
+            else:
+                w.add_tensor(tname, gguf.quants.quantize(data, qtype), raw_dtype=qtype)
+            bar.advance()
+    if kept_f16:
+        warnings.warn(kept_f16_message(kept_f16, quantize, len(tensors)), stacklevel=2)
+    with show_progress(f"gguf: writing {path.name}", 1, "files") as bar:
+        w.write_header_to_file()
+        w.write_kv_data_to_file()
+        w.write_tensors_to_file(progress=False)
+        w.close()
+        bar.advance()
     return path
+
+
+def kept_f16_message(kept: list[tuple[str, tuple[int, ...]]], quantize: str, n_tensors: int) -> str:
+    """The warning for matrices written f16 under --quantize: each one's name and shape, and why
+    (a q8_0 / q4_0 block holds QK values of one row, so a row length must be a multiple of QK)."""
+    shown = ", ".join(f"{n} {list(s)} (row of {s[-1]}, {s[-1] % QK} left over)" for n, s in kept[:8])
+    more = f" and {len(kept) - 8} more" if len(kept) > 8 else ""
+    return (f"--quantize {quantize}: {len(kept)} of {n_tensors} tensors kept in f16 because their row length is "
+            f"not a multiple of the {QK}-value block: {shown}{more}. Row lengths are d_model, d_ff and "
+            f"n_head x head_dim: a model with all three multiples of {QK} quantizes every matrix")
 
 
 def quant_error_bound(block: np.ndarray, qtype: str) -> float:

@@ -34,6 +34,7 @@ import torch
 import torch.nn as nn
 
 from gptforge.errors import InputError
+from gptforge.progress import progress as show_progress
 
 OPSET = 18
 EXTERNAL_DATA_BYTES = int(1.8 * 2**30)
@@ -208,21 +209,26 @@ def write_onnx_folder(model: nn.Module, sources: dict, folder: Path, dtype: torc
     cfg = model.config
     tok = tokenizer_files(sources.get("tokenizer_dir"), cfg.block_size)
     gen = _generation_config(sources, tok)
-    if quantize == "int8":
-        (folder / ".fp32").mkdir()
-        spec = export_onnx_graph(model, folder / ".fp32" / "model.onnx", dtype)
-        quantize_int8(folder / ".fp32" / "model.onnx", folder / "model.onnx",
-                      external_data=_weight_bytes(model) // 4 > EXTERNAL_DATA_BYTES)
-        shutil.rmtree(folder / ".fp32")
-        spec["quantization"] = "int8 dynamic (onnxruntime.quantization.quantize_dynamic, QInt8 weights)"
-    else:
-        spec = export_onnx_graph(model, folder / "model.onnx", dtype)
-    if gen.get("eos_token_id") is not None:
-        spec["model"]["eos_token_id"] = gen["eos_token_id"]
-    (folder / IO_FILE).write_text(json.dumps(spec, indent=2) + "\n")
-    (folder / "generation_config.json").write_text(json.dumps(gen, indent=2, sort_keys=True) + "\n")
-    for name, data in tok.items():
-        (folder / name).write_bytes(data)
+    with show_progress("onnx export", 3 if quantize == "int8" else 2, "steps",
+                       info="tracing the model (torch.onnx.export)") as bar:
+        if quantize == "int8":
+            (folder / ".fp32").mkdir()
+            spec = export_onnx_graph(model, folder / ".fp32" / "model.onnx", dtype)
+            bar.advance(info="quantizing to int8 (onnxruntime)")
+            quantize_int8(folder / ".fp32" / "model.onnx", folder / "model.onnx",
+                          external_data=_weight_bytes(model) // 4 > EXTERNAL_DATA_BYTES)
+            shutil.rmtree(folder / ".fp32")
+            spec["quantization"] = "int8 dynamic (onnxruntime.quantization.quantize_dynamic, QInt8 weights)"
+        else:
+            spec = export_onnx_graph(model, folder / "model.onnx", dtype)
+        bar.advance(info="writing the tokenizer and configs")
+        if gen.get("eos_token_id") is not None:
+            spec["model"]["eos_token_id"] = gen["eos_token_id"]
+        (folder / IO_FILE).write_text(json.dumps(spec, indent=2) + "\n")
+        (folder / "generation_config.json").write_text(json.dumps(gen, indent=2, sort_keys=True) + "\n")
+        for name, data in tok.items():
+            (folder / name).write_bytes(data)
+        bar.advance()
     return spec
 
 
@@ -238,7 +244,7 @@ def export_onnx(model: nn.Module, sources: dict, out: str | Path, dtype: torch.d
         InputError: `out` exists without overwrite, an unsupported dtype or quantization.
         MissingInputError: no tokenizer (see `tokenizer_files`).
     """
-    from gptforge.export.common import staged_dir
+    from gptforge.atomic import staged_dir
 
     with staged_dir(out, overwrite) as tmp:
         write_onnx_folder(model, sources, tmp, dtype, quantize)

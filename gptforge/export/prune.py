@@ -41,6 +41,7 @@ from gptforge.errors import InputError
 from gptforge.export.calibration import calibration_batches, read_split
 from gptforge.export.run_dir import write_run
 from gptforge.model.gpt import GPT
+from gptforge.progress import progress as show_progress
 
 
 @dataclass
@@ -76,9 +77,10 @@ def _agg(a: torch.Tensor) -> torch.Tensor:
 
 
 @torch.no_grad()
-def activation_importance(model: GPT, batches: list[torch.Tensor]) -> Importance:
+def activation_importance(model: GPT, batches: list[torch.Tensor], progress: bool = False) -> Importance:
     """Score heads, MLP channels, embedding channels and layers of `model` on `batches`
-    (each (B, T) int64) with forward hooks; see the module docstring."""
+    (each (B, T) int64) with forward hooks; see the module docstring. progress: show the
+    calibration pass (`gptforge.progress`)."""
     cfg = model.config
     L, H, hd = cfg.n_layer, cfg.n_head, cfg.head_dim
     heads = torch.zeros(L, H)
@@ -117,9 +119,11 @@ def activation_importance(model: GPT, batches: list[torch.Tensor]) -> Importance
     was_training = model.training
     model.eval()
     try:
-        for x in batches:
-            model(x)
-            n_tok += x.numel()
+        with show_progress("calibration pass", len(batches), "batches", enabled=progress) as bar:
+            for x in batches:
+                model(x)
+                n_tok += x.numel()
+                bar.advance()
     finally:
         for h in hooks:
             h.remove()
@@ -344,12 +348,15 @@ def sparsify_run(run: str | Path, out: str | Path, sparsity: float, overwrite: b
         raise InputError(f"{run}: a quantized run cannot be pruned; prune the original run, then quantize")
     if Path(out).exists() and not overwrite:
         raise FileExistsError(f"{out} exists; choose another --out or pass --overwrite")
-    report = {"source": str(ckpt), **magnitude_prune(model, sparsity)}
-    new_doc = {k: v for k, v in doc.items() if k != "finetune"}
-    new_doc["pruning"] = {"source": str(ckpt), "method": "unstructured magnitude (dense storage)",
-                          "sparsity": sparsity}
-    write_run(model, new_doc, Path(out), tok, {"step": 0, "tokens_seen": 0, "pruned_from": str(ckpt)},
-              extra_json={"prune.json": report}, overwrite=overwrite)
+    with show_progress("prune (magnitude)", 2, "steps", info="zeroing the smallest weights") as bar:
+        report = {"source": str(ckpt), **magnitude_prune(model, sparsity)}
+        bar.advance(info="writing the run")
+        new_doc = {k: v for k, v in doc.items() if k != "finetune"}
+        new_doc["pruning"] = {"source": str(ckpt), "method": "unstructured magnitude (dense storage)",
+                              "sparsity": sparsity}
+        write_run(model, new_doc, Path(out), tok, {"step": 0, "tokens_seen": 0, "pruned_from": str(ckpt)},
+                  extra_json={"prune.json": report}, overwrite=overwrite)
+        bar.advance()
     return report
 
 
@@ -386,7 +393,7 @@ def prune_run(run: str | Path, out: str | Path, calibration: str | Path, shape: 
     tokens = read_split(calibration, split, batch_size * cfg.block_size * num_batches + 1,
                         (doc.get("data") or {}).get("tokenizer_sha256"))
     batches = calibration_batches(tokens, cfg.block_size, batch_size, num_batches)
-    imp = activation_importance(model, batches)
+    imp = activation_importance(model, batches, progress=True)
     pruned, info = prune_model(model, imp, shape)
     report = {"source": str(ckpt), "params_before": model.num_params(), "params_after": pruned.num_params(),
               "target_params": target_params, "calibration": str(calibration), "calibration_tokens": imp.tokens,
@@ -395,7 +402,9 @@ def prune_run(run: str | Path, out: str | Path, calibration: str | Path, shape: 
     new_doc["model"] = to_dict(pruned.config)
     new_doc["pruning"] = {"source": str(ckpt), "method": "activation importance (Minitron)",
                           "calibration": str(calibration), "layers_kept": info["layers_kept"]}
-    write_run(pruned, new_doc, Path(out), tok, {"step": 0, "tokens_seen": 0, "pruned_from": str(ckpt)},
-              extra_json={"prune.json": report}, overwrite=overwrite)
+    with show_progress("writing the pruned run", 1, "runs") as bar:
+        write_run(pruned, new_doc, Path(out), tok, {"step": 0, "tokens_seen": 0, "pruned_from": str(ckpt)},
+                  extra_json={"prune.json": report}, overwrite=overwrite)
+        bar.advance()
     return report
 

@@ -27,6 +27,7 @@ from gptforge.errors import InputError
 from gptforge.export.calibration import folder_bytes, forward_ms, read_split, tensor_bytes
 from gptforge.export.run_dir import write_run
 from gptforge.model.quant import QuantSpec, quantize_model
+from gptforge.progress import progress as show_progress
 from gptforge.runtime.checkpoint import save_checkpoint
 from gptforge.runtime.loading import load_for_inference
 
@@ -47,7 +48,7 @@ def _score(model, tokens) -> dict | None:
 
     if tokens is None:
         return None
-    r = evaluate_tokens(model, tokens, stride=model.config.block_size, batch_size=8)
+    r = evaluate_tokens(model, tokens, stride=model.config.block_size, batch_size=8, progress=True)
     return {"loss": r.loss, "perplexity": r.perplexity, "tokens": r.tokens}
 
 
@@ -89,25 +90,39 @@ def quantize_run(run: str | Path, spec: QuantSpec, out: str | Path, data: str | 
     cfg = model.config
     gen = torch.Generator().manual_seed(0)
     batch = torch.randint(0, cfg.vocab_size, (batch_size, cfg.block_size), generator=gen)
-    before = {"bytes": tensor_bytes(model), "params": model.num_params(), "eval": _score(model, tokens),
-              "forward_ms": forward_ms(model, batch)}
     out = Path(out)
     if out.exists() and not overwrite:
         raise FileExistsError(f"{out} exists; choose another --out or pass --overwrite")
-    before["disk_bytes"] = _checkpoint_bytes(model, out.parent)
-    try:
-        names = quantize_model(model, spec)
-    except ValueError as e:
-        raise InputError(str(e)) from None
-    model.eval()
-    bits, weights = quantized_bits(model, names)
-    after = {"bytes": tensor_bytes(model), "eval": _score(model, tokens),
-             "forward_ms": forward_ms(model, batch)}
+    with show_progress(f"quantize {spec.method}", 4, "steps", info="measuring the original model") as bar:
+        before = {"bytes": tensor_bytes(model), "params": model.num_params(), "eval": _score(model, tokens),
+                  "forward_ms": forward_ms(model, batch)}
+        before["disk_bytes"] = _checkpoint_bytes(model, out.parent)
+        bar.advance(info="quantizing")
+        try:
+            names = quantize_model(model, spec)
+        except ValueError as e:
+            raise InputError(str(e)) from None
+        model.eval()
+        bits, weights = quantized_bits(model, names)
+        bar.advance(info="measuring the quantized model")
+        after = {"bytes": tensor_bytes(model), "eval": _score(model, tokens),
+                 "forward_ms": forward_ms(model, batch)}
+        bar.advance(info="writing the run")
+        report = _write(model, doc, spec, ckpt, tok, out, overwrite, names, bits, weights, before, after,
+                        data_dir if tokens is not None else None, batch_size)
+        bar.advance()
+    return report
+
+
+def _write(model, doc, spec, ckpt, tok, out: Path, overwrite: bool, names, bits, weights, before, after,
+           eval_data, batch_size: int) -> dict:
+    """The report of `quantize_run`, and the quantized run written at `out`."""
+    cfg = model.config
     report = {
         "source": str(ckpt), "spec": spec.as_dict(), "quantized_layers": len(names),
         "bits_per_weight_quantized_layers": bits / weights,
         "bits_per_weight_model": 8 * after["bytes"] / before["params"],
-        "before": before, "after": after, "eval_data": str(data_dir) if tokens is not None else None,
+        "before": before, "after": after, "eval_data": str(eval_data) if eval_data is not None else None,
         "forward_batch": [batch_size, cfg.block_size],
     }
     if before["eval"] and after["eval"]:

@@ -23,7 +23,7 @@ def write_run(model: torch.nn.Module, doc: dict, out: Path, tokenizer: Path | No
     """
     import yaml
 
-    from gptforge.export.common import staged_dir
+    from gptforge.atomic import staged_dir
 
     out = Path(out)
     if out.exists() and not overwrite:

@@ -87,7 +87,7 @@ def export_triton(model: torch.nn.Module, sources: dict, out: str | Path, name: 
         InputError: a bad model name, `out` exists without overwrite, and see
             `gptforge.export.onnx.write_onnx_folder` and `config_pbtxt`.
     """
-    from gptforge.export.common import staged_dir
+    from gptforge.atomic import staged_dir
     from gptforge.export.onnx import write_onnx_folder
 
     if not name or not all(c.isalnum() or c in "-_." for c in name) or name.startswith("."):

@@ -322,9 +322,9 @@ def apply_qlora(model: nn.Module, lora_cfg: LoRAConfig, qcfg: QuantConfig, devic
     for p in model.parameters():
         p.requires_grad_(False)
     done = []
-    from rich.progress import track
+    from gptforge.progress import track
 
-    for name in track(names, description="quantizing to 4 bits", disable=not progress, transient=True):
+    for name in track(names, "quantizing to 4 bits", unit="layers", enabled=progress):
         module = model.get_submodule(name)
         if not isinstance(module, nn.Linear):
             raise ValueError(f"{name}: expected a linear layer to quantize, found {type(module).__name__}")

@@ -22,7 +22,8 @@ from typing import Any
 
 from gptforge.atomic import atomic_write_text
 from gptforge.errors import InputError
-from gptforge.report.run_data import RunData, load_run
+from gptforge.progress import progress as show_progress
+from gptforge.report.run_data import RunData, load_run, require_run_dir
 
 _CSS = """body{font-family:system-ui,sans-serif;margin:1.5em auto;max-width:1200px;color:#222;padding:0 1em}
 h1{margin-bottom:.2em}h2{margin-top:1.6em;border-bottom:1px solid #ddd}.sub{color:#666}
@@ -398,8 +399,11 @@ def render_report(runs: list[RunData], out_dir: Path | None = None, stopped: str
     return "".join(parts)
 
 
-def write_report(run_dirs: list[str | Path], out: str | Path, stopped: str | None = None) -> Path:
+def write_report(run_dirs: list[str | Path], out: str | Path, stopped: str | None = None,
+                 progress: bool = False) -> Path:
     """Load the runs and write the report to `out` (atomically). Returns `out` as a Path.
+
+    progress: show the steps (each run read, the page built) with `gptforge.progress`.
 
     Raises:
         MissingInputError: a run directory does not exist.
@@ -414,10 +418,17 @@ def write_report(run_dirs: list[str | Path], out: str | Path, stopped: str | Non
                              "report), not a run directory: give the --out folder of pretrain / finetune")
     names = [p.resolve().name for p in paths]
     labels = [(f"{p.resolve().parent.name}/{n}" if names.count(n) > 1 else n) for p, n in zip(paths, names)]
-    runs = [load_run(p, label) for p, label in zip(paths, labels)]
+    for p in paths:
+        require_run_dir(p)  # before the progress lines start
     out = Path(out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    atomic_write_text(out, render_report(runs, out.parent, stopped))
+    with show_progress("report", len(paths) + 1, "steps", info=f"reading {labels[0]}", enabled=progress) as bar:
+        runs = []
+        for i, (p, label) in enumerate(zip(paths, labels)):
+            runs.append(load_run(p, label))
+            bar.advance(info=f"reading {labels[i + 1]}" if i + 1 < len(labels) else "building the page")
+        out.parent.mkdir(parents=True, exist_ok=True)
+        atomic_write_text(out, render_report(runs, out.parent, stopped))
+        bar.advance()
     return out
 
 

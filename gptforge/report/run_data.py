@@ -156,6 +156,12 @@ def _resolve_data_dir(run_dir: Path, path: str | None) -> Path | None:
     return None
 
 
+def require_run_dir(run_dir: Path) -> None:
+    """Raises MissingInputError when `run_dir` is not a folder."""
+    if not run_dir.is_dir():
+        raise MissingInputError(f"{run_dir}: no such run directory (give the --out folder of a pretrain/finetune run)")
+
+
 def load_run(run_dir: str | Path, label: str | None = None) -> RunData:
     """Read what exists of a run directory (see the module docstring).
 
@@ -163,8 +169,7 @@ def load_run(run_dir: str | Path, label: str | None = None) -> RunData:
         MissingInputError: `run_dir` is not a directory.
     """
     run_dir = Path(run_dir)
-    if not run_dir.is_dir():
-        raise MissingInputError(f"{run_dir}: no such run directory (give the --out folder of a pretrain/finetune run)")
+    require_run_dir(run_dir)
     run = RunData(path=run_dir, label=label or run_dir.resolve().name)
     cfg_path = run_dir / "config.yaml"
     if cfg_path.is_file():

@@ -9,14 +9,13 @@
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import warnings
 from pathlib import Path
 
 import torch
 
-from gptforge.atomic import atomic_write_text, replace_dir
+from gptforge.atomic import atomic_write_text, staged_dir
 from gptforge.runtime.checkpoint import (
     find_checkpoint,
     load_model_weights,
@@ -45,10 +44,7 @@ def from_hf(hf_dir: Path, out: Path, dtype: torch.dtype | None = None, block_siz
     with Console(stderr=True).status(f"reading {hf_dir}"):
         model = load_hf_model(hf_dir, dtype=dtype, block_size=block_size)
     cfg = model.config
-    tmp = out.parent / f".{out.name}.tmp-{os.getpid()}"
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir(parents=True)
-    try:
+    with staged_dir(out, overwrite=True) as tmp:  # replaces `out` only once complete
         config_yaml = yaml.safe_dump({"model": to_dict(cfg)}, sort_keys=False)
         with Console(stderr=True).status(f"writing {out}"):
             save_checkpoint(tmp / "checkpoints", 0, model, None,
@@ -58,10 +54,6 @@ def from_hf(hf_dir: Path, out: Path, dtype: torch.dtype | None = None, block_siz
         for name in TOKENIZER_FILES + ("generation_config.json",):
             if (hf_dir / name).is_file():
                 shutil.copyfile(hf_dir / name, tmp / name)
-        replace_dir(tmp, out)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
     return out
 
 

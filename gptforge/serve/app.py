@@ -241,6 +241,35 @@ class Server:
                     self.engine.cancel(s)
 
 
+    async def collect(self, request, jobs: list[tuple[list[int], SamplingParams]], start: float, on_event=None):
+        """Run `jobs` to the end for a non-streaming response: (texts, completion token counts,
+        finish reasons), one entry per job, or None when the client went away before every job
+        finished. Observes the time to first token from `start` (time.monotonic() seconds);
+        `on_event(j, ev)` sees every event first (logprob collection).
+
+        Raises:
+            APIError: 500 when generation failed inside the engine.
+        """
+        n = len(jobs)
+        texts, counts, reasons = [""] * n, [0] * n, [None] * n
+        first = True
+        async for j, ev in self.run(request, jobs):
+            if first:
+                self.metrics.ttft.observe(time.monotonic() - start)
+                first = False
+            if ev.finish_reason == "error":
+                raise APIError(500, f"generation failed: {ev.error}", type="server_error")
+            if on_event is not None:
+                on_event(j, ev)
+            if ev.token_id is not None:
+                counts[j] += 1
+            texts[j] += ev.text
+            reasons[j] = ev.finish_reason or reasons[j]
+        if any(r is None for r in reasons):
+            return None
+        return texts, counts, reasons
+
+
 def _sse(obj) -> str:
     return f"data: {json.dumps(obj, ensure_ascii=False, separators=(',', ':'))}\n\n"
 
@@ -441,26 +470,18 @@ def create_app(model, tokenizer_file: str | Path, cfg: ServeConfig | None = None
             return StreamingResponse(events(), media_type="text/event-stream",
                                      headers={"Cache-Control": "no-cache"})
 
-        texts = [""] * len(jobs)
         entries = [[] for _ in jobs]
-        reasons = [None] * len(jobs)
-        counts = [0] * len(jobs)
-        first = True
-        async for j, ev in srv.run(request, jobs):
-            if first:
-                srv.metrics.ttft.observe(time.monotonic() - start)
-                first = False
-            if ev.finish_reason == "error":
-                raise APIError(500, f"generation failed: {ev.error}", type="server_error")
+
+        def gather(j, ev):
             if req.echo:
                 entries[j] += echo_entries(j, ev)
             if ev.token_id is not None:
-                counts[j] += 1
                 entries[j].append((ev.token_id, ev.logprob))
-            texts[j] += ev.text
-            reasons[j] = ev.finish_reason or reasons[j]
-        if any(r is None for r in reasons):
+
+        done = await srv.collect(request, jobs, start, gather)
+        if done is None:
             return Response(status_code=499)  # the client went away
+        texts, counts, reasons = done
         choices = []
         for j in range(len(jobs)):
             head = prompt_text(j) if req.echo else ""
@@ -542,25 +563,16 @@ def create_app(model, tokenizer_file: str | Path, cfg: ServeConfig | None = None
 
             return StreamingResponse(events(), media_type="text/event-stream", headers={"Cache-Control": "no-cache"})
 
-        texts = [""] * len(jobs)
         lps = [[] for _ in jobs]
-        reasons = [None] * len(jobs)
-        counts = [0] * len(jobs)
-        first = True
-        async for j, ev in srv.run(request, jobs):
-            if first:
-                srv.metrics.ttft.observe(time.monotonic() - start)
-                first = False
-            if ev.finish_reason == "error":
-                raise APIError(500, f"generation failed: {ev.error}", type="server_error")
-            texts[j] += ev.text
-            if ev.token_id is not None:
-                counts[j] += 1
-                if req.logprobs:
-                    lps[j].append(content_logprob(ev))
-            reasons[j] = ev.finish_reason or reasons[j]
-        if any(r is None for r in reasons):
+
+        def gather(j, ev):
+            if req.logprobs and ev.token_id is not None:
+                lps[j].append(content_logprob(ev))
+
+        done = await srv.collect(request, jobs, start, gather)
+        if done is None:
             return Response(status_code=499)
+        texts, counts, reasons = done
         choices = [{"index": j, "message": {"role": "assistant", "content": texts[j]},
                     "logprobs": {"content": lps[j]} if req.logprobs else None, "finish_reason": reasons[j]}
                    for j in range(len(jobs))]
