@@ -1,9 +1,10 @@
 """A real SIGKILL in the middle of a checkpoint write, then --resume: the uninterrupted losses.
 
 A forked child trains with the checkpoint writer wrapped so that the process SIGKILLs itself
-at an exact point of the second save (no cleanup code runs, as with `kill -9`): after the DCP
-files are in the temp folder but before trainer_state.pt, or after the rename to step_N but
-before the `latest` pointer names it. bench/kill_soak.py does the same with random kills.
+at an exact point of a save (no cleanup code runs, as with `kill -9`): after the DCP files are
+in the temp folder but before trainer_state.pt, or after the rename to step_N but before the
+`latest` pointer names it; and during the first save, which leaves logged steps but nothing to
+resume from (--resume then starts fresh: the same seed gives the same steps again). bench/kill_soak.py does the same with random kills.
 """
 
 from __future__ import annotations
@@ -23,9 +24,9 @@ from gptforge.train.loop import train
 STEPS, INTERVAL = 8, 3
 
 
-def _train_and_die(point: str, data: str, run: str) -> None:
-    """In a forked child: train, SIGKILLing this process at `point` of the save at step 2*INTERVAL."""
-    at = ck.step_dir_name(2 * INTERVAL)
+def _train_and_die(point: str, step: int, data: str, run: str) -> None:
+    """In a forked child: train, SIGKILLing this process at `point` of the save at `step`."""
+    at = ck.step_dir_name(step)
     if point == "dcp":
         write = ck._write_checkpoint
 
@@ -61,27 +62,36 @@ def uninterrupted(tiny_shards, tmp_path_factory) -> list[dict]:
     return read_metrics(run)
 
 
-@pytest.mark.parametrize("point", ["dcp", "pointer"])
-def test_sigkill_during_a_checkpoint_write_resumes_to_the_same_losses(point, uninterrupted, tiny_shards, tmp_path):
+@pytest.mark.parametrize("point,step", [("dcp", 2 * INTERVAL), ("pointer", 2 * INTERVAL), ("dcp", INTERVAL)],
+                         ids=["dcp-written", "before-latest", "first-checkpoint"])
+def test_sigkill_during_a_checkpoint_write_resumes_to_the_same_losses(point, step, uninterrupted, tiny_shards,
+                                                                      tmp_path):
     run = tmp_path / "run"
     # fork: the child starts with everything imported (a fresh interpreter costs seconds)
-    p = multiprocessing.get_context("fork").Process(target=_train_and_die, args=(point, str(tiny_shards), str(run)))
+    p = multiprocessing.get_context("fork").Process(target=_train_and_die,
+                                                    args=(point, step, str(tiny_shards), str(run)))
     p.start()
     p.join(120)
     assert p.exitcode == -signal.SIGKILL
     root = run / "checkpoints"
-    second = ck.step_dir_name(2 * INTERVAL)
-    if point == "dcp":  # the temp folder holds DCP files but no trainer state; step 3 is latest
-        assert (root / f".tmp_{second}" / ".metadata").exists()
-        assert not (root / f".tmp_{second}" / ck.STATE_FILE).exists()
-        assert not (root / second).exists()
-    else:  # step 6 is complete but `latest` still names step 3
-        assert ck.verify_checkpoint(root / second) is None
-    assert (root / "latest").read_text().strip() == ck.step_dir_name(INTERVAL)
-    assert [r["step"] for r in read_metrics(run)] == list(range(1, 2 * INTERVAL + 1))
+    name, before = ck.step_dir_name(step), ck.step_dir_name(step - INTERVAL)
+    if point == "dcp":  # the temp folder holds DCP files but no trainer state
+        assert (root / f".tmp_{name}" / ".metadata").exists()
+        assert not (root / f".tmp_{name}" / ck.STATE_FILE).exists()
+        assert not (root / name).exists()
+    else:  # step_N is complete but `latest` still names the one before
+        assert ck.verify_checkpoint(root / name) is None
+    if step > INTERVAL:
+        assert (root / "latest").read_text().strip() == before
+    else:  # killed during the first checkpoint: training progress but nothing to resume from
+        assert not (root / "latest").exists() and not list(root.glob("step_*"))
+    assert [r["step"] for r in read_metrics(run)] == list(range(1, step + 1))
 
-    res = train(_cfg(), tiny_shards, run, resume=True, progress=False)
+    said: list[str] = []
+    res = train(_cfg(), tiny_shards, run, resume=True, progress=False, log=said.append)
     assert res.step == STEPS
+    if step == INTERVAL:
+        assert any("starting fresh" in m for m in said)
     assert not list(root.glob(".tmp_*"))  # the dead writer's temp folder is gone
     got = read_metrics(run)
     assert [r["step"] for r in got] == list(range(1, STEPS + 1))
