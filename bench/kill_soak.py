@@ -15,7 +15,8 @@ What a kill hit is read from the run folder right after it: a temp checkpoint fo
 this launch (killed during the DCP write / fsync, before the rename), a step folder newer than
 `latest` (after the rename, before the pointer), a `.latest.*.tmp` file (during the pointer
 write); any of these counts as a kill during a checkpoint write. Otherwise the kill hit start-up
-(no row past the resume step yet) or training. After each kill the checkpoint
+(no row past the resume step yet) or training; a kill that leaves logged steps but no complete
+checkpoint (the first save cut short) is counted too ("--resume" then starts fresh). After each kill the checkpoint
 that `find_checkpoint` chooses is verified. At the end the trial's metrics.jsonl rows (one per
 step, 1..max_steps) are compared with the reference's: loss, val_loss and grad_norm must be
 bit-identical; the max absolute difference is printed.
@@ -272,6 +273,7 @@ def wait_and_kill(p: subprocess.Popen, run: Path, rng: random.Random) -> dict:
         info["where"] = "training, before the first checkpoint"
     else:
         info["where"] = "training, between checkpoints"
+    info["resume_from"] = resume_step(run)
     try:
         chosen = ck.find_checkpoint(run)
         info["checkpoint_ok"] = ck.verify_checkpoint(chosen) is None
@@ -290,6 +292,7 @@ class PretrainStats:
     dead_ends: int = 0
     orphans: int = 0
     damaged: int = 0
+    no_checkpoint: int = 0
     max_diff: float = 0.0
     identical_trials: int = 0
     trials: int = 0
@@ -346,7 +349,9 @@ def soak_pretrain(a: argparse.Namespace, root: Path, data: Path, rng: random.Ran
                 st.where[info["where"]] = st.where.get(info["where"], 0) + 1
                 st.during_write += info["where"].startswith("checkpoint")
                 st.damaged += not info["checkpoint_ok"]
-                print(f"  trial {trial} kill {kills_here}: {info['mode']:10s} -> {info['where']}"
+                st.no_checkpoint += info["resume_from"] == 0 and last_step(run) > 0
+                print(f"  trial {trial} kill {kills_here}: {info['mode']:10s} -> {info['where']}; "
+                      f"resume from step {info['resume_from']} (logged {last_step(run)})"
                       f"{'' if info['checkpoint_ok'] else ' DAMAGED: ' + info.get('checkpoint_error', '')}",
                       flush=True)
                 cmd = ["pretrain", "--out", str(run), "--resume"]
@@ -547,6 +552,7 @@ def main(argv: list[str] | None = None) -> int:
         ("pretrain kills", ts.kills),
         ("kills during checkpoint write", ts.during_write),
         ("resumes (--resume launches)", ts.resumes),
+        ("kills leaving logged steps but no checkpoint", ts.no_checkpoint),
         ("fallback plain reruns", ts.fallback_reruns),
         ("damaged chosen checkpoints", ts.damaged),
         ("dead ends (pretrain + prepare)", ts.dead_ends + ps.dead_ends),
