@@ -240,18 +240,23 @@ class Trainer:
         return TaskEvaluator(score, tc.eval_interval, tc.max_steps, enabled=True)
 
     def _nothing_to_resume(self) -> bool:
-        """--resume on a run killed before its first checkpoint, with no training progress logged:
-        start it fresh (said), rather than leave a folder neither --resume nor a new run accepts."""
+        """--resume on a run killed before or during its first checkpoint write: start it fresh
+        (said, with the number of logged steps that are redone), rather than leave a folder that
+        neither --resume nor a new run accepts. Steps logged without a checkpoint cannot be
+        continued from; the same seed gives the same steps again. A folder that never held a run
+        (no config.yaml) is still an error, as is one whose checkpoints are all damaged."""
         if not (self.run_dir / "config.yaml").is_file():
             return False  # never started here: find_checkpoint's error says what is missing
         try:
             ckpt_lib.find_checkpoint(self.run_dir)
             return False
         except FileNotFoundError:
-            metrics = self.run_dir / "metrics.jsonl"
-            if metrics.exists() and metrics.read_text().strip():
-                raise
-        self.say(f"--resume: {self.run_dir} holds no complete checkpoint and no training progress: starting fresh")
+            pass
+        metrics = self.run_dir / "metrics.jsonl"
+        logged = len(metrics.read_text().splitlines()) if metrics.is_file() else 0
+        progress = (f"{logged} logged step row(s) are redone from step 0" if logged else "no training progress")
+        self.say(f"--resume: {self.run_dir} holds no complete checkpoint (the run stopped before its first one "
+                 f"was complete) and {progress}: starting fresh")
         for leftover in ("metrics.jsonl", "tb"):
             p = self.run_dir / leftover
             if self.main and p.is_file():
