@@ -10,6 +10,7 @@ from __future__ import annotations
 import datetime
 import json
 import os
+import shutil
 import socket
 import time
 import traceback
@@ -47,13 +48,17 @@ def _worker(rank: int, world: int, port: int, jobs: list[dict], out: str) -> Non
         except Exception:
             results[job["name"]] = {"error": traceback.format_exc()}
         dist.barrier()
+        if job.get("copy_to") and rank == 0:  # keep this job's run folder as it is now, for later use
+            shutil.copytree(job["run_dir"], job["copy_to"])
+        dist.barrier()
     Path(out, f"rank{rank}.json").write_text(json.dumps(results, default=str))
     dist.destroy_process_group()
 
 
 def run_layouts(world: int, jobs: list[dict], out_dir: Path, timeout_s: float = 240) -> dict:
     """Spawn `world` gloo processes that run `jobs` in order; return rank 0's results by job name
-    ({"loss": [...], "val_loss": [...], "rows": [...]} or {"error": traceback})."""
+    ({"loss": [...], "val_loss": [...], "rows": [...]} or {"error": traceback}). A job with
+    "copy_to" has its run folder copied there once it is done, before the next job runs."""
     import torch.multiprocessing as mp
 
     out_dir.mkdir(parents=True, exist_ok=True)
