@@ -109,6 +109,10 @@ def dist_runs(tiny_shards, tmp_path_factory):
     ]
     res4 = run_layouts(4, jobs4, root / "out4")
     shutil.copytree(root / "zero1_x4_saved", root / "zero1_4_to_2")
+    # precision auto measured per rank could differ between ranks: pin it differently on each.
+    jobs2.append(dict(_job("ddp_auto_precision", TIED, _train_kw(4, 1, precision="auto"), dict(dp_replicate=2),
+                           tiny_shards, root / "ddp_auto_precision"),
+                      env_per_rank={"0": {"GPTFORGE_AUTO_PRECISION": "fp32"}, "1": {"GPTFORGE_AUTO_PRECISION": "bf16"}}))
     jobs2.append(_job("zero1_4_to_2", TIED, _train_kw(2, 2), dict(dp_shard=2, zero_stage=1), tiny_shards,
                       root / "zero1_4_to_2", resume=True))
     res2 = run_layouts(2, jobs2, root / "out2")
@@ -224,3 +228,10 @@ def test_zero1_four_ranks_resume_on_one_process(dist_runs, tmp_path, parallel):
     shutil.copytree(dist_runs["root"] / "zero1_x4_saved", run)
     res = train(_cfg(TIED, _train_kw(2, 4), parallel), _data_of(run), run, resume=True, progress=False)
     _assert_close([h["loss"] for h in res.history], full[3:], f"ZeRO-1 4 ranks -> 1 process {parallel}")
+
+
+def test_ranks_train_in_rank0s_precision(dist_runs):
+    """train.precision auto resolved alike on every rank: rank 1 (which alone would pick bf16)
+    trains in rank 0's fp32, so the run is the fp32 DDP run bit for bit."""
+    assert _run(dist_runs, "ddp_auto_precision")["loss"] == _run(dist_runs, "ddp")["loss"]
+    assert "precision: fp32" in (dist_runs["root"] / "ddp_auto_precision" / "config.yaml").read_text()
