@@ -71,10 +71,10 @@ def _job(name, model, train_kw, parallel, data, run_dir, resume=False) -> dict:
                 resume=resume)
 
 
-def _assert_close(got: list[float], want: list[float], what: str) -> None:
+def _assert_close(got: list[float], want: list[float], what: str, rel: float = REL) -> None:
     assert len(got) == len(want), f"{what}: {len(got)} steps, expected {len(want)}"
     for i, (a, b) in enumerate(zip(got, want)):
-        assert abs(a - b) <= REL * abs(b), f"{what}: step {i + 1} loss {a!r} vs single-process {b!r}"
+        assert abs(a - b) <= rel * abs(b), f"{what}: step {i + 1} loss {a!r} vs reference {b!r}"
 
 
 @pytest.fixture(scope="module")
@@ -205,12 +205,17 @@ def test_single_process_fsdp_with_cpu_offload(tiny_shards, tmp_path):
     assert not torch.distributed.is_initialized()  # the group train() made is gone again
 
 
-def test_zero1_on_four_ranks_resumes_bit_exactly(dist_runs):
-    """Saved at step 3 by 4 ZeRO-1 ranks, resumed on the same 4: the uninterrupted run's losses."""
+def test_zero1_on_four_ranks_resumes(dist_runs):
+    """Saved at step 3 by 4 ZeRO-1 ranks, resumed on the same 4: the uninterrupted run's losses.
+
+    Within 1e-6, not asserted bit for bit: on 4 DDP ranks (ZeRO-1 included) the resumed steps can
+    sum gradients in another order than the uninterrupted run (bench/resume_matrix.py measured
+    2e-8; FSDP2 resumes bit for bit), most likely because DDP regroups its buckets after a
+    process's first step. A lost or misplaced optimizer state moves the loss by 1e-4 or more."""
     full = _run(dist_runs, "zero1_x4")["loss"]
     assert _run(dist_runs, "zero1_x4_save")["loss"] == full[:3]
     assert ck.find_checkpoint(dist_runs["root"] / "zero1_x4_saved").name == "step_0000003"
-    assert _run(dist_runs, "zero1_x4_resume")["loss"] == full[3:]
+    _assert_close(_run(dist_runs, "zero1_x4_resume")["loss"], full[3:], "ZeRO-1 4 ranks -> 4 ranks", rel=1e-6)
 
 
 def test_zero1_four_ranks_resume_on_two(dist_runs):
