@@ -62,8 +62,36 @@ def quiet_single_process_dcp():
         yield
 
 
+@contextlib.contextmanager
+def _without_empty_groups(optimizer: torch.optim.Optimizer | None):
+    """Hide `optimizer`'s parameter groups that hold no parameter for the duration of the block,
+    then put them back at their places (after the groups that a `load_state_dict` inside the
+    block installed).
+
+    A ZeRO-1 rank's local optimizer gets such groups (`ZeroRedundancyOptimizer` splits each group
+    over the ranks by size, and a small group may give a rank nothing); torch's flattened
+    optimizer state dict names a group's hyperparameters after its first parameter, so DCP's
+    `set_state_dict` fails on an empty one (IndexError in `_unflatten_optim_state_dict`). An empty
+    group has no state to save, and its hyperparameters are those of the run's config (ZeRO-1
+    copies them from its own groups before every step), so hiding it loses nothing.
+    """
+    if optimizer is None or all(g["params"] for g in optimizer.param_groups):
+        yield
+        return
+    empty = [(i, g) for i, g in enumerate(optimizer.param_groups) if not g["params"]]
+    optimizer.param_groups = [g for g in optimizer.param_groups if g["params"]]
+    try:
+        yield
+    finally:
+        groups = list(optimizer.param_groups)
+        for i, g in empty:
+            groups.insert(i, g)
+        optimizer.param_groups = groups
+
+
 def _dcp_state(model: torch.nn.Module, optimizer: torch.optim.Optimizer | None) -> dict[str, Any]:
-    """{"model": ..., "optim": ...} in DCP's layout-independent form (optimizer state keyed by name)."""
+    """{"model": ..., "optim": ...} in DCP's layout-independent form (optimizer state keyed by
+    name). Call it inside `_without_empty_groups(optimizer)`."""
     model_sd, optim_sd = get_state_dict(model, optimizer if optimizer is not None else [], options=_OPTIONS)
     state = {"model": model_sd}
     if optimizer is not None:
@@ -173,7 +201,8 @@ def _write_checkpoint(tmp: Path, model, optimizer, model_state, extra) -> None:
     if model_state is not None:
         state = {"model": model_state}
     else:
-        state = _dcp_state(model, optimizer)
+        with _without_empty_groups(optimizer):
+            state = _dcp_state(model, optimizer)
     with quiet_single_process_dcp():
         dcp.save(state, checkpoint_id=str(tmp))
     if extra is not None:
@@ -338,14 +367,15 @@ def load_checkpoint(ckpt: Path, model: torch.nn.Module, optimizer: torch.optim.O
         import yaml
 
         refuse_quantized(yaml.safe_load((ckpt / "config.yaml").read_text()) or {}, ckpt / "config.yaml")
-    state = _dcp_state(model, optimizer)
-    with quiet_single_process_dcp():
-        dcp.load(state, checkpoint_id=str(ckpt))
-    set_state_dict(
-        model, optimizer if optimizer is not None else [],
-        model_state_dict=state["model"], optim_state_dict=state.get("optim", {}),
-        options=StateDictOptions(strict=True, flatten_optimizer_state_dict=True),
-    )
+    with _without_empty_groups(optimizer):
+        state = _dcp_state(model, optimizer)
+        with quiet_single_process_dcp():
+            dcp.load(state, checkpoint_id=str(ckpt))
+        set_state_dict(
+            model, optimizer if optimizer is not None else [],
+            model_state_dict=state["model"], optim_state_dict=state.get("optim", {}),
+            options=StateDictOptions(strict=True, flatten_optimizer_state_dict=True),
+        )
     trainer_state = load_trainer_state(ckpt)
     restore_rng(trainer_state)
     return trainer_state

@@ -96,6 +96,19 @@ class DistEnv:
         if self.distributed and self.world_size > 1:
             dist.barrier()
 
+    def rank0_value(self, value: Any) -> Any:
+        """Rank 0's `value` on every rank (a picklable object; `value` itself on one process).
+
+        For choices every rank must make alike but each could measure differently, such as
+        `train.precision auto` (a timing of this machine's matmuls): ranks that disagree would
+        run collectives of different dtypes, which gloo aborts on ("Received data size doesn't
+        match expected size") and NCCL may hang on."""
+        if not dist.is_initialized() or dist.get_world_size() == 1:
+            return value
+        box = [value]
+        dist.broadcast_object_list(box, src=0)
+        return box[0]
+
     def _coll_device(self) -> torch.device:
         # NCCL only moves CUDA tensors; gloo only CPU ones.
         return self.device if dist.get_backend() == "nccl" else torch.device("cpu")

@@ -34,7 +34,8 @@ def _decay_groups(params, weight_decay: float) -> list[dict]:
         {"params": decay, "weight_decay": weight_decay},
         {"params": no_decay, "weight_decay": 0.0},
     ]
-    # An empty group (e.g. LoRA trains matrices only) would break DCP's optimizer state dict.
+    # An empty group (e.g. LoRA trains matrices only) is left out; checkpoints cope with the empty
+    # groups ZeRO-1 gives some ranks anyway (runtime.checkpoint._without_empty_groups).
     return [g for g in groups if g["params"]]
 
 

@@ -133,7 +133,8 @@ class Trainer:
         self.device, self.main = env.device, env.is_main
         self.say = (log or (lambda m: None)) if self.main else (lambda m: None)
         # Measured before seeding: measuring uses the RNG.
-        precision = resolve_precision(cfg.train.precision, self.device, self.say)
+        # Every rank trains in rank 0's choice (auto is a timing each rank would make alone).
+        precision = env.rank0_value(resolve_precision(cfg.train.precision, self.device, self.say))
         cfg = RunConfig(model=cfg.model, train=dataclasses.replace(cfg.train, precision=precision), parallel=cfg.parallel)
         self.peak = device_peak(self.device, precision) if self.main else Peak(None, "rank 0's figure")
         self.cfg = cfg = self._resolve_config(cfg)

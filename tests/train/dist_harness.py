@@ -10,6 +10,7 @@ from __future__ import annotations
 import datetime
 import json
 import os
+import shutil
 import socket
 import time
 import traceback
@@ -37,6 +38,8 @@ def _worker(rank: int, world: int, port: int, jobs: list[dict], out: str) -> Non
     results = {}
     for job in jobs:
         t0 = time.perf_counter()
+        saved_env = dict(os.environ)
+        os.environ.update(job.get("env_per_rank", {}).get(str(rank), {}))  # this rank's variables for this job
         try:
             cfg = RunConfig(model=ModelConfig(**job["model"]), train=TrainConfig(**job["train"]),
                             parallel=ParallelConfig(**job["parallel"]))
@@ -53,6 +56,11 @@ def _worker(rank: int, world: int, port: int, jobs: list[dict], out: str) -> Non
                                     "rows": res.history, "seconds": time.perf_counter() - t0}
         except Exception:
             results[job["name"]] = {"error": traceback.format_exc()}
+        os.environ.clear()
+        os.environ.update(saved_env)
+        dist.barrier()
+        if job.get("copy_to") and rank == 0:  # keep this job's run folder as it is now, for later use
+            shutil.copytree(job["run_dir"], job["copy_to"])
         dist.barrier()
     Path(out, f"rank{rank}.json").write_text(json.dumps(results, default=str))
     dist.destroy_process_group()
@@ -60,7 +68,9 @@ def _worker(rank: int, world: int, port: int, jobs: list[dict], out: str) -> Non
 
 def run_layouts(world: int, jobs: list[dict], out_dir: Path, timeout_s: float = 240) -> dict:
     """Spawn `world` gloo processes that run `jobs` in order; return rank 0's results by job name
-    ({"loss": [...], "val_loss": [...], "rows": [...]} or {"error": traceback})."""
+    ({"loss": [...], "val_loss": [...], "rows": [...]} or {"error": traceback}). A job with
+    "copy_to" has its run folder copied there once it is done, before the next job runs; "env_per_rank"
+    ({"1": {"VAR": "value"}}) sets environment variables on some ranks for that job only."""
     import torch.multiprocessing as mp
 
     out_dir.mkdir(parents=True, exist_ok=True)

@@ -22,6 +22,7 @@ from tests.train.dist_harness import run_layouts
 REL = 1e-5
 TIED = dict(arch="gpt2", n_layer=2, n_head=2, d_model=32, block_size=32, dropout=0.0)
 UNTIED = dict(TIED, tie_embeddings=False)
+ZERO1_X4 = dict(dp_shard=4, zero_stage=1)
 LLAMA4 = dict(arch="llama", n_layer=4, n_head=2, n_kv_head=2, d_model=32, block_size=32, dropout=0.0)
 
 
@@ -49,6 +50,8 @@ LAYOUTS_2 = {
 LAYOUTS_4 = {
     "fsdp2_x_tp2": (TIED, _train_kw(2, 2), dict(dp_shard=2, tp=2), "tied_mb2"),
     "pp2_x_fsdp2": (UNTIED, _train_kw(2, 2), dict(pp=2, dp_shard=2, pp_microbatches=2), "untied_mb2"),
+    # 4 ZeRO-1 shards: some ranks' local optimizers hold an empty parameter group (issue 15, item 12).
+    "zero1_x4": (TIED, _train_kw(2, 1), dict(dp_shard=4, zero_stage=1), "tied_mb2"),
 }
 REFERENCES = {
     "tied_mb4": (TIED, _train_kw(4, 2)),
@@ -68,10 +71,10 @@ def _job(name, model, train_kw, parallel, data, run_dir, resume=False) -> dict:
                 resume=resume)
 
 
-def _assert_close(got: list[float], want: list[float], what: str) -> None:
+def _assert_close(got: list[float], want: list[float], what: str, rel: float = REL) -> None:
     assert len(got) == len(want), f"{what}: {len(got)} steps, expected {len(want)}"
     for i, (a, b) in enumerate(zip(got, want)):
-        assert abs(a - b) <= REL * abs(b), f"{what}: step {i + 1} loss {a!r} vs single-process {b!r}"
+        assert abs(a - b) <= rel * abs(b), f"{what}: step {i + 1} loss {a!r} vs reference {b!r}"
 
 
 @pytest.fixture(scope="module")
@@ -96,9 +99,23 @@ def dist_runs(tiny_shards, tmp_path_factory):
         _job("single_to_fsdp", TIED, _train_kw(4, 1), dict(dp_shard=2), tiny_shards, root / "single_to_fsdp",
              resume=True),
     ]
-    res2 = run_layouts(2, jobs2, root / "out2")
+    # ZeRO-1 on 4 ranks stopped at step 3 (kept aside as zero1_x4_saved), then resumed on 4; the
+    # copy is resumed on 2 ranks below.
     jobs4 = [_job(n, m, t, p, tiny_shards, root / n) for n, (m, t, p, _) in LAYOUTS_4.items()]
+    jobs4 += [
+        dict(_job("zero1_x4_save", TIED, _train_kw(2, 1, stop_at_step=3), ZERO1_X4, tiny_shards,
+                  root / "zero1_x4_run"), copy_to=str(root / "zero1_x4_saved")),
+        _job("zero1_x4_resume", TIED, _train_kw(2, 1), ZERO1_X4, tiny_shards, root / "zero1_x4_run", resume=True),
+    ]
     res4 = run_layouts(4, jobs4, root / "out4")
+    shutil.copytree(root / "zero1_x4_saved", root / "zero1_4_to_2")
+    # precision auto measured per rank could differ between ranks: pin it differently on each.
+    jobs2.append(dict(_job("ddp_auto_precision", TIED, _train_kw(4, 1, precision="auto"), dict(dp_replicate=2),
+                           tiny_shards, root / "ddp_auto_precision"),
+                      env_per_rank={"0": {"GPTFORGE_AUTO_PRECISION": "fp32"}, "1": {"GPTFORGE_AUTO_PRECISION": "bf16"}}))
+    jobs2.append(_job("zero1_4_to_2", TIED, _train_kw(2, 2), dict(dp_shard=2, zero_stage=1), tiny_shards,
+                      root / "zero1_4_to_2", resume=True))
+    res2 = run_layouts(2, jobs2, root / "out2")
     return {"refs": refs, "runs": {**res2, **res4}, "root": root}
 
 
@@ -186,3 +203,40 @@ def test_single_process_fsdp_with_cpu_offload(tiny_shards, tmp_path):
                progress=False)
     _assert_close([h["loss"] for h in z3.history], [h["loss"] for h in plain.history], "ZeRO-3 + offload")
     assert not torch.distributed.is_initialized()  # the group train() made is gone again
+
+
+def test_zero1_on_four_ranks_resumes(dist_runs):
+    """Saved at step 3 by 4 ZeRO-1 ranks, resumed on the same 4: the uninterrupted run's losses.
+
+    Within 1e-6, not asserted bit for bit: on 4 DDP ranks (ZeRO-1 included) the resumed steps can
+    sum gradients in another order than the uninterrupted run (bench/resume_matrix.py measured
+    2e-8; FSDP2 resumes bit for bit), most likely because DDP regroups its buckets after a
+    process's first step. A lost or misplaced optimizer state moves the loss by 1e-4 or more."""
+    full = _run(dist_runs, "zero1_x4")["loss"]
+    assert _run(dist_runs, "zero1_x4_save")["loss"] == full[:3]
+    assert ck.find_checkpoint(dist_runs["root"] / "zero1_x4_saved").name == "step_0000003"
+    _assert_close(_run(dist_runs, "zero1_x4_resume")["loss"], full[3:], "ZeRO-1 4 ranks -> 4 ranks", rel=1e-6)
+
+
+def test_zero1_four_ranks_resume_on_two(dist_runs):
+    """Optimizer states are stored per parameter name, so 2 ZeRO-1 ranks (another split of the
+    parameters) find theirs in the 4 ranks' checkpoint."""
+    full = _run(dist_runs, "zero1_x4")["loss"]
+    _assert_close(_run(dist_runs, "zero1_4_to_2")["loss"], full[3:], "ZeRO-1 4 ranks -> 2 ranks")
+
+
+@pytest.mark.parametrize("parallel", [dict(zero_stage=1), dict()], ids=["zero1", "plain"])
+def test_zero1_four_ranks_resume_on_one_process(dist_runs, tmp_path, parallel):
+    """4 ZeRO-1 ranks -> one process, as a one-rank ZeRO-1 group holding every state or as plain AdamW."""
+    full = _run(dist_runs, "zero1_x4")["loss"]
+    run = tmp_path / "run"
+    shutil.copytree(dist_runs["root"] / "zero1_x4_saved", run)
+    res = train(_cfg(TIED, _train_kw(2, 4), parallel), _data_of(run), run, resume=True, progress=False)
+    _assert_close([h["loss"] for h in res.history], full[3:], f"ZeRO-1 4 ranks -> 1 process {parallel}")
+
+
+def test_ranks_train_in_rank0s_precision(dist_runs):
+    """train.precision auto resolved alike on every rank: rank 1 (which alone would pick bf16)
+    trains in rank 0's fp32, so the run is the fp32 DDP run bit for bit."""
+    assert _run(dist_runs, "ddp_auto_precision")["loss"] == _run(dist_runs, "ddp")["loss"]
+    assert "precision: fp32" in (dist_runs["root"] / "ddp_auto_precision" / "config.yaml").read_text()
