@@ -137,10 +137,10 @@ def load_model_checkpoint(path: Path, dtype: torch.dtype | None = None, which: s
     if prefix is None:
         raise ValueError(f"{step}: no model weights (no tensor named *wte.weight)")
     stored = dtype or meta[prefix + "wte.weight"]
-    if consolidated is not None:
-        # On the CPU without random init, then cast (a bf16 model under --dtype auto passes
-        # through fp32 once): the meta device would import sympy and torch._dynamo (see
-        # skip_random_init), which reading safetensors avoids.
+    if consolidated is not None or stored == torch.float32:
+        # On the CPU without random init, then cast (a bf16 model read from safetensors under
+        # --dtype auto passes through fp32 once): the meta device would import sympy and
+        # torch._dynamo (see skip_random_init).
         with skip_random_init():
             model = GPT(cfg)
         model = model.to(stored)
