@@ -1,8 +1,9 @@
 """Start-up time of `gptforge generate` and `gptforge evaluate` against `python -c 'import torch'`.
 
-A short command's time is mostly start-up: this measures the wall time of each command on a tiny
-run (trained here, 2 steps), median of --repeats, and prints how much each takes beyond importing
-torch (target: within about 1.5 s). It then runs generate once under `python -X importtime` and
+A short command's time is mostly start-up: this measures the wall and CPU time (user + system) of
+each command on a tiny run (trained here, 2 steps), in --repeats rounds that each run every
+command once (so that all see the same load on a shared machine), and prints the medians and how
+much each takes beyond importing torch in the same round (target: within about 1.5 s). It then runs generate once under `python -X importtime` and
 prints the cumulative import time of torch and of the heavy packages inference can do without
 (torch.distributed.checkpoint, sympy, torch._dynamo), and the same for a copy of the run whose
 checkpoint has no model.safetensors (the DCP path).
@@ -11,7 +12,10 @@ checkpoint has no model.safetensors (the DCP path).
 included) with and without the consolidated model.safetensors and prints the extra seconds and
 bytes.
 
-    python bench/startup_time.py [--repeats 5] [--write-cost]
+    python bench/startup_time.py [--repeats 5] [--write-cost]   (--repeats 0: the write cost alone)
+
+Run it from the checkout to measure: `python -m gptforge.cli` finds gptforge in the current
+directory first.
 """
 
 from __future__ import annotations
@@ -29,14 +33,33 @@ from pathlib import Path
 HEAVY = ("torch", "torch.distributed.checkpoint", "sympy", "torch._dynamo", "transformers")
 
 
-def wall(cmd: list[str], repeats: int) -> float:
-    times = []
+def timed(cmd: list[str]) -> tuple[float, float]:
+    """(wall seconds, CPU seconds: user + system) of one run of `cmd`."""
+    t0 = time.perf_counter()
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            env=dict(os.environ, OMP_NUM_THREADS="1"))
+    _, status, usage = os.wait4(proc.pid, 0)
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    if proc.returncode != 0:
+        raise subprocess.CalledProcessError(proc.returncode, cmd)
+    return time.perf_counter() - t0, usage.ru_utime + usage.ru_stime
+
+
+def rounds(cmds: dict[str, list[str]], repeats: int) -> dict[str, tuple[float, float, float, float]]:
+    """Run every command once per round, `repeats` rounds, so that all see the same load.
+
+    Returns name -> (median wall s, median CPU s, median wall beyond the round's first command,
+    median CPU beyond it): the differences are paired within a round.
+    """
+    runs = {name: [] for name in cmds}
     for _ in range(repeats):
-        t0 = time.perf_counter()
-        subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                       env=dict(os.environ, OMP_NUM_THREADS="1"))
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times)
+        for name, cmd in cmds.items():
+            runs[name].append(timed(cmd))
+    first = next(iter(cmds))
+    med = statistics.median
+    return {name: (med(w for w, _ in r), med(c for _, c in r),
+                   med(w - b[0] for (w, _), b in zip(r, runs[first])),
+                   med(c - b[1] for (_, c), b in zip(r, runs[first]))) for name, r in runs.items()}
 
 
 def import_times(cmd: list[str]) -> dict[str, float]:
@@ -62,7 +85,8 @@ def write_cost(n_params: int) -> None:
 
     d = 512
     layers = max(1, round((n_params - 8192 * d) / (12 * d * d)))
-    model = GPT(ModelConfig(arch="gpt2", n_layer=layers, n_head=8, d_model=d, vocab_size=8192, block_size=256))
+    model = GPT(ModelConfig(arch="gpt2", n_layer=layers, n_head=8, d_model=d, vocab_size=8192,
+                            block_size=256).resolved())
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
     model(torch.zeros(1, 8, dtype=torch.long)).float().mean().backward()
     opt.step()
@@ -92,9 +116,18 @@ def main() -> None:
     ap.add_argument("--write-cost", action="store_true", help="also measure the consolidated file's write cost")
     ap.add_argument("--write-params", type=int, default=25_000_000)
     args = ap.parse_args()
+    if args.repeats > 0:
+        startup(args.repeats)
+    if args.write_cost:
+        write_cost(args.write_params)
+
+
+def startup(repeats: int) -> None:
     py = sys.executable
-    cpu = next((ln.split(":", 1)[1].strip() for ln in subprocess.run(["lscpu"], capture_output=True, text=True)
-                .stdout.splitlines() if ln.startswith("Model name")), "unknown CPU")
+    lscpu = subprocess.run(["lscpu"], capture_output=True, text=True).stdout
+    cpu = next((ln.split(":", 1)[1].strip() for ln in lscpu.splitlines() if ln.startswith("Model name")), "unknown CPU")
+    flags = set(next((ln.split(":", 1)[1].split() for ln in lscpu.splitlines() if ln.startswith("Flags")), []))
+    cpu += f" ({', '.join(f for f in ('avx512f', 'avx512_bf16') if f in flags) or 'no AVX-512'}, {os.cpu_count()} cores)"
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
         src = Path(os.__file__).parent
@@ -111,32 +144,31 @@ def main() -> None:
         text = tmp / "t.txt"
         text.write_text(files[0].read_text()[:4000])
         load0 = os.getloadavg()[0]
-        base = wall([py, "-c", "import torch"], args.repeats)
-        rows = [("python -c 'import torch'", base)]
-        rows.append(("gptforge --help", wall([py, "-m", "gptforge.cli", "--help"], args.repeats)))
         gen = ["-m", "gptforge.cli", "generate", "RUN", "--max-new-tokens", "1"]
         ev = ["-m", "gptforge.cli", "evaluate", "RUN", "--text", str(text)]
 
         def on(cmd, run):
-            return [str(run) if a == "RUN" else a for a in cmd]
+            return [py, *(str(run) if a == "RUN" else a for a in cmd)]
 
-        rows.append(("gptforge generate RUN --max-new-tokens 1", wall([py, *on(gen, tmp / "r")], args.repeats)))
-        rows.append(("gptforge evaluate RUN --text FILE", wall([py, *on(ev, tmp / "r")], args.repeats)))
+        cmds = {"python -c 'import torch'": [py, "-c", "import torch"],
+                "gptforge --help": [py, "-m", "gptforge.cli", "--help"],
+                "gptforge generate RUN --max-new-tokens 1": on(gen, tmp / "r"),
+                "gptforge evaluate RUN --text FILE": on(ev, tmp / "r")}
         if any((tmp / "r" / "checkpoints").glob("step_*/model.safetensors")):
-            rows.append(("  the same, no model.safetensors: generate", wall([py, *on(gen, tmp / "r_dcp")], args.repeats)))
-            rows.append(("  the same, no model.safetensors: evaluate", wall([py, *on(ev, tmp / "r_dcp")], args.repeats)))
-        imports = {"generate": import_times(on(gen, tmp / "r")),
-                   "generate, DCP path": import_times(on(gen, tmp / "r_dcp"))}
-    print(f"CPU: {cpu}; median of {args.repeats} runs; load average {load0:.1f} at the start, "
-          f"{os.getloadavg()[0]:.1f} at the end")
-    for name, t in rows:
-        extra = "" if name.startswith("python") or "help" in name else f"   (+{t - base:.2f} s over import torch)"
-        print(f"  {name:<45} {t:5.2f} s{extra}")
+            cmds["  the same, no model.safetensors: generate"] = on(gen, tmp / "r_dcp")
+            cmds["  the same, no model.safetensors: evaluate"] = on(ev, tmp / "r_dcp")
+        rows = rounds(cmds, repeats)
+        imports = {"generate": import_times(on(gen, tmp / "r")[1:]),
+                   "generate, DCP path": import_times(on(gen, tmp / "r_dcp")[1:])}
+    print(f"CPU: {cpu}; median of {repeats} rounds (each runs every command once); load average "
+          f"{load0:.1f} at the start, {os.getloadavg()[0]:.1f} at the end")
+    print(f"  {'command':<45} {'wall s':>7} {'CPU s':>7}   beyond import torch (paired in a round): wall, CPU")
+    for name, (w, c, dw, dc) in rows.items():
+        extra = "" if name.startswith("python") or "help" in name else f"   {dw:+.2f} s, {dc:+.2f} s"
+        print(f"  {name:<45} {w:7.2f} {c:7.2f}{extra}")
     print("cumulative import time (-X importtime, one run), seconds:")
     for name, got in imports.items():
         print(f"  {name:<20} " + ", ".join(f"{m} {got[m]:.2f}" if m in got else f"{m} not imported" for m in HEAVY))
-    if args.write_cost:
-        write_cost(args.write_params)
 
 
 if __name__ == "__main__":
