@@ -24,11 +24,15 @@ The consolidated `model.safetensors` exists so that `generate`/`evaluate` start 
 `torch.distributed.checkpoint` pulls in DTensor and sympy (0.7-1.4 s), while safetensors costs
 milliseconds. It is written in the same temp folder, so it appears with the rest at the rename;
 its metadata names the step and the SHA-256 of the trainer_state.pt written beside it, which
-binds it to this checkpoint. It is skipped when the weights are not whole on rank 0 (FSDP, tensor
-or pipeline parallel: DTensors or different tensors per rank; DeepSpeed's other ranks) or not
-plain tensors (QLoRA's 4-bit base). Readers that want weights only (`find_checkpoint(...,
-weights_only=True)`, `load_model_weights`, `runtime.loading`) use it when `consolidated_problem`
-finds nothing wrong, and DCP otherwise; training resumes always read DCP.
+binds it to this checkpoint. By default it is written only when cheap: when the optimizer
+state is at least as large as the weights (full training: +33% disk with AdamW), not beside
+weights alone or a LoRA run's tiny optimizer state, where it would double the folder. It is
+skipped when the weights are not whole on rank 0 (FSDP, tensor or pipeline parallel: DTensors
+or different tensors per rank; DeepSpeed's other ranks) or not plain tensors (QLoRA's 4-bit
+base). Readers
+that want weights only (`find_checkpoint(..., weights_only=True)`, `load_model_weights`,
+`runtime.loading`) use it when `consolidated_problem` finds nothing wrong, and DCP otherwise;
+training resumes always read DCP.
 """
 
 from __future__ import annotations
@@ -121,7 +125,7 @@ def step_dir_name(step: int) -> str:
 def save_checkpoint(ckpt_root: Path, step: int, model: torch.nn.Module, optimizer: torch.optim.Optimizer | None,
                     trainer_state: dict[str, Any], config_yaml: str, keep: int = 2,
                     mark_best: bool = False, model_state: dict[str, Any] | None = None,
-                    extra: Callable[[Path], None] | None = None, consolidated: bool = True) -> Path:
+                    extra: Callable[[Path], None] | None = None, consolidated: bool | None = None) -> Path:
     """Write checkpoint `step` atomically under `ckpt_root` and point `latest` at it.
 
     Every rank calls this (DCP writes each rank's shards in parallel); rank 0 renames and writes
@@ -136,7 +140,12 @@ def save_checkpoint(ckpt_root: Path, step: int, model: torch.nn.Module, optimize
         with the rest, at the rename.
     consolidated: also write the model weights as `model.safetensors` when rank 0 holds them
         whole (every rank's weights have the same names and shapes, none is a DTensor, all are
-        plain tensors); see the module docstring. Costs one more copy of the weights on disk.
+        plain tensors); see the module docstring. Costs one more copy of the weights on disk:
+        about a third more for a checkpoint with AdamW states, twice for weights alone. None
+        (default): only when that is cheap, the optimizer state (all ranks together) at least
+        as large as the weights, so the folder grows by at most a half: full training with
+        AdamW or Muon, not LoRA (a tiny optimizer state) nor the weights-only checkpoints of
+        convert, quantize or prune. True: whenever the weights are whole; False: never.
 
     Returns: the final checkpoint folder.
     """
@@ -150,24 +159,27 @@ def save_checkpoint(ckpt_root: Path, step: int, model: torch.nn.Module, optimize
         tmp.mkdir()
     _barrier()
     try:
-        model_sd = _write_checkpoint(tmp, model, optimizer, model_state, extra)
+        saved = _write_checkpoint(tmp, model, optimizer, model_state, extra)
     except BaseException:
         # A failed write (disk full, Ctrl-C) must not leave a half checkpoint filling the disk.
         if _is_main():
             shutil.rmtree(tmp, ignore_errors=True)
         raise
     # RNG states differ per rank; everything else is identical, so rank 0's copy is kept. The
-    # weights' signature rides along: equal on every rank means rank 0 holds them all (DDP).
-    signature = _whole_signature(model_sd) if consolidated else None
-    rng = [None] * (dist.get_world_size() if dist.is_initialized() else 1)
+    # weights' signature rides along: equal on every rank means rank 0 holds them all (DDP); and
+    # the optimizer state's bytes, to judge whether one more copy of the weights is cheap.
+    model_sd = saved["model"]
+    signature = _whole_signature(model_sd) if consolidated is not False else None
+    mine = (rng_state(), signature, _tensor_bytes(saved.get("optim", {})))
+    gathered = [None] * (dist.get_world_size() if dist.is_initialized() else 1)
     if dist.is_initialized():
-        gathered = [None] * len(rng)
-        dist.all_gather_object(gathered, (rng_state(), signature))
-        rng = [g[0] for g in gathered]
-        whole = signature is not None and all(g[1] == signature for g in gathered)
+        dist.all_gather_object(gathered, mine)
     else:
-        rng[0] = rng_state()
-        whole = signature is not None
+        gathered[0] = mine
+    rng = [g[0] for g in gathered]
+    whole = signature is not None and all(g[1] == signature for g in gathered)
+    if whole and consolidated is None:  # cheap: at most half again the DCP data
+        whole = sum(g[2] for g in gathered) >= _tensor_bytes(model_sd)
     if _is_main():
         payload = dict(trainer_state, rng_per_rank=rng)
         with open(tmp / STATE_FILE, "wb") as f:
@@ -204,7 +216,7 @@ def save_checkpoint(ckpt_root: Path, step: int, model: torch.nn.Module, optimize
 
 
 def _write_checkpoint(tmp: Path, model, optimizer, model_state, extra) -> dict[str, Any]:
-    """DCP-save model (+ optimizer) into `tmp`; returns the model state dict that was saved."""
+    """DCP-save model (+ optimizer) into `tmp`; returns what was saved ({"model": ..., "optim": ...})."""
     import torch.distributed.checkpoint as dcp
 
     if model_state is not None:
@@ -215,7 +227,11 @@ def _write_checkpoint(tmp: Path, model, optimizer, model_state, extra) -> dict[s
         dcp.save(state, checkpoint_id=str(tmp))
     if extra is not None:
         extra(tmp)
-    return state["model"]
+    return state
+
+
+def _tensor_bytes(sd: dict[str, Any]) -> int:
+    return sum(t.numel() * t.element_size() for t in sd.values() if isinstance(t, torch.Tensor))
 
 
 def _whole_signature(model_sd: dict[str, Any]) -> tuple | None:

@@ -158,3 +158,28 @@ print(json.dumps({{"fast": fast, "dcp": [m for m in {heavy!r} if m in sys.module
     found = json.loads(res.stdout.strip().splitlines()[-1])
     assert found["fast"] == []
     assert "torch.distributed.checkpoint" in found["dcp"]
+
+
+def test_written_by_default_only_where_cheap(tmp_path):
+    """Beside an optimizer state at least as large as the weights (full training) by default;
+    not beside weights alone or a tiny optimizer state (LoRA), where it would double the folder."""
+    from gptforge.model.gpt import GPT
+
+    model = GPT(ModelConfig(**MODELS["gpt2"], vocab_size=64).resolved())
+
+    def saved(name, optimizer, **kw):
+        step = ck.save_checkpoint(tmp_path / name, 1, model, optimizer, {"step": 1}, "model: {}\n", **kw)
+        return (step / ck.CONSOLIDATED_FILE).is_file()
+
+    def stepped(params):
+        opt = torch.optim.AdamW(params, lr=1e-3)
+        model(torch.zeros(1, 4, dtype=torch.long)).float().sum().backward()
+        opt.step()
+        return opt
+
+    assert not saved("weights_only", None)
+    assert saved("forced", None, consolidated=True)
+    assert not saved("tiny_optimizer", stepped([model.norm_f.weight]))
+    full = stepped(model.parameters())
+    assert saved("full_training", full)
+    assert not saved("refused", full, consolidated=False)
