@@ -29,10 +29,9 @@ state is at least as large as the weights (full training: +33% disk with AdamW),
 weights alone or a LoRA run's tiny optimizer state, where it would double the folder. It is
 skipped when the weights are not whole on rank 0 (FSDP, tensor or pipeline parallel: DTensors
 or different tensors per rank; DeepSpeed's other ranks) or not plain tensors (QLoRA's 4-bit
-base). Readers
-that want weights only (`find_checkpoint(..., weights_only=True)`, `load_model_weights`,
-`runtime.loading`) use it when `consolidated_problem` finds nothing wrong, and DCP otherwise;
-training resumes always read DCP.
+base). Readers that want weights only (`find_checkpoint(..., weights_only=True)`,
+`load_model_weights`, `runtime.loading`) use it when `consolidated_problem` finds nothing
+wrong, and DCP otherwise; training resumes always read DCP.
 """
 
 from __future__ import annotations
@@ -425,7 +424,8 @@ def find_checkpoint(path: str | Path, which: str = "latest", weights_only: bool 
                             f"checkpoint {d.name}")
                 return d
             skipped.append(f"{d.name} ({problem})")
-        if skipped and any(verify_checkpoint(d, weights_only) is not None for d in steps if (d / ".metadata").exists()):
+        if skipped and any(verify_checkpoint(d, weights_only) is not None
+                           for d in steps if (d / ".metadata").exists()):
             raise DamagedFileError(f"no intact checkpoint under {root}: {'; '.join(skipped)}; the run must start "
                                    f"again (or restore the files from a copy)")
     raise FileNotFoundError(
@@ -540,7 +540,10 @@ def _consolidated_header(path: Path) -> tuple[dict, str | None]:
             return {}, f"its header does not read ({e})"
     if not isinstance(header, dict):
         return {}, "its header is not a JSON object"
-    end = max((int(v["data_offsets"][1]) for k, v in header.items() if k != "__metadata__"), default=0)
+    try:
+        end = max((int(v["data_offsets"][1]) for k, v in header.items() if k != "__metadata__"), default=0)
+    except (KeyError, IndexError, TypeError, ValueError):
+        return {}, "its header lists a tensor without data offsets"
     if 8 + n + end != size:
         return header, f"{size:,} bytes where its header describes {8 + n + end:,} (truncated or changed)"
     return header, None
@@ -591,9 +594,9 @@ class ConsolidatedWeights:
             self.names[name] = self.names[target]
             self._shapes[name] = self._shapes[target]
 
-    def fill(self, target: dict[str, torch.Tensor], rename=lambda name: name) -> None:
-        """Copy each tensor into `target[name]` in place (converting dtype), where
-        `rename(name)` is its stored name.
+    def fill(self, target: dict[str, torch.Tensor]) -> None:
+        """Copy the stored tensor of each name (or of the name it aliases) into `target[name]` in
+        place, converting dtype.
 
         Raises:
             DamagedFileError: a stored shape differs from the target's (the model config and
@@ -605,8 +608,7 @@ class ConsolidatedWeights:
 
         with safe_open(str(self.path), framework="pt") as f:
             for name, t in target.items():
-                stored = rename(name)
-                stored = self.aliases.get(stored, stored)
+                stored = self.aliases.get(name, name)
                 if self._shapes[stored] != tuple(t.shape):
                     raise DamagedFileError(f"{self.path}: tensor {stored} has shape {list(self._shapes[stored])}, "
                                            f"the model built from config.yaml expects {list(t.shape)}")

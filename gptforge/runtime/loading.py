@@ -110,7 +110,6 @@ def load_model_checkpoint(path: Path, dtype: torch.dtype | None = None, which: s
         FileNotFoundError: no config.yaml or checkpoint. ValueError: no model weights in it, or
             tensors missing. DamagedFileError: a consolidated tensor's shape is not the config's.
     """
-
     from gptforge.config import ModelConfig, from_dict
     from gptforge.model.gpt import GPT
     from gptforge.runtime.adapters import load_lora_for_export, merge_for_export
