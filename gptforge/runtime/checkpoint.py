@@ -3,6 +3,8 @@
 Layout of RUN_DIR/checkpoints/:
     step_000100/            one complete checkpoint
         .metadata, *.distcp  model + optimizer state (DCP, sharded by rank when distributed)
+        model.safetensors    the model weights again, whole, when they are whole on rank 0
+                             (single process, DDP): read by inference without DCP (see below)
         trainer_state.pt     step, tokens seen, scheduler state, RNG states, data position
         trainer_state.sha256 SHA-256 of trainer_state.pt (hex), written at save
         config.yaml          the resolved config
@@ -17,6 +19,19 @@ Choosing a checkpoint (`find_checkpoint`) verifies it (`verify_checkpoint`: ever
 as long as `.metadata` says, trainer_state.pt matching its checksum) and falls back, with a
 warning, to the newest intact step folder when `latest` is missing, names a missing folder or
 names a damaged one (a disk that filled up, a copy cut short).
+
+The consolidated `model.safetensors` exists so that `generate`/`evaluate` start fast: importing
+`torch.distributed.checkpoint` pulls in DTensor and sympy (0.7-1.4 s), while safetensors costs
+milliseconds. It is written in the same temp folder, so it appears with the rest at the rename;
+its metadata names the step and the SHA-256 of the trainer_state.pt written beside it, which
+binds it to this checkpoint. By default it is written only when cheap: when the optimizer
+state is at least as large as the weights (full training: +33% disk with AdamW), not beside
+weights alone or a LoRA run's tiny optimizer state, where it would double the folder. It is
+skipped when the weights are not whole on rank 0 (FSDP, tensor or pipeline parallel: DTensors
+or different tensors per rank; DeepSpeed's other ranks) or not plain tensors (QLoRA's 4-bit
+base). Readers that want weights only (`find_checkpoint(..., weights_only=True)`,
+`load_model_weights`, `runtime.loading`) use it when `consolidated_problem` finds nothing
+wrong, and DCP otherwise; training resumes always read DCP.
 """
 
 from __future__ import annotations
@@ -34,24 +49,28 @@ from typing import Any, Callable
 import numpy as np
 import torch
 import torch.distributed as dist
-import torch.distributed.checkpoint as dcp
-from torch.distributed.checkpoint.state_dict import (
-    StateDictOptions,
-    get_state_dict,
-    set_state_dict,
-)
 
 from gptforge.atomic import atomic_write_text, file_sha256, fsync_dir
 
+# torch.distributed.checkpoint is imported inside the functions that use it: it costs 0.7-1.4 s
+# of start-up (DTensor, sympy), which inference from a consolidated file does without.
+
 STATE_FILE = "trainer_state.pt"
 STATE_CHECKSUM_FILE = "trainer_state.sha256"
+CONSOLIDATED_FILE = "model.safetensors"
+CONSOLIDATED_FORMAT = "gptforge.consolidated/1"
+"""`format` in the consolidated file's safetensors metadata."""
 
 log = logging.getLogger("gptforge")
 
-# Optimizer states keyed per parameter name ("state.<fqn>.exp_avg", "param_groups.<fqn>.lr"), not
-# by position in param_groups: each rank of a pipeline (or ZeRO-1 shard) saves the keys of the
-# parameters it holds, and any other layout finds its own parameters' keys on load.
-_OPTIONS = StateDictOptions(flatten_optimizer_state_dict=True)
+
+def _options(**kw):
+    # Optimizer states keyed per parameter name ("state.<fqn>.exp_avg", "param_groups.<fqn>.lr"),
+    # not by position in param_groups: each rank of a pipeline (or ZeRO-1 shard) saves the keys of
+    # the parameters it holds, and any other layout finds its own parameters' keys on load.
+    from torch.distributed.checkpoint.state_dict import StateDictOptions
+
+    return StateDictOptions(flatten_optimizer_state_dict=True, **kw)
 
 
 @contextlib.contextmanager
@@ -92,7 +111,9 @@ def _without_empty_groups(optimizer: torch.optim.Optimizer | None):
 def _dcp_state(model: torch.nn.Module, optimizer: torch.optim.Optimizer | None) -> dict[str, Any]:
     """{"model": ..., "optim": ...} in DCP's layout-independent form (optimizer state keyed by
     name). Call it inside `_without_empty_groups(optimizer)`."""
-    model_sd, optim_sd = get_state_dict(model, optimizer if optimizer is not None else [], options=_OPTIONS)
+    from torch.distributed.checkpoint.state_dict import get_state_dict
+
+    model_sd, optim_sd = get_state_dict(model, optimizer if optimizer is not None else [], options=_options())
     state = {"model": model_sd}
     if optimizer is not None:
         state["optim"] = optim_sd
@@ -131,7 +152,7 @@ def step_dir_name(step: int) -> str:
 def save_checkpoint(ckpt_root: Path, step: int, model: torch.nn.Module, optimizer: torch.optim.Optimizer | None,
                     trainer_state: dict[str, Any], config_yaml: str, keep: int = 2,
                     mark_best: bool = False, model_state: dict[str, Any] | None = None,
-                    extra: Callable[[Path], None] | None = None) -> Path:
+                    extra: Callable[[Path], None] | None = None, consolidated: bool | None = None) -> Path:
     """Write checkpoint `step` atomically under `ckpt_root` and point `latest` at it.
 
     Every rank calls this (DCP writes each rank's shards in parallel); rank 0 renames and writes
@@ -144,6 +165,14 @@ def save_checkpoint(ckpt_root: Path, step: int, model: torch.nn.Module, optimize
     extra: called on every rank with the temp folder after the DCP write, to add files that
         belong to the checkpoint (DeepSpeed's engine state); they are fsynced and become visible
         with the rest, at the rename.
+    consolidated: also write the model weights as `model.safetensors` when rank 0 holds them
+        whole (every rank's weights have the same names and shapes, none is a DTensor, all are
+        plain tensors); see the module docstring. Costs one more copy of the weights on disk:
+        about a third more for a checkpoint with AdamW states, twice for weights alone. None
+        (default): only when that is cheap, the optimizer state (all ranks together) at least
+        as large as the weights, so the folder grows by at most a half: full training with
+        AdamW or Muon, not LoRA (a tiny optimizer state) nor the weights-only checkpoints of
+        convert, quantize or prune. True: whenever the weights are whole; False: never.
 
     Returns: the final checkpoint folder.
     """
@@ -157,26 +186,42 @@ def save_checkpoint(ckpt_root: Path, step: int, model: torch.nn.Module, optimize
         tmp.mkdir()
     _barrier()
     try:
-        _write_checkpoint(tmp, model, optimizer, model_state, extra)
+        saved = _write_checkpoint(tmp, model, optimizer, model_state, extra)
     except BaseException:
         # A failed write (disk full, Ctrl-C) must not leave a half checkpoint filling the disk.
         if _is_main():
             shutil.rmtree(tmp, ignore_errors=True)
         raise
-    # RNG states differ per rank; everything else is identical, so rank 0's copy is kept.
-    rng = [None] * (dist.get_world_size() if dist.is_initialized() else 1)
+    # RNG states differ per rank; everything else is identical, so rank 0's copy is kept. The
+    # weights' signature rides along: equal on every rank means rank 0 holds them all (DDP); and
+    # the optimizer state's bytes, to judge whether one more copy of the weights is cheap.
+    model_sd = saved["model"]
+    signature = _whole_signature(model_sd) if consolidated is not False else None
+    mine = (rng_state(), signature, _tensor_bytes(saved.get("optim", {})))
+    gathered = [None] * (dist.get_world_size() if dist.is_initialized() else 1)
     if dist.is_initialized():
-        dist.all_gather_object(rng, rng_state())
+        dist.all_gather_object(gathered, mine)
     else:
-        rng[0] = rng_state()
+        gathered[0] = mine
+    rng = [g[0] for g in gathered]
+    whole = signature is not None and all(g[1] == signature for g in gathered)
+    if whole and consolidated is None:  # cheap: at most half again the DCP data
+        whole = sum(g[2] for g in gathered) >= _tensor_bytes(model_sd)
     if _is_main():
         payload = dict(trainer_state, rng_per_rank=rng)
         with open(tmp / STATE_FILE, "wb") as f:
             torch.save(payload, f)
             f.flush()
             os.fsync(f.fileno())
-        atomic_write_text(tmp / STATE_CHECKSUM_FILE, file_sha256(tmp / STATE_FILE) + "\n")
+        state_sha = file_sha256(tmp / STATE_FILE)
+        atomic_write_text(tmp / STATE_CHECKSUM_FILE, state_sha + "\n")
         atomic_write_text(tmp / "config.yaml", config_yaml)
+        if whole:
+            try:
+                write_consolidated(tmp / CONSOLIDATED_FILE, model_sd, step, state_sha)
+            except BaseException:
+                shutil.rmtree(tmp, ignore_errors=True)
+                raise
         for p in sorted(tmp.rglob("*")):
             if p.is_file():
                 with open(p, "rb") as f:
@@ -197,7 +242,10 @@ def save_checkpoint(ckpt_root: Path, step: int, model: torch.nn.Module, optimize
     return final
 
 
-def _write_checkpoint(tmp: Path, model, optimizer, model_state, extra) -> None:
+def _write_checkpoint(tmp: Path, model, optimizer, model_state, extra) -> dict[str, Any]:
+    """DCP-save model (+ optimizer) into `tmp`; returns what was saved ({"model": ..., "optim": ...})."""
+    import torch.distributed.checkpoint as dcp
+
     if model_state is not None:
         state = {"model": model_state}
     else:
@@ -207,6 +255,63 @@ def _write_checkpoint(tmp: Path, model, optimizer, model_state, extra) -> None:
         dcp.save(state, checkpoint_id=str(tmp))
     if extra is not None:
         extra(tmp)
+    return state
+
+
+def _tensor_bytes(sd: dict[str, Any]) -> int:
+    return sum(t.numel() * t.element_size() for t in sd.values() if isinstance(t, torch.Tensor))
+
+
+def _whole_signature(model_sd: dict[str, Any]) -> tuple | None:
+    """(name, shape, dtype) of every tensor when all are plain whole tensors, else None.
+
+    None for an empty state dict (DeepSpeed's other ranks), a DTensor (FSDP2, tensor parallel),
+    a tensor subclass or non-tensor value (4-bit or quantized layers with their own state).
+    """
+    if not model_sd:
+        return None
+    sig = []
+    for name, t in model_sd.items():
+        if type(t) not in (torch.Tensor, torch.nn.Parameter) or name.endswith(".weight_4bit"):
+            return None
+        sig.append((name, tuple(t.shape), str(t.dtype)))
+    return tuple(sorted(sig))
+
+
+def write_consolidated(path: Path, model_sd: dict[str, torch.Tensor], step: int, trainer_state_sha256: str) -> None:
+    """Write whole weights `model_sd` (name -> tensor, any device) to the safetensors file `path`.
+
+    Names that alias an earlier tensor (tied embeddings: the same storage, offset, shape and
+    strides) are stored once and listed in the metadata's `aliases` (JSON {name: stored name}).
+    Metadata: `format` (CONSOLIDATED_FORMAT), `step`, `trainer_state_sha256` (of the
+    trainer_state.pt saved with it). The caller makes the write atomic (save_checkpoint writes it
+    inside the temp folder that is renamed into place).
+    """
+    import json
+
+    from safetensors.torch import save_file
+
+    tensors: dict[str, torch.Tensor] = {}
+    aliases: dict[str, str] = {}
+    seen: dict[tuple, str] = {}
+    storages: set[int] = set()
+    for name, t in model_sd.items():
+        t = t.detach()
+        key = (t.untyped_storage().data_ptr(), t.storage_offset(), tuple(t.shape), t.stride(), t.dtype) \
+            if t.numel() else None
+        if key is not None and key in seen:
+            aliases[name] = seen[key]
+            continue
+        if key is not None:
+            seen[key] = name
+        shared = t.numel() and t.untyped_storage().data_ptr() in storages
+        if t.numel():
+            storages.add(t.untyped_storage().data_ptr())
+        # safetensors refuses tensors that share memory: a view into another tensor's storage is copied.
+        tensors[name] = t.to("cpu").contiguous() if not shared else t.to("cpu").clone()
+    meta = {"format": CONSOLIDATED_FORMAT, "step": str(int(step)), "trainer_state_sha256": trainer_state_sha256,
+            "aliases": json.dumps(aliases, sort_keys=True)}
+    save_file(tensors, str(path), metadata=meta)
 
 
 def remove_partial_files(ckpt_root: Path) -> list[Path]:
@@ -253,7 +358,7 @@ def is_complete(path: Path) -> bool:
 
 
 
-def verify_checkpoint(path: str | Path) -> str | None:
+def verify_checkpoint(path: str | Path, weights_only: bool = False) -> str | None:
     """What is wrong with checkpoint folder `path`, or None when it is intact.
 
     Checks, without loading any tensor: `.metadata` and trainer_state.pt exist; `.metadata`
@@ -261,6 +366,10 @@ def verify_checkpoint(path: str | Path) -> str | None:
     DCP recorded in it; trainer_state.pt matches trainer_state.sha256 (checkpoints written
     before the checksum existed skip that check). Costs a stat per file and one read of
     trainer_state.pt (kilobytes to a few MB).
+
+    weights_only: for readers of the model weights alone: when the consolidated
+        model.safetensors is sound (`consolidated_problem`), the DCP files are not examined
+        (and torch.distributed.checkpoint is not imported); otherwise as above.
     """
     path = Path(path)
     if not path.is_dir():
@@ -268,6 +377,10 @@ def verify_checkpoint(path: str | Path) -> str | None:
     for name in (".metadata", STATE_FILE):
         if not (path / name).is_file():
             return f"{name} is missing"
+    if weights_only and (path / CONSOLIDATED_FILE).is_file() and consolidated_problem(path) is None:
+        return None  # an unsound one is ignored here; `read_consolidated` warns when a loader skips it
+    import torch.distributed.checkpoint as dcp
+
     try:
         metadata = dcp.FileSystemReader(str(path)).read_metadata()
     except (OSError, EOFError, ValueError, RuntimeError, pickle.UnpicklingError) as e:  # a cut-off pickle
@@ -292,10 +405,12 @@ def verify_checkpoint(path: str | Path) -> str | None:
     return None
 
 
-def find_checkpoint(path: str | Path, which: str = "latest") -> Path:
+def find_checkpoint(path: str | Path, which: str = "latest", weights_only: bool = False) -> Path:
     """Resolve a run directory, a `checkpoints/` folder or a step folder to an intact checkpoint.
 
-    A step folder is returned when it verifies (`verify_checkpoint`). Under a run directory or
+    A step folder is returned when it verifies (`verify_checkpoint`, given `weights_only`: True
+    for readers of the model weights alone, which then accept a checkpoint by its sound
+    model.safetensors without importing torch.distributed.checkpoint). Under a run directory or
     `checkpoints/`, pointer `which` (latest/best) is followed; when it is missing, names a
     missing or incomplete folder, or names a damaged one, the newest intact `step_*` folder is
     used instead, with a warning naming what was skipped and why (for `best`, only when the
@@ -309,7 +424,7 @@ def find_checkpoint(path: str | Path, which: str = "latest") -> Path:
 
     p = Path(path)
     if (p / ".metadata").exists() or (p / STATE_FILE).exists():
-        problem = verify_checkpoint(p)
+        problem = verify_checkpoint(p, weights_only)
         if problem is None:
             return p
         raise DamagedFileError(f"checkpoint {p} is damaged: {problem}; use an earlier step folder or the run "
@@ -323,7 +438,7 @@ def find_checkpoint(path: str | Path, which: str = "latest") -> Path:
         named = None
         if pointer.exists():
             named = root / pointer.read_text().strip()
-            problem = verify_checkpoint(named)
+            problem = verify_checkpoint(named, weights_only)
             if problem is None:
                 return named
             skipped.append(f"{named.name} ({problem})")
@@ -332,13 +447,14 @@ def find_checkpoint(path: str | Path, which: str = "latest") -> Path:
         for d in steps:
             if d == named:
                 continue
-            problem = verify_checkpoint(d)
+            problem = verify_checkpoint(d, weights_only)
             if problem is None:
                 log.warning(f"{root}: {'; '.join(skipped)}: damaged or incomplete; using the previous intact "
                             f"checkpoint {d.name}")
                 return d
             skipped.append(f"{d.name} ({problem})")
-        if skipped and any(verify_checkpoint(d) is not None for d in steps if (d / ".metadata").exists()):
+        if skipped and any(verify_checkpoint(d, weights_only) is not None
+                           for d in steps if (d / ".metadata").exists()):
             raise DamagedFileError(f"no intact checkpoint under {root}: {'; '.join(skipped)}; the run must start "
                                    f"again (or restore the files from a copy)")
     raise FileNotFoundError(
@@ -367,6 +483,9 @@ def load_checkpoint(ckpt: Path, model: torch.nn.Module, optimizer: torch.optim.O
         import yaml
 
         refuse_quantized(yaml.safe_load((ckpt / "config.yaml").read_text()) or {}, ckpt / "config.yaml")
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.state_dict import set_state_dict
+
     with _without_empty_groups(optimizer):
         state = _dcp_state(model, optimizer)
         with quiet_single_process_dcp():
@@ -374,7 +493,7 @@ def load_checkpoint(ckpt: Path, model: torch.nn.Module, optimizer: torch.optim.O
         set_state_dict(
             model, optimizer if optimizer is not None else [],
             model_state_dict=state["model"], optim_state_dict=state.get("optim", {}),
-            options=StateDictOptions(strict=True, flatten_optimizer_state_dict=True),
+            options=_options(strict=True),
         )
     trainer_state = load_trainer_state(ckpt)
     restore_rng(trainer_state)
@@ -407,10 +526,137 @@ def restore_rng(trainer_state: dict[str, Any]) -> None:
 
 
 def load_model_weights(ckpt: Path, model: torch.nn.Module) -> None:
-    """Load only the model weights of a DCP checkpoint into `model` (for evaluate/generate)."""
+    """Load only the model weights of a checkpoint into `model` (for evaluate/generate).
+
+    From the consolidated model.safetensors when it is sound and holds exactly `model`'s tensor
+    names, else from the DCP files.
+
+    Raises:
+        DamagedFileError: a consolidated tensor's shape differs from the model's.
+    """
     sd = model.state_dict()
-    with quiet_single_process_dcp():
-        dcp.load({"model": sd}, checkpoint_id=str(ckpt))
+    header = read_consolidated(ckpt)
+    if header is not None and set(header.names) == set(sd):
+        header.fill(sd)
+    else:
+        import torch.distributed.checkpoint as dcp
+
+        with quiet_single_process_dcp():
+            dcp.load({"model": sd}, checkpoint_id=str(ckpt))
     model.load_state_dict(sd)
+
+
+_SAFETENSORS_DTYPES = {"F64": torch.float64, "F32": torch.float32, "F16": torch.float16, "BF16": torch.bfloat16,
+                       "I64": torch.int64, "I32": torch.int32, "I16": torch.int16, "I8": torch.int8,
+                       "U8": torch.uint8, "BOOL": torch.bool}
+
+
+def _consolidated_header(path: Path) -> tuple[dict, str | None]:
+    """(safetensors header dict, problem or None) of `path`, read without loading a tensor."""
+    import json
+    import struct
+
+    size = path.stat().st_size
+    with open(path, "rb") as f:
+        raw = f.read(8)
+        if len(raw) < 8:
+            return {}, f"{size} bytes, shorter than a safetensors header"
+        n = struct.unpack("<Q", raw)[0]
+        if 8 + n > size:
+            return {}, f"its header claims {n:,} bytes but the file is {size:,} bytes (truncated)"
+        try:
+            header = json.loads(f.read(n))
+        except (UnicodeDecodeError, ValueError) as e:
+            return {}, f"its header does not read ({e})"
+    if not isinstance(header, dict):
+        return {}, "its header is not a JSON object"
+    try:
+        end = max((int(v["data_offsets"][1]) for k, v in header.items() if k != "__metadata__"), default=0)
+    except (KeyError, IndexError, TypeError, ValueError):
+        return {}, "its header lists a tensor without data offsets"
+    if 8 + n + end != size:
+        return header, f"{size:,} bytes where its header describes {8 + n + end:,} (truncated or changed)"
+    return header, None
+
+
+def consolidated_problem(ckpt: str | Path) -> str | None:
+    """What makes checkpoint folder `ckpt`'s model.safetensors unusable, or None when it is sound.
+
+    Checks, reading only its header and trainer_state.pt: the file exists; its header reads and
+    describes exactly the file's length; its metadata has gptforge's `format`, a `step` equal to
+    the folder's (step_N), and the `trainer_state_sha256` of the trainer_state.pt beside it (so it
+    was written by the same save as the DCP files, not copied in from another checkpoint).
+    """
+    ckpt = Path(ckpt)
+    path = ckpt / CONSOLIDATED_FILE
+    if not path.is_file():
+        return "missing"
+    header, problem = _consolidated_header(path)
+    if problem is not None:
+        return problem
+    meta = header.get("__metadata__") or {}
+    if meta.get("format") != CONSOLIDATED_FORMAT:
+        return f"not a gptforge consolidated file (format {meta.get('format')!r})"
+    if ckpt.name.startswith("step_") and ckpt.name[5:].isdigit() and meta.get("step") != str(int(ckpt.name[5:])):
+        return f"written at step {meta.get('step')}, in the folder of step {int(ckpt.name[5:])}"
+    if not (ckpt / STATE_FILE).is_file() or file_sha256(ckpt / STATE_FILE) != meta.get("trainer_state_sha256"):
+        return f"written with another {STATE_FILE} than the one beside it"
+    return None
+
+
+class ConsolidatedWeights:
+    """The tensor names and dtypes of a sound consolidated file (`read_consolidated`), and `fill`.
+
+    names: stored name -> torch dtype, aliases included (a tied name maps to its target's dtype).
+    aliases: name -> the stored name holding its values.
+    """
+
+    def __init__(self, path: Path, header: dict):
+        import json
+
+        self.path = path
+        meta = header.get("__metadata__") or {}
+        self.aliases: dict[str, str] = json.loads(meta.get("aliases") or "{}")
+        self._shapes = {k: tuple(v["shape"]) for k, v in header.items() if k != "__metadata__"}
+        self.names: dict[str, torch.dtype] = {k: _SAFETENSORS_DTYPES.get(v["dtype"], torch.uint8)
+                                              for k, v in header.items() if k != "__metadata__"}
+        for name, target in self.aliases.items():
+            self.names[name] = self.names[target]
+            self._shapes[name] = self._shapes[target]
+
+    def fill(self, target: dict[str, torch.Tensor]) -> None:
+        """Copy the stored tensor of each name (or of the name it aliases) into `target[name]` in
+        place, converting dtype.
+
+        Raises:
+            DamagedFileError: a stored shape differs from the target's (the model config and
+                the weights disagree), naming the tensor.
+        """
+        from safetensors import safe_open
+
+        from gptforge.errors import DamagedFileError
+
+        with safe_open(str(self.path), framework="pt") as f:
+            for name, t in target.items():
+                stored = self.aliases.get(name, name)
+                if self._shapes[stored] != tuple(t.shape):
+                    raise DamagedFileError(f"{self.path}: tensor {stored} has shape {list(self._shapes[stored])}, "
+                                           f"the model built from config.yaml expects {list(t.shape)}")
+                with torch.no_grad():
+                    t.copy_(f.get_tensor(stored))
+
+
+def read_consolidated(ckpt: str | Path) -> ConsolidatedWeights | None:
+    """The consolidated weights of checkpoint folder `ckpt` when sound (`consolidated_problem`);
+    None when there is none or it is unusable (a warning says why; callers then read DCP)."""
+    ckpt = Path(ckpt)
+    path = ckpt / CONSOLIDATED_FILE
+    if not path.is_file():
+        return None
+    problem = consolidated_problem(ckpt)
+    if problem is not None:
+        log.warning(f"{path}: {problem}; reading the weights from the DCP files instead")
+        return None
+    return ConsolidatedWeights(path, _consolidated_header(path)[0])
 
 

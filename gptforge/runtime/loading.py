@@ -19,9 +19,35 @@ from gptforge.atomic import atomic_write_text, staged_dir
 from gptforge.runtime.checkpoint import (
     find_checkpoint,
     load_model_weights,
+    read_consolidated,
     refuse_quantized,
     save_checkpoint,
 )
+
+
+class _SkipRandomInit(torch.overrides.TorchFunctionMode):
+    """Turns the random initializers (`torch.nn.init.normal_/uniform_/kaiming_*/xavier_*/...`,
+    `Tensor.normal_/uniform_`) into no-ops: for a model whose every tensor is loaded next."""
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if func in _RANDOM_INIT:
+            return args[0] if args else kwargs.get("tensor", kwargs.get("self"))
+        return func(*args, **kwargs)
+
+
+_RANDOM_INIT = {torch.Tensor.normal_, torch.Tensor.uniform_, *(
+    getattr(torch.nn.init, f) for f in ("normal_", "uniform_", "trunc_normal_", "kaiming_uniform_",
+                                        "kaiming_normal_", "xavier_uniform_", "xavier_normal_", "orthogonal_"))}
+
+
+def skip_random_init():
+    """A context that builds modules on the CPU without drawing their initial values (their
+    memory is left as allocated): `with skip_random_init(): model = GPT(cfg)`, then load every
+    weight. Used instead of the meta device where start-up time counts: several meta-device
+    kernels (normal_, arange, empty_like under `to_empty`) are Python decompositions whose first
+    call imports sympy and torch._dynamo (about 1 s)."""
+    return _SkipRandomInit()
 
 
 def from_hf(hf_dir: Path, out: Path, dtype: torch.dtype | None = None, block_size: int | None = None,
@@ -68,49 +94,69 @@ def load_model_checkpoint(path: Path, dtype: torch.dtype | None = None, which: s
     fine-tune's 4-bit base is dequantized first (needs bitsandbytes), so its weights are
     dequant(W4) + alpha/r * B @ A, not the original full-precision weights plus the adapters.
 
+    The weights come from the checkpoint's consolidated model.safetensors when it is sound
+    (`gptforge.runtime.checkpoint.read_consolidated`; then torch.distributed.checkpoint is not
+    imported), else from its DCP files: the same tensors either way.
+
     Raises:
         FileNotFoundError: no config.yaml or checkpoint. ValueError: no model weights in it, or
-            tensors missing.
+            tensors missing. DamagedFileError: a consolidated tensor's shape is not the config's.
     """
-    import torch.distributed.checkpoint as dcp
-    import yaml
-
     from gptforge.config import ModelConfig, from_dict
     from gptforge.model.gpt import GPT
     from gptforge.runtime.adapters import load_lora_for_export, merge_for_export
 
-    step = find_checkpoint(path, which)
+    step = find_checkpoint(path, which, weights_only=True)
     cfg_path = next((p / "config.yaml" for p in (step, step.parent.parent) if (p / "config.yaml").is_file()), None)
     if cfg_path is None:
         raise FileNotFoundError(f"{step}: no config.yaml with the model config in the checkpoint or its run directory")
-    raw = yaml.safe_load(cfg_path.read_text()) or {}
+    raw = _read_yaml(cfg_path)
     if "model" not in raw:
         raise ValueError(f"{cfg_path}: no `model` section")
     refuse_quantized(raw, cfg_path)
     model_cfg = from_dict(ModelConfig, {k: v for k, v in raw["model"].items() if v is not None}, "model.")
     cfg = model_cfg.resolved()
-    meta = dcp.FileSystemReader(str(step)).read_metadata().state_dict_metadata
+    consolidated = read_consolidated(step)
+    if consolidated is not None:
+        meta = consolidated.names  # name -> stored dtype
+    else:
+        import torch.distributed.checkpoint as dcp
+
+        meta = {k: getattr(getattr(v, "properties", None), "dtype", None)
+                for k, v in dcp.FileSystemReader(str(step)).read_metadata().state_dict_metadata.items()}
     prefix = next((k[: -len("wte.weight")] for k in meta if k.endswith("wte.weight")), None)
     if prefix is None:
         raise ValueError(f"{step}: no model weights (no tensor named *wte.weight)")
-    # Built on the meta device and allocated once in the stored dtype (bf16 stays bf16 under
-    # --dtype auto): no random init, no fp32 copy of a large model.
-    with torch.device("meta"):
-        model = GPT(cfg)
-    model = model.to(dtype or meta[prefix + "wte.weight"].properties.dtype).to_empty(device="cpu")
-    if cfg.tie_embeddings:
-        model.lm_head.weight = model.wte.weight
+    stored = dtype or meta[prefix + "wte.weight"]
+    if consolidated is not None or stored == torch.float32:
+        # On the CPU without random init, then cast (a bf16 model read from safetensors under
+        # --dtype auto passes through fp32 once): the meta device would import sympy and
+        # torch._dynamo (see skip_random_init).
+        with skip_random_init():
+            model = GPT(cfg)
+        model = model.to(stored)
+    else:
+        # Built on the meta device and allocated once in the stored dtype (bf16 stays bf16 under
+        # --dtype auto): no random init, no fp32 copy of a large model.
+        with torch.device("meta"):
+            model = GPT(cfg)
+        model = model.to(stored).to_empty(device="cpu")
+        if cfg.tie_embeddings:
+            model.lm_head.weight = model.wte.weight
     # A LoRA fine-tune's checkpoint holds base weights plus adapters: load both, then merge.
     n_lora = load_lora_for_export(model, step, [k[len(prefix):] for k in meta if k.startswith(prefix)])
     own = model.state_dict()
     missing = [k for k in own if prefix + k not in meta and not (cfg.tie_embeddings and k == "lm_head.weight")]
     if missing:
         raise ValueError(f"{step}: checkpoint lacks model tensors {missing[:8]}")
-    # dcp.load fills tensors in place; flat keys with the checkpoint's own prefix.
+    # Filled in place; flat keys with the checkpoint's own prefix.
     target = {prefix + k: v for k, v in own.items() if prefix + k in meta}
-    with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", message=".*single process.*")
-        dcp.load(target, checkpoint_id=str(step))
+    if consolidated is not None:
+        consolidated.fill(target)
+    else:
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message=".*single process.*")
+            dcp.load(target, checkpoint_id=str(step))
     model.reset_rope()  # the RoPE tables stay fp32 whatever the weights' dtype
     if n_lora:
         merge_for_export(model)
@@ -225,17 +271,22 @@ def load_for_inference(path: str | Path, device: str | torch.device = "cpu", whi
     Raises:
         FileNotFoundError: no complete checkpoint at `path` (see `find_checkpoint`).
     """
-    import yaml
-
-
-    ckpt = find_checkpoint(path, which)
-    doc = yaml.safe_load((ckpt / "config.yaml").read_text())
+    ckpt = find_checkpoint(path, which, weights_only=True)
+    doc = _read_yaml(ckpt / "config.yaml")
     if doc.get("quantization"):
         return _load_quantized(ckpt, doc, device)
     # fp32 for inference whatever the stored dtype; a (Q)LoRA fine-tune comes back merged.
     model, _ = load_model_checkpoint(ckpt, torch.float32)
     model.to(device).eval()
     return model, ckpt, doc, _find_tokenizer(ckpt, doc)
+
+
+def _read_yaml(path: Path) -> dict:
+    """A config.yaml as a dict ({} when empty), through libyaml's parser when PyYAML has it (7x
+    faster than the pure-Python one; the same result)."""
+    import yaml
+
+    return yaml.load(path.read_text(), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader)) or {}
 
 
 def _find_tokenizer(ckpt: Path, doc: dict) -> Path | None:

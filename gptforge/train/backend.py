@@ -266,7 +266,7 @@ class DeepSpeedBackend:
 
         return ckpt_lib.save_checkpoint(ckpt_root, step, self.engine.module, None, trainer_state, config_yaml,
                                         keep=keep, mark_best=best, model_state=self.full_state_dict(),
-                                        extra=write_engine)
+                                        extra=write_engine, consolidated=True)  # optimizer in deepspeed/
 
     def load(self, ckpt: Path) -> dict[str, Any]:
         """Restore the engine from `<ckpt>/deepspeed/` and this rank's RNG state.

@@ -240,3 +240,22 @@ def test_ranks_train_in_rank0s_precision(dist_runs):
     trains in rank 0's fp32, so the run is the fp32 DDP run bit for bit."""
     assert _run(dist_runs, "ddp_auto_precision")["loss"] == _run(dist_runs, "ddp")["loss"]
     assert "precision: fp32" in (dist_runs["root"] / "ddp_auto_precision" / "config.yaml").read_text()
+
+
+def test_consolidated_weights_only_where_rank0_holds_them_whole(dist_runs):
+    """DDP and ZeRO-1 checkpoints carry model.safetensors (rank 0 holds every weight), equal to
+    their DCP data; FSDP2, TP and PP ones do not (DTensors, or other tensors per rank)."""
+    from gptforge.runtime.loading import load_model_checkpoint
+
+    root = dist_runs["root"]
+    for name in ("ddp", "zero1"):
+        step = ck.find_checkpoint(root / name)
+        assert ck.consolidated_problem(step) is None, name
+        fast, _ = load_model_checkpoint(step)
+        shutil.copytree(step, root / f"{name}_dcp_only")
+        (root / f"{name}_dcp_only" / ck.CONSOLIDATED_FILE).unlink()
+        slow, _ = load_model_checkpoint(root / f"{name}_dcp_only")
+        for k, v in slow.state_dict().items():
+            assert torch.equal(fast.state_dict()[k], v), (name, k)
+    for name in ("fsdp", "zero2", "tp", "pp_1f1b", "fsdp2_x_tp2", "pp2_x_fsdp2"):
+        assert not (ck.find_checkpoint(root / name) / ck.CONSOLIDATED_FILE).exists(), name
