@@ -1,17 +1,24 @@
-"""Peak memory of `prepare` on one huge single-line document (issue 15 item 16).
+"""Peak memory and speed of `prepare` on one huge single-line document (issue 15 item 16).
 
 Generates an N MB one-line .txt (one document: no newline, no --doc-separator), runs `prepare`
-on it in a fresh process (recipe default: clean, PII, exact + near dedup; a given tokenizer, one
-worker) and prints the wall time, the peak RSS and the bound `gptforge.data.prepare` documents
-(MEMORY_BASE_MB + MEMORY_BYTES_PER_CHAR per character). There is no reference tool to compare
-with here: the figure before the piecewise tokenizer/MinHash is given in bench/RESULTS.md.
+on it in a fresh process (recipe default: clean, PII, exact + near dedup; a given tokenizer;
+--workers processes, 1 by default) and prints the wall time, the throughput (input MB/s and
+tokens/s over the whole prepare), how many tasks and processes tokenized it (a big shard is cut
+into byte windows, `gptforge.data.windows`), and the peak RSS of the prepare process itself and
+of its largest worker (getrusage RUSAGE_SELF and RUSAGE_CHILDREN: the maximum over the workers,
+not their sum; with one worker every phase runs in the prepare process), beside the bound
+`gptforge.data.prepare` documents (MEMORY_BASE_MB + MEMORY_BYTES_PER_CHAR per character). There
+is no reference tool to compare with here: the figure before the piecewise tokenizer/MinHash is
+given in bench/RESULTS.md.
 
-    python bench/large_document_memory.py --mb 50 [--mb 200 ...] [--recipe default]
+    python bench/large_document_memory.py --mb 50 [--mb 500 ...] [--workers 2] [--recipe default]
 """
 
 from __future__ import annotations
 
 import argparse
+import json
+import os
 import platform
 import subprocess
 import sys
@@ -19,9 +26,9 @@ import tempfile
 import time
 
 SCRIPT = r"""
-import random, resource, sys, time
+import json, random, resource, sys, time
 from pathlib import Path
-out, mb, recipe = Path(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
+out, mb, recipe, workers = Path(sys.argv[1]), int(sys.argv[2]), sys.argv[3], int(sys.argv[4])
 rng = random.Random(0)
 words = ["".join(rng.choice("abcdefghijklmnopqrstuvwxyz") for _ in range(rng.randint(2, 12))) for _ in range(20000)]
 line = " ".join(rng.choice(words) for _ in range(20000)) + " "
@@ -33,9 +40,16 @@ from gptforge.data.tokenizer import train_bpe
 train_bpe([line] * 3, 4096).save(out / "tok.json")
 from gptforge.data.prepare import PrepareConfig, prepare
 t = time.perf_counter()
-prepare(PrepareConfig(inputs=[str(src)], out=str(out / "data"), tokenizer=str(out / "tok.json"), workers=1,
-                      recipe=recipe), show_progress=False)
-print(src.stat().st_size, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, time.perf_counter() - t)
+res = prepare(PrepareConfig(inputs=[str(src)], out=str(out / "data"), tokenizer=str(out / "tok.json"),
+                            workers=workers, recipe=recipe), show_progress=False)
+seconds = time.perf_counter() - t
+tok = res.report["throughput"].get("tokenize", {})
+print(json.dumps({"bytes": src.stat().st_size, "seconds": seconds,
+                  "tokens": sum(s["tokens"] for s in res.meta["splits"].values()),
+                  "self_kib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss,
+                  "children_kib": resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss,
+                  "timings": {k: v["seconds"] for k, v in res.report["throughput"].items()}, "tokenize_tasks": tok.get("tasks"),
+                  "tokenize_processes": tok.get("processes")}))
 """
 
 
@@ -54,23 +68,30 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--mb", type=int, action="append", help="document size in MiB (repeatable; default 50)")
     ap.add_argument("--recipe", default="default")
+    ap.add_argument("--workers", type=int, default=1, help="prepare --workers (default 1)")
+    ap.add_argument("--dir", default=None, help="folder for the generated file and output (default: a temp folder)")
     args = ap.parse_args()
     from gptforge.data.prepare import MEMORY_BASE_MB, MEMORY_BYTES_PER_CHAR
 
-    print(f"CPU: {cpu_name()}; python {platform.python_version()}")
+    print(f"CPU: {cpu_name()}, {os.cpu_count()} cores; python {platform.python_version()}")
     for mb in args.mb or [50]:
-        with tempfile.TemporaryDirectory() as tmp:
+        with tempfile.TemporaryDirectory(dir=args.dir) as tmp:
             t = time.perf_counter()
-            proc = subprocess.run([sys.executable, "-c", SCRIPT, tmp, str(mb), args.recipe], capture_output=True,
-                                  text=True)
+            proc = subprocess.run([sys.executable, "-c", SCRIPT, tmp, str(mb), args.recipe, str(args.workers)],
+                                  capture_output=True, text=True)
             if proc.returncode:
                 print(proc.stderr[-3000:])
                 raise SystemExit(f"prepare failed on {mb} MB")
-            size, peak_kib, seconds = proc.stdout.split()[-3:]
-            bound = MEMORY_BASE_MB + MEMORY_BYTES_PER_CHAR * int(size) / 2**20
-            print(f"{int(size) / 2**20:.0f} MiB one-line document, recipe {args.recipe}: prepare {float(seconds):.1f} s "
-                  f"({time.perf_counter() - t:.1f} s with generation), peak RSS {int(peak_kib) / 1024:.0f} MB, "
-                  f"bound {bound:.0f} MB")
+            r = json.loads(proc.stdout.strip().splitlines()[-1])
+            size_mb = r["bytes"] / 2**20
+            bound = MEMORY_BASE_MB + MEMORY_BYTES_PER_CHAR * size_mb
+            phases = ", ".join(f"{k} {v:.0f} s" for k, v in r["timings"].items())
+            print(f"{size_mb:.0f} MiB one-line document, recipe {args.recipe}, --workers {args.workers}: "
+                  f"prepare {r['seconds']:.1f} s ({time.perf_counter() - t:.1f} s with generation; {phases}), "
+                  f"{size_mb / r['seconds']:.2f} MB/s, {r['tokens'] / r['seconds']:,.0f} tokens/s; "
+                  f"tokenized in {r['tokenize_tasks']} tasks by {r['tokenize_processes']} process(es); "
+                  f"peak RSS: prepare process {r['self_kib'] / 1024:.0f} MB, largest worker "
+                  f"{r['children_kib'] / 1024:.0f} MB (max over workers, not a sum); bound {bound:.0f} MB per process")
 
 
 if __name__ == "__main__":

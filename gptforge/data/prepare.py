@@ -565,7 +565,8 @@ def _prepare_locked(cfg: PrepareConfig, out_dir: Path, show_progress: bool, t0: 
 
     # With --limit the first N documents in reading order are wanted: one shard reads them.
     shard_bytes = cfg.shard_bytes or auto_shard_bytes(files)
-    shards = [[str(f) for f in files]] if cfg.limit else plan_shards(files, shard_bytes)
+    shards = ([[str(f) for f in files]] if cfg.limit else
+              plan_shards(files, shard_bytes, cfg.doc_separator, cfg.encoding))
     work = work_dir_for(out_dir)
     options = {"recipe": recipe_dict, "text_field": cfg.text_field, "doc_separator": cfg.doc_separator,
                "limit": cfg.limit, "strict": cfg.strict, "shard_bytes": shard_bytes}
@@ -713,8 +714,8 @@ def _run_pipeline(cfg: PrepareConfig, out_dir: Path, files: list[Path], recipe_d
         timings["tokenize"] = time.perf_counter() - t
         encoded = []
         for shard_names in names:
-            results = [json.loads((enc / f"{n}.json").read_text()) for n in shard_names]
-            encoded.append(results[0] if len(results) == 1 and "partials" not in results[0] else merge_windows(results))
+            parts = [json.loads((enc / f"{n}.json").read_text()) for n in shard_names]
+            encoded.append(parts[0] if len(parts) == 1 and "partials" not in parts[0] else merge_windows(parts))
 
         # ---- write ----
         t = time.perf_counter()
@@ -751,6 +752,8 @@ def _run_pipeline(cfg: PrepareConfig, out_dir: Path, files: list[Path], recipe_d
                         cpu = sum(json.loads((work / folder / f"{i:05d}.json").read_text()).get("cpu_seconds", 0.0)
                                   for i in range(len(shards)))
                         report["throughput"][phase]["shard_cpu_seconds"] = round(cpu, 3)
+                report["inputs"]["byte_range_shards"] = sum(isinstance(src, dict) for sh in shards for src in sh)
+                report["throughput"]["curate"]["processes"] = len({r.get("pid") for r in results} - {None})
                 # How the tokenize phase was cut up: one task per shard, a big shard one per window.
                 tok = report["throughput"].setdefault("tokenize", {})
                 tok["tasks"] = len(etasks)
