@@ -9,10 +9,15 @@ intermediate result in a work folder beside the output so that a killed run resu
    val (or test) empty (one input.txt is one document), they are cut from the end of the largest
    train document instead, by character position at a line break (`_position_split`);
 3. tokenizer: unless one is given, a byte-level BPE is trained on the train split's text;
-4. encode: each shard's documents are tokenized in a worker and saved per split;
+4. encode: each shard's documents are tokenized in a worker and saved per split; a shard of
+   more than 2 * `ENCODE_WINDOW_BYTES` of text (one big file) in byte windows, one task each
+   (`gptforge.data.windows`: same tokens);
 5. write: the per-shard token arrays are appended to the shard files in shard order, so the
    output is byte-identical whatever the number of workers; `report.json` and `report.html`
    are written beside them, with the output recounted from the files written.
+
+A big uncompressed text file cut by --doc-separator is read in byte ranges (`curate.plan_shards`),
+one shard each, so that its curation too is shared by the workers.
 
 Memory is bounded by one shard per worker (a few tens of MB with the default shard size) plus
 the BPE trainer's word counts and the dedup step's 16 bytes per document. A single document
