@@ -11,7 +11,8 @@ not their sum; with one worker every phase runs in the prepare process), beside 
 is no reference tool to compare with here: the figure before the piecewise tokenizer/MinHash is
 given in bench/RESULTS.md.
 
-    python bench/large_document_memory.py --mb 50 [--mb 500 ...] [--workers 2] [--recipe default]
+    python bench/large_document_memory.py --mb 50 [--mb 500 ...] [--workers 2] [--window-mb 32 (0: none)]
+        [--recipe default] [--dir FOLDER]
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ import time
 SCRIPT = r"""
 import json, random, resource, sys, time
 from pathlib import Path
-out, mb, recipe, workers = Path(sys.argv[1]), int(sys.argv[2]), sys.argv[3], int(sys.argv[4])
+out, mb, recipe, workers, window_mb = Path(sys.argv[1]), int(sys.argv[2]), sys.argv[3], int(sys.argv[4]), int(sys.argv[5])
 rng = random.Random(0)
 words = ["".join(rng.choice("abcdefghijklmnopqrstuvwxyz") for _ in range(rng.randint(2, 12))) for _ in range(20000)]
 line = " ".join(rng.choice(words) for _ in range(20000)) + " "
@@ -38,7 +39,9 @@ with open(src, "w") as f:
         f.write(line)
 from gptforge.data.tokenizer import train_bpe
 train_bpe([line] * 3, 4096).save(out / "tok.json")
+from gptforge.data import prepare as P
 from gptforge.data.prepare import PrepareConfig, prepare
+P.ENCODE_WINDOW_BYTES = (window_mb << 20) if window_mb else 1 << 62  # 0: one tokenize task per shard
 t = time.perf_counter()
 res = prepare(PrepareConfig(inputs=[str(src)], out=str(out / "data"), tokenizer=str(out / "tok.json"),
                             workers=workers, recipe=recipe), show_progress=False)
@@ -69,6 +72,8 @@ def main() -> None:
     ap.add_argument("--mb", type=int, action="append", help="document size in MiB (repeatable; default 50)")
     ap.add_argument("--recipe", default="default")
     ap.add_argument("--workers", type=int, default=1, help="prepare --workers (default 1)")
+    ap.add_argument("--window-mb", type=int, default=32,
+                    help="tokenize windows of this many MiB (prepare.ENCODE_WINDOW_BYTES; 0: none, one task per shard)")
     ap.add_argument("--dir", default=None, help="folder for the generated file and output (default: a temp folder)")
     args = ap.parse_args()
     from gptforge.data.prepare import MEMORY_BASE_MB, MEMORY_BYTES_PER_CHAR
@@ -77,7 +82,8 @@ def main() -> None:
     for mb in args.mb or [50]:
         with tempfile.TemporaryDirectory(dir=args.dir) as tmp:
             t = time.perf_counter()
-            proc = subprocess.run([sys.executable, "-c", SCRIPT, tmp, str(mb), args.recipe, str(args.workers)],
+            proc = subprocess.run([sys.executable, "-c", SCRIPT, tmp, str(mb), args.recipe, str(args.workers),
+                                   str(args.window_mb)],
                                   capture_output=True, text=True)
             if proc.returncode:
                 print(proc.stderr[-3000:])
@@ -86,7 +92,8 @@ def main() -> None:
             size_mb = r["bytes"] / 2**20
             bound = MEMORY_BASE_MB + MEMORY_BYTES_PER_CHAR * size_mb
             phases = ", ".join(f"{k} {v:.0f} s" for k, v in r["timings"].items())
-            print(f"{size_mb:.0f} MiB one-line document, recipe {args.recipe}, --workers {args.workers}: "
+            print(f"{size_mb:.0f} MiB one-line document, recipe {args.recipe}, --workers {args.workers}, "
+                  f"--window-mb {args.window_mb}: "
                   f"prepare {r['seconds']:.1f} s ({time.perf_counter() - t:.1f} s with generation; {phases}), "
                   f"{size_mb / r['seconds']:.2f} MB/s, {r['tokens'] / r['seconds']:,.0f} tokens/s; "
                   f"tokenized in {r['tokenize_tasks']} tasks by {r['tokenize_processes']} process(es); "
