@@ -5,8 +5,10 @@ on it in a fresh process (recipe default: clean, PII, exact + near dedup; a give
 --workers processes, 1 by default) and prints the wall time, the throughput (input MB/s and
 tokens/s over the whole prepare), how many tasks and processes tokenized it (a big shard is cut
 into byte windows, `gptforge.data.windows`), and the peak RSS of the prepare process itself and
-of its largest worker (getrusage RUSAGE_SELF and RUSAGE_CHILDREN: the maximum over the workers,
-not their sum; with one worker every phase runs in the prepare process), beside the bound
+of its largest worker (getrusage for the prepare process; /proc VmHWM for its children, the
+maximum over them, since a spawn worker's ru_maxrss starts at its parent's peak) and the peak of
+all processes' summed VmRSS (sampled; with one worker every phase runs in the prepare process;
+a single-shard phase does too), beside the bound
 `gptforge.data.prepare` documents (MEMORY_BASE_MB + MEMORY_BYTES_PER_CHAR per character). There
 is no reference tool to compare with here: the figure before the piecewise tokenizer/MinHash is
 given in bench/RESULTS.md.
@@ -50,10 +52,61 @@ tok = res.report["throughput"].get("tokenize", {})
 print(json.dumps({"bytes": src.stat().st_size, "seconds": seconds,
                   "tokens": sum(s["tokens"] for s in res.meta["splits"].values()),
                   "self_kib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss,
-                  "children_kib": resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss,
                   "timings": {k: v["seconds"] for k, v in res.report["throughput"].items()}, "tokenize_tasks": tok.get("tasks"),
                   "tokenize_processes": tok.get("processes")}))
 """
+
+
+class TreeMemory:
+    """Polls /proc every `interval` s for a process and its descendants (Linux): the peak VmHWM of
+    each process (its own high-water mark: unlike getrusage's ru_maxrss, not inherited from the
+    parent a spawn worker was forked from) and the peak of the tree's summed VmRSS."""
+
+    def __init__(self, pid: int, interval: float = 0.5):
+        import threading
+
+        self.pid, self.interval = pid, interval
+        self.hwm_kib: dict[int, int] = {}
+        self.sum_kib = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _tree(self) -> list[int]:
+        children: dict[int, list[int]] = {}
+        for entry in os.listdir("/proc"):
+            if entry.isdigit():
+                try:
+                    with open(f"/proc/{entry}/stat") as f:
+                        ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+                except (OSError, IndexError, ValueError):
+                    continue
+                children.setdefault(ppid, []).append(int(entry))
+        out, todo = [], [self.pid]
+        while todo:
+            p = todo.pop()
+            out.append(p)
+            todo.extend(children.get(p, []))
+        return out
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            total = 0
+            for p in self._tree():
+                try:
+                    with open(f"/proc/{p}/status") as f:
+                        fields = dict(ln.split(":", 1) for ln in f if ":" in ln)
+                    rss, hwm = int(fields["VmRSS"].split()[0]), int(fields["VmHWM"].split()[0])
+                except (OSError, KeyError, ValueError):
+                    continue
+                total += rss
+                self.hwm_kib[p] = max(self.hwm_kib.get(p, 0), hwm)
+            self.sum_kib = max(self.sum_kib, total)
+            self._stop.wait(self.interval)
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join()
 
 
 def cpu_name() -> str:
@@ -82,13 +135,16 @@ def main() -> None:
     for mb in args.mb or [50]:
         with tempfile.TemporaryDirectory(dir=args.dir) as tmp:
             t = time.perf_counter()
-            proc = subprocess.run([sys.executable, "-c", SCRIPT, tmp, str(mb), args.recipe, str(args.workers),
-                                   str(args.window_mb)],
-                                  capture_output=True, text=True)
+            proc = subprocess.Popen([sys.executable, "-c", SCRIPT, tmp, str(mb), args.recipe, str(args.workers),
+                                     str(args.window_mb)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            mem = TreeMemory(proc.pid)
+            stdout, stderr = proc.communicate()
+            mem.stop()
             if proc.returncode:
-                print(proc.stderr[-3000:])
+                print(stderr[-3000:])
                 raise SystemExit(f"prepare failed on {mb} MB")
-            r = json.loads(proc.stdout.strip().splitlines()[-1])
+            r = json.loads(stdout.strip().splitlines()[-1])
+            workers = [v for p, v in mem.hwm_kib.items() if p != proc.pid]
             size_mb = r["bytes"] / 2**20
             bound = MEMORY_BASE_MB + MEMORY_BYTES_PER_CHAR * size_mb
             phases = ", ".join(f"{k} {v:.0f} s" for k, v in r["timings"].items())
@@ -97,8 +153,10 @@ def main() -> None:
                   f"prepare {r['seconds']:.1f} s ({time.perf_counter() - t:.1f} s with generation; {phases}), "
                   f"{size_mb / r['seconds']:.2f} MB/s, {r['tokens'] / r['seconds']:,.0f} tokens/s; "
                   f"tokenized in {r['tokenize_tasks']} tasks by {r['tokenize_processes']} process(es); "
-                  f"peak RSS: prepare process {r['self_kib'] / 1024:.0f} MB, largest worker "
-                  f"{r['children_kib'] / 1024:.0f} MB (max over workers, not a sum); bound {bound:.0f} MB per process")
+                  f"peak RSS: prepare process {r['self_kib'] / 1024:.0f} MB (getrusage), largest of "
+                  f"{len(workers)} child processes {max(workers, default=0) / 1024:.0f} MB (max of their VmHWM, "
+                  f"not a sum), all processes together {mem.sum_kib / 1024:.0f} MB (peak of the summed VmRSS, "
+                  f"sampled every {mem.interval} s); bound {bound:.0f} MB per process")
 
 
 if __name__ == "__main__":
