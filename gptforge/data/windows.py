@@ -106,7 +106,9 @@ def plan_encode_windows(text: ShardText, mask: np.ndarray | None, split_of: Call
                         cuts: dict[str, list], window_bytes: int) -> list[list[list]] | None:
     """Windows of about `window_bytes` over a shard's kept documents, or None when it is small.
 
-    A shard is windowed when its kept documents hold more than 2 * `window_bytes` UTF-8 bytes.
+    A shard is windowed when its kept documents hold more than 2 * `window_bytes` UTF-8 bytes,
+    into ceil(bytes / `window_bytes`) windows of equal size (so that the last round of tasks is
+    not one small window).
     `split_of(id)` is a document's split; `cuts` the position splits ({id: [[0, "train"], [char,
     "val"], ...]}, character offsets, see `prepare.cut_pieces`). Each window is a list of spans
     `[pos, piece_start, start, end, piece_end, split]` (byte offsets in document `pos`): the
@@ -116,8 +118,10 @@ def plan_encode_windows(text: ShardText, mask: np.ndarray | None, split_of: Call
     """
     sizes = text.byte_sizes()
     kept = np.ones(sizes.size, bool) if mask is None else ~np.asarray(mask, bool)
-    if int(sizes[kept].sum()) <= 2 * window_bytes:
+    total = int(sizes[kept].sum())
+    if total <= 2 * window_bytes:
         return None
+    window_bytes = -(-total // -(-total // window_bytes))  # windows of equal size: no small last one
     ids = text.ids()
     windows: list[list[list]] = [[]]
     size = 0
