@@ -3,7 +3,7 @@
 Generates an N MB one-line .txt (one document: no newline, no --doc-separator), runs `prepare`
 on it in a fresh process (recipe default: clean, PII, exact + near dedup; a given tokenizer;
 --workers processes, 1 by default) and prints the wall time, the throughput (input MB/s and
-tokens/s over the whole prepare), how many tasks and processes tokenized it (a big shard is cut
+tokens/s over the whole prepare; CPU seconds of the processes), how many tasks and processes tokenized it (a big shard is cut
 into byte windows, `gptforge.data.windows`), and the peak RSS of the prepare process itself and
 of its largest worker (getrusage for the prepare process; /proc VmHWM for its children, the
 maximum over them, since a spawn worker's ru_maxrss starts at its parent's peak) and the peak of
@@ -52,6 +52,8 @@ tok = res.report["throughput"].get("tokenize", {})
 print(json.dumps({"bytes": src.stat().st_size, "seconds": seconds,
                   "tokens": sum(s["tokens"] for s in res.meta["splits"].values()),
                   "self_kib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss,
+                  "cpu_seconds": sum(getattr(resource.getrusage(who), f) for who in (resource.RUSAGE_SELF,
+                                     resource.RUSAGE_CHILDREN) for f in ("ru_utime", "ru_stime")),
                   "timings": {k: v["seconds"] for k, v in res.report["throughput"].items()}, "tokenize_tasks": tok.get("tasks"),
                   "tokenize_processes": tok.get("processes")}))
 """
@@ -151,7 +153,8 @@ def main() -> None:
             print(f"{size_mb:.0f} MiB one-line document, recipe {args.recipe}, --workers {args.workers}, "
                   f"--window-mb {args.window_mb}: "
                   f"prepare {r['seconds']:.1f} s ({time.perf_counter() - t:.1f} s with generation; {phases}), "
-                  f"{size_mb / r['seconds']:.2f} MB/s, {r['tokens'] / r['seconds']:,.0f} tokens/s; "
+                  f"{size_mb / r['seconds']:.2f} MB/s, {r['tokens'] / r['seconds']:,.0f} tokens/s, "
+                  f"{r['cpu_seconds']:.0f} CPU s (prepare process and workers, generation included); "
                   f"tokenized in {r['tokenize_tasks']} tasks by {r['tokenize_processes']} process(es); "
                   f"peak RSS: prepare process {r['self_kib'] / 1024:.0f} MB (getrusage), largest of "
                   f"{len(workers)} child processes {max(workers, default=0) / 1024:.0f} MB (max of their VmHWM, "
