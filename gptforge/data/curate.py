@@ -45,7 +45,7 @@ import numpy as np
 from gptforge.atomic import atomic_write_json as _atomic_write_json
 from gptforge.data.normalize import NormalizeStats, normalize_documents
 from gptforge.data.pipeline import Recipe, StepStats, apply_steps, build_recipe
-from gptforge.data.readers import Document, ReadStats, read_documents, source_size
+from gptforge.data.readers import Document, ReadStats, read_documents, read_file_range, source_size
 
 log = logging.getLogger("gptforge.data")
 
@@ -58,7 +58,7 @@ MIN_AUTO_SHARD_BYTES = 1 << 20
 AUTO_SHARDS = 64
 #: documents per batch for MinHash signatures and Arrow record batches.
 BATCH_DOCS = 1024
-WORK_FORMAT_VERSION = 2  # 2: FineWeb text simplification and short-document rule in near dedup
+WORK_FORMAT_VERSION = 3  # 2: FineWeb text simplification and short-document rule in near dedup; 3: byte-range shards
 
 
 # --------------------------------------------------------------------------------------------
@@ -133,15 +133,29 @@ def auto_shard_bytes(files: Sequence[Path]) -> int:
     return int(min(DEFAULT_SHARD_BYTES, max(MIN_AUTO_SHARD_BYTES, total // AUTO_SHARDS)))
 
 
-def plan_shards(files: Sequence[Path], shard_bytes: int = DEFAULT_SHARD_BYTES) -> list[list[str]]:
+def plan_shards(files: Sequence[Path], shard_bytes: int = DEFAULT_SHARD_BYTES, doc_separator: str | None = None,
+                encoding: str | None = None) -> list[list[str | dict[str, Any]]]:
     """Consecutive files grouped into shards of about `shard_bytes` input bytes each.
 
-    Depends only on the file list and sizes, never on the worker count.
+    A big uncompressed text file cut into documents by `doc_separator` (more than twice
+    `shard_bytes`, see `readers.plan_text_ranges`) is cut into byte ranges of about
+    `shard_bytes`, each a shard of its own, given as {"path", "start", "end", "first_piece"}:
+    its curation is then shared by the workers, with the documents and ids of a whole reading.
+    Depends only on the file list, sizes and contents, never on the worker count.
     """
-    shards: list[list[str]] = []
-    cur: list[str] = []
+    from gptforge.data.readers import plan_text_ranges
+
+    shards: list[list[str | dict[str, Any]]] = []
+    cur: list[str | dict[str, Any]] = []
     size = 0
     for f in files:
+        ranges = plan_text_ranges(Path(f), doc_separator, encoding, shard_bytes)
+        if ranges:
+            if cur:
+                shards.append(cur)
+                cur, size = [], 0
+            shards.extend([[{"path": str(f), "start": a, "end": b, "first_piece": k}] for a, b, k in ranges])
+            continue
         n = source_size(f)
         if cur and size + n > shard_bytes:
             shards.append(cur)
@@ -289,9 +303,19 @@ def _worker_init(parent_pid: int | None = None, lock_folder: str | None = None) 
 # --------------------------------------------------------------------------------------------
 
 
+def _read_sources(sources: list[str | dict[str, Any]], rstats: ReadStats, text_field: str,
+                  doc_separator: str | None) -> Iterator[Document]:
+    """The documents of a shard's files and byte ranges of files (`plan_shards`), in order."""
+    for source in sources:
+        if isinstance(source, dict):
+            yield from read_file_range(Path(source["path"]), rstats, doc_separator or "", source["start"],
+                                       source["end"], source["first_piece"])
+        else:
+            yield from read_documents([], rstats, text_field, files=[Path(source)], doc_separator=doc_separator)
+
+
 def _read(task: dict[str, Any], rstats: ReadStats, nstats: NormalizeStats, recipe: Recipe) -> Iterator[Document]:
-    docs = read_documents([], rstats, task["text_field"], files=[Path(f) for f in task["files"]],
-                          doc_separator=task.get("doc_separator"))
+    docs = _read_sources(task["files"], rstats, task["text_field"], task.get("doc_separator"))
     if task.get("limit"):
         docs = itertools.islice(docs, task["limit"])
     return normalize_documents(docs, nstats, form=recipe.normalization or "")
@@ -380,6 +404,7 @@ def curate_task(task: dict[str, Any]) -> dict[str, Any]:
         "characters_out": chars_out,
         "seconds": time.perf_counter() - t0,
         "cpu_seconds": time.process_time() - c0,  # this process's CPU: what the shard cost on a busy machine
+        "pid": os.getpid(),
     }
     atomic_write_json(out / f"{i:05d}.json", result)
     return result

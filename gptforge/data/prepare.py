@@ -9,10 +9,15 @@ intermediate result in a work folder beside the output so that a killed run resu
    val (or test) empty (one input.txt is one document), they are cut from the end of the largest
    train document instead, by character position at a line break (`_position_split`);
 3. tokenizer: unless one is given, a byte-level BPE is trained on the train split's text;
-4. encode: each shard's documents are tokenized in a worker and saved per split;
+4. encode: each shard's documents are tokenized in a worker and saved per split; a shard of
+   more than 2 * `ENCODE_WINDOW_BYTES` of text (one big file) in byte windows, one task each
+   (`gptforge.data.windows`: same tokens);
 5. write: the per-shard token arrays are appended to the shard files in shard order, so the
    output is byte-identical whatever the number of workers; `report.json` and `report.html`
    are written beside them, with the output recounted from the files written.
+
+A big uncompressed text file cut by --doc-separator is read in byte ranges (`curate.plan_shards`),
+one shard each, so that its curation too is shared by the workers.
 
 Memory is bounded by one shard per worker (a few tens of MB with the default shard size) plus
 the BPE trainer's word counts and the dedup step's 16 bytes per document. A single document
@@ -252,14 +257,16 @@ def default_workers() -> int:
 TOKENIZE_PIECE_CHARS = 1 << 18
 
 
-def encode_documents(tokenizer: Tokenizer, texts: list[str], dtype: np.dtype) -> tuple[np.ndarray, int, np.ndarray]:
+def encode_documents(tokenizer: Tokenizer, texts: list[str], dtype: np.dtype,
+                     ends: list[bool] | None = None) -> tuple[np.ndarray, int, np.ndarray]:
     """Token ids of `texts`, each followed by EOS, concatenated; their UTF-8 bytes; tokens per text.
 
     Texts are tokenized in calls of about `TOKENIZE_PIECE_CHARS` characters (long texts in
     whitespace-cut pieces, identical tokens), so memory does not grow with a document's size
-    beyond its ids.
+    beyond its ids. `ends[k]` False: text k is not the end of its document (a window of a huge
+    one, see `plan_encode_windows`) and gets no EOS.
 
-    Returns (ids of shape (sum of token counts + len(texts),), bytes, lengths (len(texts),) int64
+    Returns (ids of shape (sum of token counts + EOS count,), bytes, lengths (len(texts),) int64
     without the EOS).
     """
     eos = tokenizer.eos_id
@@ -286,7 +293,7 @@ def encode_documents(tokenizer: Tokenizer, texts: list[str], dtype: np.dtype) ->
         while piece is not None:  # one piece of lookahead: the last one is followed by EOS
             following = next(pieces, None)
             group.append(piece)
-            owners.append(-(k + 1) if following is None else k + 1)
+            owners.append(-(k + 1) if following is None and (ends is None or ends[k]) else k + 1)
             size += len(piece)
             nbytes += len(piece.encode("utf-8", "surrogatepass"))
             if size >= TOKENIZE_PIECE_CHARS:
@@ -311,8 +318,9 @@ def encode_task(task: dict[str, Any]) -> dict[str, Any]:
     from gptforge.data.curate import atomic_save_npy
 
     os.environ["TOKENIZERS_PARALLELISM"] = "false"
-    work, i = Path(task["work"]), task["index"]
+    work, i = Path(task["work"]), task.get("shard", task["index"])
     out = Path(task["out"])
+    name = task.get("name", f"{i:05d}")
     tokenizer = Tokenizer.from_file(task["tokenizer"], task.get("eos_token"))
     dtype = np.dtype(task["dtype"])
     mask = np.load(work / "dedup" / f"{i:05d}.npy") if task["dedup"] else None
@@ -353,12 +361,99 @@ def encode_task(task: dict[str, Any]) -> dict[str, Any]:
             flush(split)
     for split in SPLITS:
         arr = np.concatenate(parts[split]) if parts[split] else np.zeros(0, dtype)
-        atomic_save_npy(out / f"{i:05d}.{split}.npy", arr)
+        atomic_save_npy(out / f"{name}.{split}.npy", arr)
     result = {"splits": counts,
               "hist_tokens": histogram(np.concatenate(tok_lens) if tok_lens else np.zeros(0, np.int64)),
-              "hist_characters": histogram(np.array(char_lens, dtype=np.int64))}
-    atomic_write_json(out / f"{i:05d}.json", result)
+              "hist_characters": histogram(np.array(char_lens, dtype=np.int64)), "pid": os.getpid()}
+    atomic_write_json(out / f"{name}.json", result)
     return result
+
+
+#: a curated shard of more than twice this many UTF-8 bytes is tokenized in windows of about
+#: this size, one task each, so that one big file keeps every worker busy (`gptforge.data.windows`);
+#: 32 MiB: a shard of the default input size (64 MiB of uncompressed text) stays one task.
+ENCODE_WINDOW_BYTES = 32 << 20
+
+
+def encode_window_task(task: dict[str, Any]) -> dict[str, Any]:
+    """Tokenize one window of a big curated shard (`task["spans"]`, see `windows.plan_encode_windows`).
+
+    Writes `ENC/NAME.{split}.npy` (ids; EOS only after a span that ends its text) and
+    `ENC/NAME.json`: counts per split (a text counts as a document in the window holding its
+    last span), histograms of the texts wholly inside the window, and `partials` [[key,
+    tokens, characters], ...] for the texts it holds part of (the parent adds them up).
+    """
+    from gptforge.data.curate import atomic_save_npy
+    from gptforge.data.windows import ShardText
+
+    os.environ["TOKENIZERS_PARALLELISM"] = "false"
+    out = Path(task["out"])
+    tokenizer = Tokenizer.from_file(task["tokenizer"], task.get("eos_token"))
+    dtype = np.dtype(task["dtype"])
+    text = ShardText(Path(task["work"]), task["shard"])
+    parts: dict[str, list[np.ndarray]] = {s: [] for s in SPLITS}
+    counts = {s: {"documents": 0, "bytes": 0, "tokens": 0} for s in SPLITS}
+    whole_tokens: list[int] = []
+    whole_chars: list[int] = []
+    partials: list[list] = []
+    buffers: dict[str, list[tuple[str, list]]] = {s: [] for s in SPLITS}
+    sizes = {s: 0 for s in SPLITS}
+
+    def flush(split: str) -> None:
+        batch = buffers[split]
+        ends = [span[3] == span[4] for _, span in batch]
+        ids, nbytes, lengths = encode_documents(tokenizer, [t for t, _ in batch], dtype, ends)
+        parts[split].append(ids)
+        c = counts[split]
+        c["documents"] += sum(ends)
+        c["bytes"] += nbytes
+        c["tokens"] += int(ids.size)
+        for (t, span), n_tokens in zip(batch, lengths.tolist()):
+            if span[2] == span[1] and span[3] == span[4]:
+                whole_tokens.append(n_tokens)
+                whole_chars.append(len(t))
+            else:
+                partials.append([f"{span[0]}:{span[1]}", n_tokens, len(t)])
+        buffers[split], sizes[split] = [], 0
+
+    for span in task["spans"]:
+        pos, _, start, end, _, split = span
+        piece = bytes(text.text_bytes(pos)[start:end]).decode("utf-8", "surrogatepass")
+        buffers[split].append((piece, span))
+        sizes[split] += len(piece)
+        if sizes[split] >= BATCH_CHARS or len(buffers[split]) >= BATCH_DOCS:
+            flush(split)
+    for split in SPLITS:
+        if buffers[split]:
+            flush(split)
+    name = task["name"]
+    for split in SPLITS:
+        arr = np.concatenate(parts[split]) if parts[split] else np.zeros(0, dtype)
+        atomic_save_npy(out / f"{name}.{split}.npy", arr)
+    result = {"splits": counts, "hist_tokens": histogram(np.array(whole_tokens, np.int64)),
+              "hist_characters": histogram(np.array(whole_chars, np.int64)), "partials": partials, "pid": os.getpid()}
+    atomic_write_json(out / f"{name}.json", result)
+    return result
+
+
+def merge_windows(results: list[dict[str, Any]]) -> dict[str, Any]:
+    """One shard's encode result (as `encode_task` gives) from its windows' results, in order."""
+    counts = {s: {k: sum(r["splits"][s][k] for r in results) for k in ("documents", "bytes", "tokens")}
+              for s in SPLITS}
+    texts: dict[str, list[int]] = {}
+    for r in results:
+        for key, n_tokens, n_chars in r["partials"]:
+            acc = texts.setdefault(key, [0, 0])
+            acc[0] += n_tokens
+            acc[1] += n_chars
+    split_tokens = np.array([v[0] for v in texts.values()], np.int64)
+    split_chars = np.array([v[1] for v in texts.values()], np.int64)
+    return {"splits": counts,
+            "hist_tokens": (np.sum([r["hist_tokens"] for r in results], axis=0)
+                            + np.array(histogram(split_tokens))).tolist(),
+            "hist_characters": (np.sum([r["hist_characters"] for r in results], axis=0)
+                                + np.array(histogram(split_chars))).tolist(),
+            "pids": sorted({r["pid"] for r in results})}
 
 
 # --------------------------------------------------------------------------------------------
@@ -467,7 +562,8 @@ def _prepare_locked(cfg: PrepareConfig, out_dir: Path, show_progress: bool, t0: 
 
     # With --limit the first N documents in reading order are wanted: one shard reads them.
     shard_bytes = cfg.shard_bytes or auto_shard_bytes(files)
-    shards = [[str(f) for f in files]] if cfg.limit else plan_shards(files, shard_bytes)
+    shards = ([[str(f) for f in files]] if cfg.limit else
+              plan_shards(files, shard_bytes, cfg.doc_separator, cfg.encoding))
     work = work_dir_for(out_dir)
     options = {"recipe": recipe_dict, "text_field": cfg.text_field, "doc_separator": cfg.doc_separator,
                "limit": cfg.limit, "strict": cfg.strict, "shard_bytes": shard_bytes}
@@ -605,26 +701,29 @@ def _run_pipeline(cfg: PrepareConfig, out_dir: Path, files: list[Path], recipe_d
         # ---- encode ----
         t = time.perf_counter()
         key = hashlib.sha256(json.dumps([tokenizer.sha256, cfg.seed, cfg.val_fraction, cfg.test_fraction,
-                                         sorted(moved.items()), sorted(cuts.items())]).encode()).hexdigest()[:12]
+                                         sorted(moved.items()), sorted(cuts.items()), ENCODE_WINDOW_BYTES]).encode()).hexdigest()[:12]
         enc = work / f"encode-{key}"
         enc.mkdir(exist_ok=True)
-        etasks = [{"work": str(work), "out": str(enc), "index": i, "tokenizer": str(tok_path),
-                   "eos_token": tokenizer.eos_token, "dtype": dtype.name,
-                   "dedup": recipe.dedup is not None, "moved": moved, "seed": cfg.seed,
-                   "val_fraction": cfg.val_fraction, "test_fraction": cfg.test_fraction, "cuts": cuts}
-                  for i in range(len(shards))]
-        run_tasks(encode_task, etasks, lambda i: (enc / f"{i:05d}.json").exists(), pool, progress, "tokenize")
+        common = {"work": str(work), "out": str(enc), "tokenizer": str(tok_path), "eos_token": tokenizer.eos_token,
+                  "dtype": dtype.name}
+        etasks, names = _encode_tasks(cfg, common, work, len(shards), masks, moved, cuts, recipe.dedup is not None)
+        _run_encode(etasks, enc, pool, progress)
         timings["tokenize"] = time.perf_counter() - t
-        encoded = [json.loads((enc / f"{i:05d}.json").read_text()) for i in range(len(shards))]
+        encoded = []
+        for shard_names in names:
+            parts = [json.loads((enc / f"{n}.json").read_text()) for n in shard_names]
+            encoded.append(parts[0] if len(parts) == 1 and "partials" not in parts[0] else merge_windows(parts))
 
         # ---- write ----
         t = time.perf_counter()
         with ShardWriter(out_dir, tokenizer, max_shard_bytes=cfg.max_shard_bytes, overwrite=cfg.overwrite) as writer:
-            for i, e in enumerate(encoded):
-                for split in SPLITS:
-                    c = e["splits"][split]
-                    if c["documents"]:
-                        writer.write(split, np.load(enc / f"{i:05d}.{split}.npy"), c["documents"], c["bytes"])
+            for shard_names in names:
+                for n in shard_names:
+                    e = json.loads((enc / f"{n}.json").read_text())
+                    for split in SPLITS:
+                        c = e["splits"][split]
+                        if c["tokens"]:
+                            writer.write(split, np.load(enc / f"{n}.{split}.npy"), c["documents"], c["bytes"])
             written = sum(writer.splits[s]["documents"] for s in SPLITS)
             if written != total_docs + pieces_added:
                 raise RuntimeError(f"the work folder changed while prepare ran: {total_docs} documents curated, "
@@ -650,6 +749,13 @@ def _run_pipeline(cfg: PrepareConfig, out_dir: Path, files: list[Path], recipe_d
                         cpu = sum(json.loads((work / folder / f"{i:05d}.json").read_text()).get("cpu_seconds", 0.0)
                                   for i in range(len(shards)))
                         report["throughput"][phase]["shard_cpu_seconds"] = round(cpu, 3)
+                report["inputs"]["byte_range_shards"] = sum(isinstance(src, dict) for sh in shards for src in sh)
+                report["throughput"]["curate"]["processes"] = len({r.get("pid") for r in results} - {None})
+                # How the tokenize phase was cut up: one task per shard, a big shard one per window.
+                tok = report["throughput"].setdefault("tokenize", {})
+                tok["tasks"] = len(etasks)
+                tok["windowed_shards"] = sum(len(n) > 1 or ".w" in n[0] for n in names)
+                tok["processes"] = len({p for e in encoded for p in e.get("pids", [e.get("pid")]) if p is not None})
                 write_report(tmp_dir, report)
                 report_holder["report"] = report
 
@@ -658,6 +764,43 @@ def _run_pipeline(cfg: PrepareConfig, out_dir: Path, files: list[Path], recipe_d
         shutil.rmtree(work, ignore_errors=True)
     return PrepareResult(out_dir, meta, rstats, nstats, time.perf_counter() - t0, moved, steps,
                          report_holder.get("report", {}))
+
+
+def _encode_tasks(cfg: PrepareConfig, common: dict[str, Any], work: Path, n_shards: int, masks: list,
+                  moved: dict[str, str], cuts: dict[str, list], dedup: bool) -> tuple[list[dict[str, Any]], list[list[str]]]:
+    """The tokenize phase's tasks, and per shard the names of its result files in order.
+
+    A shard is one `encode_task` (files `NNNNN.*`), or, when its kept text is over twice
+    `ENCODE_WINDOW_BYTES`, one `encode_window_task` per window (`NNNNN.wKKKKofMMMM.*`).
+    """
+    from gptforge.data.windows import ShardText, plan_encode_windows
+
+    def split_of(doc_id: str) -> str:
+        return moved.get(doc_id) or assign_split(doc_id, cfg.seed, cfg.val_fraction, cfg.test_fraction)
+
+    tasks: list[dict[str, Any]] = []
+    names: list[list[str]] = []
+    for i in range(n_shards):
+        windows = plan_encode_windows(ShardText(work, i), masks[i], split_of, cuts, ENCODE_WINDOW_BYTES)
+        if windows is None:
+            names.append([f"{i:05d}"])
+            tasks.append({**common, "fn": "shard", "index": len(tasks), "shard": i, "name": f"{i:05d}",
+                          "dedup": dedup, "moved": moved, "seed": cfg.seed, "val_fraction": cfg.val_fraction,
+                          "test_fraction": cfg.test_fraction, "cuts": cuts})
+            continue
+        names.append([f"{i:05d}.w{k:04d}of{len(windows):04d}" for k in range(len(windows))])
+        for name, spans in zip(names[-1], windows):
+            tasks.append({**common, "fn": "window", "index": len(tasks), "shard": i, "name": name, "spans": spans})
+    return tasks, names
+
+
+def _encode_any(task: dict[str, Any]) -> dict[str, Any]:
+    """`encode_task` or `encode_window_task`, as the task says (one pool phase runs both)."""
+    return encode_window_task(task) if task["fn"] == "window" else encode_task(task)
+
+
+def _run_encode(tasks: list[dict[str, Any]], enc: Path, pool: WorkerPool, progress: Any) -> None:
+    run_tasks(_encode_any, tasks, lambda k: (enc / f"{tasks[k]['name']}.json").exists(), pool, progress, "tokenize")
 
 
 def with_languages(recipe: dict[str, Any], languages: list[str] | None, score: float | None) -> dict[str, Any]:

@@ -99,6 +99,9 @@ class ShardWriter:
     def write(self, split: str, ids: np.ndarray, documents: int, nbytes: int) -> None:
         """Append token ids (1-D, EOS after each document already included) to `split`.
 
+        The ids may end inside a document (the next call continues it); a file is closed only
+        after an EOS, so every file ends at a document boundary.
+
         Args:
             ids: token ids; cast to the folder's dtype (values must be < vocab_size).
             documents: number of documents these ids hold.
@@ -129,8 +132,10 @@ class ShardWriter:
                     take = room - 1 + int(ends[0]) + 1
             fh.write(data[:take].tobytes())
             self._fh_bytes[split] += take * itemsize
+            ends_document = int(data[take - 1]) == self.tokenizer.eos_id
             data = data[take:]
-            if self._fh_bytes[split] >= self.max_shard_bytes:
+            # A call may end inside a document (a window of a big one): its file stays open.
+            if self._fh_bytes[split] >= self.max_shard_bytes and ends_document:
                 self._close(split)
         info["tokens"] += int(ids.size)
         info["documents"] += int(documents)

@@ -2,7 +2,9 @@
 
 Formats (chosen by file name; compression suffix first):
 
-- `.txt`, `.md` (and any explicitly named file of another extension): one document per file.
+- `.txt`, `.md` (and any explicitly named file of another extension): one document per file, or
+  one per piece between `doc_separator`s; a big uncompressed one with a separator can be read in
+  byte ranges (`plan_text_ranges`, `read_file_range`) with the same documents and ids.
 - `.jsonl`, `.json`: one document per JSON line, text in `text_field`; a `.json` file holding a
   JSON array (or one object) is read whole.
 - `.parquet`: one document per row, text in the `text_field` column, read row group by row group.
@@ -46,9 +48,9 @@ from gptforge.data.readers.base import (
     resolve_text_field,
     sniff_binary,
 )
-from gptforge.data.readers.dispatch import read_documents, read_file
+from gptforge.data.readers.dispatch import plan_text_ranges, read_documents, read_file, read_file_range
 from gptforge.data.readers.encoding import BOMS, bom_encoding, read_text_file, text_encoding_of
 from gptforge.data.readers.files import expand_inputs, open_binary, source_size, split_suffixes
 from gptforge.data.readers.jsonl import ext_is_json
 
-__all__ = ["ARROW_EXTS", "AUTO_TEXT_FIELDS", "BINARY_INVALID_FRACTION", "BOMS", "BadFileError", "BadInputError", "COMPRESSION_EXTS", "CSV_EXTS", "Document", "HF_PREFIX", "JSON_EXTS", "MAX_KEPT_WARNINGS", "PARQUET_EXTS", "ReadStats", "SNIFF_BYTES", "SUPPORTED_EXTS", "TAR_EXTS", "TEXT_EXTS", "bom_encoding", "decode_utf8", "expand_inputs", "ext_is_json", "open_binary", "read_documents", "read_file", "read_text_file", "resolve_text_field", "sniff_binary", "source_size", "split_suffixes", "text_encoding_of"]
+__all__ = ["ARROW_EXTS", "AUTO_TEXT_FIELDS", "BINARY_INVALID_FRACTION", "BOMS", "BadFileError", "BadInputError", "COMPRESSION_EXTS", "CSV_EXTS", "Document", "HF_PREFIX", "JSON_EXTS", "MAX_KEPT_WARNINGS", "PARQUET_EXTS", "ReadStats", "SNIFF_BYTES", "SUPPORTED_EXTS", "TAR_EXTS", "TEXT_EXTS", "bom_encoding", "decode_utf8", "expand_inputs", "ext_is_json", "open_binary", "plan_text_ranges", "read_documents", "read_file", "read_file_range", "read_text_file", "resolve_text_field", "sniff_binary", "source_size", "split_suffixes", "text_encoding_of"]

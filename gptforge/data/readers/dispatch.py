@@ -13,6 +13,7 @@ from gptforge.data.readers.base import (
     HF_PREFIX,
     JSON_EXTS,
     PARQUET_EXTS,
+    SNIFF_BYTES,
     TAR_EXTS,
     BadFileError,
     BadInputError,
@@ -26,7 +27,7 @@ from gptforge.data.readers.hf import _read_hf
 from gptforge.data.readers.jsonl import _read_json
 from gptforge.data.readers.parquet import _read_parquet
 from gptforge.data.readers.tar import _read_tar
-from gptforge.data.readers.text import _read_text
+from gptforge.data.readers.text import _read_text, read_text_range, separator_ranges
 
 log = logging.getLogger("gptforge.data")
 
@@ -58,6 +59,56 @@ def read_file(path: Path, stats: ReadStats, text_field: str = "text",
         stats.warn(f"{e}: kept the complete documents read before the damage, skipped the rest")
     except OSError as e:
         stats.skip_file("unreadable", f"skipping {path}: cannot read it ({e})")
+
+
+def read_file_range(path: Path, stats: ReadStats, doc_separator: str, start: int, end: int,
+                    first_piece: int) -> Iterator[Document]:
+    """The documents of one byte range of a big uncompressed UTF-8 text file (`plan_text_ranges`).
+
+    Counts the range's bytes in `stats.input_bytes`, and the file in `files_read` once (with its
+    first range), so the ranges of a file add up to what reading it whole counts.
+    """
+    try:
+        stats.input_bytes += end - start
+        yield from read_text_range(path, stats, doc_separator, start, end, first_piece)
+        if start == 0:
+            stats.files_read += 1
+    except BadFileError as e:
+        stats.skip_file(e.reason, f"skipping {e}")
+    except OSError as e:
+        stats.skip_file("unreadable", f"skipping {path}: cannot read it ({e})")
+
+
+def plan_text_ranges(path: Path, doc_separator: str | None, encoding: str | None,
+                     target_bytes: int) -> list[tuple[int, int, int]] | None:
+    """Byte ranges of about `target_bytes` for a file read as text and cut at `doc_separator`,
+    or None to read it whole.
+
+    Only an uncompressed file of more than 2 * `target_bytes`, of a plain-text format (not JSON,
+    CSV, Parquet, Arrow or tar), read as UTF-8 (no UTF-16/32 byte-order mark, no other
+    `encoding`) and not binary by its first bytes is cut: a compressed file is streamed instead
+    (decompressed in 4 MB chunks, cut at the separator as it comes). Without a separator a file
+    is one document and is never cut here (its tokenization is, `gptforge.data.windows`).
+    """
+    from gptforge.data.readers.base import sniff_binary
+    from gptforge.data.readers.encoding import text_encoding_of
+
+    if not doc_separator or str(path).startswith(HF_PREFIX):
+        return None
+    ext, comp = split_suffixes(path)
+    if comp or ext in PARQUET_EXTS | ARROW_EXTS | JSON_EXTS | CSV_EXTS | TAR_EXTS:
+        return None
+    try:
+        if path.stat().st_size <= 2 * target_bytes:
+            return None
+        with open(path, "rb") as fh:
+            head = fh.read(SNIFF_BYTES)
+    except OSError:
+        return None  # read whole: the reader reports it
+    if text_encoding_of(head[:4], encoding) is not None or sniff_binary(head):
+        return None
+    ranges = separator_ranges(path, doc_separator, target_bytes)
+    return ranges if len(ranges) > 1 else None
 
 
 def _read_format(path: Path, ext: str, stats: ReadStats, text_field: str, doc_separator: str | None,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import codecs
+import io
 import logging
 from collections.abc import Iterator
 from pathlib import Path
@@ -28,17 +29,19 @@ def _read_text(path: Path, stats: ReadStats, doc_separator: str | None = None, o
     yield {"id": str(path), "text": text, "meta": {"source": str(path)}}
 
 
-def _read_text_separated(path: Path, stats: ReadStats, separator: str, opener=None) -> Iterator[Document]:
+def _read_text_separated(path: Path, stats: ReadStats, separator: str, opener=None,
+                         first_piece: int = 0) -> Iterator[Document]:
     """Documents of a text file cut at `separator` (streamed: the file is never held whole).
 
     Ids are `PATH@N`, N the 0-based piece number counting empty pieces too, so an id does not
-    change when another piece becomes empty.
+    change when another piece becomes empty; `first_piece`: the number of the first piece (a
+    byte range of the file starts after that many separators).
     """
     decoder = codecs.getincrementaldecoder("utf-8")(errors=_REPLACE.name)
     with (opener() if opener else open_binary(path)) as fh:
         chunk = _sniff_stream(fh, path)
         rest = ""
-        piece = 0
+        piece = first_piece
         while True:
             before = _REPLACE.count
             final = not chunk
@@ -57,3 +60,79 @@ def _read_text_separated(path: Path, stats: ReadStats, separator: str, opener=No
             if final:
                 break
             chunk = fh.read(4 << 20)
+
+
+class _Range(io.RawIOBase):
+    """Bytes [start, end) of a file, as a stream."""
+
+    def __init__(self, path: Path, start: int, end: int):
+        self._fh = open(path, "rb")
+        self._fh.seek(start)
+        self._left = end - start
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, b) -> int:  # type: ignore[override]
+        n = self._fh.readinto(memoryview(b)[:min(len(b), self._left)]) if self._left > 0 else 0
+        self._left -= n
+        return n
+
+    def close(self) -> None:
+        try:
+            self._fh.close()
+        finally:
+            super().close()
+
+
+#: bytes read at a time when looking for separators.
+_SCAN_BYTES = 8 << 20
+
+
+def separator_ranges(path: Path, separator: str, target_bytes: int) -> list[tuple[int, int, int]]:
+    """Byte ranges of an uncompressed UTF-8 text file, each about `target_bytes`, cut just after a separator.
+
+    Returns [(start, end, separators before start)]: reading each range with
+    `_read_text_separated(..., first_piece=that count)` gives the documents, ids included, that
+    reading the whole file gives (the separator's UTF-8 bytes are found left to right without
+    overlap, as `str.split` finds it; a UTF-8 decoder never joins an ASCII or lead byte to an
+    invalid sequence before it). One range [(0, size, 0)] when the file is small or has no
+    separator after the first `target_bytes`. Reads the file once, `_SCAN_BYTES` at a time.
+    """
+    sep = separator.encode("utf-8", "surrogatepass")
+    size = path.stat().st_size
+    ranges: list[tuple[int, int, int]] = []
+    start, start_count = 0, 0
+    count = 0  # separators whose end is at or before `base + resume`
+    base = 0  # file offset of buf[0]
+    buf = b""
+    resume = 0  # index in buf where the next search starts (after the last match)
+    with open(path, "rb") as fh:
+        while True:
+            chunk = fh.read(_SCAN_BYTES)
+            buf = buf[resume:] + chunk
+            base += resume
+            resume = 0
+            while True:
+                k = buf.find(sep, resume)
+                if k < 0:
+                    break
+                resume = k + len(sep)
+                count += 1
+                if base + k >= start + target_bytes and base + resume < size:
+                    ranges.append((start, base + resume, start_count))
+                    start, start_count = base + resume, count
+            if not chunk:
+                break
+            resume = max(resume, len(buf) - len(sep) + 1)  # a match may straddle the next chunk
+    ranges.append((start, size, start_count))
+    return ranges
+
+
+def read_text_range(path: Path, stats: ReadStats, separator: str, start: int, end: int,
+                    first_piece: int) -> Iterator[Document]:
+    """The documents of bytes [start, end) of an uncompressed UTF-8 text file cut at `separator`
+    (a range from `separator_ranges`), with the ids the whole file's reading gives them."""
+    yield from _read_text_separated(path, stats, separator,
+                                    lambda: io.BufferedReader(_Range(path, start, end), buffer_size=1 << 20),
+                                    first_piece)
