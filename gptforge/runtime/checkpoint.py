@@ -455,8 +455,9 @@ def find_checkpoint(path: str | Path, which: str = "latest", weights_only: bool 
             skipped.append(f"{d.name} ({problem})")
         if skipped and any(verify_checkpoint(d, weights_only) is not None
                            for d in steps if (d / ".metadata").exists()):
-            raise DamagedFileError(f"no intact checkpoint under {root}: {'; '.join(skipped)}; the run must start "
-                                   f"again (or restore the files from a copy)")
+            raise DamagedFileError(f"no intact checkpoint under {root}: {'; '.join(skipped)}; start the run "
+                                   f"again with a new --out (this folder keeps the damaged files to look at) or "
+                                   f"restore them from a copy")
     raise FileNotFoundError(
         f"no complete checkpoint at {p}: expected a run directory with checkpoints/{which}, "
         "or a checkpoints/step_N folder holding .metadata and trainer_state.pt"
