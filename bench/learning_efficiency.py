@@ -352,7 +352,7 @@ def main() -> None:
         for f in args.combine:
             part = json.loads(Path(f).read_text())
             for k, v in part["runs"].items():
-                results["runs"][k] = v
+                results["runs"].setdefault(k, []).extend(v)
         report(results, args)
         return
     torch.set_num_threads(args.threads)
