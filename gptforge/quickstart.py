@@ -34,15 +34,20 @@ class QuickstartResult:
     samples: list[str]
 
 
-def run_quickstart(out: Path, minutes: float = 10.0, vocab_size: int = 4096, preset: str = "gpt2-micro",
+def run_quickstart(out: Path, minutes: float = 10.0, vocab_size: int = 4096, preset: str = "modern-micro",
                    micro_batch_size: int = 16, block_size: int = 256, max_files: int | None = None,
                    workers: int = 0, steps: int | None = None, progress: bool = True,
-                   log: Callable[[str], None] = print) -> QuickstartResult:
+                   log: Callable[[str], None] = print, optimizer: str = "muon") -> QuickstartResult:
     """Prepare the standard-library corpus, train `preset` for about `minutes`, evaluate, sample.
+
+    The default recipe (modern-micro + Muon, the size-aware learning rates of
+    gptforge.train.optim.resolve_defaults) is the one bench/learning_efficiency.py measured to
+    reach a given val bits per byte in the fewest CPU seconds (bench/RESULTS.md).
 
     Args:
         out: folder for `data/` (shards) and `run/` (the training run).
         minutes: training time budget (preparation and evaluation come on top: about a minute).
+        optimizer: train.optimizer (muon: Muon on the hidden matrices, AdamW on the rest).
         max_files: use only N library files (for quick trials and tests).
         steps: a fixed number of optimizer steps instead of the time budget.
 
@@ -78,7 +83,7 @@ def run_quickstart(out: Path, minutes: float = 10.0, vocab_size: int = 4096, pre
     meta = load_meta(data_dir)
 
     model_cfg = ModelConfig(preset=preset, block_size=block_size, vocab_size=meta["vocab_size"])
-    probe = TrainConfig(micro_batch_size=micro_batch_size)
+    probe = TrainConfig(micro_batch_size=micro_batch_size, optimizer=optimizer)
     # A busy machine can make all-core OpenMP slower than one thread: time both, keep the faster.
     timings = {}
     for threads in dict.fromkeys([torch.get_num_threads(), 1]):
@@ -89,10 +94,11 @@ def run_quickstart(out: Path, minutes: float = 10.0, vocab_size: int = 4096, pre
     step_s = timings[threads]
     # Evaluations take ~10% of the budget; the rest is optimizer steps.
     max_steps = steps or steps_for_minutes(minutes, step_s)
-    tc = TrainConfig(max_steps=max_steps, micro_batch_size=micro_batch_size, lr=3e-3, min_lr=3e-4,
-                     warmup_steps=max(10, max_steps // 20), weight_decay=0.1, eval_interval=max(10, max_steps // 10),
+    # lr, min_lr, warmup and muon_lr unset: the size-aware defaults (printed at the start of training).
+    tc = TrainConfig(max_steps=max_steps, micro_batch_size=micro_batch_size, optimizer=optimizer,
+                     weight_decay=0.1, eval_interval=max(10, max_steps // 10),
                      eval_steps=8, checkpoint_interval=max(50, max_steps // 4), seed=1337, num_threads=threads)
-    log(f"[2/4] training {preset} (block_size {block_size}, batch {micro_batch_size}) for {max_steps} steps: "
+    log(f"[2/4] training {preset} with {optimizer} (block_size {block_size}, batch {micro_batch_size}) for {max_steps} steps: "
         f"{step_s:.3f} s/step measured with {threads} thread(s), about {max_steps * step_s / 60:.1f} min")
     if run_dir.exists():  # the quickstart's own folder: a rerun starts a fresh run
         log(f"      replacing the previous quickstart run in {run_dir}")

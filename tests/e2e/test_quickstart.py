@@ -8,7 +8,8 @@ from gptforge.quickstart import run_quickstart
 @pytest.mark.slow
 def test_quickstart_learns_beyond_unigram(tmp_path):
     lines = []
-    r = run_quickstart(tmp_path / "qs", vocab_size=384, preset="gpt2-nano", micro_batch_size=16, block_size=64,
+    # The default recipe's family (modern blocks + Muon), at the smallest shape.
+    r = run_quickstart(tmp_path / "qs", vocab_size=384, preset="modern-nano", micro_batch_size=16, block_size=64,
                        max_files=40, workers=1, steps=150, progress=False, log=lines.append)
     assert r.steps == 150
     assert (r.run_dir / "checkpoints" / "latest").exists() and (r.data_dir / "meta.json").exists()
