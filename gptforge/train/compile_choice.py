@@ -27,6 +27,11 @@ the measurement."""
 PROBE_STEPS = 3
 """Timed optimizer steps per side in the CPU probe (after one warm-up step each)."""
 
+PROBE_SECONDS = 10.0
+"""Timed steps per side are cut (down to 1) so that each side's timed steps take about this long
+at the eager warm-up step's pace: the probe's timed part stays near 2 * PROBE_SECONDS however
+large the model."""
+
 MIN_GAIN = 0.05
 """auto compiles on a CPU only when the compiled step is at least this share faster than eager:
 within the step-to-step noise of a loaded machine eager is kept (no compile time, no C++ build)."""
@@ -63,7 +68,8 @@ def measure_compile(model_cfg: ModelConfig, train_cfg: TrainConfig, precision: s
     One model and optimizer serve both sides: the compiled blocks wrap the same modules, so the
     probe holds one copy of the weights; eager and compiled steps alternate, so a change in the
     machine's load lands on both. Cost: 2 warm-up steps (the compiled one includes compilation,
-    typically 5-30 s on a CPU, less from Inductor's on-disk cache) plus 2 * `steps` timed steps.
+    typically 5-30 s on a CPU, less from Inductor's on-disk cache) plus 2 * `steps` timed steps,
+    fewer (at least 1 per side) where `steps` of them would take over PROBE_SECONDS per side.
     The compilation is not wasted: the run's own compile of the same graphs hits the cache.
     """
     from gptforge.model.gpt import GPT
@@ -96,10 +102,10 @@ def measure_compile(model_cfg: ModelConfig, train_cfg: TrainConfig, precision: s
             torch.cuda.synchronize(device)
         return time.perf_counter() - t0
 
-    step(False)
+    first = step(False)
     warmup = step(True)
     times: dict[bool, list[float]] = {False: [], True: []}
-    for _ in range(steps):
+    for _ in range(max(1, min(steps, int(PROBE_SECONDS / max(first, 1e-9))))):
         for side in (False, True):
             times[side].append(step(side))
     return CompileProbe(statistics.median(times[False]), statistics.median(times[True]), warmup,

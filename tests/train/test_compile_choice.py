@@ -84,6 +84,11 @@ def test_auto_choice_is_frozen_in_config_yaml_and_kept_on_resume(tiny_shards, tm
 @pytest.mark.skipif(not HAS_CXX, reason="no C++ compiler for Inductor's CPU backend")
 def test_compiled_training_matches_eager(tiny_shards, tmp_path, monkeypatch):
     monkeypatch.delenv(compile_choice.AUTO_COMPILE_ENV, raising=False)
+    # The real probe on the run's own shape (its compilation is cached for the run below).
+    cfg = _cfg("auto")
+    mc = ModelConfig(preset="gpt2-nano", block_size=32, dropout=0.0, vocab_size=384)  # tiny_shards' vocabulary
+    probe = compile_choice.measure_compile(mc, cfg.train, "fp32", CPU, steps=1)
+    assert probe.eager_s > 0 and probe.compiled_s > 0 and probe.total_s > probe.warmup_s > 0
     eager = train(_cfg(False), tiny_shards, tmp_path / "eager", progress=False)
     monkeypatch.setattr(compile_choice, "measure_compile", _probe(0.30, 0.10))
     compiled = train(_cfg("auto"), tiny_shards, tmp_path / "compiled", progress=False)
