@@ -59,7 +59,7 @@ def make_step(mc: ModelConfig, variant: str, x: torch.Tensor, y: torch.Tensor):
         torch.nn.utils.clip_grad_norm_(m.parameters(), 1.0)
         opt.step()
         opt.zero_grad(set_to_none=True)
-        return float(loss)
+        return float(loss.detach())
 
     return step
 
