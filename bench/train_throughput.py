@@ -3,11 +3,15 @@
 Configurations (nanoGPT's shakespeare-char shapes):
   (a) n_layer=4, n_head=4, d_model=128, block_size=256, batch 16
   (b) n_layer=6, n_head=6, d_model=384, block_size=256, batch 12
-each in fp32 and bf16 autocast for gptforge (nanoGPT's train.py runs fp32 on a CPU whatever its
-dtype option says), one line per configuration: median tokens/s over the timed steps (best of
---repeat alternating runs per side), MFU against the measured CPU matmul peak, and the ratio to
-nanoGPT measured in the same run. The validation loss (20 fixed batches) after the same number of
-steps compares bf16 with fp32.
+Variants: gptforge in fp32 and bf16 autocast, each eager and with `--train.compile true`; nanoGPT
+eager and with `--compile=True` (its train.py runs fp32 on a CPU whatever --dtype says: it autocasts
+on CUDA only, so fp32 is its only CPU precision). One line per variant: median tokens/s over the
+timed steps (best of --repeat runs; all variants alternate within each repeat, so a slow spell of
+the shared machine does not land on one side only), MFU against the measured CPU matmul peak,
+the mean train loss of the last 10 steps (both tools) and gptforge's validation loss (20 fixed
+batches) after the same number of steps. Two summary rows per shape: best against best (each
+tool's fastest variant) and fp32 eager like for like. The CPU model, its AVX-512 / bf16 / AMX
+flags and the load average are printed with the figures.
 
 gptforge runs with full logging (metrics.jsonl, TensorBoard), evaluation and checkpointing on.
 Both train on the same character-level corpus (tinyshakespeare from ../shared/data when present,
@@ -69,14 +73,16 @@ def write_data(text: str, root: Path) -> tuple[Path, Path, int]:
         pickle.dump({"vocab_size": len(chars)}, f)
     shards = root / "shards"
     shards.mkdir()
-    ids[:n].tofile(shards / "train_000.bin")
-    ids[n:].tofile(shards / "val_000.bin")
+    # gptforge shards end with the EOS id (0 here: the first character, a newline).
+    train_ids, val_ids = np.append(ids[:n], np.uint16(0)), np.append(ids[n:], np.uint16(0))
+    train_ids.tofile(shards / "train_000.bin")
+    val_ids.tofile(shards / "val_000.bin")
     meta = {
         "format": "gptforge-shards", "format_version": 1, "tokenizer_sha256": "char-level (benchmark)",
         "vocab_size": len(chars), "dtype": "uint16", "eos_id": 0,
         "splits": {
-            "train": {"tokens": n, "documents": 1, "bytes": len(text[:n].encode()), "files": ["train_000.bin"]},
-            "val": {"tokens": len(ids) - n, "documents": 1, "bytes": len(text[n:].encode()), "files": ["val_000.bin"]},
+            "train": {"tokens": len(train_ids), "documents": 1, "bytes": len(text[:n].encode()), "files": ["train_000.bin"]},
+            "val": {"tokens": len(val_ids), "documents": 1, "bytes": len(text[n:].encode()), "files": ["val_000.bin"]},
             "test": {"tokens": 0, "documents": 0, "bytes": 0, "files": []},
         },
         "prepare_config": {"benchmark": "char-level"}, "gptforge_version": "bench",
@@ -85,90 +91,156 @@ def write_data(text: str, root: Path) -> tuple[Path, Path, int]:
     return nano.parent, shards, len(chars)
 
 
-def run_gptforge(shards: Path, out: Path, c: dict, precision: str, steps: int, threads: int) -> dict:
+def cpu_description() -> str:
+    """The CPU's model name and its vector/matrix flags that matter for training speed."""
+    model, flags = "unknown CPU", set()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name") and model == "unknown CPU":
+                model = line.split(":", 1)[1].strip()
+            elif line.startswith("flags") and not flags:
+                flags = set(line.split(":", 1)[1].split())
+    except OSError:
+        pass
+    wanted = ["avx2", "avx512f", "avx512_bf16", "avx512_vnni", "amx_bf16", "amx_tile"]
+    have = [f for f in wanted if f in flags]
+    return f"{model}, {os.cpu_count()} logical CPUs, flags: {' '.join(have) or 'none of ' + ' '.join(wanted)}"
+
+
+def _label(variant) -> str:
+    return ("compile" if variant else "eager") if isinstance(variant, bool) else variant
+
+
+def load() -> str:
+    return "load average " + " / ".join(f"{x:.1f}" for x in os.getloadavg())
+
+
+def run_gptforge(shards: Path, out: Path, c: dict, precision: str, compile: bool, steps: int, threads: int) -> dict:
     cmd = [sys.executable, "-m", "gptforge.cli", "pretrain", "--data", str(shards), "--out", str(out),
            "--model.arch", "gpt2", "--model.n_layer", str(c["n_layer"]), "--model.n_head", str(c["n_head"]),
            "--model.d_model", str(c["d_model"]), "--model.block_size", str(c["block_size"]),
            "--model.bias", "false", "--model.dropout", "0.0",
            "--train.micro_batch_size", str(c["batch"]), "--train.max_steps", str(steps),
-           "--train.precision", precision, "--train.eval_interval", str(steps // 2), "--train.eval_steps", "20",
+           "--train.precision", precision, "--train.compile", str(compile).lower(),
+           "--train.eval_interval", str(steps), "--train.eval_steps", "20",
            "--train.checkpoint_interval", str(steps // 2), "--train.warmup_steps", "5",
            "--train.num_threads", str(threads), "--train.lr", "1e-3", "--quiet"]
     env = dict(os.environ, OMP_NUM_THREADS=str(threads))  # as nanoGPT's run gets
-    subprocess.run(cmd, check=True, cwd=REPO, capture_output=True, text=True, env=env)
+    proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, env=env)
+    if proc.returncode:
+        raise RuntimeError(f"gptforge failed:\n{proc.stderr[-2000:]}")
     rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
-    timed = rows[3:]  # skip warm-up steps
+    timed = rows[3:]  # skip warm-up steps (and compilation)
     return {
         "tokens_per_second": statistics.median(r["tokens_per_second"] for r in timed),
-        "mfu": statistics.median(r["mfu"] for r in timed),
+        # None where the trainer found the measured peak implausible (a CPU's peak moves with its load).
+        "mfu": statistics.median(r["mfu"] for r in timed) if all(r["mfu"] for r in timed) else None,
+        "train_loss": statistics.fmean(r["loss"] for r in rows[-10:]),
         "val_loss": next(r["val_loss"] for r in reversed(rows) if "val_loss" in r),
     }
 
 
-def run_nanogpt(nanogpt_dir: Path, data_root: Path, work: Path, c: dict, steps: int, threads: int) -> dict:
+def run_nanogpt(nanogpt_dir: Path, data_root: Path, work: Path, c: dict, compile: bool, steps: int,
+                threads: int, passive: bool = False) -> dict:
     w = work / "nanogpt"
     shutil.copytree(nanogpt_dir, w, ignore=shutil.ignore_patterns(".git", "data", "assets"))
     shutil.copytree(data_root, w / "data")
-    cmd = [sys.executable, "train.py", "--dataset=bench", "--device=cpu", "--compile=False", "--dtype=float32",
+    cmd = [sys.executable, "train.py", "--dataset=bench", "--device=cpu", f"--compile={compile}", "--dtype=float32",
            f"--n_layer={c['n_layer']}", f"--n_head={c['n_head']}", f"--n_embd={c['d_model']}",
            f"--block_size={c['block_size']}", f"--batch_size={c['batch']}", "--gradient_accumulation_steps=1",
            "--dropout=0.0", f"--max_iters={steps}", f"--lr_decay_iters={steps}", "--eval_interval=100000",
            "--eval_iters=1", "--log_interval=1", "--warmup_iters=5", "--learning_rate=1e-3",
            "--always_save_checkpoint=False", f"--out_dir={work / 'nano_out'}"]
     env = dict(os.environ, OMP_NUM_THREADS=str(threads))
+    if passive:  # what gptforge's CLI sets by default (an explicit value wins)
+        env.setdefault("OMP_WAIT_POLICY", "PASSIVE")
     proc = subprocess.run(cmd, cwd=w, capture_output=True, text=True, env=env)
     if proc.returncode:
         raise RuntimeError(f"nanoGPT failed:\n{proc.stderr[-2000:]}")
-    ms = [float(m) for m in re.findall(r"iter \d+: loss [\d.]+, time ([\d.]+)ms", proc.stdout)]
+    found = re.findall(r"iter \d+: loss ([\d.]+), time ([\d.]+)ms", proc.stdout)
+    ms = [float(t) for _, t in found]
     timed = ms[3:]
-    return {"tokens_per_second": c["batch"] * c["block_size"] / (statistics.median(timed) / 1000)}
+    return {"tokens_per_second": c["batch"] * c["block_size"] / (statistics.median(timed) / 1000),
+            "train_loss": statistics.fmean(float(v) for v, _ in found[-10:])}
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--steps", type=int, default=40, help="Optimizer steps per run (default 40).")
     ap.add_argument("--configs", default="a,b", help="Which configurations (default a,b).")
-    ap.add_argument("--precisions", default="fp32,bf16", help="gptforge precisions (default fp32,bf16).")
+    ap.add_argument("--variants", default="fp32:eager,fp32:compile,bf16:eager,bf16:compile",
+                    help="gptforge variants, precision:eager|compile (default all four).")
+    ap.add_argument("--nano-variants", default="eager,compile,eager-passive,compile-passive",
+                    help="nanoGPT variants: eager, compile, and either with -passive: OMP_WAIT_POLICY=PASSIVE, "
+                         "which gptforge's CLI sets by default (default all four).")
     ap.add_argument("--threads", type=int, default=os.cpu_count() or 1, help="CPU threads for both.")
-    ap.add_argument("--repeat", type=int, default=2, help="Alternating runs per side; the best is kept (default 2).")
+    ap.add_argument("--repeat", type=int, default=2, help="Alternating runs per variant; the best is kept (default 2).")
     args = ap.parse_args()
     nano = os.environ.get("NANOGPT_DIR")
     nano_dir = Path(nano) if nano else None
     if nano_dir is not None and not (nano_dir / "train.py").exists():
         print(f"NANOGPT_DIR={nano_dir} has no train.py; running gptforge alone")
         nano_dir = None
+    import torch
+
     text, source = corpus_text()
-    print(f"corpus: {source}, {len(text):,} characters; {args.steps} steps per run; {args.threads} threads")
+    print(f"CPU: {cpu_description()}; torch {torch.__version__}")
+    print(f"corpus: {source}, {len(text):,} characters; {args.steps} steps per run; {args.threads} threads; {load()}")
+    ours = [(v.split(":")[0], v.split(":")[1] == "compile") for v in args.variants.split(",")]
+    theirs = [v for v in args.nano_variants.split(",")] if nano_dir else []
+    # Interleaved order: nanoGPT eager, gptforge fp32 eager, nanoGPT compile, gptforge ..., so both
+    # tools' runs alternate within each repeat.
+    order = [("nanoGPT", "fp32", c) for c in theirs]
+    for i, o in enumerate(ours):
+        order.insert(min(2 * i + 1, len(order)), ("gptforge", *o))
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
         data_root, shards, vocab = write_data(text, tmp)
         print(f"char-level vocabulary {vocab}")
         for key in args.configs.split(","):
             c = CONFIGS[key]
-            # Runs alternate (nanoGPT, gptforge, nanoGPT, gptforge, ...) and each side keeps its best
-            # median, so a slow spell of the machine does not land on one side only.
-            ref, best = None, {}
+            shape = f"({key}) L={c['n_layer']} H={c['n_head']} d={c['d_model']} T={c['block_size']} B={c['batch']}"
+            best: dict[tuple, dict] = {}
+            loads = [load()]
             for rep in range(args.repeat):
-                if nano_dir:
-                    r = run_nanogpt(nano_dir, data_root, tmp / f"n{key}{rep}", c, args.steps, args.threads)
-                    ref = r if ref is None or r["tokens_per_second"] > ref["tokens_per_second"] else ref
-                for prec in args.precisions.split(","):
-                    r = run_gptforge(shards, tmp / f"g{key}{prec}{rep}", c, prec, args.steps, args.threads)
-                    if prec not in best or r["tokens_per_second"] > best[prec]["tokens_per_second"]:
-                        best[prec] = r
-            fp32_val = None
-            for prec in args.precisions.split(","):
-                r = best[prec]
-                fp32_val = r["val_loss"] if prec == "fp32" else fp32_val
-                line = (f"({key}) L={c['n_layer']} H={c['n_head']} d={c['d_model']} T={c['block_size']} "
-                        f"B={c['batch']} {prec:>4}: gptforge {r['tokens_per_second']:>8,.0f} tok/s, "
-                        f"MFU {100 * r['mfu']:.1f}% of measured CPU {prec} peak, val loss {r['val_loss']:.4f}")
-                if prec != "fp32" and fp32_val is not None:
-                    line += f" (fp32 {fp32_val:.4f}, diff {r['val_loss'] - fp32_val:+.4f})"
-                if ref:
-                    line += f" | nanoGPT fp32 {ref['tokens_per_second']:,.0f} tok/s | ratio " \
-                            f"{r['tokens_per_second'] / ref['tokens_per_second']:.2f}x"
+                for n, (tool, prec, comp) in enumerate(order):
+                    work = tmp / f"{key}{rep}{n}"
+                    r = (run_nanogpt(nano_dir, data_root, work, c, comp.startswith("compile"), args.steps, args.threads,
+                                     passive=comp.endswith("-passive")) if tool == "nanoGPT"
+                         else run_gptforge(shards, work, c, prec, comp, args.steps, args.threads))
+                    k = (tool, prec, comp)
+                    if k not in best or r["tokens_per_second"] > best[k]["tokens_per_second"]:
+                        best[k] = r
+                    shutil.rmtree(work, ignore_errors=True)
+                loads.append(load())
+            ref_val = best.get(("gptforge", "fp32", False), {}).get("val_loss")
+            for (tool, prec, comp), r in best.items():
+                line = (f"{shape} {tool:>8} {prec} {_label(comp):>13}: "
+                        f"{r['tokens_per_second']:>8,.0f} tok/s, train loss (last 10) {r['train_loss']:.4f}")
+                if tool == "gptforge":
+                    mfu = f"{100 * r['mfu']:.1f}%" if r["mfu"] is not None else "n/a"
+                    line += f", MFU {mfu} of measured {prec} peak, val loss {r['val_loss']:.4f}"
+                    if ref_val is not None and (prec, comp) != ("fp32", False):
+                        line += f" (fp32 eager {r['val_loss'] - ref_val:+.4f})"
                 print(line, flush=True)
+            g = {k: v for k, v in best.items() if k[0] == "gptforge"}
+            n = {k: v for k, v in best.items() if k[0] == "nanoGPT"}
+            if g and n:
+                gk = max(g, key=lambda k: g[k]["tokens_per_second"])
+                nk = max(n, key=lambda k: n[k]["tokens_per_second"])
+                ratio = g[gk]["tokens_per_second"] / n[nk]["tokens_per_second"]
+                print(f"{shape} best vs best: gptforge {gk[1]} {_label(gk[2])} "
+                      f"{g[gk]['tokens_per_second']:,.0f} / nanoGPT {nk[1]} {_label(nk[2])} "
+                      f"{n[nk]['tokens_per_second']:,.0f} tok/s = {ratio:.2f}x")
+                a = g.get(("gptforge", "fp32", False))
+                for nv, what in (("eager", "nanoGPT's default environment"),
+                                 ("eager-passive", "both OMP_WAIT_POLICY=PASSIVE")):
+                    b = n.get(("nanoGPT", "fp32", nv))
+                    if a and b:
+                        print(f"{shape} fp32 eager like for like ({what}): {a['tokens_per_second']:,.0f} / "
+                              f"{b['tokens_per_second']:,.0f} tok/s = "
+                              f"{a['tokens_per_second'] / b['tokens_per_second']:.2f}x")
+            print(f"{shape} {' -> '.join(loads)}", flush=True)
     return 0
 
 

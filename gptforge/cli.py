@@ -71,6 +71,11 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     import importlib
 
+    # Before torch (and its OpenMP runtime) loads: idle OpenMP threads sleep instead of spinning.
+    # On a CPU shared with other work, spinning threads take the time slices the busy ones need:
+    # a 4-layer d_model 128 training step ran 4-5x faster with PASSIVE on the loaded 2-core VM
+    # (bench/RESULTS.md). An explicit OMP_WAIT_POLICY is kept.
+    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
     module = importlib.import_module(f"gptforge.commands.{name.replace('-', '_')}")
     return run_command(name, module.main, rest, debug, getattr(module, "ERROR_EXIT", 1))
 

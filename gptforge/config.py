@@ -16,7 +16,7 @@ import difflib
 import math
 import re
 from dataclasses import dataclass, field, fields
-from typing import Any, Literal, Optional
+from typing import Any, Literal, Optional, Union
 
 # ---------------------------------------------------------------------------------------------
 # Model
@@ -269,8 +269,9 @@ class TrainConfig:
     activation_checkpointing: Literal["none", "selective", "full"] = "none"
     """Recompute activations in backward: none, selective (attention and MLP inner activations
     of every other block) or full (every block)."""
-    compile: bool = False
-    """Wrap the model in torch.compile."""
+    compile: Union[bool, Literal["auto"]] = False
+    """torch.compile each block: true, false, or auto (CUDA: true; CPU: whichever of compiled and
+    eager steps runs faster for this shape, measured at start; frozen in config.yaml as true/false)."""
     log_interval: int = 1
     """Write metrics every N steps."""
     num_threads: int = 0

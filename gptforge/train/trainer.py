@@ -143,6 +143,7 @@ class Trainer:
         if resume and self._nothing_to_resume():
             resume = False
         self._resolve_train_defaults(resume)
+        self._resolve_compile(resume)
         cfg, tc = self.cfg, self.tc
         metrics = self.run_dir / "metrics.jsonl"
         if not resume and ((metrics.exists() and metrics.stat().st_size > 0) or any(self.ckpt_root.glob("step_*"))):
@@ -202,6 +203,23 @@ class Trainer:
         self.say(describe_schedule(tc))
         self.tc = tc
         self.cfg = RunConfig(model=self.mc, train=tc, parallel=self.pc)
+
+    def _resolve_compile(self, resume: bool) -> None:
+        """train.compile auto -> true/false (gptforge.train.compile_choice.resolve_compile: CUDA compiles,
+        a CPU measures both for this shape), frozen in config.yaml; on resume the checkpoint's value wins."""
+        if isinstance(self.tc.compile, bool):
+            return
+        from gptforge.train.compile_choice import resolve_compile
+
+        saved = None
+        if resume:
+            found = ckpt_lib.find_checkpoint(self.run_dir)
+            saved = ((yaml.safe_load((found / "config.yaml").read_text()) or {}).get("train") or {}).get("compile")
+        chosen = saved if isinstance(saved, bool) else resolve_compile(
+            self.tc.compile, self.mc, self.tc, self.tc.precision, self.device, self.say,
+            agree=self.env.all_reduce_sum if self.env.distributed else None)
+        self.tc = dataclasses.replace(self.tc, compile=chosen)
+        self.cfg = RunConfig(model=self.mc, train=self.tc, parallel=self.pc)
 
     def _early_stopping(self) -> EarlyStopping:
         metric = self.tc.best_metric
