@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import BinaryIO
 
 from gptforge.data.readers.base import BadFileError, ReadStats, _sniff_stream, decode_utf8
-from gptforge.data.readers.files import open_binary
+from gptforge.data.readers.files import RawWrapper, open_binary
 from gptforge.data.readers.jsonl import _Prefixed
 from gptforge.errors import InputError
 
@@ -32,7 +32,7 @@ def bom_encoding(head: bytes) -> str | None:
     return None
 
 
-class _Utf8Transcoder(io.RawIOBase):
+class _Utf8Transcoder(RawWrapper):
     """A binary stream of UTF-8 re-encoded from `fh` read as `encoding` (invalid input -> U+FFFD)."""
 
     def __init__(self, fh: BinaryIO, encoding: str):
@@ -40,9 +40,6 @@ class _Utf8Transcoder(io.RawIOBase):
         self._decoder = codecs.getincrementaldecoder(encoding)(errors="replace")
         self._buf = memoryview(b"")
         self._eof = False
-
-    def readable(self) -> bool:
-        return True
 
     def readinto(self, b) -> int:  # type: ignore[override]
         while not self._buf and not self._eof:
@@ -53,12 +50,6 @@ class _Utf8Transcoder(io.RawIOBase):
         b[:n] = self._buf[:n]
         self._buf = self._buf[n:]
         return n
-
-    def close(self) -> None:
-        try:
-            self._fh.close()
-        finally:
-            super().close()
 
 
 def text_encoding_of(head: bytes, encoding: str | None = None) -> str | None:

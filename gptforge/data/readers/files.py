@@ -116,7 +116,26 @@ class _TruncatedArchive(Exception):
     pass
 
 
-class _DecompressRaw(io.RawIOBase):
+class RawWrapper(io.RawIOBase):
+    """What the readers' byte streams share: readable, and closing one closes the file object
+    it reads (`self._fh`, set by the subclass's __init__) unless the subclass sets `_owns` False.
+    Subclasses define `readinto`."""
+
+    _owns = True
+
+    def readable(self) -> bool:
+        return True
+
+    def close(self) -> None:
+        try:
+            fh = getattr(self, "_fh", None)  # None when __init__ failed before opening it
+            if self._owns and fh is not None:
+                fh.close()
+        finally:
+            super().close()
+
+
+class _DecompressRaw(RawWrapper):
     """Streaming decompression (gzip or zstd) that keeps everything before a damaged spot.
 
     Compressed bytes are fed in 256 KiB chunks to a decompress object; the output is served as
@@ -155,9 +174,6 @@ class _DecompressRaw(io.RawIOBase):
         self._pos = 0
         self._done = False
 
-    def readable(self) -> bool:
-        return True
-
     def _feed(self, chunk: bytes) -> None:
         while chunk:
             try:
@@ -192,12 +208,6 @@ class _DecompressRaw(io.RawIOBase):
         if self._pos == len(self._buf):
             self._buf, self._pos = b"", 0
         return n
-
-    def close(self) -> None:
-        try:
-            self._fh.close()
-        finally:
-            super().close()
 
 
 def open_binary(path: Path) -> BinaryIO:

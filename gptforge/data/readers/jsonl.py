@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import BinaryIO
 
 from gptforge.data.readers.base import BadFileError, Document, ReadStats, _meta_of, _sniff_stream, _text_of, decode_utf8
-from gptforge.data.readers.files import open_binary, split_suffixes
+from gptforge.data.readers.files import RawWrapper, open_binary, split_suffixes
 
 log = logging.getLogger("gptforge.data")
 
@@ -58,23 +58,13 @@ def ext_is_json(path: Path) -> bool:
     return split_suffixes(path)[0] == ".json"
 
 
-class _Prefixed(io.RawIOBase):
+class _Prefixed(RawWrapper):
     """A raw stream that first returns `head` (already sniffed) then the rest of `fh`; with
     `owns`, closing it closes `fh` too (a peeked one-shot stream)."""
 
     def __init__(self, head: bytes, fh: BinaryIO, owns: bool = False):
         self._head = memoryview(head)
         self._fh, self._owns = fh, owns
-
-    def close(self) -> None:
-        try:
-            if self._owns:
-                self._fh.close()
-        finally:
-            super().close()
-
-    def readable(self) -> bool:
-        return True
 
     def readinto(self, b) -> int:  # type: ignore[override]
         if self._head.nbytes:

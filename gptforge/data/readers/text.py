@@ -9,7 +9,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from gptforge.data.readers.base import _REPLACE, Document, ReadStats, _sniff_stream, decode_utf8
-from gptforge.data.readers.files import open_binary
+from gptforge.data.readers.files import RawWrapper, open_binary
 
 log = logging.getLogger("gptforge.data")
 
@@ -62,7 +62,7 @@ def _read_text_separated(path: Path, stats: ReadStats, separator: str, opener=No
             chunk = fh.read(4 << 20)
 
 
-class _Range(io.RawIOBase):
+class _Range(RawWrapper):
     """Bytes [start, end) of a file, as a stream."""
 
     def __init__(self, path: Path, start: int, end: int):
@@ -70,19 +70,10 @@ class _Range(io.RawIOBase):
         self._fh.seek(start)
         self._left = end - start
 
-    def readable(self) -> bool:
-        return True
-
     def readinto(self, b) -> int:  # type: ignore[override]
         n = self._fh.readinto(memoryview(b)[:min(len(b), self._left)]) if self._left > 0 else 0
         self._left -= n
         return n
-
-    def close(self) -> None:
-        try:
-            self._fh.close()
-        finally:
-            super().close()
 
 
 #: bytes read at a time when looking for separators.
