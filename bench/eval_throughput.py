@@ -17,13 +17,13 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import random
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
+
+from machine import cpu_description  # bench/machine.py
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
@@ -43,15 +43,6 @@ metric_list:
 """
 
 
-def cpu_name() -> str:
-    try:
-        out = subprocess.run(["lscpu"], capture_output=True, text=True).stdout
-    except OSError:
-        return platform.processor() or "unknown CPU"
-    model = next((ln.split(":", 1)[1].strip() for ln in out.splitlines() if ln.startswith("Model name")), "unknown")
-    flags = next((ln.split(":", 1)[1].split() for ln in out.splitlines() if ln.startswith("Flags")), [])
-    have = [f for f in ("avx512f", "avx512_bf16", "amx_bf16") if f in flags]
-    return f"{model} ({', '.join(have) or 'no AVX-512'}; {os.cpu_count()} logical CPUs)"
 
 
 def make_task(path: Path, n: int, k: int, seed: int = 0) -> Path:
@@ -145,7 +136,7 @@ def main() -> int:
         theirs = res["results"]["bench_mc"]
 
     n = ours.n
-    print(f"CPU: {cpu_name()}; torch {torch.__version__}, {torch.get_num_threads()} threads; "
+    print(f"CPU: {cpu_description()}; torch {torch.__version__}, {torch.get_num_threads()} threads; "
           f"lm_eval {lm_eval.__version__}; device {args.device}")
     print(f"task: {n} examples x {args.choices} choices (stdlib source lines), batch size {args.batch_size}, "
           f"best of {args.repeats} alternating runs, "

@@ -11,27 +11,18 @@ from __future__ import annotations
 
 import argparse
 import shutil
-import subprocess
 import tempfile
 import time
 from pathlib import Path
 
 import numpy as np
 import torch
+from machine import cpu_description  # bench/machine.py
 
 STEPS = 200
 """Training steps of the model whose int8 perplexity is measured (batch 8 x 128 tokens)."""
 
 
-def _cpu() -> str:
-    try:
-        info = subprocess.run(["lscpu"], capture_output=True, text=True).stdout
-    except OSError:
-        return "unknown CPU"
-    model = next((ln.split(":", 1)[1].strip() for ln in info.splitlines() if ln.startswith("Model name")), "?")
-    flags = next((ln.split(":", 1)[1].split() for ln in info.splitlines() if ln.startswith("Flags")), [])
-    have = [f for f in ("avx2", "avx512f", "avx512_bf16", "amx_bf16") if f in flags]
-    return f"{model} ({', '.join(have) or 'no AVX2'}), {torch.get_num_threads()} torch threads"
 
 
 def _size(path: Path) -> int:
@@ -180,7 +171,7 @@ def main() -> None:
     p.add_argument("--skip-export", action="store_true", help="skip the gpt2-small export and speed part")
     args = p.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
-    print(f"CPU: {_cpu()}")
+    print(f"CPU: {cpu_description()}, {torch.get_num_threads()} torch threads")
     if not args.skip_export:
         export_table(args.out)
     if not args.skip_train:

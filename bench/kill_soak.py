@@ -56,6 +56,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from machine import cpu_description  # bench/machine.py
+
 GPTFORGE = shutil.which("gptforge") or str(Path(sys.executable).with_name("gptforge"))
 
 
@@ -119,19 +121,6 @@ def orphans_after_kill(tree: dict[int, int], grace: float = 10.0) -> list[int]:
 # ----------------------------------------------------------------------------------------- helpers
 
 
-def machine() -> str:
-    model = "unknown CPU"
-    flags: set[str] = set()
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name") and model == "unknown CPU":
-                model = line.split(":", 1)[1].strip()
-            elif line.startswith("flags") and not flags:
-                flags = set(line.split(":", 1)[1].split())
-    except OSError:
-        pass
-    extra = [f for f in ("avx512f", "avx512_bf16", "amx_bf16") if f in flags]
-    return f"{model}, {os.cpu_count()} cores, flags: {' '.join(extra) or 'no AVX-512'}"
 
 
 def sha256(path: Path) -> str:
@@ -534,7 +523,7 @@ def main(argv: list[str] | None = None) -> int:
     rng = random.Random(a.seed)
     root = Path(a.workdir or tempfile.mkdtemp(prefix="kill_soak_"))
     root.mkdir(parents=True, exist_ok=True)
-    print(f"machine: {machine()}; load average at start {os.getloadavg()[0]:.1f}", flush=True)
+    print(f"machine: {cpu_description()}; load average at start {os.getloadavg()[0]:.1f}", flush=True)
     print(f"work folder: {root}", flush=True)
     t0 = time.time()
     try:

@@ -28,6 +28,8 @@ import sys
 import tempfile
 import time
 
+from machine import cpu_description  # bench/machine.py
+
 SCRIPT = r"""
 import json, random, resource, sys, time
 from pathlib import Path
@@ -111,17 +113,6 @@ class TreeMemory:
         self._thread.join()
 
 
-def cpu_name() -> str:
-    try:
-        out = subprocess.run(["lscpu"], capture_output=True, text=True).stdout
-    except OSError:
-        return platform.processor() or "unknown CPU"
-    model = next((ln.split(":", 1)[1].strip() for ln in out.splitlines() if ln.startswith("Model name")), "?")
-    flags = next((ln for ln in out.splitlines() if ln.startswith("Flags")), "")
-    extras = [f for f in ("avx512f", "avx512_bf16", "amx_bf16") if f in flags.split()]
-    return f"{model} ({', '.join(extras) or 'no AVX-512'})"
-
-
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--mb", type=int, action="append", help="document size in MiB (repeatable; default 50)")
@@ -133,7 +124,7 @@ def main() -> None:
     args = ap.parse_args()
     from gptforge.data.prepare import MEMORY_BASE_MB, MEMORY_BYTES_PER_CHAR
 
-    print(f"CPU: {cpu_name()}, {os.cpu_count()} cores; python {platform.python_version()}")
+    print(f"CPU: {cpu_description()}; python {platform.python_version()}")
     for mb in args.mb or [50]:
         with tempfile.TemporaryDirectory(dir=args.dir) as tmp:
             t = time.perf_counter()

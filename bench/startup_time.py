@@ -30,6 +30,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from machine import cpu_description  # bench/machine.py
+
 HEAVY = ("torch", "torch.distributed.checkpoint", "sympy", "torch._dynamo", "transformers")
 
 
@@ -124,10 +126,7 @@ def main() -> None:
 
 def startup(repeats: int) -> None:
     py = sys.executable
-    lscpu = subprocess.run(["lscpu"], capture_output=True, text=True).stdout
-    cpu = next((ln.split(":", 1)[1].strip() for ln in lscpu.splitlines() if ln.startswith("Model name")), "unknown CPU")
-    flags = set(next((ln.split(":", 1)[1].split() for ln in lscpu.splitlines() if ln.startswith("Flags")), []))
-    cpu += f" ({', '.join(f for f in ('avx512f', 'avx512_bf16') if f in flags) or 'no AVX-512'}, {os.cpu_count()} cores)"
+    cpu = cpu_description()
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
         src = Path(os.__file__).parent

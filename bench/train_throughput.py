@@ -39,6 +39,7 @@ import tempfile
 from pathlib import Path
 
 import numpy as np
+from machine import cpu_description  # bench/machine.py
 
 REPO = Path(__file__).resolve().parents[1]
 CONFIGS = {
@@ -91,20 +92,6 @@ def write_data(text: str, root: Path) -> tuple[Path, Path, int]:
     return nano.parent, shards, len(chars)
 
 
-def cpu_description() -> str:
-    """The CPU's model name and its vector/matrix flags that matter for training speed."""
-    model, flags = "unknown CPU", set()
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name") and model == "unknown CPU":
-                model = line.split(":", 1)[1].strip()
-            elif line.startswith("flags") and not flags:
-                flags = set(line.split(":", 1)[1].split())
-    except OSError:
-        pass
-    wanted = ["avx2", "avx512f", "avx512_bf16", "avx512_vnni", "amx_bf16", "amx_tile"]
-    have = [f for f in wanted if f in flags]
-    return f"{model}, {os.cpu_count()} logical CPUs, flags: {' '.join(have) or 'none of ' + ' '.join(wanted)}"
 
 
 def _label(variant) -> str:
