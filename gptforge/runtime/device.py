@@ -61,6 +61,23 @@ def measure_cpu_matmul_peak(dtype: torch.dtype = torch.float32, n: int = 1024, s
     return best
 
 
+_CPU_PEAKS: dict[tuple[torch.dtype, int], float] = {}
+"""cpu_matmul_peak's figures, keyed by (dtype, torch thread count)."""
+
+
+def cpu_matmul_peak(dtype: torch.dtype = torch.float32) -> float:
+    """`measure_cpu_matmul_peak(dtype)`, measured once per process for each (dtype, torch thread count).
+
+    Every user of a CPU peak (precision auto, the bf16 warning, MFU) calls this, so the figures a
+    run prints and the MFU it reports come from one measurement (two measurements on a busy
+    machine can differ by a factor of 2). FLOP/s.
+    """
+    key = (dtype, torch.get_num_threads())
+    if key not in _CPU_PEAKS:
+        _CPU_PEAKS[key] = measure_cpu_matmul_peak(dtype)
+    return _CPU_PEAKS[key]
+
+
 AUTO_PRECISION_ENV = "GPTFORGE_AUTO_PRECISION"
 """Environment variable that pins what `train.precision auto` resolves to (fp32, bf16 or fp16),
 skipping the measurement (the test suite sets fp32, so its figures do not depend on the CPU)."""
@@ -76,7 +93,8 @@ def resolve_precision(precision: str, device: torch.device, log=None) -> str:
     never picked for you); on a CPU bf16 when its measured bf16 matmul peak beats fp32's by 20%
     (CPUs with AVX-512 BF16 or AMX), else fp32; fp32 elsewhere. The caller freezes the result in
     config.yaml so that a resume is exact. An explicit bf16 on a CPU where bf16 matmuls are much
-    slower than fp32 (below SLOW_BF16_FACTOR) logs a warning with both figures.
+    slower than fp32 (below SLOW_BF16_FACTOR) logs a warning with both figures. CPU figures come
+    from `cpu_matmul_peak` (measured once; MFU reuses them).
     """
     pinned = os.environ.get(AUTO_PRECISION_ENV)
     say = log or (lambda m: None)
@@ -87,15 +105,13 @@ def resolve_precision(precision: str, device: torch.device, log=None) -> str:
             return "bf16" if torch.cuda.is_bf16_supported() else "fp32"
         if device.type != "cpu":
             return "fp32"
-        fp32, bf16 = measure_cpu_matmul_peak(torch.float32, seconds=0.2), measure_cpu_matmul_peak(torch.bfloat16,
-                                                                                                   seconds=0.2)
+        fp32, bf16 = cpu_matmul_peak(torch.float32), cpu_matmul_peak(torch.bfloat16)
         chosen = "bf16" if bf16 > 1.2 * fp32 else "fp32"
         say(f"train.precision auto -> {chosen}: CPU matmul peak bf16 {bf16 / 1e9:,.1f} vs fp32 {fp32 / 1e9:,.1f} "
             "GFLOP/s")
         return chosen
     if precision == "bf16" and device.type == "cpu" and not pinned:
-        fp32, bf16 = measure_cpu_matmul_peak(torch.float32, seconds=0.2), measure_cpu_matmul_peak(torch.bfloat16,
-                                                                                                   seconds=0.2)
+        fp32, bf16 = cpu_matmul_peak(torch.float32), cpu_matmul_peak(torch.bfloat16)
         if bf16 < SLOW_BF16_FACTOR * fp32:
             say(f"WARNING: train.precision bf16 on this CPU: bf16 matmuls run at {bf16 / 1e9:,.1f} GFLOP/s against "
                 f"{fp32 / 1e9:,.1f} for fp32 (no fast bf16 here); training will be slower than fp32. Use "

@@ -3,7 +3,8 @@
 MFU = tokens_per_second * flops_per_token / peak (PaLM, Chowdhery et al. 2022, appendix B), with
 flops_per_token = 6N + 12*L*H*Q*T from `gptforge.plan.flops.flops_per_token`.
 The peak is the datasheet's dense (not 2:4 sparse) figure for known GPUs; on a CPU there is no
-datasheet, so the matmul peak is measured once at start and the figure is labelled as such.
+datasheet, so the matmul peak is measured once at start (`gptforge.runtime.device.cpu_matmul_peak`, the
+same figure `train.precision auto` printed) and the figure is labelled as such.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from dataclasses import dataclass
 
 import torch
 
-from gptforge.runtime.device import measure_cpu_matmul_peak
+from gptforge.runtime.device import cpu_matmul_peak
 
 
 @dataclass
@@ -28,11 +29,11 @@ def device_peak(device: torch.device, precision: str) -> Peak:
 
     CUDA: the GPU table in `gptforge.plan.hardware` matched on the device name (fp32 training
     uses the TF32 tensor-core figure when TF32 matmuls are enabled, else the non-tensor FP32 one).
-    CPU: measured matmul peak. Unknown GPU or MPS: None, labelled.
+    CPU: measured matmul peak (`cpu_matmul_peak`: one measurement per process). Unknown GPU or MPS: None, labelled.
     """
     if device.type == "cpu":
         dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(precision, torch.float32)
-        return Peak(measure_cpu_matmul_peak(dtype), f"measured CPU {dtype_name(dtype)} matmul peak")
+        return Peak(cpu_matmul_peak(dtype), f"measured CPU {dtype_name(dtype)} matmul peak")
     if device.type == "cuda":
         from gptforge.plan.hardware import gpu_for_device_name
 

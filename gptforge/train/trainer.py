@@ -52,7 +52,7 @@ from gptforge.train.provenance import run_config_yaml
 from gptforge.train.resume import check_resume
 from gptforge.train.rollback import RollbackState, rollback_trigger
 from gptforge.train.sources import BatchSource, ShardSource
-from gptforge.train.spikes import SpikeDetector
+from gptforge.train.spikes import SpikeDetector, divergence_loss_ceiling
 from gptforge.train.step import PipelineLoss, forward_backward, pipeline_evaluate, pipeline_forward_backward
 from gptforge.train.wandb_logger import WandbLogger
 
@@ -166,7 +166,10 @@ class Trainer:
         self.fpt = flops_per_token(mc, self.n_params, self.batches.seq_len)
         self.state: dict[str, Any] = {"step": 0, "tokens_seen": 0, "elapsed_seconds": 0.0, "skipped_steps": 0}
         self.early_stop = self._early_stopping()
-        self.spikes = SpikeDetector(grad_clip=tc.grad_clip, warmup_steps=tc.warmup_steps) if tc.spike_alarms else None
+        # The absolute ceiling ln V + margin holds for the default next-token cross-entropy only.
+        ceiling = divergence_loss_ceiling(mc.vocab_size) if loss_fn is None else None
+        self.spikes = (SpikeDetector(grad_clip=tc.grad_clip, warmup_steps=tc.warmup_steps, loss_ceiling=ceiling)
+                       if tc.spike_alarms else None)
         self.rollback, self.rolled_back = RollbackState(tc.max_rollbacks), False
         self.wandb = (WandbLogger(self.run_dir, tc.wandb_project, tc.wandb_entity, tc.wandb_run_name, tc.wandb_mode,
                                   config=yaml.safe_load(self.config_yaml))
@@ -432,7 +435,7 @@ class Trainer:
                  f"block_size {mc.block_size}, vocab {mc.vocab_size}")
         self.say(f"data: {self.source.description}; {self.tokens_per_step:,} tokens per step; device {self.device}; "
                  f"precision {tc.precision}; MFU against {self.peak.label}"
-                 + (f" ({self.peak.flops_per_second / 1e9:,.0f} GFLOP/s)" if self.peak.flops_per_second else ""))
+                 + (f" ({self.peak.flops_per_second / 1e9:,.1f} GFLOP/s)" if self.peak.flops_per_second else ""))
         if not env.distributed:
             return
         if ds_config is not None:

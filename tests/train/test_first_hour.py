@@ -22,6 +22,7 @@ from gptforge.train.loop import train
 
 def _fake_peaks(monkeypatch, fp32: float, bf16: float):
     monkeypatch.delenv("GPTFORGE_AUTO_PRECISION", raising=False)
+    monkeypatch.setattr(device_mod, "_CPU_PEAKS", {})  # forget figures measured (or faked) before
     monkeypatch.setattr(device_mod, "measure_cpu_matmul_peak",
                         lambda dtype=torch.float32, **kw: bf16 if dtype == torch.bfloat16 else fp32)
 
