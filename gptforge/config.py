@@ -257,7 +257,9 @@ class TrainConfig:
     max_minutes: float = 0.0
     """Time budget in minutes: max_steps is set from a step time measured at start (so the schedule
     completes in time; frozen in config.yaml for an exact resume) and the run stops with a
-    checkpoint when the budget is used up (counted over resumes). 0 disables."""
+    checkpoint when the budget is used up (counted over resumes). When set, it replaces
+    max_steps, an explicit --train.max_steps included (at least 20 steps; the start says so in
+    one line); keep it 0 to train exactly max_steps. 0 disables."""
     max_minutes_steps: int = 0
     """Set by the trainer: the max_steps that max_minutes resolved to (0: not resolved yet)."""
     max_bad_steps: int = 5

@@ -18,7 +18,10 @@ naming a complete checkpoint, and a half-written `.tmp_*` folder is never read.
 Choosing a checkpoint (`find_checkpoint`) verifies it (`verify_checkpoint`: every DCP data file
 as long as `.metadata` says, trainer_state.pt matching its checksum) and falls back, with a
 warning, to the newest intact step folder when `latest` is missing, names a missing folder or
-names a damaged one (a disk that filled up, a copy cut short).
+names a damaged one (a disk that filled up, a copy cut short). An intact step folder newer than
+the one `latest` names is chosen over it (a kill between the rename and the pointer update).
+A run that continues from step N (resume, spike rollback) deletes the step folders newer than
+N (`discard_newer`), so that no folder of an abandoned history is kept or chosen later.
 
 The consolidated `model.safetensors` exists so that `generate`/`evaluate` start fast: importing
 `torch.distributed.checkpoint` pulls in DTensor and sympy (0.7-1.4 s), while safetensors costs
@@ -147,6 +150,14 @@ def set_rng_state(state: dict[str, Any]) -> None:
 
 def step_dir_name(step: int) -> str:
     return f"step_{step:07d}"
+
+
+def _step_number(folder: Path) -> int:
+    """N of a `step_N` folder; -1 for a name that is not one."""
+    try:
+        return int(Path(folder).name.removeprefix("step_"))
+    except ValueError:
+        return -1
 
 
 def save_checkpoint(ckpt_root: Path, step: int, model: torch.nn.Module, optimizer: torch.optim.Optimizer | None,
@@ -331,6 +342,27 @@ def remove_partial_files(ckpt_root: Path) -> list[Path]:
     return removed
 
 
+def discard_newer(ckpt_root: str | Path, step: int) -> list[Path]:
+    """Delete the step folders of `ckpt_root` newer than `step`: they belong to a history the run
+    left (resumed from, or rolled back to, checkpoint `step`), so neither rotation nor a later
+    `find_checkpoint` may keep or choose them. Pointers naming a deleted folder are deleted too.
+    Only the run's single writer (rank 0, holding the run lock) may call this. Returns what was
+    removed (each logged as a warning)."""
+    ckpt_root = Path(ckpt_root)
+    removed = []
+    for d in sorted(ckpt_root.glob("step_*")):
+        if d.is_dir() and _step_number(d) > step:
+            log.warning(f"{ckpt_root}: removing {d.name}, newer than the step {step} this run continues "
+                        f"from (it belongs to the abandoned history)")
+            shutil.rmtree(d)
+            removed.append(d)
+    for name in ("latest", "best"):
+        f = ckpt_root / name
+        if removed and f.is_file() and ckpt_root / f.read_text().strip() in removed:
+            f.unlink()
+    return removed
+
+
 def _prune(ckpt_root: Path, keep: int) -> None:
     protected = {read_pointer(ckpt_root, "latest"), read_pointer(ckpt_root, "best")}
     steps = sorted(p for p in ckpt_root.glob("step_*") if p.is_dir())
@@ -413,7 +445,7 @@ def find_checkpoint(path: str | Path, which: str = "latest", weights_only: bool 
     model.safetensors without importing torch.distributed.checkpoint). Under a run directory or
     `checkpoints/`, pointer `which` (latest/best) is followed; when it is missing, names a
     missing or incomplete folder, or names a damaged one, the newest intact `step_*` folder is
-    used instead, with a warning naming what was skipped and why (for `best`, only when the
+    used instead; for `latest`, an intact step folder newer than the one it names wins too, with a warning naming what was skipped and why (for `best`, only when the
     pointer exists). Every rank of a distributed run sees the same files, so all choose alike.
 
     Raises:
@@ -438,6 +470,16 @@ def find_checkpoint(path: str | Path, which: str = "latest", weights_only: bool 
         named = None
         if pointer.exists():
             named = root / pointer.read_text().strip()
+            if which == "latest":
+                # `latest` is written after its folder's rename: a complete, intact step folder newer
+                # than the one it names is a later state of the same run (killed between the two).
+                for d in steps:
+                    if _step_number(d) <= _step_number(named):
+                        break
+                    if verify_checkpoint(d, weights_only) is None:
+                        log.warning(f"{root}: {d.name} is complete and newer than {named.name}, which `latest` "
+                                    f"names (the run stopped before updating it); using {d.name}")
+                        return d
             problem = verify_checkpoint(named, weights_only)
             if problem is None:
                 return named

@@ -43,7 +43,8 @@ class StopFlag:
         if self.signal is not None:
             # Out now, without unwinding: checkpoints are written to a temp folder and renamed, and
             # every metrics row is flushed, so nothing written so far can be left damaged.
-            os.write(2, f"\nsecond signal {signum}: exiting now, without a checkpoint\n".encode())
+            os.write(2, f"\nsecond signal {signum}: exiting now; a checkpoint being saved may be left unfinished "
+                        "(--resume uses the newest complete one)\n".encode())
             os._exit(128 + signum)
         self.signal = signum
 

@@ -30,12 +30,12 @@ def git_commit() -> str | None:
 
 
 def data_provenance(path: Path) -> dict[str, Any]:
-    """config.yaml's `data` section: the path and hashes that identify the training data.
+    """config.yaml's `data` section: the absolute path and hashes that identify the training data.
 
     A shard folder: its meta.json's sha256 and the tokenizer's sha256 (from meta.json). A data
     file (an instruction .jsonl): the file's own sha256.
     """
-    path = Path(path)
+    path = Path(path).resolve()  # absolute: a resume from another folder finds it again
     if path.is_file():
         return {"path": str(path), "sha256": file_sha256(path)}
     meta_path = path / "meta.json"

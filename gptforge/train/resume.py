@@ -93,6 +93,9 @@ def recorded_data_dir(run_dir: str | Path) -> str:
     Raises:
         MissingInputError: no config.yaml, no recorded path, or the recorded folder is gone (the
             message names it and the --data option that overrides it).
+
+    A relative recorded path (runs recorded before paths were made absolute) is looked for
+    relative to the current folder, then relative to each parent of the run folder.
     """
     from gptforge.errors import MissingInputError
 
@@ -102,7 +105,14 @@ def recorded_data_dir(run_dir: str | Path) -> str:
     path = ((yaml.safe_load(saved.read_text()) or {}).get("data") or {}).get("path")
     if not path:
         raise MissingInputError(f"--resume: {saved} records no data folder; pass --data DIR")
-    if not Path(path).exists():
-        raise MissingInputError(f"--resume: the run was trained on {path} (recorded in {saved}), which no longer "
-                                "exists; pass --data NEW_DIR if the shards moved")
-    return path
+    if Path(path).is_absolute():
+        tried = [Path(path)]
+    else:  # runs before absolute paths were recorded: relative to the folder the run was launched in
+        tried = [Path.cwd() / path] + [parent / path for parent in Path(run_dir).resolve().parents]
+    for candidate in tried:
+        if candidate.exists():
+            return str(candidate)
+    where = (f"{tried[0]}" if len(tried) == 1 else
+             f"{tried[0]} (relative to the current folder) nor under any parent of {Path(run_dir).resolve()}")
+    raise MissingInputError(f"--resume: the run was trained on {path} (recorded in {saved}), which no longer "
+                            f"exists: not at {where}; pass --data NEW_DIR if the shards moved")

@@ -307,7 +307,11 @@ class Trainer:
 
         step_s = measure_step_seconds(mc, tc)
         steps = steps_for_minutes(tc.max_minutes, step_s, eval_share=0.1 if tc.eval_interval > 0 else 0.0)
-        self.say(f"train.max_minutes {tc.max_minutes:g}: {step_s:.3f} s/step measured -> train.max_steps {steps}")
+        replaced = (f" (replacing train.max_steps {tc.max_steps}: when train.max_minutes is set it decides "
+                    "max_steps, an explicit one included; set max_minutes 0 to keep max_steps)"
+                    if tc.max_steps != steps else "")
+        self.say(f"train.max_minutes {tc.max_minutes:g}: {step_s:.3f} s/step measured -> train.max_steps {steps}"
+                 + replaced)
         return dataclasses.replace(tc, max_steps=steps, max_minutes_steps=steps)
 
     def _resolve_batch(self, tc):
@@ -354,6 +358,9 @@ class Trainer:
         check_resume(found, self.source, self.mc, self.tc, self.batches.global_batch_size, self.env.dp_size)
         loaded = self.engine.load(found)
         self.say(f"resuming from {found} (step {loaded.get('step', 0)})")
+        if self.main:  # folders newer than the resume point are of an abandoned history
+            for d in ckpt_lib.discard_newer(self.ckpt_root, int(loaded.get("step", 0))):
+                self.say(f"--resume: removed {d.name}, newer than the resume point (damaged or abandoned)")
         self.state.update({k: loaded[k] for k in self.state if k in loaded})
         self.early_stop.load_state_dict(loaded)
         if self.spikes is not None and loaded.get("spikes"):
@@ -599,6 +606,9 @@ class Trainer:
             self.stopped = "max_rollbacks"
             raise
         loaded = self.engine.load(found)
+        if self.main:  # what was saved after the checkpoint rolled back to is of the abandoned history
+            for d in ckpt_lib.discard_newer(self.ckpt_root, int(loaded["step"])):
+                self.metrics.message(f"step {done}: rollback removed {d.name}, newer than {found.name}")
         event = self.rollback.record(done, int(loaded["step"]), reason)
         row.setdefault("events", []).append(event)
         self.metrics.log(row, force=True)
