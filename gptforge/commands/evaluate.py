@@ -233,6 +233,31 @@ def _tree_sha256(path: Path) -> str:
     return h.hexdigest()
 
 
+def _normalize_like_prepare(text: str, doc: dict) -> tuple[str, str]:
+    """(text, description): `text` normalized as `gptforge prepare` normalized the run's training
+    data (`gptforge.data.normalize.normalize_text`: BOM removed, CRLF / CR -> LF, then the recipe's
+    Unicode form read from the data folder's meta.json). Without a recorded recipe (a Hugging Face
+    folder, a moved data folder) only the BOM and line ends are normalized."""
+    from gptforge.data.normalize import normalize_text, prepared_normalization
+
+    data = (doc.get("data") or {}).get("path")
+    meta_path = Path(data) / "meta.json" if data else None
+    form = None
+    if meta_path is not None and meta_path.is_file():
+        try:
+            form = prepared_normalization(json.loads(meta_path.read_text()))
+        except ValueError:  # an unreadable meta.json: fall back to the line ends
+            form = None
+    what = "BOM removed, line ends LF"
+    if form:
+        what += f", Unicode {form} (the recipe's, from {meta_path})"
+    elif form == "":
+        what += f" (the recipe applied no Unicode form, {meta_path})"
+    else:
+        what += " (no prepare recipe recorded for this model: no Unicode form applied)"
+    return normalize_text(text, form or ""), what
+
+
 def _perplexity(opts: EvaluateOptions) -> int:
     import numpy as np
 
@@ -277,6 +302,8 @@ def _perplexity(opts: EvaluateOptions) -> int:
         from gptforge.data.readers import read_text_file
 
         text = read_text_file(path, encoding=opts.encoding)  # binary files refused; a BOM decoded
+        file_bytes = len(text.encode("utf-8"))
+        text, normalization = _normalize_like_prepare(text, doc)
         tok = Tokenizer.from_file(tok_path)
         tokens = np.array(tok.encode(text), dtype=np.int64)
         if opts.max_tokens is not None:
@@ -289,10 +316,15 @@ def _perplexity(opts: EvaluateOptions) -> int:
     except ValueError as e:  # stride out of range, fewer than 2 tokens
         raise InputError(f"{source}: {e}") from None
     out = dict(result.as_dict(), checkpoint=str(ckpt), source=source)
+    if opts.text:
+        out.update(normalization=normalization, text_bytes=len(text.encode("utf-8")), file_text_bytes=file_bytes)
     if opts.json:
         print(json.dumps(out, indent=2))
     else:
         bpb = f"{result.bits_per_byte:.4f}" if result.bits_per_byte is not None else "n/a (partial split)"
-        print(f"{source}: {result.tokens:,} tokens scored with {ckpt}\n"
-              f"  loss {result.loss:.4f} nats/token | perplexity {result.perplexity:.2f} | bits per byte {bpb}")
+        print(f"{source}: {result.tokens:,} tokens scored with {ckpt}")
+        if opts.text:
+            print(f"  text normalized as prepare normalized the training data: {normalization}; bits per byte "
+                  f"over the {out['text_bytes']:,} UTF-8 bytes after normalization ({file_bytes:,} as read)")
+        print(f"  loss {result.loss:.4f} nats/token | perplexity {result.perplexity:.2f} | bits per byte {bpb}")
     return 0
