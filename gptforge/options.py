@@ -163,7 +163,9 @@ def parse_command(parser, argv: list[str]) -> tuple[Any, Any]:
     except SystemExit:
         raise
     except Exception as e:  # jsonargparse.ArgumentError and friends
-        print(f"{parser.prog}: error: {describe_parse_error(str(e), argv)}", file=sys.stderr)
+        own = [o[2:] for a in parser._actions for o in a.option_strings
+               if o.startswith("--") and o not in ("--help", "--print_config")]
+        print(f"{parser.prog}: error: {describe_parse_error(str(e), argv, own)}", file=sys.stderr)
         raise SystemExit(2) from None
     init = parser.instantiate(ns) if hasattr(parser, "instantiate") else ns
     cls = getattr(parser, "options_class", None)
