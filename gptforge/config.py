@@ -593,9 +593,13 @@ def from_dict(cls, data: dict, where: str = ""):
 SECTIONS = {"model": ModelConfig, "train": TrainConfig, "parallel": ParallelConfig}
 
 
-def explain_unknown(message: str, sections: dict[str, type] = SECTIONS) -> str:
-    """Add a 'did you mean' hint to a jsonargparse error about an unknown option or key."""
-    valid = [f"{s}.{f.name}" for s, cls in sections.items() for f in fields(cls)]
+def explain_unknown(message: str, sections: dict[str, type] = SECTIONS, options: list[str] | None = None) -> str:
+    """Add a 'did you mean' hint to a jsonargparse error about an unknown option or key.
+
+    options: the command's own option names without the leading `--` (its parser's, sections'
+    dotted keys included), so a hint names only an option that command takes; default: the
+    dotted keys of `sections`."""
+    valid = options if options is not None else [f"{s}.{f.name}" for s, cls in sections.items() for f in fields(cls)]
     hints = []
     for bad in re.findall(r"--([A-Za-z_][\w.]*)", message):
         close = difflib.get_close_matches(bad, valid, n=1, cutoff=0.5)
@@ -624,10 +628,11 @@ class RunConfig:
     parallel: ParallelConfig = field(default_factory=ParallelConfig)
 
 
-def describe_parse_error(message: str, argv: list[str]) -> str:
-    """A parser's error with hints: the nearest valid option or key, the recipe file it came from,
-    and `--model.preset` for `--model NAME`."""
-    message = explain_unknown(message)
+def describe_parse_error(message: str, argv: list[str], options: list[str] | None = None) -> str:
+    """A parser's error with hints: the nearest valid option or key (among `options`, the
+    command's own; see `explain_unknown`), the recipe file it came from, and `--model.preset` for
+    `--model NAME`."""
+    message = explain_unknown(message, options=options)
     for i, a in enumerate(argv[:-1]):
         if a == "--config" and "<unicode string>" in message:
             message = message.replace("<unicode string>", argv[i + 1])

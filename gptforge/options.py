@@ -77,12 +77,50 @@ def command_parser(prog: str, description: str, options: type | None = None,
     return parser
 
 
+def bounded(default: Any = None, low: float | None = None, high: float | None = None,
+            low_open: bool = False) -> Any:
+    """A dataclass field whose value (when not None) must lie in [low, high] (low excluded with
+    low_open; None: no bound). `parse_command` refuses a value outside, naming the option and the
+    range; --help shows the range.
+
+        stride: Optional[int] = bounded(None, low=1)
+    """
+    return dataclasses.field(default=default, metadata={"range": (low, high, low_open)})
+
+
+def range_text(low: float | None, high: float | None, low_open: bool = False) -> str:
+    """'>= 1', '> 0', 'in (0, 1]', 'in [0, 1]' for a `bounded` field's range."""
+    if high is None:
+        return f"{'>' if low_open else '>='} {low}"
+    if low is None:
+        return f"<= {high}"
+    return f"in {'(' if low_open else '['}{low}, {high}]"
+
+
+def check_ranges(opts: Any) -> None:
+    """Raise ValueError naming the first `bounded` field of dataclass instance `opts` whose value
+    is outside its range: "--stride must be >= 1, got 0"."""
+    for f in dataclasses.fields(opts):
+        if "range" not in f.metadata:
+            continue
+        value = getattr(opts, f.name)
+        if value is None:
+            continue
+        low, high, low_open = f.metadata["range"]
+        below = low is not None and (value <= low if low_open else value < low)
+        if below or (high is not None and value > high):
+            flag = f.metadata.get("flag", "--" + f.name.replace("_", "-"))
+            raise ValueError(f"{flag} must be {range_text(low, high, low_open)}, got {value}")
+
+
 def add_options(parser, options: type, positional: tuple[str, ...] = ()) -> None:
     """Add the fields of dataclass `options` to `parser` (see `command_parser`)."""
     docs = attribute_docs(options)
     hints = typing.get_type_hints(options)
     for f in dataclasses.fields(options):
         help_text = docs.get(f.name, "")
+        if "range" in f.metadata:
+            help_text += f" (must be {range_text(*f.metadata['range'])})"
         required = f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
         default = None if required else (f.default if f.default is not dataclasses.MISSING else f.default_factory())
         kind = hints[f.name]
@@ -115,8 +153,8 @@ def parse_command(parser, argv: list[str]) -> tuple[Any, Any]:
     whose section attributes are dataclass instances).
 
     Raises:
-        SystemExit(2): a bad option or value, after printing `PROG: error: ...` with a 'did you
-        mean' hint for a misspelt option or key.
+        SystemExit(2): a bad option or value (a `bounded` field outside its range included),
+        after printing `PROG: error: ...` with a 'did you mean' hint for a misspelt option or key.
     """
     from gptforge.config import describe_parse_error
 
@@ -125,11 +163,18 @@ def parse_command(parser, argv: list[str]) -> tuple[Any, Any]:
     except SystemExit:
         raise
     except Exception as e:  # jsonargparse.ArgumentError and friends
-        print(f"{parser.prog}: error: {describe_parse_error(str(e), argv)}", file=sys.stderr)
+        own = [o[2:] for a in parser._actions for o in a.option_strings
+               if o.startswith("--") and o not in ("--help", "--print_config")]
+        print(f"{parser.prog}: error: {describe_parse_error(str(e), argv, own)}", file=sys.stderr)
         raise SystemExit(2) from None
     init = parser.instantiate(ns) if hasattr(parser, "instantiate") else ns
     cls = getattr(parser, "options_class", None)
     opts = None
     if cls is not None:
         opts = cls(**{f.name: getattr(ns, f.name) for f in dataclasses.fields(cls)})
+        try:
+            check_ranges(opts)
+        except ValueError as e:
+            print(f"{parser.prog}: error: {e}", file=sys.stderr)
+            raise SystemExit(2) from None
     return opts, init

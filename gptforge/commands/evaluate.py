@@ -7,6 +7,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal, Optional
 
+from gptforge.options import bounded
+
 DESCRIPTION = """Score a run, checkpoint or Hugging Face folder on benchmark task files (--tasks:
 multiple choice, classification, generation, cloze; acc / acc_norm / F1 / exact match with stderr
 and n, lm-evaluation-harness's conventions; results.json in MODEL/eval/), or measure loss
@@ -27,18 +29,18 @@ class EvaluateOptions:
     """lm-evaluation-harness task names, run by lm-eval's own task code on this model, offline (needs gptforge[eval])."""
     include_path: Optional[str] = None
     """Folder of lm-eval task YAML definitions for --harness (their data as local files)."""
-    num_fewshot: int = 0
+    num_fewshot: int = bounded(0, low=0)
     """Few-shot demonstrations before each example (from the task's fewshot_data or its other rows)."""
-    limit: Optional[int] = None
+    limit: Optional[int] = bounded(None, low=1)
     """Score only the first N examples of each task (a larger N is the whole task)."""
-    seed: int = 1234
+    seed: int = bounded(1234, low=0)
     """Seed of the few-shot draw."""
     out: Optional[str] = None
     """results.json path (default MODEL/eval/results.json; the run directory's eval/ for a checkpoint folder)."""
     contamination: Optional[str] = None
     """Shard folder of the training data: flag examples sharing a token n-gram with its train split, and
     report every score on the clean examples too."""
-    contamination_ngram: int = 13
+    contamination_ngram: int = bounded(13, low=1)
     """n of the contamination n-grams (tokens of the data's tokenizer; GPT-3 appendix C used 13)."""
     precision: Literal["fp32", "bf16", "fp16"] = "fp32"
     """Autocast precision of the forward passes (log-softmax is always fp32)."""
@@ -51,11 +53,11 @@ class EvaluateOptions:
     """Encoding of --text when it has no byte-order mark (default UTF-8; UTF-16/32 with a BOM are decoded)."""
     split: Literal["train", "val", "test"] = "val"
     """Split of --data."""
-    stride: Optional[int] = None
+    stride: Optional[int] = bounded(None, low=1)
     """Window shift in tokens for --data/--text (default block_size/2)."""
-    batch_size: Optional[int] = None
+    batch_size: Optional[int] = bounded(None, low=1)
     """Sequences per forward pass (default 8 windows for --data/--text, 32 for --tasks)."""
-    max_tokens: Optional[int] = None
+    max_tokens: Optional[int] = bounded(None, low=2)
     """Score only the first N tokens of --data/--text (for a quick look)."""
     best: bool = False
     """Use checkpoints/best instead of latest."""
@@ -147,8 +149,6 @@ def _tasks(opts: EvaluateOptions) -> int:
     from gptforge.eval.tasks import load_task
     from gptforge.runtime.device import pick_device
 
-    if opts.num_fewshot < 0 or (opts.limit is not None and opts.limit < 1):
-        raise InputError("--num-fewshot must be >= 0 and --limit >= 1")
     tasks = [load_task(t) for t in opts.tasks]  # read every file before loading the model
     names = [t.name for t in tasks]
     if len(set(names)) != len(names):
@@ -233,6 +233,31 @@ def _tree_sha256(path: Path) -> str:
     return h.hexdigest()
 
 
+def _normalize_like_prepare(text: str, doc: dict) -> tuple[str, str]:
+    """(text, description): `text` normalized as `gptforge prepare` normalized the run's training
+    data (`gptforge.data.normalize.normalize_text`: BOM removed, CRLF / CR -> LF, then the recipe's
+    Unicode form read from the data folder's meta.json). Without a recorded recipe (a Hugging Face
+    folder, a moved data folder) only the BOM and line ends are normalized."""
+    from gptforge.data.normalize import normalize_text, prepared_normalization
+
+    data = (doc.get("data") or {}).get("path")
+    meta_path = Path(data) / "meta.json" if data else None
+    form = None
+    if meta_path is not None and meta_path.is_file():
+        try:
+            form = prepared_normalization(json.loads(meta_path.read_text()))
+        except ValueError:  # an unreadable meta.json: fall back to the line ends
+            form = None
+    what = "BOM removed, line ends LF"
+    if form:
+        what += f", Unicode {form} (the recipe's, from {meta_path})"
+    elif form == "":
+        what += f" (the recipe applied no Unicode form, {meta_path})"
+    else:
+        what += " (no prepare recipe recorded for this model: no Unicode form applied)"
+    return normalize_text(text, form or ""), what
+
+
 def _perplexity(opts: EvaluateOptions) -> int:
     import numpy as np
 
@@ -277,6 +302,8 @@ def _perplexity(opts: EvaluateOptions) -> int:
         from gptforge.data.readers import read_text_file
 
         text = read_text_file(path, encoding=opts.encoding)  # binary files refused; a BOM decoded
+        file_bytes = len(text.encode("utf-8"))
+        text, normalization = _normalize_like_prepare(text, doc)
         tok = Tokenizer.from_file(tok_path)
         tokens = np.array(tok.encode(text), dtype=np.int64)
         if opts.max_tokens is not None:
@@ -289,10 +316,15 @@ def _perplexity(opts: EvaluateOptions) -> int:
     except ValueError as e:  # stride out of range, fewer than 2 tokens
         raise InputError(f"{source}: {e}") from None
     out = dict(result.as_dict(), checkpoint=str(ckpt), source=source)
+    if opts.text:
+        out.update(normalization=normalization, text_bytes=len(text.encode("utf-8")), file_text_bytes=file_bytes)
     if opts.json:
         print(json.dumps(out, indent=2))
     else:
         bpb = f"{result.bits_per_byte:.4f}" if result.bits_per_byte is not None else "n/a (partial split)"
-        print(f"{source}: {result.tokens:,} tokens scored with {ckpt}\n"
-              f"  loss {result.loss:.4f} nats/token | perplexity {result.perplexity:.2f} | bits per byte {bpb}")
+        print(f"{source}: {result.tokens:,} tokens scored with {ckpt}")
+        if opts.text:
+            print(f"  text normalized as prepare normalized the training data: {normalization}; bits per byte "
+                  f"over the {out['text_bytes']:,} UTF-8 bytes after normalization ({file_bytes:,} as read)")
+        print(f"  loss {result.loss:.4f} nats/token | perplexity {result.perplexity:.2f} | bits per byte {bpb}")
     return 0

@@ -10,6 +10,7 @@ The writers live in gptforge.export (ONNX, GGUF, Triton) and gptforge.model.hf_s
 
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal, Optional
@@ -83,13 +84,18 @@ def _tokenizer_dir(tokenizer: str | None) -> Path | None:
 def _gguf(opts: ExportOptions, model, tok_dir: Path | None) -> Path:
     """One .gguf file and an ollama Modelfile naming it, in the folder --out."""
     from gptforge.atomic import staged_dir
-    from gptforge.export.gguf import gguf_filename, write_gguf
+    from gptforge.export.gguf import check_representable, gguf_filename, write_gguf
 
+    check_representable(model.config, opts.approximate_gelu)  # before anything is written
     dtype = opts.dtype or "f16"
     fname = gguf_filename(opts.name, dtype, opts.quantize)
+
+    def warn(message: str) -> None:  # one line, as generate prints its warnings
+        print(f"gptforge export: warning: {message}", file=sys.stderr)
+
     with staged_dir(opts.out, opts.overwrite) as tmp:
         write_gguf(model, tok_dir, tmp / fname, dtype=dtype, quantize=opts.quantize, name=opts.name,
-                   approximate_gelu=opts.approximate_gelu)
+                   approximate_gelu=opts.approximate_gelu, warn=warn)
         (tmp / "Modelfile").write_text(f"FROM ./{fname}\n")
     return Path(opts.out) / fname
 

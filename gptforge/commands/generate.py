@@ -5,8 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Optional
 
-from gptforge.errors import InputError
-from gptforge.options import command_parser, parse_command
+from gptforge.options import bounded, command_parser, parse_command
 
 
 @dataclass
@@ -15,17 +14,17 @@ class GenerateOptions:
     """Run directory (checkpoints/latest, or best with --best) or a checkpoint folder."""
     prompt: str = ""
     """Text to continue (default: start from <|endoftext|>)."""
-    max_new_tokens: int = 200
+    max_new_tokens: int = bounded(200, low=0)
     """Tokens to generate per sample."""
-    temperature: float = 0.8
+    temperature: float = bounded(0.8, low=0)
     """Softmax temperature; 0 is greedy."""
-    top_k: Optional[int] = None
+    top_k: Optional[int] = bounded(None, low=1)
     """Sample only among the k most likely tokens."""
-    top_p: Optional[float] = None
+    top_p: Optional[float] = bounded(None, low=0, high=1, low_open=True)
     """Nucleus sampling: smallest set with this much mass."""
-    num_samples: int = 1
+    num_samples: int = bounded(1, low=1)
     """Independent samples."""
-    seed: Optional[int] = None
+    seed: Optional[int] = bounded(None, low=0)
     """Seed for reproducible sampling."""
     no_cache: bool = False
     """Recompute the whole context every token (slow; for checks)."""
@@ -47,14 +46,7 @@ def build_parser():
 
 def main(argv: list[str]) -> int:
     args, _ = parse_command(build_parser(), argv)
-    if args.temperature < 0:
-        raise InputError(f"--temperature must be >= 0 (0 is greedy), got {args.temperature}")
-    if args.top_p is not None and not 0 < args.top_p <= 1:
-        raise InputError(f"--top-p must be in (0, 1], got {args.top_p}")
-    if args.top_k is not None and args.top_k < 1:
-        raise InputError(f"--top-k must be >= 1, got {args.top_k}")
-    if args.max_new_tokens < 0 or args.num_samples < 1:
-        raise InputError("--max-new-tokens must be >= 0 and --num-samples >= 1")
+    # Numeric ranges (--temperature, --top-p, ...) are checked by parse_command (`bounded` fields).
     import torch
 
     from gptforge.data.tokenizer import Tokenizer

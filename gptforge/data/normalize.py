@@ -151,3 +151,15 @@ class Clean:
         if not text.strip():
             return "empty_after_clean"
         return {**doc, "text": text}
+
+
+def prepared_normalization(meta: dict | None) -> str | None:
+    """The Unicode form prepare applied to a shard folder's documents, from its meta.json dict:
+    the recipe's `normalization` (recorded in `prepare_config.recipe_steps`; NFC when the recipe
+    leaves it out, as `pipeline.build_recipe` does), "" for a recipe with normalization none, or
+    None when `meta` records no recipe (then only the BOM / line-end part is known to apply)."""
+    recipe = ((meta or {}).get("prepare_config") or {}).get("recipe_steps")
+    if not isinstance(recipe, dict):
+        return None
+    form = recipe.get("normalization", "NFC")
+    return "" if form in (None, "none", False) else str(form)

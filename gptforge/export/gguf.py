@@ -47,22 +47,41 @@ def permute_rope_rows(w: torch.Tensor, n_head: int) -> torch.Tensor:
 
 
 def check_representable(cfg, approximate_gelu: bool = False) -> None:
-    """Refuse what llama.cpp's `llama` / `gpt2` graphs cannot compute.
+    """Refuse what llama.cpp's `llama` / `gpt2` graphs cannot compute, naming every such option.
+
+    Not representable: logit_softcap (neither graph caps the final logits), value_embeddings,
+    qk_norm (neither graph normalises q/k per head), relu2 (llama.cpp's llama uses SwiGLU, its
+    gpt2 GELU), exact GELU in a GPT-2 (llama.cpp's gpt2 uses the tanh approximation; pass
+    approximate_gelu to accept it), a rope_scaling type other than linear / llama3.
+    (zero_init_proj only changes the initialisation: representable.)
 
     Raises:
-        InputError: naming the option and the format: exact GELU in a GPT-2 (llama.cpp's gpt2
-            uses the tanh approximation; pass approximate_gelu to accept it), a rope_scaling type
-            other than linear / llama3.
+        InputError: one message naming each `model.<option>=<value>` and why.
     """
+    cfg = cfg.resolved()
+    bad = []  # (option=value, why)
+    if cfg.logit_softcap:
+        bad.append((f"model.logit_softcap={cfg.logit_softcap!r}", f"llama.cpp's {cfg.arch} graph does not cap the "
+                    "final logits"))
+    if cfg.value_embeddings:
+        bad.append(("model.value_embeddings=True", f"llama.cpp's {cfg.arch} graph has no value embeddings"))
+    if cfg.qk_norm:
+        bad.append(("model.qk_norm=True", f"llama.cpp's {cfg.arch} graph has no per-head q/k norm"))
+    if cfg.activation == "relu2":
+        mlp = "a SwiGLU" if cfg.arch == "llama" else "a GELU"
+        bad.append(("model.activation=relu2", f"llama.cpp's {cfg.arch} graph computes {mlp} MLP"))
     if cfg.arch == "gpt2" and cfg.activation == "gelu" and not approximate_gelu:
-        raise InputError("model.activation=gelu (exact, erf) cannot be represented in the gguf format: llama.cpp's "
-                         "gpt2 graph computes the tanh approximation (model.activation=gelu_tanh); pass "
-                         "--approximate-gelu to export anyway (logits then differ slightly)")
+        bad.append(("model.activation=gelu (exact, erf)", "llama.cpp's gpt2 graph computes the tanh approximation "
+                    "(model.activation=gelu_tanh); pass --approximate-gelu to export anyway (logits then differ "
+                    "slightly)"))
     if cfg.arch == "llama" and cfg.rope_scaling:
         kind = cfg.rope_scaling.get("rope_type", cfg.rope_scaling.get("type", "default"))
         if kind not in ("default", "linear", "llama3"):
-            raise InputError(f"model.rope_scaling.rope_type={kind} cannot be represented in the gguf format "
-                             "(linear and llama3 can)")
+            bad.append((f"model.rope_scaling.rope_type={kind}", "linear and llama3 can"))
+    if bad:
+        raise InputError("; ".join(f"{opt} cannot be represented in the gguf format: {why}" for opt, why in bad)
+                         + ". A model trained with it stays in gptforge's format (generate, evaluate and serve "
+                         "use it)")
 
 
 def read_tokenizer(tokenizer_json: Path, vocab_size: int) -> dict:
@@ -212,12 +231,14 @@ def file_type(dtype: str, quantize: str | None):
 
 
 def write_gguf(model: torch.nn.Module, tokenizer_dir: Path | None, path: str | Path, dtype: str = "f16",
-               quantize: str | None = None, name: str = "gptforge", approximate_gelu: bool = False) -> Path:
+               quantize: str | None = None, name: str = "gptforge", approximate_gelu: bool = False,
+               warn=None) -> Path:
     """Write GPT `model` and its tokenizer as the GGUF file `path`.
 
     dtype: f32 | f16 | bf16 for matrices; quantize: None | q8_0 | q4_0 (overrides dtype for
     matrices whose rows are a multiple of 32). tokenizer_dir: folder with tokenizer.json (and
-    tokenizer_config.json for a chat template).
+    tokenizer_config.json for a chat template). warn: called with the message naming the matrices
+    kept in f16 under quantize (`kept_f16_message`); default: a Python UserWarning.
 
     Raises:
         InputError: an option the format cannot represent (see `check_representable`,
@@ -295,7 +316,11 @@ def write_gguf(model: torch.nn.Module, tokenizer_dir: Path | None, path: str | P
                 w.add_tensor(tname, gguf.quants.quantize(data, qtype), raw_dtype=qtype)
             bar.advance()
     if kept_f16:
-        warnings.warn(kept_f16_message(kept_f16, quantize, len(tensors)), stacklevel=2)
+        message = kept_f16_message(kept_f16, quantize, len(tensors))
+        if warn is None:
+            warnings.warn(message, stacklevel=2)
+        else:
+            warn(message)
     with show_progress(f"gguf: writing {path.name}", 1, "files") as bar:
         w.write_header_to_file()
         w.write_kv_data_to_file()

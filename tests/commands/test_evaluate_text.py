@@ -44,3 +44,21 @@ def test_utf16_file_scores_like_its_utf8_twin(run, tmp_path, capsys):
     assert "--encoding" in capsys.readouterr().err
     assert main(["evaluate", str(run), "--text", str(raw), "--encoding", "utf-16-le", "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["tokens"] == results[0]["tokens"]
+
+
+def test_crlf_text_scores_like_its_lf_twin(run, tmp_path, capsys):
+    text = "def add(a, b):\n    return a + b\n\nprint(add(2, 3))\n" * 20
+    lf, crlf = tmp_path / "lf.txt", tmp_path / "crlf.txt"
+    lf.write_bytes(text.encode())
+    crlf.write_bytes(text.replace("\n", "\r\n").encode())
+    results = []
+    for path in (lf, crlf):
+        assert main(["evaluate", str(run), "--text", str(path), "--json"]) == 0
+        results.append(json.loads(capsys.readouterr().out))
+    assert results[0]["tokens"] == results[1]["tokens"] > 0
+    assert results[0]["bits_per_byte"] == pytest.approx(results[1]["bits_per_byte"])
+    assert results[1]["text_bytes"] == len(text.encode()) < results[1]["file_text_bytes"]
+    assert "line ends LF" in results[1]["normalization"] and "NFC" in results[1]["normalization"]
+    assert main(["evaluate", str(run), "--text", str(crlf)]) == 0
+    out = capsys.readouterr().out
+    assert "after normalization" in out and f"{len(text.encode()):,}" in out
