@@ -60,8 +60,15 @@ def command_parser(prog: str, description: str, options: type | None = None,
         sections: {name: dataclass} added as dotted keys (`--train.lr`), each field's docstring its help.
         positional: fields of `options` taken by position instead (`gptforge generate RUN`).
         config_file: add `--config recipe.yaml` (default: when there are sections).
+
+    With a `model` section, `--model NAME` is short for `--model.preset NAME` (`parse_command`
+    rewrites it; a path that exists keeps jsonargparse's meaning, a YAML file for the section),
+    and the description says so.
     """
     import jsonargparse
+
+    if "model" in (sections or {}):
+        description = description.rstrip() + " " + MODEL_SHORTHAND_HELP
 
     jsonargparse.set_parsing_settings(docstring_parse_attribute_docstrings=True)
     parser = jsonargparse.ArgumentParser(prog=prog, description=description, exit_on_error=False,
@@ -74,7 +81,31 @@ def command_parser(prog: str, description: str, options: type | None = None,
     if options is not None:
         add_options(parser, options, positional)
     parser.options_class = options
+    parser.model_shorthand = "model" in (sections or {})
     return parser
+
+
+MODEL_SHORTHAND_HELP = "--model NAME is short for --model.preset NAME."
+
+
+def rewrite_model_shorthand(argv: list[str]) -> list[str]:
+    """`--model NAME` / `--model=NAME` -> `--model.preset NAME` unless NAME is an existing path
+    (then it stays a YAML file for the model section, jsonargparse's meaning)."""
+    import os
+
+    out, i = [], 0
+    while i < len(argv):
+        a = argv[i]
+        if a == "--model" and i + 1 < len(argv) and not os.path.exists(argv[i + 1]):
+            out += ["--model.preset", argv[i + 1]]
+            i += 2
+            continue
+        if a.startswith("--model=") and not os.path.exists(a.split("=", 1)[1]):
+            out.append("--model.preset=" + a.split("=", 1)[1])
+        else:
+            out.append(a)
+        i += 1
+    return out
 
 
 def bounded(default: Any = None, low: float | None = None, high: float | None = None,
@@ -146,23 +177,79 @@ def add_options(parser, options: type, positional: tuple[str, ...] = ()) -> None
         parser.add_argument(flag, dest=f.name, type=kind, default=default, required=required, help=help_text)
 
 
+def allowed_values(kind: Any) -> list[str] | None:
+    """The values a choice type accepts, as written on the command line: `Literal["a", "b"]` ->
+    ['a', 'b'], `bool` -> ['true', 'false'], `Union[bool, Literal["auto"]]` -> ['true', 'false',
+    'auto'] (None in an Optional is left out). None when `kind` is not made only of bool, Literal
+    and None (an int or str option has no list of values)."""
+    if kind is bool:
+        return ["true", "false"]
+    if kind is type(None):
+        return []
+    origin = typing.get_origin(kind)
+    if origin is typing.Literal:
+        return [str(a).lower() if isinstance(a, bool) else str(a) for a in typing.get_args(kind)]
+    if origin in (typing.Union, types.UnionType):
+        out: list[str] = []
+        for a in typing.get_args(kind):
+            sub = allowed_values(a)
+            if sub is None:
+                return None
+            out += [v for v in sub if v not in out]
+        return out or None
+    return None
+
+
+def choice_error(parser, message: str, argv: list[str]) -> str | None:
+    """One line for a jsonargparse error about a value outside a choice option's values:
+    "--train.compile: invalid value 'maybe'; allowed values: true, false, auto". None when
+    `message` is about something else (an unknown option, an int that is not one, ...)."""
+    import re
+
+    key = re.search(r'Parser key "([^"]+)"', message)
+    given = re.search(r"(?:Given|Got) value: (.*)", message)
+    if not key or not given:
+        return None
+    action = next((a for a in parser._actions if a.dest == key.group(1)), None)
+    allowed = allowed_values(getattr(action, "_typehint", None)) if action is not None else None
+    if not allowed:
+        return None
+    flag = next(iter(action.option_strings), key.group(1))
+    line = f"{flag}: invalid value {given.group(1).strip()!r}; allowed values: {', '.join(allowed)}"
+    on_cli = any(a == flag or a.startswith(flag + "=") for a in argv)
+    recipes = [argv[i + 1] for i, a in enumerate(argv[:-1]) if a == "--config"]
+    if recipes and not on_cli:
+        line += f" (key {key.group(1)} in recipe {recipes[-1]})"
+    return line
+
+
 def parse_command(parser, argv: list[str]) -> tuple[Any, Any]:
     """Parse `argv` with a `command_parser`.
 
     Returns: (the options dataclass instance, or None without one; the instantiated namespace,
     whose section attributes are dataclass instances).
 
+    `--model NAME` becomes `--model.preset NAME` for a parser with a model section (see
+    `rewrite_model_shorthand`).
+
     Raises:
-        SystemExit(2): a bad option or value (a `bounded` field outside its range included),
+        SystemExit(2): a bad option or value (a `bounded` field outside its range included; a
+        value outside a choice option's values, in one line naming them, see `choice_error`),
         after printing `PROG: error: ...` with a 'did you mean' hint for a misspelt option or key.
     """
     from gptforge.config import describe_parse_error
 
+    if getattr(parser, "model_shorthand", False):
+        argv = rewrite_model_shorthand(list(argv))
     try:
         ns = parser.parse_args(argv)
     except SystemExit:
         raise
     except Exception as e:  # jsonargparse.ArgumentError and friends
+        choice = choice_error(parser, str(e), argv)
+        if choice is not None:
+            print(f"{parser.prog}: error: {choice}", file=sys.stderr)
+            raise SystemExit(2) from None
         own = [o[2:] for a in parser._actions for o in a.option_strings
                if o.startswith("--") and o not in ("--help", "--print_config")]
         print(f"{parser.prog}: error: {describe_parse_error(str(e), argv, own)}", file=sys.stderr)

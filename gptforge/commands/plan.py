@@ -14,38 +14,24 @@ Examples:
 from __future__ import annotations
 
 import json
-import os
 import sys
 from dataclasses import dataclass
 from typing import Optional
 
 from gptforge.config import ModelConfig, ParallelConfig, TrainConfig
-from gptforge.options import command_parser, parse_command
+from gptforge.options import command_parser, parse_command, rewrite_model_shorthand
 from gptforge.plan.flops import parse_tokens  # noqa: F401  (re-exported: tests and scripts use it from here)
 
 SECTIONS = {"model": ModelConfig, "train": TrainConfig, "parallel": ParallelConfig}
 GiB = 2**30
 
 def _rewrite_model_shortcut(argv: list[str]) -> list[str]:
-    """`--model NAME` is short for `--model.preset NAME` (a YAML file path keeps jsonargparse's meaning)."""
-    out, i = [], 0
-    while i < len(argv):
-        a = argv[i]
-        if a == "--model" and i + 1 < len(argv) and not os.path.exists(argv[i + 1]):
-            out += ["--model.preset", argv[i + 1]]
-            i += 2
-            continue
-        if a.startswith("--model=") and not os.path.exists(a.split("=", 1)[1]):
-            out.append("--model.preset=" + a.split("=", 1)[1])
-        else:
-            out.append(a)
-        i += 1
-    return out
+    """`--model NAME` is short for `--model.preset NAME` (see `gptforge.options.rewrite_model_shorthand`)."""
+    return rewrite_model_shorthand(argv)
 
 
 PLAN_DESCRIPTION = ("Predict per-GPU memory (weights, gradients, optimizer states, activations, logits/loss, "
-                    "buffers), FLOPs, tokens/s, MFU, step time, total time and cost of a training job. "
-                    "--model NAME is short for --model.preset NAME.")
+                    "buffers), FLOPs, tokens/s, MFU, step time, total time and cost of a training job.")
 
 
 @dataclass
