@@ -552,6 +552,38 @@ def _completed_output(out_dir: Path, fingerprint_sha: str) -> dict[str, Any] | N
     return meta
 
 
+def option_differences(recorded: dict[str, Any], cfg: PrepareConfig) -> list[str]:
+    """Options of `cfg` that differ from a finished output's meta.json `prepare_config`, as
+    '--vocab-size 8192 (this call: 4096)'; keys the record lacks (an older gptforge's) are skipped."""
+    now = json.loads(json.dumps(cfg.meta_dict()))  # tuples as lists, as meta.json holds them
+    return [f"--{k.replace('_', '-')} {json.dumps(recorded[k])} (this call: {json.dumps(v)})"
+            for k, v in now.items() if k in recorded and recorded[k] != v]
+
+
+def check_rerun_output(out_dir: Path, cfg: PrepareConfig) -> None:
+    """Refuse a non-empty `out_dir` (without `overwrite`), saying, when it holds a complete
+    prepare output, which recorded options differ from this call, or that they are the same
+    (then the inputs or the recipe's content changed since).
+
+    Raises:
+        FileExistsError: `out_dir` exists, is not empty and `cfg.overwrite` is False.
+    """
+    from gptforge.data.shards import load_meta
+
+    if cfg.overwrite or not (out_dir / "meta.json").is_file():
+        return check_output_dir(out_dir, cfg.overwrite)
+    try:
+        recorded = load_meta(out_dir).get("prepare_config") or {}
+    except (OSError, ValueError):
+        return check_output_dir(out_dir, cfg.overwrite)
+    diff = option_differences(recorded, cfg)
+    what = (f"made with other options: {'; '.join(diff)}" if diff else
+            "made with the same options as this call, but its inputs (files, sizes or dates) or its recipe's "
+            "content differ")
+    raise FileExistsError(f"output folder {out_dir} holds a complete prepare output {what}; "
+                          f"choose another --out or pass --overwrite to replace it")
+
+
 def _prepare_locked(cfg: PrepareConfig, out_dir: Path, show_progress: bool, t0: float) -> PrepareResult:
     """`prepare` once the output folder's lock is held: cleans up after itself on every exit."""
     files = expand_inputs(cfg.inputs)
@@ -577,7 +609,7 @@ def _prepare_locked(cfg: PrepareConfig, out_dir: Path, show_progress: bool, t0: 
         log.info(f"{out_dir} is already complete for these inputs and options: nothing to do")
         return PrepareResult(out_dir, done_meta, ReadStats(), NormalizeStats(), time.perf_counter() - t0,
                              already_done=True)
-    check_output_dir(out_dir, cfg.overwrite)
+    check_rerun_output(out_dir, cfg)
     reused = open_work_dir(work, fingerprint)
     try:
         return _run_pipeline(cfg, out_dir, files, recipe_dict, recipe, tokenizer, workers, shards, work,
