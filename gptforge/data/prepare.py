@@ -688,7 +688,10 @@ def _run_pipeline(cfg: PrepareConfig, out_dir: Path, files: list[Path], recipe_d
             if tok_path.exists():
                 tokenizer = Tokenizer.from_file(tok_path)
             else:
-                vocab = check_vocab_size(cfg.vocab_size, nstats.characters_out)
+                # Sized for the characters the tokenizer is trained on: after curation and dedup,
+                # train split only, up to --tokenizer-train-bytes (one counting pass).
+                train_chars = sum(len(p) for p in _train_texts(work, len(shards), masks, cfg, moved, cuts))
+                vocab = check_vocab_size(cfg.vocab_size, train_chars)
                 tokenizer = train_bpe(_train_texts(work, len(shards), masks, cfg, moved, cuts), vocab,
                                       min_frequency=cfg.min_frequency)
                 tokenizer.save(tok_path)
@@ -940,7 +943,8 @@ def check_vocab_size(vocab_size: int, n_chars: int) -> int:
     (logged). Logs a warning when an explicit size is more than 4x above or below the rule."""
     auto = auto_vocab_size(n_chars)
     if vocab_size == 0:
-        log.info(f"vocabulary size {auto} chosen for {n_chars:,} characters (set --vocab-size to override)")
+        log.info(f"vocabulary size {auto} chosen for {n_chars:,} characters of tokenizer training text "
+                 "(set --vocab-size to override)")
         return auto
     if vocab_size > 4 * auto or 4 * vocab_size < auto:
         log.warning(f"--vocab-size {vocab_size} is far from the {auto} that fits {n_chars:,} characters of text "
