@@ -165,6 +165,10 @@ class PrepareConfig:
             raise ValueError(f"--shard-bytes must be >= 0 (0 = chosen from the corpus size), got {self.shard_bytes}")
         if self.limit < 0:
             raise ValueError(f"--limit must be >= 0 (0 = no limit), got {self.limit}")
+        if self.doc_separator is not None and self.doc_separator == "":
+            raise ValueError('--doc-separator "": an empty separator cuts nothing; give the string that ends each '
+                             'document (e.g. "<|endoftext|>"), or leave the option out to read each file as one '
+                             "document")
         if self.encoding:
             import codecs
 
@@ -710,7 +714,7 @@ def _run_pipeline(cfg: PrepareConfig, out_dir: Path, files: list[Path], recipe_d
         if scan.documents["train"] == 0:
             raise EmptyCorpusError(f"no document left for the train split ({total_docs} documents, all in "
                                    f"val/test); lower --val-fraction/--test-fraction or add documents")
-        cuts = _position_split(cfg, scan, work, len(shards), masks, moved)
+        cuts = _position_split(cfg, scan, work, len(shards), masks, moved, rstats)
         pieces_added = sum(len(c) - 1 for c in cuts.values())
 
         # ---- tokenizer ----
@@ -720,7 +724,10 @@ def _run_pipeline(cfg: PrepareConfig, out_dir: Path, files: list[Path], recipe_d
             if tok_path.exists():
                 tokenizer = Tokenizer.from_file(tok_path)
             else:
-                vocab = check_vocab_size(cfg.vocab_size, nstats.characters_out)
+                # Sized for the characters the tokenizer is trained on: after curation and dedup,
+                # train split only, up to --tokenizer-train-bytes (one counting pass).
+                train_chars = sum(len(p) for p in _train_texts(work, len(shards), masks, cfg, moved, cuts))
+                vocab = check_vocab_size(cfg.vocab_size, train_chars)
                 tokenizer = train_bpe(_train_texts(work, len(shards), masks, cfg, moved, cuts), vocab,
                                       min_frequency=cfg.min_frequency)
                 tokenizer.save(tok_path)
@@ -900,7 +907,7 @@ def _snap(text: str, pos: int) -> int:
 
 
 def _position_split(cfg: PrepareConfig, scan: _Scan, work: Path, n_shards: int, masks: list,
-                    moved: dict[str, str]) -> dict[str, list]:
+                    moved: dict[str, str], rstats: ReadStats | None = None) -> dict[str, list]:
     """Val/test cut from the end of the largest train document, when the document split leaves them empty.
 
     nanoGPT's layout (one input.txt) is one document, so a split by document gives val nothing:
@@ -908,6 +915,7 @@ def _position_split(cfg: PrepareConfig, scan: _Scan, work: Path, n_shards: int, 
     at least `MIN_POSITION_SPLIT_CHARS` each (at most a quarter of the document), become the
     val (test) split, cut just after a line break. With enough documents nothing is cut.
     Updates `scan.documents`. Returns {doc id: [[0, "train"], [start, split], ...]}.
+    `rstats` (what reading found) lets the warning say when --doc-separator occurred in no file.
     """
     missing = [s for s, f in (("test", cfg.test_fraction), ("val", cfg.val_fraction)) if f > 0 and not scan.documents[s]]
     if not missing:
@@ -941,10 +949,16 @@ def _position_split(cfg: PrepareConfig, scan: _Scan, work: Path, n_shards: int, 
         scan.documents[split] += 1
     ends = [c[0] for c in cut[1:]] + [n]
     shares = ", ".join(f"{split}: the {b - start:,} characters from {start:,}" for (start, split), b in zip(cut, ends))
+    not_found = (cfg.doc_separator is not None and rstats is not None
+                 and rstats.documents <= rstats.files_read)  # no file gave more than one document
+    # A separated file's ids are PATH@N (gptforge.data.readers.text): name the file itself.
+    where = f"the one document of {best[1].rsplit('@', 1)[0]}" if not_found else best[1]
+    advice = (f"--doc-separator {cfg.doc_separator!r} was not found in the input (each file was read as one "
+              "document): check the separator, or give more documents, for a split by document" if not_found
+              else "give more documents, or cut a file into documents with --doc-separator, for a split by document")
     log.warning(f"the corpus has too few documents for a {'/'.join(missing)} split by document "
                 f"({sum(scan.documents.values()) - len(cut)} after curation): split by position inside "
-                f"{best[1]} instead, as nanoGPT does ({shares}, of {n:,}); give more documents, or cut "
-                f"a file into documents with --doc-separator, for a split by document")
+                f"{where} instead, as nanoGPT does ({shares}, of {n:,}); {advice}")
     return {best[1]: [[0, "train"]] + cut}
 
 
@@ -972,7 +986,8 @@ def check_vocab_size(vocab_size: int, n_chars: int) -> int:
     (logged). Logs a warning when an explicit size is more than 4x above or below the rule."""
     auto = auto_vocab_size(n_chars)
     if vocab_size == 0:
-        log.info(f"vocabulary size {auto} chosen for {n_chars:,} characters (set --vocab-size to override)")
+        log.info(f"vocabulary size {auto} chosen for {n_chars:,} characters of tokenizer training text "
+                 "(set --vocab-size to override)")
         return auto
     if vocab_size > 4 * auto or 4 * vocab_size < auto:
         log.warning(f"--vocab-size {vocab_size} is far from the {auto} that fits {n_chars:,} characters of text "
@@ -1054,7 +1069,14 @@ def summary_rows(result: PrepareResult) -> list[tuple[str, str]]:
     # What was written, after every curation step (normalization's own count is before them).
     kept = sum(meta["splits"][sp]["documents"] for sp in SPLITS)
     written_chars = result.steps[-1].characters_out if result.steps else n.characters_out
-    rows.append(("documents kept", f"{kept:,}"))
+    # A split by position cuts a document into train/val/test pieces: the pieces are counted apart,
+    # so that "kept" never exceeds "read".
+    cut = meta.get("prepare_config", {}).get("position_split") or {}
+    pieces = sum(len(c) - 1 for c in cut.values())  # pieces added on top of the documents cut
+    rows.append(("documents kept", f"{kept - pieces:,}"))
+    if pieces:
+        rows.append(("pieces written", f"{kept:,} ({len(cut)} document(s) cut by position into "
+                                       f"{pieces + len(cut)} train/val/test pieces)"))
     rows.append(("characters kept", f"{written_chars:,}"))
     rows += _output_rows(meta)
     cfg = meta.get("prepare_config", {})

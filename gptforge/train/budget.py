@@ -12,7 +12,9 @@ from gptforge.config import ModelConfig, TrainConfig
 
 def measure_step_seconds(model_cfg: ModelConfig, train_cfg: TrainConfig, repeats: int = 3) -> float:
     """Seconds per optimizer step of this shape on this machine (median of `repeats` after a warm-up),
-    measured on random tokens with the same model, optimizer, batch and precision as the run."""
+    measured on random tokens with the same model, optimizer, batch and precision as the run, and
+    compiled per block (as `gptforge.train.parallelize.apply_compile`) when `train_cfg.compile is True`
+    (the warm-up step then includes the compilation)."""
     from gptforge.model.gpt import GPT
     from gptforge.runtime.device import pick_device, resolve_precision
     from gptforge.train.optim import build_optimizer
@@ -22,6 +24,10 @@ def measure_step_seconds(model_cfg: ModelConfig, train_cfg: TrainConfig, repeats
     precision = resolve_precision(train_cfg.precision, device)
     cfg = model_cfg.resolved()
     model = GPT(cfg).to(device)
+    if train_cfg.compile is True:
+        from gptforge.train.parallelize import apply_compile
+
+        apply_compile(model)
     opt = build_optimizer(model, train_cfg.filled(), device.type)
     g = torch.Generator().manual_seed(0)
     shape = (train_cfg.micro_batch_size, cfg.block_size)
@@ -34,12 +40,17 @@ def measure_step_seconds(model_cfg: ModelConfig, train_cfg: TrainConfig, repeats
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
         opt.zero_grad(set_to_none=True)
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
         if i:
             times.append(time.perf_counter() - t0)
     return float(np.median(times))
 
 
-def steps_for_minutes(minutes: float, step_seconds: float, eval_share: float = 0.1, minimum: int = 20) -> int:
-    """Optimizer steps that fit in `minutes` at `step_seconds` per step, leaving `eval_share` of
-    the time to evaluation and checkpoints; at least `minimum`."""
-    return max(minimum, int(minutes * 60 * (1 - eval_share) / step_seconds))
+def steps_for_minutes(minutes: float, step_seconds: float, eval_share: float = 0.1, minimum: int = 20,
+                      spent_seconds: float = 0.0) -> int:
+    """Optimizer steps that fit in `minutes` at `step_seconds` per step once `spent_seconds` (the
+    start-up probes: compile choice, step timing) are taken off, leaving `eval_share` of the rest to
+    evaluation and checkpoints; at least `minimum`."""
+    left = max(0.0, minutes * 60 - spent_seconds)
+    return max(minimum, int(left * (1 - eval_share) / step_seconds))

@@ -115,7 +115,8 @@ def measure_compile(model_cfg: ModelConfig, train_cfg: TrainConfig, precision: s
 def resolve_compile(value: bool | str, model_cfg: ModelConfig, train_cfg: TrainConfig, precision: str,
                     device: torch.device, log: Callable[[str], None] | None = None,
                     measure: Callable[..., CompileProbe] | None = None,
-                    agree: Callable[[list[float]], list[float]] | None = None) -> bool:
+                    agree: Callable[[list[float]], list[float]] | None = None,
+                    on_probe: Callable[[CompileProbe], None] | None = None) -> bool:
     """What `train.compile` means for this run: a bool as given; `auto` -> compile on CUDA, on a CPU
     compile when `measure` finds the compiled step at least MIN_GAIN faster, eager elsewhere (MPS) and
     on a CPU without a C++ compiler. The choice and the measured figures are passed to `log`.
@@ -123,6 +124,8 @@ def resolve_compile(value: bool | str, model_cfg: ModelConfig, train_cfg: TrainC
 
     `agree(values) -> values` sums the probe's two step times over processes (an all-reduce), so
     every rank takes the same decision. GPTFORGE_AUTO_COMPILE=true/false pins auto's result.
+    `on_probe(probe)` is called with this process's CompileProbe when one was measured (the
+    trainer's time budget reuses the chosen side's step time and counts the probe's cost).
 
     Raises:
         ValueError: a value that is neither a bool nor "auto".
@@ -145,6 +148,8 @@ def resolve_compile(value: bool | str, model_cfg: ModelConfig, train_cfg: TrainC
         say("train.compile auto -> false: no C++ compiler (c++, g++ or clang++) on PATH for Inductor's CPU kernels")
         return False
     probe = (measure or measure_compile)(model_cfg, train_cfg, precision, device)
+    if on_probe is not None:
+        on_probe(probe)
     eager, compiled = probe.eager_s, probe.compiled_s
     if agree is not None:
         eager, compiled = agree([eager, compiled])

@@ -142,8 +142,12 @@ class Trainer:
         self.ckpt_root = self.run_dir / "checkpoints"
         if resume and self._nothing_to_resume():
             resume = False
-        self._resolve_train_defaults(resume)
+        # Compile first: the time budget sizes the run for the chosen side's step time (and counts
+        # the probes' own seconds); the size-aware defaults then follow from max_steps.
+        self.compile_probe, self.budget_spent_s = None, 0.0
         self._resolve_compile(resume)
+        self._resolve_budget()
+        self._resolve_train_defaults(resume)
         cfg, tc = self.cfg, self.tc
         metrics = self.run_dir / "metrics.jsonl"
         if not resume and ((metrics.exists() and metrics.stat().st_size > 0) or any(self.ckpt_root.glob("step_*"))):
@@ -220,7 +224,8 @@ class Trainer:
             saved = ((yaml.safe_load((found / "config.yaml").read_text()) or {}).get("train") or {}).get("compile")
         chosen = saved if isinstance(saved, bool) else resolve_compile(
             self.tc.compile, self.mc, self.tc, self.tc.precision, self.device, self.say,
-            agree=self.env.all_reduce_sum if self.env.distributed else None)
+            agree=self.env.all_reduce_sum if self.env.distributed else None,
+            on_probe=lambda probe: setattr(self, "compile_probe", probe))
         self.tc = dataclasses.replace(self.tc, compile=chosen)
         self.cfg = RunConfig(model=self.mc, train=self.tc, parallel=self.pc)
 
@@ -296,23 +301,40 @@ class Trainer:
         if mc.vocab_size < vocab:
             raise InputError(f"model.vocab_size={mc.vocab_size} is smaller than the data's vocabulary ({vocab}, "
                              f"{self.source.description}); leave model.vocab_size unset to take it from the data")
-        return RunConfig(model=mc, train=self._resolve_budget(mc, self._resolve_batch(cfg.train)), parallel=cfg.parallel)
+        return RunConfig(model=mc, train=self._resolve_batch(cfg.train), parallel=cfg.parallel)
 
-    def _resolve_budget(self, mc: ModelConfig, tc):
-        """train.max_minutes: set max_steps from a step time measured now (frozen in config.yaml, so
-        a resume keeps the schedule); the loop also stops, with a checkpoint, when the time is up."""
+    def _resolve_budget(self) -> None:
+        """train.max_minutes: set max_steps from the step time of the chosen compile/precision (the
+        compile probe's figure for that side when it ran on this shape, else measured now), after
+        taking off the seconds the probes took (`budget_spent_s`, also counted by the loop's time
+        stop). Frozen in config.yaml, so a resume keeps the schedule; the loop also stops, with a
+        checkpoint, when the time is up."""
+        tc = self.tc
         if tc.max_minutes <= 0 or tc.max_minutes_steps:
-            return tc
-        from gptforge.train.budget import measure_step_seconds, steps_for_minutes
+            return
+        from gptforge.train import budget
 
-        step_s = measure_step_seconds(mc, tc)
-        steps = steps_for_minutes(tc.max_minutes, step_s, eval_share=0.1 if tc.eval_interval > 0 else 0.0)
+        side = "compiled" if tc.compile is True else "eager"
+        probe = self.compile_probe
+        if probe is not None:
+            step_s = probe.compiled_s if tc.compile is True else probe.eager_s
+            how, spent = f"{side}, from the compile probe", probe.total_s
+        else:
+            t0 = time.perf_counter()
+            step_s = budget.measure_step_seconds(self.mc, tc)
+            how, spent = f"{side}, measured", time.perf_counter() - t0
+        self.budget_spent_s = spent = round(spent, 1)
+        steps = budget.steps_for_minutes(tc.max_minutes, step_s, eval_share=0.1 if tc.eval_interval > 0 else 0.0,
+                                         spent_seconds=spent)
         replaced = (f" (replacing train.max_steps {tc.max_steps}: when train.max_minutes is set it decides "
                     "max_steps, an explicit one included; set max_minutes 0 to keep max_steps)"
                     if tc.max_steps != steps else "")
-        self.say(f"train.max_minutes {tc.max_minutes:g}: {step_s:.3f} s/step measured -> train.max_steps {steps}"
+        left = max(0.0, tc.max_minutes * 60 - spent)
+        self.say(f"train.max_minutes {tc.max_minutes:g}: {spent:.1f} s of start-up probes counted against it, "
+                 f"{left:.1f} s left for training; {step_s:.3f} s/step ({how}) -> train.max_steps {steps}"
                  + replaced)
-        return dataclasses.replace(tc, max_steps=steps, max_minutes_steps=steps)
+        self.tc = dataclasses.replace(tc, max_steps=steps, max_minutes_steps=steps)
+        self.cfg = RunConfig(model=self.mc, train=self.tc, parallel=self.pc)
 
     def _resolve_batch(self, tc):
         """train.global_batch_size, when set, decides gradient_accumulation_steps for this number of
@@ -491,7 +513,7 @@ class Trainer:
                     reason = ("early_stopping" if self.early_stop.should_stop else "signal" if interrupted
                               else "stop_at_step" if tc.stop_at_step and done >= tc.stop_at_step
                               else "max_minutes" if tc.max_minutes > 0
-                              and self.state["elapsed_seconds"] >= tc.max_minutes * 60 else None)
+                              and self.state["elapsed_seconds"] + self.budget_spent_s >= tc.max_minutes * 60 else None)
                     self.checkpointer.maybe_save(done, self.state_dict(), best=new_best, bad=bad,
                                                  force=done == tc.max_steps or reason is not None)
                     if reason is not None:

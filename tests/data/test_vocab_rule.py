@@ -40,3 +40,22 @@ def test_prepare_without_vocab_size_uses_the_rule(tmp_path, stdlib_texts):
     meta = load_meta(out)
     # BPE may stop short of the target on a small corpus, never above it.
     assert 257 <= meta["vocab_size"] <= auto_vocab_size(n_chars) and auto_vocab_size(n_chars) < 32000
+
+
+def test_auto_vocab_size_counts_characters_after_dedup(tmp_path, stdlib_texts, caplog):
+    """Duplicates removed by dedup do not count: the size follows the tokenizer's training text."""
+    src = tmp_path / "src"
+    src.mkdir()
+    kept = stdlib_texts[:12]
+    for copy in range(4):
+        for i, t in enumerate(kept):
+            (src / f"c{copy}_d{i}.txt").write_text(t)
+    once = sum(len(t) for t in kept)
+    assert auto_vocab_size(4 * once) > auto_vocab_size(once)  # the rule tells the two counts apart
+    with caplog.at_level(logging.INFO, logger="gptforge.data"):
+        prepare(PrepareConfig(inputs=[str(src)], out=str(tmp_path / "out"), val_fraction=0.1, workers=1),
+                show_progress=False)
+    line = next(r.getMessage() for r in caplog.records if "chosen for" in r.getMessage())
+    n = int(line.split("chosen for ")[1].split(" ")[0].replace(",", ""))
+    assert n <= once and line.startswith(f"vocabulary size {auto_vocab_size(n)} ")
+    assert auto_vocab_size(n) < auto_vocab_size(4 * once)
