@@ -269,7 +269,8 @@ def _eval_html(runs: list[RunData]) -> str:
 
 
 def _samples_html(runs: list[RunData]) -> str:
-    """The end-of-run samples (RUN/samples.json: greedy and sampled continuations of fixed prompts)."""
+    """The end-of-run samples (RUN/samples.json: greedy and sampled continuations of prompts taken
+    from the run's data, or fixed prompts; "prompt_source" says which)."""
     import json
 
     parts = []
@@ -284,7 +285,8 @@ def _samples_html(runs: list[RunData]) -> str:
         rows = "".join(f"<tr><td class=l><code>{_e(s['prompt'] or '<|endoftext|>')}</code></td><td class=l>"
                        f"{_e(s['mode'])}</td><td class=l><pre>{_e(s['prompt'] + s['text'])}</pre></td></tr>"
                        for s in doc.get("samples", []))
-        parts.append(f"<h3>{_e(r.label)} at step {_e(doc.get('step'))}</h3><table class=eval><tr><th class=l>prompt"
+        src = f"<p class=sub>Prompts: {_e(doc['prompt_source'])}.</p>" if doc.get("prompt_source") else ""
+        parts.append(f"<h3>{_e(r.label)} at step {_e(doc.get('step'))}</h3>{src}<table class=eval><tr><th class=l>prompt"
                      f"</th><th class=l>mode</th><th class=l>text</th></tr>{rows}</table>")
     return "".join(parts) or "<p class=empty>No samples (RUN/samples.json) in these runs.</p>"
 
