@@ -78,8 +78,9 @@ class LanguageID:
     """Keep documents whose detected language is in `languages` with score >= `min_score`.
 
     The detected language and score go into `meta["language"]`, `meta["language_score"]`;
-    `counts` holds documents per detected language. With `languages` empty every document is
-    kept and only labelled.
+    `counts` holds documents per detected language, kept and dropped apart ("en kept",
+    "en dropped"), so they add up with the step's drop reasons. With `languages` empty every
+    document is kept and only labelled.
 
     Drop reasons: "language_not_kept" (another language won), "language_score_low" (a kept
     language won, below `min_score`).
@@ -98,10 +99,9 @@ class LanguageID:
 
     def __call__(self, doc: Document) -> Document | str:
         lang, score = detect(doc["text"], self.max_chars)
-        self.counts[lang] += 1
         if self.languages:
-            if lang not in self.languages:
-                return "language_not_kept"
-            if score < self.min_score:
-                return "language_score_low"
+            if lang not in self.languages or score < self.min_score:
+                self.counts[f"{lang} dropped"] += 1
+                return "language_not_kept" if lang not in self.languages else "language_score_low"
+        self.counts[f"{lang} kept"] += 1
         return {**doc, "meta": {**doc.get("meta", {}), "language": lang, "language_score": round(score, 4)}}

@@ -144,3 +144,49 @@ def eval_windows(stream: TokenStream, block_size: int, n_windows: int) -> np.nda
             "use a larger --val-fraction in prepare or a smaller model.block_size"
         )
     return np.linspace(0, high, num=n_windows).round().astype(np.int64)
+
+
+def document_prefixes(data_dir: str | Path, n_docs: int = 3, n_tokens: int = 6,
+                      scan_tokens: int = 65536) -> tuple[str, list[list[int]]]:
+    """The first tokens of the first documents of a prepared shard folder, as sample prompts.
+
+    Documents end with meta.json's eos_id. The val split is read when it has tokens, else train;
+    only the first `scan_tokens` tokens of the split are scanned, so this is deterministic and
+    cheap. A document shorter than 2 tokens (besides its EOS) is skipped; a prefix is at most
+    `n_tokens` tokens and at most half its document.
+
+    Returns:
+        (split name, list of up to n_docs token-id lists); ("", []) when the folder has no
+        meta.json or no usable document.
+    """
+    import json
+
+    data_dir = Path(data_dir)
+    try:
+        meta = json.loads((data_dir / "meta.json").read_text())
+    except (OSError, ValueError):
+        return "", []
+    eos = meta.get("eos_id")
+    for name in ("val", "train"):
+        split = (meta.get("splits") or {}).get(name) or {}
+        if not split.get("tokens") or not split.get("files"):
+            continue
+        try:
+            stream = TokenStream([data_dir / f for f in split["files"]], meta["dtype"])
+        except (OSError, ValueError):
+            continue
+        try:
+            data = stream.read(0, min(scan_tokens, stream.num_tokens))
+        finally:
+            stream.close()
+        prefixes, start = [], 0
+        for end in [*np.flatnonzero(data == eos).tolist(), len(data)]:
+            doc = data[start:end].tolist()
+            start = end + 1
+            if len(doc) >= 2:
+                prefixes.append(doc[: min(n_tokens, max(1, len(doc) // 2))])
+            if len(prefixes) == n_docs:
+                break
+        if prefixes:
+            return name, prefixes
+    return "", []

@@ -23,7 +23,7 @@ from typing import Any
 from gptforge.atomic import atomic_write_text
 from gptforge.errors import InputError
 from gptforge.progress import progress as show_progress
-from gptforge.report.run_data import RunData, load_run, require_run_dir
+from gptforge.report.run_data import RunData, has_run_files, load_run, require_run_dir
 
 _CSS = """body{font-family:system-ui,sans-serif;margin:1.5em auto;max-width:1200px;color:#222;padding:0 1em}
 h1{margin-bottom:.2em}h2{margin-top:1.6em;border-bottom:1px solid #ddd}.sub{color:#666}
@@ -269,7 +269,8 @@ def _eval_html(runs: list[RunData]) -> str:
 
 
 def _samples_html(runs: list[RunData]) -> str:
-    """The end-of-run samples (RUN/samples.json: greedy and sampled continuations of fixed prompts)."""
+    """The end-of-run samples (RUN/samples.json: greedy and sampled continuations of prompts taken
+    from the run's data, or fixed prompts; "prompt_source" says which)."""
     import json
 
     parts = []
@@ -284,7 +285,8 @@ def _samples_html(runs: list[RunData]) -> str:
         rows = "".join(f"<tr><td class=l><code>{_e(s['prompt'] or '<|endoftext|>')}</code></td><td class=l>"
                        f"{_e(s['mode'])}</td><td class=l><pre>{_e(s['prompt'] + s['text'])}</pre></td></tr>"
                        for s in doc.get("samples", []))
-        parts.append(f"<h3>{_e(r.label)} at step {_e(doc.get('step'))}</h3><table class=eval><tr><th class=l>prompt"
+        src = f"<p class=sub>Prompts: {_e(doc['prompt_source'])}.</p>" if doc.get("prompt_source") else ""
+        parts.append(f"<h3>{_e(r.label)} at step {_e(doc.get('step'))}</h3>{src}<table class=eval><tr><th class=l>prompt"
                      f"</th><th class=l>mode</th><th class=l>text</th></tr>{rows}</table>")
     return "".join(parts) or "<p class=empty>No samples (RUN/samples.json) in these runs.</p>"
 
@@ -407,7 +409,8 @@ def write_report(run_dirs: list[str | Path], out: str | Path, stopped: str | Non
 
     Raises:
         MissingInputError: a run directory does not exist.
-        InputError: no run directories given.
+        InputError: no run directories given, or none holds any run file (metrics.jsonl,
+            config.yaml, samples.json, eval/).
     """
     if not run_dirs:
         raise InputError("gptforge report: give at least one run directory")
@@ -420,6 +423,9 @@ def write_report(run_dirs: list[str | Path], out: str | Path, stopped: str | Non
     labels = [(f"{p.resolve().parent.name}/{n}" if names.count(n) > 1 else n) for p, n in zip(paths, names)]
     for p in paths:
         require_run_dir(p)  # before the progress lines start
+    if not any(has_run_files(p) for p in paths):
+        raise InputError(f"{', '.join(map(str, paths))}: not a run folder, nothing to report (a run folder, the "
+                         "--out of pretrain / finetune, holds metrics.jsonl and config.yaml)")
     out = Path(out)
     with show_progress("report", len(paths) + 1, "steps", info=f"reading {labels[0]}", enabled=progress) as bar:
         runs = []

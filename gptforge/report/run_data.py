@@ -162,6 +162,15 @@ def require_run_dir(run_dir: Path) -> None:
         raise MissingInputError(f"{run_dir}: no such run directory (give the --out folder of a pretrain/finetune run)")
 
 
+RUN_FILES = ("metrics.jsonl", "config.yaml", "samples.json", "eval")
+"""What a run folder holds that the report can show (any one is enough)."""
+
+
+def has_run_files(run_dir: Path) -> bool:
+    """Whether `run_dir` holds at least one of RUN_FILES."""
+    return any((run_dir / name).exists() for name in RUN_FILES)
+
+
 def load_run(run_dir: str | Path, label: str | None = None) -> RunData:
     """Read what exists of a run directory (see the module docstring).
 
@@ -208,6 +217,8 @@ def load_run(run_dir: str | Path, label: str | None = None) -> RunData:
 
     eval_dir = run_dir / "eval"
     for p in sorted(eval_dir.rglob("*.json")) if eval_dir.is_dir() else []:
+        if p.name.endswith(".predictions.json"):  # per-example predictions of `evaluate`, not scores
+            continue
         try:
             run.eval_results.append((str(p.relative_to(run_dir)), json.loads(p.read_text(encoding="utf-8"))))
         except (json.JSONDecodeError, UnicodeDecodeError):

@@ -698,12 +698,28 @@ class Trainer:
                                  f"{step}; continue with --resume")
 
     SAMPLE_PROMPTS = ("", "The ", "def ")
-    """Prompts of the end-of-run samples ("": from the end-of-text token)."""
+    """Fallback prompts of the end-of-run samples ("": from the end-of-text token), used when the
+    run's data gives no document prefixes."""
+
+    def _sample_prompts(self, tok) -> tuple[str, list[tuple[str, list[int]]]]:
+        """(where the prompts come from, [(prompt text, prompt ids)]): the end-of-text token plus
+        the first tokens of the first 3 val documents (train when there is no val) of the run's
+        shard folder (gptforge.data.loader.document_prefixes); else SAMPLE_PROMPTS."""
+        from gptforge.data.loader import document_prefixes
+
+        data_dir = getattr(self.source, "data_dir", None)
+        split, prefixes = document_prefixes(data_dir) if data_dir is not None else ("", [])
+        if prefixes and all(0 <= i < tok.vocab_size for p in prefixes for i in p):
+            return (f"first tokens of {len(prefixes)} {split} documents of {data_dir}",
+                    [("", [tok.eos_id])] + [(tok.decode(p), p) for p in prefixes])
+        return ("fixed prompts (no documents in the run's data)",
+                [(p, tok.encode(p) if p else [tok.eos_id]) for p in self.SAMPLE_PROMPTS])
 
     def _write_samples(self, max_new_tokens: int = 32) -> None:
         """RUN/samples.json: a greedy and a sampled continuation (temperature 0.8, seed 0) of each
-        of SAMPLE_PROMPTS, for the run report. Single process only (a sharded model would need a
-        collective generate); skipped when the run has no tokenizer.json."""
+        prompt of `_sample_prompts` (its origin in "prompt_source"), for the run report. Single
+        process only (a sharded model would need a collective generate); skipped when the run has
+        no tokenizer.json."""
         tok_file = self.run_dir / "tokenizer.json"
         if self.env.distributed or not tok_file.is_file() or self.par.module is None:
             return
@@ -713,18 +729,19 @@ class Trainer:
         from gptforge.infer.generate import generate
 
         tok = Tokenizer.from_file(tok_file)
+        source, prompts = self._sample_prompts(tok)
         model, was = self.par.core, self.par.core.training
         model.eval()
         out = []
-        for prompt in self.SAMPLE_PROMPTS:
-            ids = tok.encode(prompt) if prompt else [tok.eos_id]
+        for prompt, ids in prompts:
             idx = torch.tensor([ids], dtype=torch.long, device=self.device)
             for mode, temp in (("greedy", 0.0), ("sampled", 0.8)):
                 new = generate(model, idx, max_new_tokens, temperature=temp, seed=0)[0, len(ids):].tolist()
                 out.append({"prompt": prompt, "mode": mode, "text": tok.decode(new)})
         model.train(was)
-        atomic_write_text(self.run_dir / "samples.json", json.dumps({"step": self.state["step"], "samples": out},
-                                                                    indent=2, ensure_ascii=False) + "\n")
+        atomic_write_text(self.run_dir / "samples.json",
+                          json.dumps({"step": self.state["step"], "prompt_source": source, "samples": out},
+                                     indent=2, ensure_ascii=False) + "\n")
 
     def close(self) -> None:
         """End of the run, however it ended: close the logs and data, write the report (rank 0)."""

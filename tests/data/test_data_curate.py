@@ -147,7 +147,7 @@ def test_langid_keeps_languages_above_score():
     assert step(de) == "language_not_kept"
     assert LanguageID(languages=("en",), min_score=0.9999)({"id": "4", "text": "ok yes", "meta": {}}) in (
         "language_score_low", "language_not_kept")
-    assert step.counts["de"] == 1
+    assert step.counts == {"en kept": 1, "zh kept": 1, "de dropped": 1}
 
 
 def test_boilerplate_lines_threshold(tmp_path, stdlib_texts, small_tokenizer):
@@ -191,6 +191,10 @@ def test_cli_show_recipe_and_languages(tmp_path, capsys, small_tokenizer):
     rep = json.loads((tmp_path / "o" / "report.json").read_text())
     lid = next(s for s in rep["steps"] if s["name"] == "langid")
     assert lid["dropped"] == {"language_not_kept": 1} and load_meta(tmp_path / "o")["splits"]["train"]["documents"] == 2
+    # per-language counts add up with the drops: kept ones are the step's documents out
+    assert sum(v for k, v in lid["counts"].items() if k.endswith(" dropped")) == 1
+    assert sum(v for k, v in lid["counts"].items() if k.endswith(" kept")) == lid["documents_out"] == 2
+    assert "kept: 1" in (tmp_path / "o" / "report.html").read_text()
 
 
 def test_auto_shard_size_depends_on_corpus_not_workers(tmp_path, dup_corpus):

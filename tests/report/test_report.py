@@ -84,10 +84,34 @@ def test_missing_metrics_says_so_and_renders_the_rest(real_run, tmp_path):
     assert "no data: no run logged <code>loss</code>" in page
     s = _summary(page)[0]
     assert s["steps"] is None and s["parameters"] > 0 and s["stopped"] == "no step was logged"
-    empty = tmp_path / "empty"
-    empty.mkdir()
-    page = write_run_report(empty).read_text()
+    only_eval = tmp_path / "only_eval"
+    (only_eval / "eval").mkdir(parents=True)
+    page = write_run_report(only_eval).read_text()
     assert "config.yaml is missing" in page and "metrics.jsonl is missing" in page
+
+
+def test_an_empty_folder_is_refused_with_one_error_line(tmp_path, capsys):
+    from gptforge.cli import main as cli_main
+
+    empty = tmp_path / "emptyrun"
+    empty.mkdir()
+    assert cli_main(["report", str(empty), "--quiet"]) != 0
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("gptforge report: error:")
+    assert str(empty) in err[0] and "metrics.jsonl" in err[0] and "config.yaml" in err[0]
+    assert not (empty / "report.html").exists()
+
+
+def test_predictions_files_are_not_shown_as_evaluation_results(real_run, tmp_path):
+    import json
+
+    run = tmp_path / "withpreds"
+    shutil.copytree(real_run, run)
+    (run / "eval").mkdir(exist_ok=True)
+    (run / "eval" / "results.json").write_text(json.dumps({"mc": {"acc": 0.5}}))
+    (run / "eval" / "results.predictions.json").write_text(json.dumps({"mc": [{"pred": 1}]}))
+    page = write_run_report(run).read_text()
+    assert "results.json" in page and "results.predictions.json" not in page
 
 
 def test_half_written_last_line_is_skipped_and_counted(real_run, tmp_path):

@@ -122,6 +122,30 @@ def test_the_run_ends_with_samples_in_the_report(tiny_shards, tmp_path):
     train(_cfg(max_steps=4), tiny_shards, run, progress=False)
     doc = json.loads((run / "samples.json").read_text())
     assert doc["step"] == 4 and {s["mode"] for s in doc["samples"]} == {"greedy", "sampled"}
-    assert len(doc["samples"]) == 6 and all(isinstance(s["text"], str) for s in doc["samples"])
+    assert len(doc["samples"]) == 8 and all(isinstance(s["text"], str) for s in doc["samples"])
+    # the prompts are the run's own documents (val, else train), not fixed code-like prompts
+    from gptforge.data.loader import document_prefixes
+    from gptforge.data.tokenizer import Tokenizer
+
+    split, prefixes = document_prefixes(tiny_shards)
+    assert split in ("val", "train") and doc["prompt_source"].startswith(f"first tokens of 3 {split} documents")
+    tok = Tokenizer.from_file(run / "tokenizer.json")
+    assert [s["prompt"] for s in doc["samples"][::2]] == ["", *(tok.decode(p) for p in prefixes)]
+    assert "Prompts: first tokens of" in (run / "report.html").read_text()
     html = (run / "report.html").read_text()
     assert "<h2>Samples</h2>" in html and "at step 4" in html
+
+
+def test_document_prefixes_are_the_first_tokens_of_documents_or_nothing(tmp_path):
+    import json
+
+    import numpy as np
+
+    from gptforge.data.loader import document_prefixes
+
+    assert document_prefixes(tmp_path) == ("", [])  # no meta.json: the trainer falls back to fixed prompts
+    ids = np.array([5, 6, 7, 8, 9, 0, 3, 0, 11, 12, 13, 14, 0], dtype="<u2")  # eos 0; doc [3] is too short
+    (tmp_path / "train_000.bin").write_bytes(ids.tobytes())
+    (tmp_path / "meta.json").write_text(json.dumps({"eos_id": 0, "dtype": "uint16", "splits": {
+        "train": {"tokens": len(ids), "files": ["train_000.bin"]}, "val": {"tokens": 0, "files": []}}}))
+    assert document_prefixes(tmp_path, n_tokens=3) == ("train", [[5, 6], [11, 12]])
