@@ -200,10 +200,22 @@ def allowed_values(kind: Any) -> list[str] | None:
     return None
 
 
+def expected_number(kind) -> str | None:
+    """'an integer' / 'a number' for an int or float option's type hint (Optional ones too: their
+    None means the option's documented default); None for any other type."""
+    if typing.get_origin(kind) in (typing.Union, types.UnionType):
+        args = [a for a in typing.get_args(kind) if a is not type(None)]
+        if len(args) != 1:
+            return None
+        kind = args[0]
+    return {int: "an integer", float: "a number"}.get(kind)
+
+
 def choice_error(parser, message: str, argv: list[str]) -> str | None:
-    """One line for a jsonargparse error about a value outside a choice option's values:
-    "--train.compile: invalid value 'maybe'; allowed values: true, false, auto". None when
-    `message` is about something else (an unknown option, an int that is not one, ...)."""
+    """One line for a jsonargparse error about a value outside a choice option's values, or one
+    that is not a number for a numeric option: "--train.compile: invalid value 'maybe'; allowed
+    values: true, false, auto", "--train.lr: invalid value 'abc'; expected a number". None when
+    `message` is about something else (an unknown option, ...)."""
     import re
 
     key = re.search(r'Parser key "([^"]+)"', message)
@@ -211,11 +223,14 @@ def choice_error(parser, message: str, argv: list[str]) -> str | None:
     if not key or not given:
         return None
     action = next((a for a in parser._actions if a.dest == key.group(1)), None)
-    allowed = allowed_values(getattr(action, "_typehint", None)) if action is not None else None
-    if not allowed:
+    hint = getattr(action, "_typehint", None) if action is not None else None
+    allowed = allowed_values(hint)
+    expected = None if allowed else expected_number(hint)
+    if not allowed and expected is None:
         return None
     flag = next(iter(action.option_strings), key.group(1))
-    line = f"{flag}: invalid value {given.group(1).strip()!r}; allowed values: {', '.join(allowed)}"
+    want = f"allowed values: {', '.join(allowed)}" if allowed else f"expected {expected}"
+    line = f"{flag}: invalid value {given.group(1).strip()!r}; {want}"
     on_cli = any(a == flag or a.startswith(flag + "=") for a in argv)
     recipes = [argv[i + 1] for i, a in enumerate(argv[:-1]) if a == "--config"]
     if recipes and not on_cli:

@@ -26,6 +26,9 @@ def _error(argv, capsys) -> str:
      "--train.optimizer: invalid value 'adam'; allowed values: adamw, sgd, muon, adamw8bit, adafactor"),
     (["pretrain", "--data", "d", "--train.tensorboard", "maybe"],
      "--train.tensorboard: invalid value 'maybe'; allowed values: true, false"),
+    (["pretrain", "--data", "d", "--train.lr", "abc"], "--train.lr: invalid value 'abc'; expected a number"),
+    (["pretrain", "--data", "d", "--train.max_steps", "1.5"],
+     "--train.max_steps: invalid value '1.5'; expected an integer"),
 ])
 def test_bad_choice_is_one_line_with_the_allowed_values(argv, line, capsys):
     err = _error(argv, capsys)
