@@ -323,7 +323,10 @@ class Trainer:
             t0 = time.perf_counter()
             step_s = budget.measure_step_seconds(self.mc, tc)
             how, spent = f"{side}, measured", time.perf_counter() - t0
-        self.budget_spent_s = spent = round(spent, 1)
+        # Every rank takes rank 0's figures: ranks that timed differently would plan different
+        # max_steps and stop at different steps (the others would then wait in a collective).
+        step_s, spent, how = self.env.rank0_value((step_s, round(spent, 1), how))
+        self.budget_spent_s = spent
         steps = budget.steps_for_minutes(tc.max_minutes, step_s, eval_share=0.1 if tc.eval_interval > 0 else 0.0,
                                          spent_seconds=spent)
         replaced = (f" (replacing train.max_steps {tc.max_steps}: when train.max_minutes is set it decides "

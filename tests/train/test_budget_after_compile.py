@@ -63,3 +63,25 @@ def test_measured_budget_uses_chosen_compile(tiny_shards, tmp_path, monkeypatch)
 def test_steps_for_minutes_takes_off_spent_seconds():
     assert budget.steps_for_minutes(1.0, 0.1, eval_share=0.0, spent_seconds=30.0) == 300
     assert budget.steps_for_minutes(1.0, 0.1, eval_share=0.0, spent_seconds=90.0, minimum=5) == 5
+
+
+def test_every_rank_plans_with_rank0s_step_time(tiny_shards, tmp_path, monkeypatch):
+    """Ranks time their own steps; the budget takes rank 0's figures (broadcast through
+    DistEnv.rank0_value), so all ranks plan the same max_steps and stop at the same step."""
+    from gptforge.train.distributed import DistEnv
+
+    monkeypatch.setattr(budget, "measure_step_seconds", lambda *a, **k: 0.7)  # this rank's own timing
+    monkeypatch.setattr(trainer_mod.Trainer, "train", lambda self: (self.close(), self)[1])
+    sent = []
+
+    def rank0(self, value):
+        sent.append(value)
+        return (0.5, 2.0, "eager, measured") if isinstance(value, tuple) and len(value) == 3 else value
+
+    monkeypatch.setattr(DistEnv, "rank0_value", rank0)
+    cfg = _cfg()
+    cfg = RunConfig(model=cfg.model, train=TrainConfig(**{**cfg.train.__dict__, "compile": False}))
+    t = train(cfg, tiny_shards, tmp_path / "run", progress=False)
+    assert any(isinstance(v, tuple) and v[0] == 0.7 for v in sent)  # this rank offered its own figure
+    assert t.budget_spent_s == 2.0 and t.tc.max_steps == budget.steps_for_minutes(1.0, 0.5, eval_share=0.0,
+                                                                                    spent_seconds=2.0)
