@@ -22,22 +22,17 @@ from __future__ import annotations
 import argparse
 import math
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
+from machine import cpu_description  # bench/machine.py
+
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 
-def cpu_name() -> str:
-    out = subprocess.run(["lscpu"], capture_output=True, text=True).stdout
-    model = next((ln.split(":", 1)[1].strip() for ln in out.splitlines() if ln.startswith("Model name")), "?")
-    flags = next((ln for ln in out.splitlines() if ln.startswith("Flags")), "")
-    feats = [f for f in ("avx512f", "avx512_vnni", "avx512_bf16", "amx_tile") if f" {f}" in flags]
-    return f"{model} ({', '.join(feats) or 'no AVX-512'})"
 
 
 def main() -> int:
@@ -73,7 +68,7 @@ def main() -> int:
 
     torch.set_num_threads(args.threads)
     t_start = time.time()
-    print(f"CPU: {cpu_name()}; torch {torch.__version__}, {args.threads} threads (shared, loaded machine)")
+    print(f"CPU: {cpu_description()}; torch {torch.__version__}, {args.threads} threads (shared, loaded machine)")
     work = Path(tempfile.mkdtemp(prefix="gptforge-compress-"))
     src = REPO.parent / "shared" / "data" / "tinyshakespeare.txt"
     if src.exists():

@@ -14,22 +14,11 @@ from __future__ import annotations
 
 import argparse
 import os
-import platform
-import subprocess
 import tempfile
 import time
 from pathlib import Path
 
-
-def cpu_name() -> str:
-    try:
-        out = subprocess.run(["lscpu"], capture_output=True, text=True).stdout
-        model = next((line.split(":", 1)[1].strip() for line in out.splitlines() if line.startswith("Model name")), "")
-        flags = next((line for line in out.splitlines() if line.startswith("Flags")), "")
-        feats = [f for f in ("avx512f", "avx512_bf16", "amx_bf16", "avx2") if f in flags.split()]
-        return f"{model} ({', '.join(feats)})"
-    except (OSError, StopIteration):
-        return platform.processor()
+from machine import cpu_description  # bench/machine.py
 
 
 def main() -> None:
@@ -53,7 +42,7 @@ def main() -> None:
     from gptforge.train.loop import train
 
     torch.set_num_threads(args.threads)
-    print(f"CPU: {cpu_name()}; torch {torch.__version__}; threads {torch.get_num_threads()}; "
+    print(f"CPU: {cpu_description()}; torch {torch.__version__}; threads {torch.get_num_threads()}; "
           f"load average at start {os.getloadavg()[0]:.1f}")
     work = Path(tempfile.mkdtemp(prefix="lr_sweep_"))
     data = work / "data"

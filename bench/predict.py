@@ -18,25 +18,16 @@ from __future__ import annotations
 
 import argparse
 import os
-import platform
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
+from machine import cpu_description  # bench/machine.py
+
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 
-def cpu_name() -> str:
-    try:
-        out = subprocess.run(["lscpu"], capture_output=True, text=True).stdout
-    except OSError:
-        return platform.processor() or "unknown CPU"
-    name = next((line.split(":", 1)[1].strip() for line in out.splitlines() if line.startswith("Model name")), "?")
-    flags = next((line for line in out.splitlines() if line.startswith("Flags")), "")
-    feats = [f for f in ("avx512f", "avx512_bf16", "avx2") if f" {f}" in flags]
-    return f"{name} ({', '.join(feats)})"
 
 
 def main() -> int:
@@ -116,7 +107,7 @@ def main() -> int:
             f"--sizes {' '.join(args.sizes)} --write`, "
             "SHARDS = `gptforge prepare openshakespeare --vocab-size 1024 --val-fraction 0.02` (the shared "
             f"Shakespeare + Milton corpus, {vocab} tokens vocabulary, {ev['val_tokens']:,} val tokens). "
-            f"Machine: {cpu_name()}, torch {torch.__version__} ({torch.get_num_threads()} thread); shared and "
+            f"Machine: {cpu_description()}, torch {torch.__version__} ({torch.get_num_threads()} thread); shared and "
             f"heavily loaded by other jobs (load average {load0:.0f} at the start, {load1:.0f} at the end, 2 cores).\n\n"
             f"Sweep: {len(fit.runs)} runs ({', '.join(args.sizes)} x a 1/2/4 token ladder), "
             f"N {s['n_min']:.3g}-{s['n_max']:.3g} non-embedding parameters, D {s['d_min']:.3g}-{s['d_max']:.3g} "

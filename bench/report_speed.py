@@ -14,26 +14,17 @@ import argparse
 import json
 import math
 import platform
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
 import numpy as np
+from machine import cpu_description  # bench/machine.py
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 
-def cpu_name() -> str:
-    try:
-        out = subprocess.run(["lscpu"], capture_output=True, text=True).stdout
-    except OSError:
-        return platform.processor() or "unknown CPU"
-    name = next((line.split(":", 1)[1].strip() for line in out.splitlines() if line.startswith("Model name")), "?")
-    flags = next((line for line in out.splitlines() if line.startswith("Flags")), "")
-    extra = [f for f in ("avx512f", "avx512_bf16", "amx_bf16") if f in flags.split()]
-    return f"{name} ({', '.join(extra) or 'no AVX-512'})"
 
 
 def synthetic_run(run: Path, steps: int, seed: int = 0) -> None:
@@ -98,7 +89,7 @@ def main() -> None:
     args = ap.parse_args()
     from gptforge.report import write_run_report
 
-    print(f"CPU: {cpu_name()}; Python {platform.python_version()}")
+    print(f"CPU: {cpu_description()}; Python {platform.python_version()}")
     with tempfile.TemporaryDirectory() as tmp:
         run, short = Path(tmp) / "long_run", Path(tmp) / "short_run"
         synthetic_run(run, args.steps)

@@ -18,9 +18,7 @@ from __future__ import annotations
 
 import argparse
 import json
-import platform
 import statistics
-import subprocess
 import sys
 import tempfile
 import threading
@@ -28,20 +26,12 @@ import time
 from pathlib import Path
 
 import torch
+from machine import cpu_description  # bench/machine.py
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 
-def cpu_name() -> str:
-    try:
-        out = subprocess.run(["lscpu"], capture_output=True, text=True, check=True).stdout
-    except (OSError, subprocess.CalledProcessError):
-        return platform.processor() or "unknown CPU"
-    info = dict(line.split(":", 1) for line in out.splitlines() if ":" in line)
-    flags = info.get("Flags", "").split()
-    extra = [f for f in ("avx512f", "avx512_bf16", "amx_bf16", "avx2") if f in flags]
-    return f"{info.get('Model name', '?').strip()} ({', '.join(extra) or 'no AVX-512/AVX2 flags'})"
 
 
 def build(preset: str, tok_dir: Path, out: Path):
@@ -190,7 +180,7 @@ def main() -> int:
             print(f"{preset}: single {ours1:.0f} vs {hf1:.0f} tok/s; engine 1={agg1:.0f} 8={agg8:.0f}; "
                   f"HF batch 8={hf8:.0f}; HTTP TTFT p50 {p50 * 1e3:.0f} ms p99 {p99 * 1e3:.0f} ms, {http:.0f} tok/s",
                   flush=True)
-    head = (f"Machine: {cpu_name()}, torch {torch.__version__} ({args.threads} thread(s)), transformers "
+    head = (f"Machine: {cpu_description()}, torch {torch.__version__} ({args.threads} thread(s)), transformers "
             f"{transformers.__version__}; shared and loaded by other jobs. Prompt {args.prompt_tokens} tokens, "
             f"{args.new_tokens} new tokens, greedy, fp32, random weights, vocabulary 1000. Every one of the "
             f"{args.clients * args.per_client} HTTP requests completed.")
