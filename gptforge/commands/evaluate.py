@@ -36,7 +36,9 @@ class EvaluateOptions:
     seed: int = bounded(1234, low=0)
     """Seed of the few-shot draw."""
     out: Optional[str] = None
-    """results.json path (default MODEL/eval/results.json; the run directory's eval/ for a checkpoint folder)."""
+    """results.json path (default MODEL/eval/results.json; the run directory's eval/ for a checkpoint folder).
+    With --text or --data: a JSON file for the measured loss, perplexity and bits per byte (written
+    only when given)."""
     contamination: Optional[str] = None
     """Shard folder of the training data: flag examples sharing a token n-gram with its train split, and
     report every score on the clean examples too."""
@@ -318,6 +320,11 @@ def _perplexity(opts: EvaluateOptions) -> int:
     out = dict(result.as_dict(), checkpoint=str(ckpt), source=source)
     if opts.text:
         out.update(normalization=normalization, text_bytes=len(text.encode("utf-8")), file_text_bytes=file_bytes)
+    if opts.out:  # a perplexity measurement is written only where asked (tasks merge into results.json)
+        from gptforge.atomic import atomic_write_json
+
+        Path(opts.out).parent.mkdir(parents=True, exist_ok=True)
+        atomic_write_json(Path(opts.out), out)
     if opts.json:
         print(json.dumps(out, indent=2))
     else:

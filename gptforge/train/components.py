@@ -74,10 +74,12 @@ class BadStepGuard:
     def check(self) -> None:
         """Raises TrainingError once `max_bad_steps` bad steps came in a row."""
         if self.in_row >= self.max_bad_steps:
+            kept = (f"The last good checkpoint is kept in {self.ckpt_root}." if any(self.ckpt_root.glob("step_*"))
+                    else "No checkpoint was written before it.")
+            fp16 = ", or bf16 instead of fp16" if self.has_loss_scaler else ""
             raise TrainingError(
                 f"{self.in_row} consecutive steps with a non-finite loss or gradient (step {self.step}); "
-                f"stopping. The last good checkpoint is kept in {self.ckpt_root}. Try a lower train.lr, "
-                "train.grad_clip, or bf16 instead of fp16."
+                f"stopping. {kept} Try a lower train.lr or train.grad_clip{fp16}."
             )
 
 

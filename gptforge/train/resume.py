@@ -35,7 +35,7 @@ def saved_config_argv(argv: list[str], sections, prog: str) -> list[str]:
         return argv
     saved = Path(out) / "config.yaml"
     if not saved.exists():
-        print(f"{prog}: --resume but {saved} does not exist: nothing to resume", file=sys.stderr)
+        print(f"{prog}: error: --resume but {saved} does not exist: nothing to resume", file=sys.stderr)
         raise SystemExit(2)
     doc = yaml.safe_load(saved.read_text()) or {}
     base = {k: doc[k] for k in sections if k in doc}

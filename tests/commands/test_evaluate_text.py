@@ -62,3 +62,13 @@ def test_crlf_text_scores_like_its_lf_twin(run, tmp_path, capsys):
     assert main(["evaluate", str(run), "--text", str(crlf)]) == 0
     out = capsys.readouterr().out
     assert "after normalization" in out and f"{len(text.encode()):,}" in out
+
+
+def test_text_measurement_is_written_to_out_when_given(run, tmp_path, capsys):
+    text = tmp_path / "t.txt"
+    text.write_text("def add(a, b):\n    return a + b\n" * 20)
+    out = tmp_path / "ev" / "ppl.json"
+    assert main(["evaluate", str(run), "--text", str(text), "--out", str(out)]) == 0
+    saved = json.loads(out.read_text())
+    printed = capsys.readouterr().out
+    assert saved["tokens"] > 0 and saved["source"] == str(text) and f"{saved['loss']:.4f}" in printed
