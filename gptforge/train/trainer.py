@@ -5,7 +5,8 @@
 whether a step is its step and owns its state. Data comes through a `BatchSource`
 (gptforge.train.sources), so the loop never asks which kind of data it trains on; the layout
 (single process, DDP, FSDP2, TP, PP, DeepSpeed) is hidden behind the engine (gptforge.train.backend)
-and the step function chosen once at set-up (gptforge.train.step).
+and the step function chosen once at set-up (gptforge.train.step). The run is resolved once, first
+(gptforge.train.resolve): `self.run`, a frozen ResolvedRun, is the only config read after that.
 """
 
 from __future__ import annotations
@@ -94,14 +95,17 @@ class Trainer:
     """Set up a run (model, layout, engine, data, resume) and train it.
 
     Args:
-        cfg: model/train/parallel config; `model.vocab_size` defaults to the source's vocabulary.
+        cfg: the user's model/train/parallel config, resolved once into `self.run` (also `self.cfg`;
+            `tc`, `mc`, `pc` are its sections) by gptforge.train.resolve.resolve_training;
+            `model.vocab_size` defaults to the source's vocabulary.
         env: where this process sits (gptforge.train.distributed.DistEnv).
         source: the BatchSource. run_dir: output folder. resume: continue from checkpoints/latest.
         model_factory: builds the model from the resolved ModelConfig in place of `GPT(cfg)`
             (called after seeding; only parameters with requires_grad are optimized).
         config_extra: extra top-level sections written into config.yaml (e.g. `finetune`).
         on_save: called on rank 0 as on_save(step, checkpoint_folder) after each checkpoint.
-        ds_config: a DeepSpeed config dict (backend deepspeed), else None.
+        ds_config: a DeepSpeed config dict (backend deepspeed), else None; the engine gets it with
+            the resolved run's lr, batch and precision (`self.ds_config`).
         loss_fn: replaces the summed token loss of a training step (see train.step.forward_backward),
             e.g. distillation; evaluation keeps the plain loss.
         requested_parallel: the parallel section as asked for (degrees of -1 unresolved), which
@@ -556,52 +560,6 @@ class Trainer:
             self.metrics.message(f"signal {stop.signal or 'on another rank'} received: checkpoint written at step "
                                  f"{step}; continue with --resume")
 
-    SAMPLE_PROMPTS = ("", "The ", "def ")
-    """Fallback prompts of the end-of-run samples ("": from the end-of-text token), used when the
-    run's data gives no document prefixes."""
-
-    def _sample_prompts(self, tok) -> tuple[str, list[tuple[str, list[int]]]]:
-        """(where the prompts come from, [(prompt text, prompt ids)]): the end-of-text token plus
-        the first tokens of the first 3 val documents (train when there is no val) of the run's
-        shard folder (gptforge.data.loader.document_prefixes); else SAMPLE_PROMPTS."""
-        from gptforge.data.loader import document_prefixes
-
-        data_dir = getattr(self.source, "data_dir", None)
-        split, prefixes = document_prefixes(data_dir) if data_dir is not None else ("", [])
-        if prefixes and all(0 <= i < tok.vocab_size for p in prefixes for i in p):
-            return (f"first tokens of {len(prefixes)} {split} documents of {data_dir}",
-                    [("", [tok.eos_id])] + [(tok.decode(p), p) for p in prefixes])
-        return ("fixed prompts (no documents in the run's data)",
-                [(p, tok.encode(p) if p else [tok.eos_id]) for p in self.SAMPLE_PROMPTS])
-
-    def _write_samples(self, max_new_tokens: int = 32) -> None:
-        """RUN/samples.json: a greedy and a sampled continuation (temperature 0.8, seed 0) of each
-        prompt of `_sample_prompts` (its origin in "prompt_source"), for the run report. Single
-        process only (a sharded model would need a collective generate); skipped when the run has
-        no tokenizer.json."""
-        tok_file = self.run_dir / "tokenizer.json"
-        if self.env.distributed or not tok_file.is_file() or self.par.module is None:
-            return
-        import json
-
-        from gptforge.data.tokenizer import Tokenizer
-        from gptforge.infer.generate import generate
-
-        tok = Tokenizer.from_file(tok_file)
-        source, prompts = self._sample_prompts(tok)
-        model, was = self.par.core, self.par.core.training
-        model.eval()
-        out = []
-        for prompt, ids in prompts:
-            idx = torch.tensor([ids], dtype=torch.long, device=self.device)
-            for mode, temp in (("greedy", 0.0), ("sampled", 0.8)):
-                new = generate(model, idx, max_new_tokens, temperature=temp, seed=0)[0, len(ids):].tolist()
-                out.append({"prompt": prompt, "mode": mode, "text": tok.decode(new)})
-        model.train(was)
-        atomic_write_text(self.run_dir / "samples.json",
-                          json.dumps({"step": self.state["step"], "prompt_source": source, "samples": out},
-                                     indent=2, ensure_ascii=False) + "\n")
-
     def close(self) -> None:
         """End of the run, however it ended: close the logs and data, write the report (rank 0)."""
         self.metrics.close()
@@ -609,7 +567,11 @@ class Trainer:
         if self.main and self.tc.report and (self.run_dir / "metrics.jsonl").exists():
             from gptforge.report import write_run_report
 
-            self._write_samples()
+            if not self.env.distributed and self.par.module is not None:  # a sharded model: no samples
+                from gptforge.train.samples import write_samples
+
+                write_samples(self.run_dir, self.par.core, self.device, getattr(self.source, "data_dir", None),
+                              self.state["step"])
 
             path = write_run_report(self.run_dir, stopped=getattr(self, "stopped", None))
             self.say(f"report: {path}")
