@@ -262,7 +262,8 @@ class TrainConfig:
     max_steps, an explicit --train.max_steps included (at least 20 steps; the start says so in
     one line); keep it 0 to train exactly max_steps. 0 disables."""
     max_minutes_steps: int = 0
-    """Set by the trainer: the max_steps that max_minutes resolved to (0: not resolved yet)."""
+    """Set when the run is resolved (gptforge.train.resolve): the max_steps that max_minutes resolved to
+    (0: not resolved yet)."""
     max_bad_steps: int = 5
     """Stop after this many consecutive optimizer steps with a non-finite loss or gradient."""
     seed: int = 1337
