@@ -187,13 +187,14 @@ class TrainConfig:
     config.yaml (a resume on another number of processes then keeps it)."""
     lr: Optional[float] = None
     """Peak learning rate (AdamW's; with muon, that of the embeddings, head, norms and biases).
-    Unset: `gptforge.train.optim.resolve_defaults` derives it from model.d_model (0.0016 *
-    (128 / d_model)^0.6, fitted on CPU runs); a trainer that does not apply it uses 6e-4."""
+    Unset: derived from model.d_model when the run is resolved (gptforge.train.resolve; 0.0016 *
+    (128 / d_model)^0.6, fitted on CPU runs, gptforge.train.optim.default_lr); on resume, the
+    checkpoint's value."""
     min_lr: Optional[float] = None
-    """Learning rate at the end of decay. Unset: lr / 10 (6e-5 when lr is unset and not resolved)."""
+    """Learning rate at the end of decay. Unset: lr / 10."""
     warmup_steps: Optional[int] = None
-    """Linear warmup steps from 0 to lr. Unset: `resolve_defaults` takes 5% of max_steps, at
-    least 10 and at most 1000 (and at most a quarter of the run); unresolved, 100."""
+    """Linear warmup steps from 0 to lr. Unset: 5% of max_steps (after a time budget has set
+    it), at least 10 and at most 1000 (and at most a quarter of the run)."""
     lr_schedule: Literal["cosine", "linear", "constant", "wsd"] = "cosine"
     """After warmup: cosine or linear decay to min_lr, constant, or warmup-stable-decay."""
     schedule_start: int = 0
@@ -261,7 +262,8 @@ class TrainConfig:
     max_steps, an explicit --train.max_steps included (at least 20 steps; the start says so in
     one line); keep it 0 to train exactly max_steps. 0 disables."""
     max_minutes_steps: int = 0
-    """Set by the trainer: the max_steps that max_minutes resolved to (0: not resolved yet)."""
+    """Set when the run is resolved (gptforge.train.resolve): the max_steps that max_minutes resolved to
+    (0: not resolved yet)."""
     max_bad_steps: int = 5
     """Stop after this many consecutive optimizer steps with a non-finite loss or gradient."""
     seed: int = 1337
@@ -304,19 +306,6 @@ class TrainConfig:
     wandb_mode: Literal["online", "offline", "disabled"] = "online"
     """W&B mode: offline writes the run under RUN_DIR/wandb for a later `wandb sync`."""
 
-    LEGACY_DEFAULTS = {"lr": 6e-4, "min_lr": 6e-5, "warmup_steps": 100}
-    """What an unset lr/min_lr/warmup_steps means where `resolve_defaults` was not applied (the
-    fixed defaults of earlier versions): see `filled`."""
-
-    def filled(self) -> "TrainConfig":
-        """A copy with unset lr / min_lr / warmup_steps replaced by LEGACY_DEFAULTS (min_lr: lr/10
-        when lr is set). The size-aware values come from `gptforge.train.optim.resolve_defaults`."""
-        lr = self.lr if self.lr is not None else self.LEGACY_DEFAULTS["lr"]
-        return dataclasses.replace(
-            self, lr=lr, min_lr=self.min_lr if self.min_lr is not None else (
-                lr / 10 if self.lr is not None else self.LEGACY_DEFAULTS["min_lr"]),
-            warmup_steps=self.warmup_steps if self.warmup_steps is not None else self.LEGACY_DEFAULTS["warmup_steps"])
-
     PLANNER_ONLY = {"optimizer": ("adamw8bit", "adafactor"), "precision": ("fp8",)}
     """Values `gptforge plan` models but the trainer does not run."""
 
@@ -341,7 +330,7 @@ class TrainConfig:
 
         for name, (lo, hi) in self.RANGES.items():
             v = getattr(self, name)
-            if v is None:  # unset: filled by gptforge.train.optim.resolve_defaults
+            if v is None:  # unset: filled when the run is resolved (gptforge.train.resolve)
                 continue
             if (lo is not None and v < lo) or (hi is not None and v > hi):
                 allowed = f">= {lo}" if hi is None else f"in [{lo}, {hi}]"

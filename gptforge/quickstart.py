@@ -65,6 +65,7 @@ def run_quickstart(out: Path, minutes: float = 10.0, vocab_size: int = 4096, pre
     from gptforge.runtime.loading import load_for_inference
     from gptforge.train.budget import measure_step_seconds, steps_for_minutes
     from gptforge.train.loop import train
+    from gptforge.train.optim import resolve_lr_defaults
 
     out = Path(out)
     data_dir, run_dir = out / "data", out / "run"
@@ -83,7 +84,8 @@ def run_quickstart(out: Path, minutes: float = 10.0, vocab_size: int = 4096, pre
     meta = load_meta(data_dir)
 
     model_cfg = ModelConfig(preset=preset, block_size=block_size, vocab_size=meta["vocab_size"])
-    probe = TrainConfig(micro_batch_size=micro_batch_size, optimizer=optimizer)
+    # The timing probe's optimizer runs at the run's own size-aware lr (the lr does not change the timing).
+    probe = resolve_lr_defaults(model_cfg, TrainConfig(micro_batch_size=micro_batch_size, optimizer=optimizer))
     # A busy machine can make all-core OpenMP slower than one thread: time both, keep the faster.
     timings = {}
     for threads in dict.fromkeys([torch.get_num_threads(), 1]):

@@ -14,7 +14,8 @@ def measure_step_seconds(model_cfg: ModelConfig, train_cfg: TrainConfig, repeats
     """Seconds per optimizer step of this shape on this machine (median of `repeats` after a warm-up),
     measured on random tokens with the same model, optimizer, batch and precision as the run, and
     compiled per block (as `gptforge.train.parallelize.apply_compile`) when `train_cfg.compile is True`
-    (the warm-up step then includes the compilation)."""
+    (the warm-up step then includes the compilation). train_cfg: pre-resolved (train.lr set:
+    gptforge.train.resolve.pre_resolve); ValueError otherwise (gptforge.train.optim.require_resolved)."""
     from gptforge.model.gpt import GPT
     from gptforge.runtime.device import pick_device, resolve_precision
     from gptforge.train.optim import build_optimizer
@@ -28,7 +29,7 @@ def measure_step_seconds(model_cfg: ModelConfig, train_cfg: TrainConfig, repeats
         from gptforge.train.parallelize import apply_compile
 
         apply_compile(model)
-    opt = build_optimizer(model, train_cfg.filled(), device.type)
+    opt = build_optimizer(model, train_cfg, device.type)
     g = torch.Generator().manual_seed(0)
     shape = (train_cfg.micro_batch_size, cfg.block_size)
     micro = [(torch.randint(0, cfg.vocab_size, shape, generator=g), torch.randint(0, cfg.vocab_size, shape, generator=g))

@@ -71,6 +71,7 @@ def measure_compile(model_cfg: ModelConfig, train_cfg: TrainConfig, precision: s
     typically 5-30 s on a CPU, less from Inductor's on-disk cache) plus 2 * `steps` timed steps,
     fewer (at least 1 per side) where `steps` of them would take over PROBE_SECONDS per side.
     The compilation is not wasted: the run's own compile of the same graphs hits the cache.
+    train_cfg: pre-resolved (train.lr set: gptforge.train.resolve.pre_resolve); ValueError otherwise.
     """
     from gptforge.model.gpt import GPT
     from gptforge.train.optim import build_optimizer
@@ -80,7 +81,7 @@ def measure_compile(model_cfg: ModelConfig, train_cfg: TrainConfig, precision: s
     cfg = model_cfg.resolved()
     model = GPT(cfg).to(device)
     model.train()
-    opt = build_optimizer(model, train_cfg.filled(), device.type)
+    opt = build_optimizer(model, train_cfg, device.type)
     g = torch.Generator().manual_seed(0)
     shape = (train_cfg.micro_batch_size, cfg.block_size)
     micro = [(torch.randint(0, cfg.vocab_size, shape, generator=g), torch.randint(0, cfg.vocab_size, shape, generator=g))

@@ -174,19 +174,43 @@ def _check_merged(ds: dict, train_cfg: TrainConfig, par_cfg: ParallelConfig, gbs
     return errors
 
 
-def _deepspeed_config(ds: dict, train_cfg: TrainConfig, par_cfg: ParallelConfig, gbs: int) -> dict:
-    """The complete config for deepspeed.initialize: the file's keys with gptforge's values."""
+def _train_keys(ds: dict, train_cfg: TrainConfig, gbs: int) -> dict:
+    """A copy of `ds` with the keys gptforge's train section decides: batch, clipping, AdamW's
+    params, fp16/bf16. optimizer.params.lr is left out while train.lr is unset (before the run is
+    resolved; `resolved_deepspeed_config` then writes the resolved one)."""
     out = copy.deepcopy(ds)
     out["train_micro_batch_size_per_gpu"] = train_cfg.micro_batch_size
     out["gradient_accumulation_steps"] = train_cfg.gradient_accumulation_steps
     out["train_batch_size"] = gbs
     out["gradient_clipping"] = train_cfg.grad_clip
+    params = {k: v for k, v in (ds.get("optimizer", {}).get("params", {})).items() if k != "lr"}
+    lr = {"lr": train_cfg.lr} if train_cfg.lr is not None else {}
     out["optimizer"] = {"type": "AdamW", "params": {
-        **(ds.get("optimizer", {}).get("params", {})),
-        "lr": train_cfg.filled().lr, "betas": [train_cfg.beta1, train_cfg.beta2], "eps": train_cfg.eps,
+        **params, **lr, "betas": [train_cfg.beta1, train_cfg.beta2], "eps": train_cfg.eps,
         "weight_decay": train_cfg.weight_decay}}
     out["fp16"] = {**ds.get("fp16", {}), "enabled": train_cfg.precision == "fp16"}
     out["bf16"] = {**ds.get("bf16", {}), "enabled": train_cfg.precision == "bf16"}
+    return out
+
+
+def resolved_deepspeed_config(ds: dict, train_cfg: TrainConfig, dp_size: int) -> dict:
+    """The JSON `deepspeed.initialize` gets: `ds` (what `translate` returned) with the resolved
+    run's values (a ResolvedRun's train: lr, batch, accumulation, clipping, precision) for
+    `dp_size` data-parallel processes, so the engine's optimizer starts at config.yaml's lr.
+
+    Raises:
+        ValueError: train.lr unset (not a resolved config).
+    """
+    if train_cfg.lr is None:
+        raise ValueError("resolved_deepspeed_config needs a resolved train config (train.lr unset); see "
+                         "gptforge.train.resolve")
+    gbs = train_cfg.micro_batch_size * train_cfg.gradient_accumulation_steps * dp_size
+    return _train_keys(ds, train_cfg, gbs)
+
+
+def _deepspeed_config(ds: dict, train_cfg: TrainConfig, par_cfg: ParallelConfig, gbs: int) -> dict:
+    """The complete config for deepspeed.initialize: the file's keys with gptforge's values."""
+    out = _train_keys(ds, train_cfg, gbs)
     zo_out = dict(ds.get("zero_optimization", {}))
     zo_out["stage"] = par_cfg.zero_stage
     if par_cfg.offload in ("optimizer", "optimizer+params"):

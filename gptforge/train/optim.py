@@ -39,6 +39,19 @@ def _decay_groups(params, weight_decay: float) -> list[dict]:
     return [g for g in groups if g["params"]]
 
 
+def require_resolved(cfg: TrainConfig, names=("lr",), where: str = "") -> None:
+    """Refuse a TrainConfig whose `names` are unset: every default is filled once, by
+    gptforge.train.resolve (`pre_resolve` for the start-up probes, `resolve_run` for the run).
+
+    Raises:
+        ValueError: naming the unset train.* fields and `where` they were needed.
+    """
+    unset = [n for n in names if getattr(cfg, n) is None]
+    if unset:
+        raise ValueError(f"{where or 'this'} needs a resolved config: train.{', train.'.join(unset)} unset; set "
+                         "it, or resolve the run first (gptforge.train.resolve.pre_resolve / resolve_run)")
+
+
 def build_optimizer(model: torch.nn.Module, cfg: TrainConfig, device_type: str,
                     zero_group=None) -> torch.optim.Optimizer:
     """AdamW (fused kernel on CUDA and CPU where this torch has it) or SGD with momentum 0.9.
@@ -49,9 +62,9 @@ def build_optimizer(model: torch.nn.Module, cfg: TrainConfig, device_type: str,
     share and broadcasts it. Its `.optim` is the local optimizer (what checkpoints save).
 
     Raises:
-        ValueError: an optimizer that only the planner models (adamw8bit, adafactor).
+        ValueError: an optimizer that only the planner models (adamw8bit, adafactor), or train.lr
+            unset (`require_resolved`).
     """
-    cfg = cfg.filled()
     if cfg.optimizer == "muon":
         if zero_group is not None:
             raise ValueError("train.optimizer=muon does not run under ZeRO-1 (parallel.zero_stage 1): use DDP "
@@ -70,6 +83,7 @@ def build_optimizer(model: torch.nn.Module, cfg: TrainConfig, device_type: str,
     else:
         cls = None
     if cls is not None:
+        require_resolved(cfg, ("lr",), "build_optimizer")
         if zero_group is not None:
             from torch.distributed.optim import ZeroRedundancyOptimizer
 
@@ -214,11 +228,14 @@ class MuonAdamW(torch.optim.Optimizer):
 def build_muon(model: torch.nn.Module, cfg: TrainConfig, device_type: str) -> MuonAdamW:
     """`MuonAdamW` for `model` from train.* (lr, muon_lr (default MUON_LR), muon_momentum,
     muon_weight_decay, weight_decay on the AdamW matrices, beta1/beta2/eps). Raises ValueError
-    as `MuonAdamW`."""
-    cfg = cfg.filled()
+    as `MuonAdamW`, or train.lr / train.muon_lr unset (`require_resolved`)."""
+    require_resolved(cfg, ("lr",), "build_muon")
+    if cfg.lr <= 0:
+        raise ValueError(f"train.lr={cfg.lr!r}: Muon's lr is set relative to it, so it must be > 0")
+    require_resolved(cfg, ("muon_lr",), "build_muon")
     muon, rest = muon_split(model)
     adamw_groups = _decay_groups(rest, cfg.weight_decay)
-    return MuonAdamW(muon, adamw_groups, lr=cfg.lr, muon_lr=cfg.muon_lr if cfg.muon_lr is not None else MUON_LR,
+    return MuonAdamW(muon, adamw_groups, lr=cfg.lr, muon_lr=cfg.muon_lr,
                      momentum=cfg.muon_momentum, muon_weight_decay=cfg.muon_weight_decay,
                      betas=(cfg.beta1, cfg.beta2), eps=cfg.eps,
                      fused=device_type in ("cuda", "cpu"))
@@ -252,34 +269,44 @@ def default_warmup(max_steps: int) -> int:
     return int(min(w, max_steps // 4))
 
 
-def resolve_defaults(model_cfg, train_cfg: TrainConfig, saved: dict | None = None) -> TrainConfig:
-    """A copy of `train_cfg` with every unset size-dependent value filled: lr (`default_lr` of
-    model.d_model), min_lr (lr / 10), warmup_steps (`default_warmup`), muon_lr (MUON_LR).
+def resolve_lr_defaults(model_cfg, train_cfg: TrainConfig, saved: dict | None = None) -> TrainConfig:
+    """A copy of `train_cfg` with the unset values that depend on the model's width only filled:
+    lr (`default_lr` of model.d_model), min_lr (lr / 10), muon_lr (MUON_LR). warmup_steps is
+    left as it is (it depends on max_steps, which a time budget may still change).
 
-    Call it once at the start of a pretraining run, before building the optimizer, print
-    `describe_defaults(before, after)` and write the returned config into config.yaml, so a
-    resume is exact. saved: the `train` section of the checkpoint's config.yaml when resuming;
-    its values win over the rule for any field unset now (a resume with a longer max_steps keeps
-    its lr). Fine-tuning sets its own values, so nothing there is unset.
-
+    saved: the `train` section of the checkpoint's config.yaml when resuming; its values win
+    over the rule for any field unset now (a resume with a longer max_steps keeps its lr).
     model_cfg: a ModelConfig (resolved or not).
     """
     import dataclasses
 
     saved = saved or {}
     d_model = model_cfg.resolved().d_model if model_cfg.d_model is None else model_cfg.d_model
-    out = {}
     lr = train_cfg.lr if train_cfg.lr is not None else saved.get("lr")
-    if lr is None:
-        lr = default_lr(d_model, train_cfg.max_steps)
-    out["lr"] = float(lr)
+    lr = float(lr) if lr is not None else default_lr(d_model, train_cfg.max_steps)
     min_lr = train_cfg.min_lr if train_cfg.min_lr is not None else saved.get("min_lr")
-    out["min_lr"] = float(min_lr) if min_lr is not None else out["lr"] / 10
-    warm = train_cfg.warmup_steps if train_cfg.warmup_steps is not None else saved.get("warmup_steps")
-    out["warmup_steps"] = int(warm) if warm is not None else default_warmup(train_cfg.max_steps)
     muon_lr = train_cfg.muon_lr if train_cfg.muon_lr is not None else saved.get("muon_lr")
-    out["muon_lr"] = float(muon_lr) if muon_lr is not None else MUON_LR
-    return dataclasses.replace(train_cfg, **out)
+    return dataclasses.replace(train_cfg, lr=lr, min_lr=float(min_lr) if min_lr is not None else lr / 10,
+                               muon_lr=float(muon_lr) if muon_lr is not None else MUON_LR)
+
+
+def resolve_warmup_default(train_cfg: TrainConfig, saved: dict | None = None) -> TrainConfig:
+    """A copy of `train_cfg` with an unset warmup_steps filled: the checkpoint's (`saved`, the
+    `train` section of its config.yaml) on resume, else `default_warmup(max_steps)`."""
+    import dataclasses
+
+    warm = train_cfg.warmup_steps if train_cfg.warmup_steps is not None else (saved or {}).get("warmup_steps")
+    return dataclasses.replace(train_cfg, warmup_steps=int(warm) if warm is not None
+                               else default_warmup(train_cfg.max_steps))
+
+
+def resolve_defaults(model_cfg, train_cfg: TrainConfig, saved: dict | None = None) -> TrainConfig:
+    """A copy of `train_cfg` with every unset size-dependent value filled: lr, min_lr and
+    muon_lr (`resolve_lr_defaults`), then warmup_steps (`resolve_warmup_default`) for
+    train_cfg.max_steps. gptforge.train.resolve calls the two stages around the start-up probes;
+    this is both at once, for a run whose max_steps is final. saved: as in `resolve_lr_defaults`.
+    """
+    return resolve_warmup_default(resolve_lr_defaults(model_cfg, train_cfg, saved), saved)
 
 
 def describe_defaults(before: TrainConfig, after: TrainConfig) -> str:
@@ -288,6 +315,11 @@ def describe_defaults(before: TrainConfig, after: TrainConfig) -> str:
     chosen = [f"{k} {getattr(after, k):g}" for k in ("lr", "min_lr", "warmup_steps", "muon_lr")
               if getattr(before, k) is None and (k != "muon_lr" or after.optimizer == "muon")]
     return "size-aware defaults: " + ", ".join(chosen) if chosen else ""
+
+
+def _schedule_fields(cfg: TrainConfig) -> tuple[str, ...]:
+    """The train.* fields the schedule reads: min_lr only where it decays."""
+    return ("lr", "warmup_steps") if cfg.lr_schedule == "constant" else ("lr", "min_lr", "warmup_steps")
 
 
 def lr_at(step: int, cfg: TrainConfig) -> float:
@@ -302,8 +334,11 @@ def lr_at(step: int, cfg: TrainConfig) -> float:
     - wsd (warmup-stable-decay, Hu et al. 2024, MiniCPM): lr until the last `decay_fraction` of
       the n steps, then linear to min_lr.
     progress = (s - warmup) / (n - warmup), clamped to [0, 1].
+
+    Raises:
+        ValueError: lr, warmup_steps or (a decaying schedule's) min_lr unset (`require_resolved`).
     """
-    cfg = cfg.filled()
+    require_resolved(cfg, _schedule_fields(cfg), "lr_at")
     start = cfg.schedule_start
     step = max(0, step - start)
     n = max(1, cfg.max_steps - start)
@@ -328,10 +363,11 @@ def lr_at(step: int, cfg: TrainConfig) -> float:
 
 def describe_schedule(cfg: TrainConfig) -> str:
     """One line naming the schedule that applies, for the run's log, e.g. "lr schedule: wsd from
-    step 1000 to 1500 (warmup 0, decay over the last 100%), peak 0.0006 -> 6e-05"."""
-    cfg = cfg.filled()
+    step 1000 to 1500 (warmup 0, decay over the last 100%), peak 0.0006 -> 6e-05". Raises
+    ValueError as `lr_at` on an unresolved config."""
+    require_resolved(cfg, _schedule_fields(cfg), "describe_schedule")
     tail = f", decay over the last {cfg.decay_fraction:.0%}" if cfg.lr_schedule == "wsd" else ""
     where = f"from step {cfg.schedule_start} to {cfg.max_steps}" if cfg.schedule_start else f"over {cfg.max_steps} steps"
     ends = f"{cfg.lr:g}" if cfg.lr_schedule == "constant" else f"{cfg.lr:g} -> {cfg.min_lr:g}"
-    muon = f", muon peak {cfg.muon_lr if cfg.muon_lr is not None else MUON_LR:g}" if cfg.optimizer == "muon" else ""
+    muon = f", muon peak {cfg.muon_lr:g}" if cfg.optimizer == "muon" else ""
     return f"lr schedule: {cfg.lr_schedule} {where} (warmup {cfg.warmup_steps}{tail}), peak {ends}{muon}"

@@ -116,3 +116,36 @@ def recorded_data_dir(run_dir: str | Path) -> str:
              f"{tried[0]} (relative to the current folder) nor under any parent of {Path(run_dir).resolve()}")
     raise MissingInputError(f"--resume: the run was trained on {path} (recorded in {saved}), which no longer "
                             f"exists: not at {where}; pass --data NEW_DIR if the shards moved")
+
+
+def nothing_to_resume(run_dir: Path, main: bool, say) -> bool:
+    """--resume on a run killed before or during its first checkpoint write: True, after saying
+    so (with the number of logged steps that are redone) and removing (on the main rank `main`)
+    its metrics.jsonl and tb/, so the run starts fresh rather than leave a folder that neither
+    --resume nor a new run accepts. Steps logged without a checkpoint cannot be continued from;
+    the same seed gives the same steps again. False for a folder that never held a run (no
+    config.yaml: find_checkpoint's error then says what is missing) or that has a checkpoint;
+    one whose checkpoints are all damaged raises find_checkpoint's error."""
+    import shutil
+
+    from gptforge.runtime import checkpoint as ckpt_lib
+
+    if not (run_dir / "config.yaml").is_file():
+        return False
+    try:
+        ckpt_lib.find_checkpoint(run_dir)
+        return False
+    except FileNotFoundError:
+        pass
+    metrics = run_dir / "metrics.jsonl"
+    logged = len(metrics.read_text().splitlines()) if metrics.is_file() else 0
+    progress = (f"{logged} logged step row(s) are redone from step 0" if logged else "no training progress")
+    say(f"--resume: {run_dir} holds no complete checkpoint (the run stopped before its first one "
+        f"was complete) and {progress}: starting fresh")
+    for leftover in ("metrics.jsonl", "tb"):
+        p = run_dir / leftover
+        if main and p.is_file():
+            p.unlink()
+        elif main and p.is_dir():
+            shutil.rmtree(p)
+    return True

@@ -5,12 +5,12 @@
 whether a step is its step and owns its state. Data comes through a `BatchSource`
 (gptforge.train.sources), so the loop never asks which kind of data it trains on; the layout
 (single process, DDP, FSDP2, TP, PP, DeepSpeed) is hidden behind the engine (gptforge.train.backend)
-and the step function chosen once at set-up (gptforge.train.step).
+and the step function chosen once at set-up (gptforge.train.step). The run is resolved once, first
+(gptforge.train.resolve): `self.run`, a frozen ResolvedRun, is the only config read after that.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import math
 import os
 import shutil
@@ -24,13 +24,12 @@ import torch
 import yaml
 
 from gptforge.atomic import atomic_write_text
-from gptforge.config import ModelConfig, ParallelConfig, RunConfig, to_dict
+from gptforge.config import ModelConfig, ParallelConfig, RunConfig
 from gptforge.errors import InputError, TrainingError
 from gptforge.model.gpt import GPT
 from gptforge.plan.flops import flops_per_token
 from gptforge.runtime import checkpoint as ckpt_lib
 from gptforge.runtime.activation import apply_activation_checkpointing
-from gptforge.runtime.device import resolve_precision
 from gptforge.runtime.loss import count_targets
 from gptforge.train import distributed as D
 from gptforge.train.backend import DeepSpeedBackend, TorchBackend
@@ -48,8 +47,8 @@ from gptforge.train.loggers import MetricsWriter, Progress
 from gptforge.train.mfu import Peak, device_peak
 from gptforge.train.optim import build_optimizer, lr_at
 from gptforge.train.parallelize import Parallelized, apply_compile, parallelize
-from gptforge.train.provenance import run_config_yaml
-from gptforge.train.resume import check_resume
+from gptforge.train.resolve import resolve_training
+from gptforge.train.resume import check_resume, nothing_to_resume
 from gptforge.train.rollback import RollbackState, rollback_trigger
 from gptforge.train.sources import BatchSource, ShardSource
 from gptforge.train.spikes import SpikeDetector, divergence_loss_ceiling
@@ -96,14 +95,17 @@ class Trainer:
     """Set up a run (model, layout, engine, data, resume) and train it.
 
     Args:
-        cfg: model/train/parallel config; `model.vocab_size` defaults to the source's vocabulary.
+        cfg: the user's model/train/parallel config, resolved once into `self.run` (also `self.cfg`;
+            `tc`, `mc`, `pc` are its sections) by gptforge.train.resolve.resolve_training;
+            `model.vocab_size` defaults to the source's vocabulary.
         env: where this process sits (gptforge.train.distributed.DistEnv).
         source: the BatchSource. run_dir: output folder. resume: continue from checkpoints/latest.
         model_factory: builds the model from the resolved ModelConfig in place of `GPT(cfg)`
             (called after seeding; only parameters with requires_grad are optimized).
         config_extra: extra top-level sections written into config.yaml (e.g. `finetune`).
         on_save: called on rank 0 as on_save(step, checkpoint_folder) after each checkpoint.
-        ds_config: a DeepSpeed config dict (backend deepspeed), else None.
+        ds_config: a DeepSpeed config dict (backend deepspeed), else None; the engine gets it with
+            the resolved run's lr, batch and precision (`self.ds_config`).
         loss_fn: replaces the summed token loss of a training step (see train.step.forward_backward),
             e.g. distillation; evaluation keeps the plain loss.
         requested_parallel: the parallel section as asked for (degrees of -1 unresolved), which
@@ -121,49 +123,34 @@ class Trainer:
                  config_extra: dict[str, Any] | None = None, on_save: Callable[[int, Path], None] | None = None,
                  ds_config: dict | None = None, requested_parallel: ParallelConfig | None = None,
                  loss_fn: Callable[..., torch.Tensor] | None = None):
-        pc = cfg.parallel
-        plain_ddp = pc.dp_shard == 1 and pc.tp == 1 and pc.pp == 1 and pc.effective_zero_stage() == 0
-        if cfg.train.spike_action == "rollback" and (ds_config is not None or (env.distributed and not plain_ddp)):
-            raise InputError("train.spike_action=rollback runs in a single process or under plain DDP "
-                             "(parallel.dp_replicate) only: its mid-run reload is not tested under FSDP2/ZeRO, tp, "
-                             "pp or DeepSpeed; use train.spike_action warn there, and after a spike resume from an "
-                             "earlier checkpoint by hand")
         self.env, self.source, self.run_dir = env, source, Path(run_dir)
         self.loss_fn = loss_fn
         self.device, self.main = env.device, env.is_main
         self.say = (log or (lambda m: None)) if self.main else (lambda m: None)
-        # Measured before seeding: measuring uses the RNG.
-        # Every rank trains in rank 0's choice (auto is a timing each rank would make alone).
-        precision = env.rank0_value(resolve_precision(cfg.train.precision, self.device, self.say))
-        cfg = RunConfig(model=cfg.model, train=dataclasses.replace(cfg.train, precision=precision), parallel=cfg.parallel)
-        self.peak = device_peak(self.device, precision) if self.main else Peak(None, "rank 0's figure")
-        self.cfg = cfg = self._resolve_config(cfg)
-        self.tc, self.mc, self.pc = tc, mc, pc = cfg.train, cfg.model, cfg.parallel
         self.ckpt_root = self.run_dir / "checkpoints"
-        if resume and self._nothing_to_resume():
+        if resume and nothing_to_resume(self.run_dir, self.main, self.say):
             resume = False
-        # Compile first: the time budget sizes the run for the chosen side's step time (and counts
-        # the probes' own seconds); the size-aware defaults then follow from max_steps.
-        self.compile_probe, self.budget_spent_s = None, 0.0
-        self._resolve_compile(resume)
-        self._resolve_budget()
-        self._resolve_train_defaults(resume)
-        cfg, tc = self.cfg, self.tc
+        # Resolved once (gptforge.train.resolve): nothing below reads the user's cfg.
+        self.run = self.cfg = run = resolve_training(cfg, env, source, self.run_dir, resume, self.say,
+                                                     deepspeed=ds_config is not None,
+                                                     requested_parallel=requested_parallel)
+        self.tc, self.mc, self.pc = run.train, run.model, run.parallel
+        tc, mc = run.train, run.model
+        self.compile_probe, self.budget_spent_s = run.compile_probe, run.budget_spent_s
+        self.peak = device_peak(self.device, tc.precision) if self.main else Peak(None, "rank 0's figure")
         metrics = self.run_dir / "metrics.jsonl"
         if not resume and ((metrics.exists() and metrics.stat().st_size > 0) or any(self.ckpt_root.glob("step_*"))):
             raise FileExistsError(
                 f"{self.run_dir} already holds a run (metrics.jsonl / checkpoints): continue it with --resume, "
                 "or give a new --out; gptforge never mixes two runs in one directory"
             )
-        self.zero = pc.effective_zero_stage()
-        layout = {"world_size": env.world_size, "dp": env.dp_size, "dp_replicate": pc.dp_replicate,
-                  "dp_shard": pc.dp_shard, "tp": pc.tp, "pp": pc.pp, "zero_stage": self.zero,
-                  "device": str(self.device)}
-        as_asked = RunConfig(model=self.mc, train=self.tc, parallel=requested_parallel or pc)
-        self.config_yaml = run_config_yaml(as_asked, source.provenance(), {"layout": layout, **(config_extra or {})})
-        if tc.precision == "fp16" and ds_config is None and (self.zero in (2, 3) or pc.tp > 1 or pc.pp > 1):
-            raise InputError("train.precision=fp16 needs a gradient scaler, which gptforge supports with a single "
-                             "process, DDP and ZeRO-1 only; use bf16 with FSDP2/ZeRO-2/3, tp or pp")
+        self.zero = run.zero_stage
+        self.config_yaml = run.config_yaml(source.provenance(), config_extra)
+        if ds_config is not None:  # the engine's JSON takes the resolved lr, batch and precision
+            from gptforge.train.deepspeed_config import resolved_deepspeed_config
+
+            ds_config = resolved_deepspeed_config(ds_config, tc, env.dp_size)
+        self.ds_config = ds_config
         self._build_model_and_engine(model_factory, ds_config)
         self.batches = source.batches(mc.block_size, tc, env.dp_rank, env.dp_size)
         self.tokens_per_step = self.batches.tokens_per_step
@@ -191,43 +178,6 @@ class Trainer:
         self._announce(ds_config)
 
     # -- set-up ------------------------------------------------------------------------------
-
-    def _resolve_train_defaults(self, resume: bool) -> None:
-        """Size-aware lr / min_lr / warmup_steps where unset (gptforge.train.optim.resolve_defaults;
-        on resume the checkpoint's values win), printed and frozen in config.yaml; Muon's layout
-        check before anything is built."""
-        from gptforge.train.optim import check_muon_layout, describe_defaults, describe_schedule, resolve_defaults
-
-        check_muon_layout(self.tc, self.pc)
-        saved = None
-        if resume:
-            found = ckpt_lib.find_checkpoint(self.run_dir)
-            saved = (yaml.safe_load((found / "config.yaml").read_text()) or {}).get("train")
-        tc = resolve_defaults(self.mc, self.tc, saved=saved)
-        line = describe_defaults(self.tc, tc)
-        if line:
-            self.say(line)
-        self.say(describe_schedule(tc))
-        self.tc = tc
-        self.cfg = RunConfig(model=self.mc, train=tc, parallel=self.pc)
-
-    def _resolve_compile(self, resume: bool) -> None:
-        """train.compile auto -> true/false (gptforge.train.compile_choice.resolve_compile: CUDA compiles,
-        a CPU measures both for this shape), frozen in config.yaml; on resume the checkpoint's value wins."""
-        if isinstance(self.tc.compile, bool):
-            return
-        from gptforge.train.compile_choice import resolve_compile
-
-        saved = None
-        if resume:
-            found = ckpt_lib.find_checkpoint(self.run_dir)
-            saved = ((yaml.safe_load((found / "config.yaml").read_text()) or {}).get("train") or {}).get("compile")
-        chosen = saved if isinstance(saved, bool) else resolve_compile(
-            self.tc.compile, self.mc, self.tc, self.tc.precision, self.device, self.say,
-            agree=self.env.all_reduce_sum if self.env.distributed else None,
-            on_probe=lambda probe: setattr(self, "compile_probe", probe))
-        self.tc = dataclasses.replace(self.tc, compile=chosen)
-        self.cfg = RunConfig(model=self.mc, train=self.tc, parallel=self.pc)
 
     def _early_stopping(self) -> EarlyStopping:
         metric = self.tc.best_metric
@@ -265,96 +215,6 @@ class Trainer:
                                             limit=tc.eval_tasks_limit))
 
         return TaskEvaluator(score, tc.eval_interval, tc.max_steps, enabled=True)
-
-    def _nothing_to_resume(self) -> bool:
-        """--resume on a run killed before or during its first checkpoint write: start it fresh
-        (said, with the number of logged steps that are redone), rather than leave a folder that
-        neither --resume nor a new run accepts. Steps logged without a checkpoint cannot be
-        continued from; the same seed gives the same steps again. A folder that never held a run
-        (no config.yaml) is still an error, as is one whose checkpoints are all damaged."""
-        if not (self.run_dir / "config.yaml").is_file():
-            return False  # never started here: find_checkpoint's error says what is missing
-        try:
-            ckpt_lib.find_checkpoint(self.run_dir)
-            return False
-        except FileNotFoundError:
-            pass
-        metrics = self.run_dir / "metrics.jsonl"
-        logged = len(metrics.read_text().splitlines()) if metrics.is_file() else 0
-        progress = (f"{logged} logged step row(s) are redone from step 0" if logged else "no training progress")
-        self.say(f"--resume: {self.run_dir} holds no complete checkpoint (the run stopped before its first one "
-                 f"was complete) and {progress}: starting fresh")
-        for leftover in ("metrics.jsonl", "tb"):
-            p = self.run_dir / leftover
-            if self.main and p.is_file():
-                p.unlink()
-            elif self.main and p.is_dir():
-                shutil.rmtree(p)
-        return True
-
-    def _resolve_config(self, cfg: RunConfig) -> RunConfig:
-        mc = cfg.model
-        vocab = int(self.source.vocab_size)
-        if mc.vocab_size is None:
-            mc = ModelConfig(**{**to_dict(mc), "vocab_size": vocab})
-        mc = mc.resolved()
-        if mc.vocab_size < vocab:
-            raise InputError(f"model.vocab_size={mc.vocab_size} is smaller than the data's vocabulary ({vocab}, "
-                             f"{self.source.description}); leave model.vocab_size unset to take it from the data")
-        return RunConfig(model=mc, train=self._resolve_batch(cfg.train), parallel=cfg.parallel)
-
-    def _resolve_budget(self) -> None:
-        """train.max_minutes: set max_steps from the step time of the chosen compile/precision (the
-        compile probe's figure for that side when it ran on this shape, else measured now), after
-        taking off the seconds the probes took (`budget_spent_s`, also counted by the loop's time
-        stop). Frozen in config.yaml, so a resume keeps the schedule; the loop also stops, with a
-        checkpoint, when the time is up."""
-        tc = self.tc
-        if tc.max_minutes <= 0 or tc.max_minutes_steps:
-            return
-        from gptforge.train import budget
-
-        side = "compiled" if tc.compile is True else "eager"
-        probe = self.compile_probe
-        if probe is not None:
-            step_s = probe.compiled_s if tc.compile is True else probe.eager_s
-            how, spent = f"{side}, from the compile probe", probe.total_s
-        else:
-            t0 = time.perf_counter()
-            step_s = budget.measure_step_seconds(self.mc, tc)
-            how, spent = f"{side}, measured", time.perf_counter() - t0
-        # Every rank takes rank 0's figures: ranks that timed differently would plan different
-        # max_steps and stop at different steps (the others would then wait in a collective).
-        step_s, spent, how = self.env.rank0_value((step_s, round(spent, 1), how))
-        self.budget_spent_s = spent
-        steps = budget.steps_for_minutes(tc.max_minutes, step_s, eval_share=0.1 if tc.eval_interval > 0 else 0.0,
-                                         spent_seconds=spent)
-        replaced = (f" (replacing train.max_steps {tc.max_steps}: when train.max_minutes is set it decides "
-                    "max_steps, an explicit one included; set max_minutes 0 to keep max_steps)"
-                    if tc.max_steps != steps else "")
-        left = max(0.0, tc.max_minutes * 60 - spent)
-        self.say(f"train.max_minutes {tc.max_minutes:g}: {spent:.1f} s of start-up probes counted against it, "
-                 f"{left:.1f} s left for training; {step_s:.3f} s/step ({how}) -> train.max_steps {steps}"
-                 + replaced)
-        self.tc = dataclasses.replace(tc, max_steps=steps, max_minutes_steps=steps)
-        self.cfg = RunConfig(model=self.mc, train=self.tc, parallel=self.pc)
-
-    def _resolve_batch(self, tc):
-        """train.global_batch_size, when set, decides gradient_accumulation_steps for this number of
-        data-parallel ranks (so a run saved on 2 processes resumes on 1 with the same batches);
-        unset, it is recorded as micro_batch_size * gradient_accumulation_steps * dp."""
-        dp = self.env.dp_size
-        if tc.global_batch_size is None:
-            return dataclasses.replace(tc, global_batch_size=tc.micro_batch_size * tc.gradient_accumulation_steps * dp)
-        per_step = tc.micro_batch_size * dp
-        if tc.global_batch_size % per_step:
-            raise InputError(f"train.global_batch_size {tc.global_batch_size} is not a multiple of "
-                             f"train.micro_batch_size {tc.micro_batch_size} x {dp} data-parallel rank(s)")
-        accum = tc.global_batch_size // per_step
-        if accum != tc.gradient_accumulation_steps:
-            self.say(f"train.gradient_accumulation_steps {tc.gradient_accumulation_steps} -> {accum}: "
-                     f"train.global_batch_size {tc.global_batch_size} on {dp} data-parallel rank(s)")
-        return dataclasses.replace(tc, gradient_accumulation_steps=accum)
 
     def _build_model_and_engine(self, model_factory, ds_config: dict | None) -> None:
         tc, mc, pc, env = self.tc, self.mc, self.pc, self.env
@@ -700,52 +560,6 @@ class Trainer:
             self.metrics.message(f"signal {stop.signal or 'on another rank'} received: checkpoint written at step "
                                  f"{step}; continue with --resume")
 
-    SAMPLE_PROMPTS = ("", "The ", "def ")
-    """Fallback prompts of the end-of-run samples ("": from the end-of-text token), used when the
-    run's data gives no document prefixes."""
-
-    def _sample_prompts(self, tok) -> tuple[str, list[tuple[str, list[int]]]]:
-        """(where the prompts come from, [(prompt text, prompt ids)]): the end-of-text token plus
-        the first tokens of the first 3 val documents (train when there is no val) of the run's
-        shard folder (gptforge.data.loader.document_prefixes); else SAMPLE_PROMPTS."""
-        from gptforge.data.loader import document_prefixes
-
-        data_dir = getattr(self.source, "data_dir", None)
-        split, prefixes = document_prefixes(data_dir) if data_dir is not None else ("", [])
-        if prefixes and all(0 <= i < tok.vocab_size for p in prefixes for i in p):
-            return (f"first tokens of {len(prefixes)} {split} documents of {data_dir}",
-                    [("", [tok.eos_id])] + [(tok.decode(p), p) for p in prefixes])
-        return ("fixed prompts (no documents in the run's data)",
-                [(p, tok.encode(p) if p else [tok.eos_id]) for p in self.SAMPLE_PROMPTS])
-
-    def _write_samples(self, max_new_tokens: int = 32) -> None:
-        """RUN/samples.json: a greedy and a sampled continuation (temperature 0.8, seed 0) of each
-        prompt of `_sample_prompts` (its origin in "prompt_source"), for the run report. Single
-        process only (a sharded model would need a collective generate); skipped when the run has
-        no tokenizer.json."""
-        tok_file = self.run_dir / "tokenizer.json"
-        if self.env.distributed or not tok_file.is_file() or self.par.module is None:
-            return
-        import json
-
-        from gptforge.data.tokenizer import Tokenizer
-        from gptforge.infer.generate import generate
-
-        tok = Tokenizer.from_file(tok_file)
-        source, prompts = self._sample_prompts(tok)
-        model, was = self.par.core, self.par.core.training
-        model.eval()
-        out = []
-        for prompt, ids in prompts:
-            idx = torch.tensor([ids], dtype=torch.long, device=self.device)
-            for mode, temp in (("greedy", 0.0), ("sampled", 0.8)):
-                new = generate(model, idx, max_new_tokens, temperature=temp, seed=0)[0, len(ids):].tolist()
-                out.append({"prompt": prompt, "mode": mode, "text": tok.decode(new)})
-        model.train(was)
-        atomic_write_text(self.run_dir / "samples.json",
-                          json.dumps({"step": self.state["step"], "prompt_source": source, "samples": out},
-                                     indent=2, ensure_ascii=False) + "\n")
-
     def close(self) -> None:
         """End of the run, however it ended: close the logs and data, write the report (rank 0)."""
         self.metrics.close()
@@ -753,7 +567,11 @@ class Trainer:
         if self.main and self.tc.report and (self.run_dir / "metrics.jsonl").exists():
             from gptforge.report import write_run_report
 
-            self._write_samples()
+            if not self.env.distributed and self.par.module is not None:  # a sharded model: no samples
+                from gptforge.train.samples import write_samples
+
+                write_samples(self.run_dir, self.par.core, self.device, getattr(self.source, "data_dir", None),
+                              self.state["step"])
 
             path = write_run_report(self.run_dir, stopped=getattr(self, "stopped", None))
             self.say(f"report: {path}")

@@ -7,7 +7,7 @@ import torch
 
 from gptforge.config import ModelConfig, RunConfig, TrainConfig
 from gptforge.model import GPT
-from gptforge.train.optim import MUON_LR, MuonAdamW, build_optimizer, muon_split
+from gptforge.train.optim import MUON_LR, MuonAdamW, build_optimizer, muon_split, resolve_lr_defaults
 
 
 def _model(**kw):
@@ -24,7 +24,8 @@ def test_muon_takes_block_matrices_and_adamw_the_rest():
     assert {"wte.weight", "wpe.weight", "lm_head.weight", "norm_f.weight", "blocks.1.attn.v_embed.weight",
             "blocks.0.attn.q_proj.bias"} <= {names[id(p)] for p in rest}
     assert sum(p.numel() for p in muon + rest) == m.num_params()
-    opt = build_optimizer(m, TrainConfig(optimizer="muon", lr=1e-3), "cpu")
+    # muon_lr unset: the resolution's default (MUON_LR).
+    opt = build_optimizer(m, resolve_lr_defaults(ModelConfig(d_model=32), TrainConfig(optimizer="muon", lr=1e-3)), "cpu")
     assert isinstance(opt, MuonAdamW) and len(opt.param_groups) == 3
     assert opt.param_groups[0]["muon_lr_ratio"] == pytest.approx(MUON_LR / 1e-3)
     TrainConfig(optimizer="muon").check_trainable()

@@ -13,7 +13,7 @@ def test_weight_decay_only_on_matrices():
     assert no_decay["weight_decay"] == 0.0 and decay["weight_decay"] == 0.1
     n = sum(p.numel() for g in (decay, no_decay) for p in g["params"])
     assert n == m.num_params()  # tied embedding counted once
-    opt = build_optimizer(m, TrainConfig(), "cpu")
+    opt = build_optimizer(m, TrainConfig(lr=6e-4), "cpu")
     assert isinstance(opt, torch.optim.AdamW)
     with pytest.raises(ValueError, match="adafactor"):
         build_optimizer(m, TrainConfig(optimizer="adafactor"), "cpu")
@@ -78,5 +78,9 @@ def test_size_aware_defaults_follow_the_documented_rule():
     line = describe_defaults(tc, nano)
     assert line.startswith("size-aware defaults: lr ") and "warmup_steps 100" in line
     assert describe_defaults(given, given) == ""
-    # Unresolved (the trainer did not call resolve_defaults): the earlier fixed defaults.
-    assert lr_at(99, TrainConfig(max_steps=1000)) == pytest.approx(6e-4)
+    # Unresolved: no fixed fallback any more (issue 22: one resolution, gptforge.train.resolve).
+    with pytest.raises(ValueError, match="train.lr, train.min_lr, train.warmup_steps unset"):
+        lr_at(99, TrainConfig(max_steps=1000))
+    with pytest.raises(ValueError, match="train.lr unset"):
+        build_optimizer(GPT(ModelConfig(n_layer=1, n_head=2, d_model=16, vocab_size=40, block_size=8).resolved()),
+                        TrainConfig(), "cpu")

@@ -1,0 +1,296 @@
+"""Resolve once: every default of a training run is filled here, before anything is built.
+
+Two stages, each a plain function:
+
+- `pre_resolve`: what the start-up probes (compile choice, time budget) run on: the model shape
+  (vocabulary from the data, preset expanded), the batch (gradient_accumulation_steps from
+  global_batch_size for this number of data-parallel ranks), the precision the caller measured,
+  and the size-aware lr / min_lr / muon_lr, which depend on model.d_model only
+  (gptforge.train.optim.resolve_lr_defaults).
+- `resolve_run`: the user's config, the world (DistEnv), the data (its meta.json's vocabulary)
+  and the probes' results (`Probes`) -> a frozen `ResolvedRun` in which no training field is
+  optional: lr, min_lr, warmup_steps, muon_lr, global_batch_size, gradient_accumulation_steps,
+  precision, compile (a bool), max_steps (from max_minutes when set).
+
+`resolve_training` runs the probes between the two for the trainer. The ResolvedRun is written to
+config.yaml and is the only config the trainer, optimizer, scheduler, DeepSpeed JSON, planner and
+report read.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+import yaml
+
+from gptforge.config import ModelConfig, ParallelConfig, RunConfig, TrainConfig, to_dict
+from gptforge.errors import InputError
+from gptforge.runtime import checkpoint as ckpt_lib
+from gptforge.train.compile_choice import CompileProbe
+
+REQUIRED_TRAIN = ("lr", "min_lr", "warmup_steps", "muon_lr", "global_batch_size")
+"""train.* fields that are None in a user's config and never None in a ResolvedRun."""
+
+PRECISIONS = ("fp32", "bf16", "fp16")
+"""What train.precision resolves to (auto is measured; fp8 is planner-only)."""
+
+
+@dataclass(frozen=True)
+class Probes:
+    """What the start-up measurements found, the inputs of `resolve_run` besides the config.
+
+    precision: train.precision as resolved (rank 0's choice under auto).
+    compile: train.compile as resolved (bool). compile_probe: the CPU compile probe's figures
+        when it ran (else None).
+    step_seconds: seconds per optimizer step for the time budget (train.max_minutes), with
+        `step_how` saying where it came from; None when max_minutes is off or already resolved.
+    spent_seconds: wall seconds the probes took, counted against train.max_minutes.
+    saved_train: the `train` section of the checkpoint's config.yaml on resume, else None; its
+        lr / min_lr / warmup_steps / muon_lr win over the rules for fields unset now.
+    """
+
+    precision: str
+    compile: bool
+    compile_probe: CompileProbe | None = None
+    step_seconds: float | None = None
+    step_how: str = ""
+    spent_seconds: float = 0.0
+    saved_train: dict | None = None
+
+
+@dataclass(frozen=True)
+class ResolvedRun:
+    """The run as it trains: no training field is optional. Built by `resolve_run` only.
+
+    model: resolved ModelConfig (vocab_size set). train: TrainConfig with every REQUIRED_TRAIN
+    field set, precision in PRECISIONS, compile a bool, max_steps final. parallel: the layout of
+    this world. requested_parallel: the parallel section as asked for (degrees -1 unresolved),
+    which config.yaml keeps so that a resume re-resolves it for its own world size. layout: what
+    it resolved to (world_size, dp, dp_replicate, dp_shard, tp, pp, zero_stage, device).
+    budget_spent_s: probe seconds counted against train.max_minutes. compile_probe: the probe's
+    figures, if it ran. Treat the three configs as read-only: nothing changes them after this.
+
+    Raises:
+        ValueError: a training field left unresolved (a bug in the caller, naming the field).
+    """
+
+    model: ModelConfig
+    train: TrainConfig
+    parallel: ParallelConfig
+    requested_parallel: ParallelConfig
+    layout: dict[str, Any]
+    budget_spent_s: float = 0.0
+    compile_probe: CompileProbe | None = None
+
+    def __post_init__(self):
+        tc = self.train
+        unset = [n for n in REQUIRED_TRAIN if getattr(tc, n) is None]
+        if unset or tc.precision not in PRECISIONS or not isinstance(tc.compile, bool) \
+                or self.model.vocab_size is None:
+            raise ValueError(f"ResolvedRun: unresolved fields {unset}, precision {tc.precision!r}, compile "
+                             f"{tc.compile!r}, model.vocab_size {self.model.vocab_size!r}")
+
+    @property
+    def zero_stage(self) -> int:
+        """The effective ZeRO stage of the layout."""
+        return int(self.layout["zero_stage"])
+
+    def config_yaml(self, data: dict[str, Any], extra: dict[str, Any] | None = None) -> str:
+        """config.yaml's text: this run (with the requested parallel section), the data's
+        provenance (`data`) and `extra` sections, plus `layout` (gptforge.train.provenance)."""
+        from gptforge.train.provenance import run_config_yaml
+
+        as_asked = RunConfig(model=self.model, train=self.train, parallel=self.requested_parallel)
+        return run_config_yaml(as_asked, data, {"layout": dict(self.layout), **(extra or {})})
+
+
+def pre_resolve(cfg: RunConfig, dp_size: int, vocab_size: int, precision: str, saved_train: dict | None = None,
+                data_description: str = "the data") -> RunConfig:
+    """Stage 1: the config the probes run on (model shape, batch, precision, size-aware lr).
+
+    Args:
+        cfg: the user's config. dp_size: data-parallel ranks. vocab_size: the data's vocabulary
+            (meta.json's vocab_size). precision: train.precision as resolved. saved_train: as
+            `Probes.saved_train`. data_description: names the data in errors.
+
+    Returns: a RunConfig with model resolved (vocab_size from the data when unset), train with
+    precision, global_batch_size, gradient_accumulation_steps, lr, min_lr and muon_lr set
+    (warmup_steps still as given: it depends on the final max_steps).
+
+    Raises:
+        InputError: model.vocab_size below the data's, global_batch_size not a multiple of
+            micro_batch_size x dp, or train.optimizer muon on a layout it cannot run on.
+    """
+    from gptforge.train.optim import check_muon_layout, resolve_lr_defaults
+
+    mc = cfg.model
+    if mc.vocab_size is None:
+        mc = ModelConfig(**{**to_dict(mc), "vocab_size": int(vocab_size)})
+    mc = mc.resolved()
+    if mc.vocab_size < vocab_size:
+        raise InputError(f"model.vocab_size={mc.vocab_size} is smaller than the data's vocabulary ({vocab_size}, "
+                         f"{data_description}); leave model.vocab_size unset to take it from the data")
+    tc = dataclasses.replace(cfg.train, precision=precision)
+    if tc.global_batch_size is None:
+        tc = dataclasses.replace(tc, global_batch_size=tc.micro_batch_size * tc.gradient_accumulation_steps * dp_size)
+    else:
+        per_step = tc.micro_batch_size * dp_size
+        if tc.global_batch_size % per_step:
+            raise InputError(f"train.global_batch_size {tc.global_batch_size} is not a multiple of "
+                             f"train.micro_batch_size {tc.micro_batch_size} x {dp_size} data-parallel rank(s)")
+        tc = dataclasses.replace(tc, gradient_accumulation_steps=tc.global_batch_size // per_step)
+    check_muon_layout(tc, cfg.parallel)
+    return RunConfig(model=mc, train=resolve_lr_defaults(mc, tc, saved_train), parallel=cfg.parallel)
+
+
+def resolve_run(cfg: RunConfig, env, data, probes: Probes, requested_parallel: ParallelConfig | None = None,
+                log: Callable[[str], None] | None = None) -> ResolvedRun:
+    """Stage 2: the frozen run. Pure given its inputs (it measures nothing).
+
+    Args:
+        cfg: the user's config (parallel resolved for this world). env: the world (a DistEnv:
+            dp_size, world_size, device). data: the data's facts (`vocab_size`, from meta.json,
+            and `description`; a BatchSource). probes: what the start-up probes found.
+        requested_parallel: as `ResolvedRun.requested_parallel` (default cfg.parallel).
+        log: receives one line per value chosen here (accumulation, time budget, size-aware
+            defaults, the schedule).
+
+    Returns: the ResolvedRun. max_steps: from train.max_minutes when `probes.step_seconds` is set
+    (gptforge.train.budget.steps_for_minutes, after the probes' seconds); warmup_steps: the
+    checkpoint's on resume, else 5% of max_steps (gptforge.train.optim.default_warmup).
+
+    Raises:
+        InputError: as `pre_resolve`.
+    """
+    from gptforge.train import budget
+    from gptforge.train.optim import describe_defaults, describe_schedule, resolve_warmup_default
+
+    say = log or (lambda m: None)
+    user = cfg.train
+    pre = pre_resolve(cfg, env.dp_size, int(data.vocab_size), probes.precision, probes.saved_train,
+                      data.description)
+    tc = dataclasses.replace(pre.train, compile=probes.compile)
+    if tc.gradient_accumulation_steps != user.gradient_accumulation_steps:
+        say(f"train.gradient_accumulation_steps {user.gradient_accumulation_steps} -> "
+            f"{tc.gradient_accumulation_steps}: train.global_batch_size {tc.global_batch_size} on {env.dp_size} "
+            "data-parallel rank(s)")
+    if probes.step_seconds is not None:
+        spent = probes.spent_seconds
+        steps = budget.steps_for_minutes(tc.max_minutes, probes.step_seconds,
+                                         eval_share=0.1 if tc.eval_interval > 0 else 0.0, spent_seconds=spent)
+        replaced = (f" (replacing train.max_steps {tc.max_steps}: when train.max_minutes is set it decides "
+                    "max_steps, an explicit one included; set max_minutes 0 to keep max_steps)"
+                    if tc.max_steps != steps else "")
+        left = max(0.0, tc.max_minutes * 60 - spent)
+        say(f"train.max_minutes {tc.max_minutes:g}: {spent:.1f} s of start-up probes counted against it, "
+            f"{left:.1f} s left for training; {probes.step_seconds:.3f} s/step ({probes.step_how}) -> "
+            f"train.max_steps {steps}" + replaced)
+        tc = dataclasses.replace(tc, max_steps=steps, max_minutes_steps=steps)
+    tc = resolve_warmup_default(tc, probes.saved_train)
+    line = describe_defaults(user, tc)
+    if line:
+        say(line)
+    say(describe_schedule(tc))
+    pc = pre.parallel
+    layout = {"world_size": env.world_size, "dp": env.dp_size, "dp_replicate": pc.dp_replicate,
+              "dp_shard": pc.dp_shard, "tp": pc.tp, "pp": pc.pp, "zero_stage": pc.effective_zero_stage(),
+              "device": str(env.device)}
+    return ResolvedRun(model=pre.model, train=tc, parallel=pc, requested_parallel=requested_parallel or pc,
+                       layout=layout, budget_spent_s=probes.spent_seconds if probes.step_seconds is not None else 0.0,
+                       compile_probe=probes.compile_probe)
+
+
+def check_supported(cfg: RunConfig, env, deepspeed: bool) -> None:
+    """Refuse, before anything is measured, combinations the trainer does not run: spike
+    rollback outside a single process / plain DDP, fp16 without a gradient scaler's layout.
+
+    Raises:
+        InputError: naming the options and what to use instead.
+    """
+    tc, pc = cfg.train, cfg.parallel
+    plain_ddp = pc.dp_shard == 1 and pc.tp == 1 and pc.pp == 1 and pc.effective_zero_stage() == 0
+    if tc.spike_action == "rollback" and (deepspeed or (env.distributed and not plain_ddp)):
+        raise InputError("train.spike_action=rollback runs in a single process or under plain DDP "
+                         "(parallel.dp_replicate) only: its mid-run reload is not tested under FSDP2/ZeRO, tp, "
+                         "pp or DeepSpeed; use train.spike_action warn there, and after a spike resume from an "
+                         "earlier checkpoint by hand")
+    if tc.precision == "fp16" and not deepspeed and (pc.effective_zero_stage() in (2, 3) or pc.tp > 1 or pc.pp > 1):
+        raise InputError("train.precision=fp16 needs a gradient scaler, which gptforge supports with a single "
+                         "process, DDP and ZeRO-1 only; use bf16 with FSDP2/ZeRO-2/3, tp or pp")
+
+
+def saved_train_section(run_dir: Path, resume: bool) -> dict | None:
+    """The `train` section of the resumed checkpoint's config.yaml, or None for a new run."""
+    if not resume:
+        return None
+    found = ckpt_lib.find_checkpoint(run_dir)
+    return (yaml.safe_load((found / "config.yaml").read_text()) or {}).get("train") or {}
+
+
+def resolve_training(cfg: RunConfig, env, data, run_dir: Path, resume: bool, log: Callable[[str], None],
+                     deepspeed: bool = False, requested_parallel: ParallelConfig | None = None) -> ResolvedRun:
+    """Both stages around the probes, for the trainer: precision (rank 0's choice), `pre_resolve`,
+    the compile choice and the time budget on it, then `resolve_run`.
+
+    On resume the checkpoint's frozen compile choice and lr / warmup values win; max_steps is kept
+    when train.max_minutes_steps is already set. Every rank takes rank 0's precision and budget
+    figures (ranks that timed differently would plan different runs).
+
+    Raises:
+        InputError: as `check_supported` and `pre_resolve`.
+    """
+    from gptforge.runtime.device import resolve_precision
+
+    check_supported(cfg, env, deepspeed)
+    precision = env.rank0_value(resolve_precision(cfg.train.precision, env.device, log))
+    saved = saved_train_section(run_dir, resume)
+    pre = pre_resolve(cfg, env.dp_size, int(data.vocab_size), precision, saved, data.description)
+    chosen, probe = _probe_compile(pre, env, saved, log)
+    pre = RunConfig(model=pre.model, train=dataclasses.replace(pre.train, compile=chosen), parallel=pre.parallel)
+    step_s, how, spent = _probe_budget(pre, probe, env)
+    probes = Probes(precision=precision, compile=chosen, compile_probe=probe, step_seconds=step_s, step_how=how,
+                    spent_seconds=spent, saved_train=saved)
+    return resolve_run(cfg, env, data, probes, requested_parallel, log)
+
+
+def _probe_compile(pre: RunConfig, env, saved: dict | None, log) -> tuple[bool, CompileProbe | None]:
+    """train.compile auto -> a bool (gptforge.train.compile_choice.resolve_compile: CUDA compiles,
+    a CPU measures both for this shape); on resume the checkpoint's frozen value wins."""
+    tc = pre.train
+    if isinstance(tc.compile, bool):
+        return tc.compile, None
+    from gptforge.train.compile_choice import resolve_compile
+
+    kept = (saved or {}).get("compile")
+    if isinstance(kept, bool):
+        return kept, None
+    probes: list[CompileProbe] = []
+    chosen = resolve_compile(tc.compile, pre.model, tc, tc.precision, env.device, log,
+                             agree=env.all_reduce_sum if env.distributed else None, on_probe=probes.append)
+    return chosen, (probes[0] if probes else None)
+
+
+def _probe_budget(pre: RunConfig, probe: CompileProbe | None, env) -> tuple[float | None, str, float]:
+    """(step seconds, where from, probe seconds) for train.max_minutes, rank 0's on every rank;
+    (None, "", 0.0) when there is no budget to plan (off, or resolved already). The step time is
+    the compile probe's figure for the chosen side when it ran, else measured now
+    (gptforge.train.budget.measure_step_seconds on the pre-resolved config)."""
+    tc = pre.train
+    if tc.max_minutes <= 0 or tc.max_minutes_steps:
+        return None, "", 0.0
+    from gptforge.train import budget
+
+    side = "compiled" if tc.compile is True else "eager"
+    if probe is not None:
+        step_s = probe.compiled_s if tc.compile is True else probe.eager_s
+        how, spent = f"{side}, from the compile probe", probe.total_s
+    else:
+        t0 = time.perf_counter()
+        step_s = budget.measure_step_seconds(pre.model, tc)
+        how, spent = f"{side}, measured", time.perf_counter() - t0
+    step_s, spent, how = env.rank0_value((step_s, round(spent, 1), how))
+    return step_s, how, spent
