@@ -442,7 +442,7 @@ def report(results: dict, args) -> None:
     summ = {k: summarise(names[k], v) for k, v in results["runs"].items()}
     print("| recipe | final val bits/byte (mean ± sd; seeds) | CPU s per run (mean; seeds) |")
     print("|---|---|---|")
-    for k, s in summ.items():
+    for s in summ.values():
         print(f"| {s['recipe']} | {s['bpb_mean']:.4f} ± {s['bpb_sd']:.4f} ({', '.join(f'{x:.4f}' for x in s['final_bpb'])}) "
               f"| {s['cpu_mean']:.1f} ({', '.join(f'{x:.1f}' for x in s['final_cpu'])}) |")
     for k, runs in results["runs"].items():

@@ -26,6 +26,7 @@ import sys
 import textwrap
 import types
 import typing
+from itertools import pairwise
 from typing import Any
 
 
@@ -40,7 +41,7 @@ def attribute_docs(cls: type) -> dict[str, str]:
         except (OSError, TypeError, SyntaxError):
             continue
         body = tree.body[0].body if tree.body and isinstance(tree.body[0], ast.ClassDef) else []
-        for a, b in zip(body, body[1:]):
+        for a, b in pairwise(body):
             if (isinstance(a, ast.AnnAssign) and isinstance(a.target, ast.Name) and isinstance(b, ast.Expr)
                     and isinstance(b.value, ast.Constant) and isinstance(b.value.value, str)):
                 docs[a.target.id] = " ".join(b.value.value.split())

@@ -283,7 +283,7 @@ def apply_steps(docs: Iterable[Document], steps: list[Any], stats: list[StepStat
     while len(stats) < len(steps):
         stats.append(StepStats(steps[len(stats)].name))
     for doc in docs:
-        for step, st in zip(steps, stats):
+        for step, st in zip(steps, stats, strict=False):
             st.documents_in += 1
             st.characters_in += len(doc["text"])
             out = step(doc)
@@ -296,7 +296,7 @@ def apply_steps(docs: Iterable[Document], steps: list[Any], stats: list[StepStat
             st.characters_out += len(doc["text"])
         else:
             yield doc
-    for step, st in zip(steps, stats):
+    for step, st in zip(steps, stats, strict=False):
         st.counts.update(step.counts)
         step.counts.clear()
         line_examples = getattr(step, "line_examples", None)

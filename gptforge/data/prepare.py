@@ -281,7 +281,7 @@ def encode_documents(tokenizer: Tokenizer, texts: list[str], dtype: np.dtype,
     size = 0
 
     def run() -> None:
-        for piece_ids, k in zip(tokenizer.encode_batch(group), owners):
+        for piece_ids, k in zip(tokenizer.encode_batch(group), owners, strict=True):
             arr = np.asarray(piece_ids, dtype=dtype)
             lengths[abs(k) - 1] += arr.size
             chunks.append(arr)
@@ -412,7 +412,7 @@ def encode_window_task(task: dict[str, Any]) -> dict[str, Any]:
         c["documents"] += sum(ends)
         c["bytes"] += nbytes
         c["tokens"] += int(ids.size)
-        for (t, span), n_tokens in zip(batch, lengths.tolist()):
+        for (t, span), n_tokens in zip(batch, lengths.tolist(), strict=True):
             if span[2] == span[1] and span[3] == span[4]:
                 whole_tokens.append(n_tokens)
                 whole_chars.append(len(t))
@@ -491,7 +491,7 @@ def _merge_shard_stats(results: list[dict[str, Any]], names: list[str]) -> tuple
         rstats.merge(other)
         nd = r["normalize"]
         nstats.merge(NormalizeStats(nd["documents_in"], nd["documents_out"], nd["characters_out"], dict(nd["dropped"])))
-        for st, d in zip(steps, r["steps"]):
+        for st, d in zip(steps, r["steps"], strict=True):
             st.merge(step_from_dict(d))
     return rstats, nstats, steps
 
@@ -708,7 +708,7 @@ def _run_pipeline(cfg: PrepareConfig, out_dir: Path, files: list[Path], recipe_d
             scan.lowest_train = ids[:2]
         small = _small_corpus_rule(cfg, scan)
         moved.update(small)
-        for doc_id, split in small.items():
+        for split in small.values():
             scan.documents["train"] -= 1
             scan.documents[split] += 1
         if scan.documents["train"] == 0:
@@ -828,7 +828,7 @@ def _encode_tasks(cfg: PrepareConfig, common: dict[str, Any], work: Path, n_shar
                           "test_fraction": cfg.test_fraction, "cuts": cuts})
             continue
         names.append([f"{i:05d}.w{k:04d}of{len(windows):04d}" for k in range(len(windows))])
-        for name, spans in zip(names[-1], windows):
+        for name, spans in zip(names[-1], windows, strict=True):
             tasks.append({**common, "fn": "window", "index": len(tasks), "shard": i, "name": name, "spans": spans})
     return tasks, names
 
@@ -945,10 +945,10 @@ def _position_split(cfg: PrepareConfig, scan: _Scan, work: Path, n_shards: int, 
         end = start
     if not cut:
         return {}
-    for start, split in cut:
+    for _, split in cut:
         scan.documents[split] += 1
     ends = [c[0] for c in cut[1:]] + [n]
-    shares = ", ".join(f"{split}: the {b - start:,} characters from {start:,}" for (start, split), b in zip(cut, ends))
+    shares = ", ".join(f"{split}: the {b - start:,} characters from {start:,}" for (start, split), b in zip(cut, ends, strict=True))
     not_found = (cfg.doc_separator is not None and rstats is not None
                  and rstats.documents <= rstats.files_read)  # no file gave more than one document
     # A separated file's ids are PATH@N (gptforge.data.readers.text): name the file itself.

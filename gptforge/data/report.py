@@ -14,6 +14,7 @@ import html
 import json
 import os
 import platform
+from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
@@ -60,7 +61,7 @@ def build_report(*, cfg, recipe, files, shards, read, normalize, steps, dedup, b
     chain += [s.to_dict() for s in steps]
     dropped_total = sum(sum(s["dropped"].values()) for s in chain)
     written = sum(v["documents"] for v in recount.values())
-    links_ok = all(a["documents_out"] == b["documents_in"] for a, b in zip(chain, chain[1:]))
+    links_ok = all(a["documents_out"] == b["documents_in"] for a, b in pairwise(chain))
     mb = read.input_bytes / 1e6
     throughput = {name: {"seconds": round(sec, 3)} for name, sec in timings.items()}
     for name in ("count_lines", "curate"):

@@ -131,7 +131,7 @@ def plan_encode_windows(text: ShardText, mask: np.ndarray | None, split_of: Call
         if doc_id in cuts:
             chars = [int(c) for c, _ in cuts[doc_id]]
             starts = char_to_byte_offsets(text.text_bytes(pos), chars) if n > 0 else [0] * len(chars)
-            pieces = [(split, b, e) for (_, split), b, e in zip(cuts[doc_id], starts, starts[1:] + [n])]
+            pieces = [(split, b, e) for (_, split), b, e in zip(cuts[doc_id], starts, starts[1:] + [n], strict=True)]
         else:
             pieces = [(split_of(doc_id), 0, n)]
         data = None

@@ -60,8 +60,8 @@ def make_lm(model: torch.nn.Module, tokenizer, device: torch.device | str = "cpu
             pairs = [(list(ctx), list(cont)) for _, ctx, cont in requests]
             units, _truncated = make_units(pairs, block)
             ll, greedy = score_units(model, units, len(pairs), batch_size, dev, precision)
-            out = list(zip(ll, greedy))
-            for (key, _, _), res in zip(requests, out):
+            out = list(zip(ll, greedy, strict=True))
+            for (key, _, _), res in zip(requests, out, strict=True):
                 self.cache_hook.add_partial("loglikelihood", key, res)
             return out
 
@@ -75,7 +75,7 @@ def make_lm(model: torch.nn.Module, tokenizer, device: torch.device | str = "cpu
                     owner.append(i)
             scores = self._loglikelihood_tokens(windows) if windows else []
             totals = [0.0] * len(requests)
-            for i, (ll, _) in zip(owner, scores):
+            for i, (ll, _) in zip(owner, scores, strict=True):
                 totals[i] += ll
             return totals
 

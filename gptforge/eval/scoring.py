@@ -112,13 +112,13 @@ def pack(units: list[Unit], padding_side: str = "right"):
         off = pad if padding_side == "left" else 0
         row_ids, row_pos, row_seg = list(u.ctx), list(range(L)), [0] * L
         start = off + L
-        for j, (cont, req) in enumerate(zip(u.conts, u.requests), start=1):
+        for j, (cont, req) in enumerate(zip(u.conts, u.requests, strict=True), start=1):
             n = len(cont) - 1
             row_ids += cont[:-1]
             row_pos += range(L, L + n)
             row_seg += [j] * n
             preds = [off + L - 1] + list(range(start, start + n))
-            targets.extend((r, p, t, req) for p, t in zip(preds, cont))
+            targets.extend((r, p, t, req) for p, t in zip(preds, cont, strict=True))
             start += n
         fill = ([0] * pad, [0] * pad, [-1] * pad)
         if padding_side == "left":

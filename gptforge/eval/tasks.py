@@ -279,7 +279,7 @@ def rows_to_examples(path: Path, rows: list[tuple[int, object]], fmt: str, opts:
             q, *choices, ans = row
             if ans.strip() not in "ABCD" or not ans.strip():
                 raise _err(path, line, f"column 6 (answer) = {ans!r}; expected A, B, C or D")
-            ctx = (q.strip() + "\n" + "".join(f"{k}. {c}\n" for k, c in zip("ABCD", choices)) + "Answer:")
+            ctx = (q.strip() + "\n" + "".join(f"{k}. {c}\n" for k, c in zip("ABCD", choices, strict=True)) + "Answer:")
             out.append(_mc([ctx], list("ABCD"), "ABCD".index(ans.strip()), delim, line))
         elif fmt == "mc":
             ctx = _get(path, line, row, "context")

@@ -310,7 +310,7 @@ class OnnxDecoder:
             position_ids = np.broadcast_to(np.arange(P, P + T, dtype=np.int64), (B, T)).copy()
         names = [i.name for i in self.session.get_inputs()]
         feeds = dict(zip(names, [input_ids, np.asarray(attention_mask, np.int64),
-                                 np.asarray(position_ids, np.int64), *past]))
+                                 np.asarray(position_ids, np.int64), *past], strict=False))
         out = self.session.run(None, feeds)
         return out[0], out[1:]
 

@@ -160,7 +160,7 @@ def _logprob_entry(logp_row: torch.Tensor, token_id: int, n: int) -> TokenLogpro
     top = []
     if n > 0:
         vals, ids = torch.topk(logp_row, min(n, logp_row.numel()))
-        top = list(zip(ids.tolist(), vals.tolist()))
+        top = list(zip(ids.tolist(), vals.tolist(), strict=True))
     return TokenLogprob(token_id, float(logp_row[token_id]), top)
 
 

@@ -421,7 +421,7 @@ def create_app(model, tokenizer_file: str | Path, cfg: ServeConfig | None = None
             return out
 
         def echo_entries(j, ev):
-            return list(zip(jobs[j][0], ev.prompt_logprobs)) if ev.prompt_logprobs is not None else []
+            return list(zip(jobs[j][0], ev.prompt_logprobs, strict=False)) if ev.prompt_logprobs is not None else []
 
         def prompt_text(j):
             return srv.tok.decode(jobs[j][0])

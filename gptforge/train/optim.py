@@ -218,7 +218,7 @@ class MuonAdamW(torch.optim.Optimizer):
             try:
                 self._muon.step()
             finally:
-                for g, lr in zip(self._muon.param_groups, saved):
+                for g, lr in zip(self._muon.param_groups, saved, strict=True):
                     g["lr"] = lr
         if self._adamw is not None:
             self._adamw.step()

@@ -326,7 +326,7 @@ def _pipeline(out: Parallelized, parts: list[nn.Module], my_stages: list[int], n
     if pp_loss_fn is None:
         raise ValueError("pipeline parallelism needs a loss function for the last stage")
     group = env.group("pp")
-    out.stages = [PipelineStage(p, s, n_stages, env.device, group=group) for p, s in zip(parts, my_stages)]
+    out.stages = [PipelineStage(p, s, n_stages, env.device, group=group) for p, s in zip(parts, my_stages, strict=True)]
     out.stage_modules = parts
     local_batch = tc.micro_batch_size * tc.gradient_accumulation_steps
     n_mb = pc.pp_microbatches or max(tc.gradient_accumulation_steps, pc.pp)

@@ -93,7 +93,7 @@ def _read_csv(path: Path, stats: ReadStats, text_field: str, opener=None) -> Ite
             row += 1
             if problem is None:
                 stats.documents += 1
-                meta = {h: v for h, v in zip(header, values) if h != name}
+                meta = {h: v for h, v in zip(header, values, strict=True) if h != name}
                 meta["source"] = str(path)
                 yield {"id": f"{path}#{row}", "text": values[col], "meta": meta}
                 continue

@@ -46,7 +46,7 @@ def _read_tar(path: Path, fh: BinaryIO, stats: ReadStats, text_field: str,
                 continue
             opened = [False]
 
-            def opener(b=body):
+            def opener(b=body, opened=opened, name=name):
                 if opened[0]:
                     raise BadFileError("unreadable", f"{name}: a tar member can be read once")
                 opened[0] = True
