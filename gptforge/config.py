@@ -22,6 +22,13 @@ from typing import Any, Literal, Optional, Union
 # Model
 
 
+# Choices shared by a config field and the code that computes its value.
+Precision = Literal["auto", "fp32", "bf16", "fp16", "fp8"]
+OptimizerName = Literal["adamw", "sgd", "muon", "adamw8bit", "adafactor"]
+Checkpointing = Literal["none", "selective", "full"]
+Offload = Literal["none", "optimizer", "optimizer+params"]
+
+
 @dataclass
 class ModelConfig:
     """Shape of the decoder. None means: from `preset`, else the documented default."""
@@ -215,7 +222,7 @@ class TrainConfig:
     """AdamW epsilon."""
     grad_clip: float = 1.0
     """Clip the global gradient norm to this value; 0 disables clipping."""
-    optimizer: Literal["adamw", "sgd", "muon", "adamw8bit", "adafactor"] = "adamw"
+    optimizer: OptimizerName = "adamw"
     """Optimizer. adamw (fused where the device supports it) and sgd run everywhere; muon:
     torch.optim.Muon (Newton-Schulz orthogonalised momentum, Jordan et al. 2024) for the 2-D
     matrices inside the blocks and AdamW (train.lr, betas, weight_decay) for embeddings, head,
@@ -231,7 +238,7 @@ class TrainConfig:
     muon_weight_decay: float = 0.0
     """muon: decoupled weight decay of the Muon matrices (the matrices shrink by
     lr_muon * muon_weight_decay per step); the AdamW parameters keep weight_decay."""
-    precision: Literal["auto", "fp32", "bf16", "fp16", "fp8"] = "auto"
+    precision: Precision = "auto"
     """Autocast precision: auto (what is fast on the device: bf16 on GPUs that have it and on CPUs
     whose measured bf16 matmuls beat fp32, else fp32; the choice is frozen in config.yaml), fp32,
     bf16 or fp16 (with a gradient scaler). fp8 is planner-only."""
@@ -270,7 +277,7 @@ class TrainConfig:
     """Seed for initialisation, data sampling and dropout."""
     device: str = "auto"
     """auto (CUDA, then MPS, then CPU), cpu, cuda, cuda:N or mps."""
-    activation_checkpointing: Literal["none", "selective", "full"] = "none"
+    activation_checkpointing: Checkpointing = "none"
     """Recompute activations in backward: none, selective (attention and MLP inner activations
     of every other block) or full (every block)."""
     compile: Union[bool, Literal["auto"]] = False
@@ -391,7 +398,7 @@ class ParallelConfig:
     ZeroRedundancyOptimizer), 2 + gradients sharded (FSDP2, reshard_after_forward=False), 3 +
     parameters sharded (FSDP2 full sharding). 0: 3 when dp_shard > 1, else none (DDP when
     dp_replicate > 1)."""
-    offload: Literal["none", "optimizer", "optimizer+params"] = "none"
+    offload: Offload = "none"
     """Offload model states to CPU memory through FSDP2's CPUOffloadPolicy (needs zero_stage 2 or
     3). FSDP2 offloads sharded parameters, gradients and the optimizer step together, so
     `optimizer` and `optimizer+params` both do that; pinned memory only with CUDA."""

@@ -81,8 +81,9 @@ def command_parser(prog: str, description: str, options: type | None = None,
         parser.add_class_arguments(cls, name, help=(cls.__doc__ or "").strip().splitlines()[0])
     if options is not None:
         add_options(parser, options, positional)
-    parser.options_class = options
-    parser.model_shorthand = "model" in (sections or {})
+    # What parse_options reads back from the parser (jsonargparse is imported lazily, so no subclass).
+    parser.options_class = options  # type: ignore[attr-defined]
+    parser.model_shorthand = "model" in (sections or {})  # type: ignore[attr-defined]
     return parser
 
 
@@ -154,7 +155,9 @@ def add_options(parser, options: type, positional: tuple[str, ...] = ()) -> None
         if "range" in f.metadata:
             help_text += f" (must be {range_text(*f.metadata['range'])})"
         required = f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
-        default = None if required else (f.default if f.default is not dataclasses.MISSING else f.default_factory())
+        factory = f.default_factory
+        default = None if required else (f.default if f.default is not dataclasses.MISSING
+                                         else factory() if callable(factory) else None)
         kind = hints[f.name]
         if f.name in positional:  # a list takes many values (any number when it has a default)
             nargs = ("*" if not required else "+") if typing.get_origin(kind) is list else None

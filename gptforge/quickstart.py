@@ -18,7 +18,7 @@ from typing import Callable
 
 import torch
 
-from gptforge.config import ModelConfig, RunConfig, TrainConfig
+from gptforge.config import ModelConfig, OptimizerName, RunConfig, TrainConfig
 
 
 @dataclass
@@ -37,7 +37,7 @@ class QuickstartResult:
 def run_quickstart(out: Path, minutes: float = 10.0, vocab_size: int = 4096, preset: str = "modern-micro",
                    micro_batch_size: int = 16, block_size: int = 256, max_files: int | None = None,
                    workers: int = 0, steps: int | None = None, progress: bool = True,
-                   log: Callable[[str], None] = print, optimizer: str = "muon") -> QuickstartResult:
+                   log: Callable[[str], None] = print, optimizer: OptimizerName = "muon") -> QuickstartResult:
     """Prepare the standard-library corpus, train `preset` for about `minutes`, evaluate, sample.
 
     The default recipe (modern-micro + Muon, the size-aware learning rates of

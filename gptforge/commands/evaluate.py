@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal, Optional
+from typing import Any, Literal, Optional
 
 from gptforge.options import bounded
 
@@ -165,7 +166,7 @@ def _tasks(opts: EvaluateOptions) -> int:
                         opts.seed, progress=True) for t in tasks]
     agg = aggregate(results) if len(results) > 1 else None
     contamination = _contamination(opts, tasks, results) if opts.contamination else None
-    doc = {
+    doc: dict[str, Any] = {
         "checkpoint": str(ckpt), "checkpoint_sha256": _tree_sha256(Path(ckpt)), "num_fewshot": opts.num_fewshot,
         "seed": opts.seed, "limit": opts.limit, "batch_size": opts.batch_size or 32, "precision": opts.precision,
         "device": str(device),
@@ -211,7 +212,7 @@ def _contamination(opts: EvaluateOptions, tasks, results) -> dict:
         raise MissingInputError(f"--contamination {opts.contamination}: no tokenizer.json (a `gptforge prepare` folder)")
     data_tok = Tokenizer.from_file(tok_file)
     texts = {t.name: [e.demo for e in t.examples[:r.n]] for t, r in zip(tasks, results, strict=True)}
-    tokens = {name: data_tok.encode_batch(v) for name, v in texts.items()}
+    tokens: dict[str, Sequence[Sequence[int]]] = {name: data_tok.encode_batch(v) for name, v in texts.items()}
     report = find_contamination(tokens, opts.contamination, n=opts.contamination_ngram, progress=True)
     lines = {t.name: [e.line for e in t.examples[:r.n]] for t, r in zip(tasks, results, strict=True)}
     for t, r in zip(tasks, results, strict=True):

@@ -7,7 +7,7 @@ import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 from gptforge.atomic import default_mode, fsync_file
 from gptforge.options import command_parser, parse_command
@@ -83,7 +83,7 @@ def export(ckpt: Path, out: Path, fmt: str) -> dict:
             from torch.distributed.checkpoint.format_utils import dcp_to_torch_save
 
             dcp_to_torch_save(str(ckpt), str(tmp))
-            summary = {"format": "torch"}
+            summary: dict[str, Any] = {"format": "torch"}
         else:
             from safetensors.torch import save_file
 

@@ -101,7 +101,7 @@ class BoilerplateConfig:
         return max(int(self.min_documents), int(-(-self.min_fraction * documents // 1)))
 
 
-_DEDUP = {"dedup": {}}
+_DEDUP: dict[str, dict] = {"dedup": {}}
 RECIPES: dict[str, dict[str, Any]] = {
     "none": {"description": "reading and Unicode normalization only", "steps": []},
     "default": {"description": "normalization, mojibake/control-character repair, PII redaction, exact and "

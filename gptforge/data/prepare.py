@@ -627,7 +627,7 @@ def _prepare_locked(cfg: PrepareConfig, out_dir: Path, show_progress: bool, t0: 
 
 
 def _run_pipeline(cfg: PrepareConfig, out_dir: Path, files: list[Path], recipe_dict: dict[str, Any], recipe: Any,
-                  tokenizer: Tokenizer | None, workers: int, shards: list[list[str]], work: Path, reused: bool,
+                  tokenizer: Tokenizer | None, workers: int, shards: list[list[Any]], work: Path, reused: bool,
                   fingerprint_sha: str, show_progress: bool, t0: float) -> PrepareResult:
     from gptforge.data.report import build_report, recount_output, write_report
 

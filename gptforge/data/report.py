@@ -16,7 +16,7 @@ import os
 import platform
 from itertools import pairwise
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
 import numpy as np
 
@@ -126,7 +126,7 @@ def _n(x: Any) -> str:
     return f"{x:,}" if isinstance(x, int) else ("" if x is None else _e(x))
 
 
-def bar_chart(labels: list[str], values: list[float], title: str, div_id: str) -> str:
+def bar_chart(labels: list[str], values: Sequence[float], title: str, div_id: str) -> str:
     """An interactive plotly bar chart as an HTML fragment (plotly.js itself is inlined once in
     the page head by `render_html`; nothing is fetched)."""
     if not values or max(values) <= 0:

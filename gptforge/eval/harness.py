@@ -16,11 +16,15 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import torch
 
 from gptforge.errors import InputError, MissingInputError
 from gptforge.eval.scoring import make_units, score_units
+
+if TYPE_CHECKING:
+    from gptforge.model.gpt import GPT
 
 OFFLINE_ENV = {"HF_DATASETS_OFFLINE": "1", "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
 
@@ -32,7 +36,7 @@ def _require_lm_eval():
         raise MissingInputError("--harness needs lm-evaluation-harness: pip install 'gptforge[eval]'") from None
 
 
-def make_lm(model: torch.nn.Module, tokenizer, device: torch.device | str = "cpu", precision: str = "fp32",
+def make_lm(model: GPT, tokenizer, device: torch.device | str = "cpu", precision: str = "fp32",
             batch_size: int = 32):
     """An lm-eval `TemplateLM` over `model` (a gptforge GPT) and `tokenizer` (gptforge Tokenizer)."""
     _require_lm_eval()
@@ -101,7 +105,7 @@ def make_lm(model: torch.nn.Module, tokenizer, device: torch.device | str = "cpu
     return GptforgeLM()
 
 
-def run_harness(model: torch.nn.Module, tokenizer, tasks: list[str], include_path: str | None = None,
+def run_harness(model: GPT, tokenizer, tasks: list[str], include_path: str | None = None,
                 num_fewshot: int | None = None, limit: int | None = None, device: torch.device | str = "cpu",
                 precision: str = "fp32", batch_size: int = 32, seed: int = 1234,
                 include_defaults: bool | None = None) -> dict:

@@ -38,6 +38,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
@@ -55,6 +56,9 @@ from gptforge.eval.metrics import (
 from gptforge.eval.scoring import encode_pair, make_units, score_units
 from gptforge.eval.tasks import Task, load_task
 from gptforge.progress import progress as show_progress
+
+if TYPE_CHECKING:
+    from gptforge.model.gpt import GPT
 
 DEFAULT_SEED = 1234
 """Few-shot seed (lm-evaluation-harness's default fewshot_random_seed)."""
@@ -188,7 +192,7 @@ def perplexity_metrics(nats: Sequence[float], n_bytes: Sequence[int], words: Seq
             "bits_per_byte": metric(per_byte / math.log(2), se_b / math.log(2), n)}
 
 
-def run_task(model: torch.nn.Module, tokenizer, task: Task | str | Path, device: torch.device | str = "cpu",
+def run_task(model: GPT, tokenizer, task: Task | str | Path, device: torch.device | str = "cpu",
              precision: str = "fp32", batch_size: int = 32, num_fewshot: int = 0, limit: int | None = None,
              seed: int = DEFAULT_SEED, padding_side: str = "right", progress: bool = False) -> TaskResult:
     """Score one task (its first `limit` examples; a larger limit is the whole task).
@@ -207,19 +211,19 @@ def run_task(model: torch.nn.Module, tokenizer, task: Task | str | Path, device:
     examples = task.examples[:n]
     contexts = [fewshot_contexts(task, i, num_fewshot, seed) for i in range(n)]
     block = model.config.block_size
-    common = dict(name=task.name, type=task.type, format=task.format, path=str(task.path), sha256=task.sha256, n=n,
+    common: dict[str, Any] = dict(name=task.name, type=task.type, format=task.format, path=str(task.path), sha256=task.sha256, n=n,
                   num_fewshot=num_fewshot, seed=seed)
     if task.type == "perplexity":
         from gptforge.eval.perplexity import evaluate_tokens
         from gptforge.runtime.device import AUTOCAST_DTYPES
 
-        preds = []
+        preds: list[dict[str, Any]] = []
         with show_progress(f"scoring {task.name}", n, "documents", enabled=progress) as bar:
             for e in examples:
                 toks = np.array([tokenizer.eos_id] + tokenizer.encode(e.answers[0]), dtype=np.int64)
-                r = evaluate_tokens(model, toks, stride=block, batch_size=batch_size, device=device,
+                res = evaluate_tokens(model, toks, stride=block, batch_size=batch_size, device=device,
                                     autocast_dtype=AUTOCAST_DTYPES.get(precision))
-                preds.append({"line": e.line, "nats": r.total_nats, "tokens": r.tokens,
+                preds.append({"line": e.line, "nats": res.total_nats, "tokens": res.tokens,
                               "bytes": len(e.answers[0].encode("utf-8")), "words": len(re.split(r"\s+", e.answers[0]))})
                 bar.advance()
         metrics = perplexity_metrics([p["nats"] for p in preds], [p["bytes"] for p in preds],
@@ -260,10 +264,10 @@ def run_task(model: torch.nn.Module, tokenizer, task: Task | str | Path, device:
         return cache[s]
 
     pairs = [encode_pair(encode, c, x, tokenizer.eos_id) for c, x in requests]
-    for (_, cont), (_, text), k in zip(pairs, requests, owner, strict=True):
-        if not cont or len(cont) > block:
-            why = "encodes to no tokens after the context" if not cont else \
-                f"is {len(cont)} tokens, longer than the model's context of {block}"
+    for (_, cont_ids), (_, text), k in zip(pairs, requests, owner, strict=True):
+        if not cont_ids or len(cont_ids) > block:
+            why = "encodes to no tokens after the context" if not cont_ids else \
+                f"is {len(cont_ids)} tokens, longer than the model's context of {block}"
             raise InputError(f"{task.path}, line {examples[k].line}: the continuation {text!r} {why}")
     units, truncated = make_units(pairs, block)
     with show_progress(f"scoring {task.name}", len(units), "requests", enabled=progress) as bar:
@@ -271,12 +275,12 @@ def run_task(model: torch.nn.Module, tokenizer, task: Task | str | Path, device:
                                  on_batch=bar.advance)
     lls: list[list[float]] = [[] for _ in range(n)]
     grs: list[list[bool]] = [[] for _ in range(n)]
-    for r, k in enumerate(owner):
-        lls[k].append(ll[r])
-        grs[k].append(greedy[r])
+    for row, k in enumerate(owner):
+        lls[k].append(ll[row])
+        grs[k].append(greedy[row])
     metrics, confusion, preds = _choice_metrics(task, examples, lls, grs)
-    for p, x in zip(preds, lls, strict=True):
-        p["loglikelihoods"] = x
+    for pred, x in zip(preds, lls, strict=True):
+        pred["loglikelihoods"] = x
     return TaskResult(**common, truncated=truncated, metrics=metrics, seconds=time.perf_counter() - t0,
                       confusion_matrix=confusion, chance=task.chance, predictions=preds)
 
@@ -312,7 +316,7 @@ def aggregate(results: list[TaskResult]) -> dict | None:
     return {"core": centered_aggregate({r.name: (r.metrics[main_metric(r)], r.chance) for r in scored})}
 
 
-def evaluate_tasks(model: torch.nn.Module, tokenizer, tasks: list[Task | str | Path], device: torch.device | str = "cpu",
+def evaluate_tasks(model: GPT, tokenizer, tasks: Sequence[Task | str | Path], device: torch.device | str = "cpu",
                    precision: str = "fp32", batch_size: int = 32, num_fewshot: int = 0, limit: int | None = None,
                    seed: int = DEFAULT_SEED) -> dict[str, dict[str, float]]:
     """Score `tasks` and return {task name: {metric: value}} (plus "core" when several tasks).

@@ -49,6 +49,7 @@ import json
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from gptforge.atomic import file_sha256
 from gptforge.errors import InputError, MissingInputError
@@ -143,14 +144,14 @@ def _decode_lines(path: Path) -> list[tuple[int, str]]:
     return out
 
 
-def read_rows(path: Path) -> list[tuple[int, object]]:
+def read_rows(path: Path) -> list[tuple[int, Any]]:
     """(line, row) of a .jsonl (one JSON object per line) or .csv (lists of cells) file."""
     lines = _decode_lines(path)
     if path.suffix.lower() == ".csv":
         text = "\n".join(t for _, t in lines)
         nums = [n for n, _ in lines]
         reader = csv.reader(io.StringIO(text))
-        rows = []
+        rows: list[tuple[int, Any]] = []
         for cells in reader:
             rows.append((nums[min(reader.line_num, len(nums)) - 1], cells))
         return rows
@@ -167,7 +168,7 @@ def read_rows(path: Path) -> list[tuple[int, object]]:
     return rows
 
 
-def detect_format(row: object) -> str | None:
+def detect_format(row: Any) -> str | None:
     """The format of one row (see the module table), or None when it matches none."""
     if isinstance(row, list):
         return "mmlu"
@@ -251,7 +252,7 @@ def _format_prompt(path: Path, line: int, template: str, row: dict) -> str:
         raise _err(path, line, f"the prompt template {template!r} cannot be filled ({e})") from None
 
 
-def rows_to_examples(path: Path, rows: list[tuple[int, object]], fmt: str, opts: dict) -> list[Example]:
+def rows_to_examples(path: Path, rows: list[tuple[int, Any]], fmt: str, opts: dict) -> list[Example]:
     """Examples of `rows`, all in format `fmt`; `opts` are the YAML settings (see the module doc).
 
     Raises:

@@ -49,7 +49,8 @@ class SlotKVCache:
         self.k = torch.zeros(n_slots, n_kv_head, max_len, head_dim, device=device, dtype=dtype)
         self.v = torch.zeros_like(self.k)
         self.pos = 0  # unused: the engine always passes position ids
-        self.slots = self.lengths = None
+        self.slots: torch.Tensor | None = None
+        self.lengths: torch.Tensor | None = None
         self.leading = 0
 
     def bind(self, slots: torch.Tensor, lengths: torch.Tensor, leading: int = 0, uniform: int | None = None) -> None:

@@ -117,7 +117,7 @@ def _dcp_state(model: torch.nn.Module, optimizer: torch.optim.Optimizer | None) 
     from torch.distributed.checkpoint.state_dict import get_state_dict
 
     model_sd, optim_sd = get_state_dict(model, optimizer if optimizer is not None else [], options=_options())
-    state = {"model": model_sd}
+    state: dict[str, Any] = {"model": model_sd}
     if optimizer is not None:
         state["optim"] = optim_sd
     return state
@@ -209,7 +209,7 @@ def save_checkpoint(ckpt_root: Path, step: int, model: torch.nn.Module, optimize
     model_sd = saved["model"]
     signature = _whole_signature(model_sd) if consolidated is not False else None
     mine = (rng_state(), signature, _tensor_bytes(saved.get("optim", {})))
-    gathered = [None] * (dist.get_world_size() if dist.is_initialized() else 1)
+    gathered: list[Any] = [None] * (dist.get_world_size() if dist.is_initialized() else 1)
     if dist.is_initialized():
         dist.all_gather_object(gathered, mine)
     else:

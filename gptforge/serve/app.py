@@ -26,6 +26,7 @@ import uuid
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
@@ -409,7 +410,7 @@ def create_app(model, tokenizer_file: str | Path, cfg: ServeConfig | None = None
 
         def logprob_block(entries, offset0: int):
             """OpenAI completions logprobs: tokens, token_logprobs, top_logprobs, text_offset."""
-            out = {"tokens": [], "token_logprobs": [], "top_logprobs": [], "text_offset": []}
+            out: dict[str, list[Any]] = {"tokens": [], "token_logprobs": [], "top_logprobs": [], "text_offset": []}
             offset = offset0
             for token_id, lp in entries:
                 piece = srv.piece(token_id)
@@ -429,7 +430,7 @@ def create_app(model, tokenizer_file: str | Path, cfg: ServeConfig | None = None
         start = time.monotonic()
         if req.stream:
             async def events():
-                last = {}
+                last: dict[int, float] = {}
                 completion_tokens = 0
                 first = True
                 async for j, ev in srv.run(request, jobs):
@@ -470,7 +471,7 @@ def create_app(model, tokenizer_file: str | Path, cfg: ServeConfig | None = None
             return StreamingResponse(events(), media_type="text/event-stream",
                                      headers={"Cache-Control": "no-cache"})
 
-        entries = [[] for _ in jobs]
+        entries: list[list[Any]] = [[] for _ in jobs]
 
         def gather(j, ev):
             if req.echo:
@@ -563,7 +564,7 @@ def create_app(model, tokenizer_file: str | Path, cfg: ServeConfig | None = None
 
             return StreamingResponse(events(), media_type="text/event-stream", headers={"Cache-Control": "no-cache"})
 
-        lps = [[] for _ in jobs]
+        lps: list[list[Any]] = [[] for _ in jobs]
 
         def gather(j, ev):
             if req.logprobs and ev.token_id is not None:

@@ -27,7 +27,7 @@ from typing import Any, Callable
 
 import yaml
 
-from gptforge.config import ModelConfig, ParallelConfig, RunConfig, TrainConfig, to_dict
+from gptforge.config import ModelConfig, ParallelConfig, Precision, RunConfig, TrainConfig, to_dict
 from gptforge.errors import InputError
 from gptforge.runtime import checkpoint as ckpt_lib
 from gptforge.train.compile_choice import CompileProbe
@@ -53,7 +53,7 @@ class Probes:
         lr / min_lr / warmup_steps / muon_lr win over the rules for fields unset now.
     """
 
-    precision: str
+    precision: Precision
     compile: bool
     compile_probe: CompileProbe | None = None
     step_seconds: float | None = None
@@ -108,7 +108,7 @@ class ResolvedRun:
         return run_config_yaml(as_asked, data, {"layout": dict(self.layout), **(extra or {})})
 
 
-def pre_resolve(cfg: RunConfig, dp_size: int, vocab_size: int, precision: str, saved_train: dict | None = None,
+def pre_resolve(cfg: RunConfig, dp_size: int, vocab_size: int, precision: Precision, saved_train: dict | None = None,
                 data_description: str = "the data") -> RunConfig:
     """Stage 1: the config the probes run on (model shape, batch, precision, size-aware lr).
 

@@ -18,7 +18,7 @@ import signal
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, cast
 
 import torch
 import yaml
@@ -54,6 +54,9 @@ from gptforge.train.sources import BatchSource, ShardSource
 from gptforge.train.spikes import SpikeDetector, divergence_loss_ceiling
 from gptforge.train.step import PipelineLoss, forward_backward, pipeline_evaluate, pipeline_forward_backward
 from gptforge.train.wandb_logger import WandbLogger
+
+if TYPE_CHECKING:
+    from gptforge.model.gpt import GPT
 
 
 @dataclass
@@ -211,7 +214,8 @@ class Trainer:
         def score() -> dict[str, float]:
             if not runs_here:
                 return {}
-            return log_items(evaluate_tasks(model, tok, tasks, self.device, self.engine.autocast_precision,
+            # par.core is the GPT itself (FSDP2 shards it in place; its class stays a GPT subclass)
+            return log_items(evaluate_tasks(cast("GPT", model), tok, tasks, self.device, self.engine.autocast_precision,
                                             limit=tc.eval_tasks_limit))
 
         return TaskEvaluator(score, tc.eval_interval, tc.max_steps, enabled=True)
@@ -227,7 +231,7 @@ class Trainer:
             apply_activation_checkpointing(model, tc.activation_checkpointing)
             if tc.compile:
                 apply_compile(model)
-            self.engine = DeepSpeedBackend(model, ds_config, tc.weight_decay, env)
+            self.engine: DeepSpeedBackend | TorchBackend = DeepSpeedBackend(model, ds_config, tc.weight_decay, env)
             self.par = Parallelized(module=self.engine.module, core=self.engine.core,
                                     zero_stage=self.engine.zero_stage)
         else:
@@ -348,7 +352,8 @@ class Trainer:
                 or a spike after train.max_rollbacks rollbacks (train.spike_action rollback).
         """
         tc, start = self.tc, self.state["step"]
-        self.stopped, self.last_loss = "max_steps", None
+        self.stopped = "max_steps"
+        self.last_loss: float | None = None
         try:
             with StopFlag() as stop:
                 self.stop_flag = stop
@@ -570,7 +575,7 @@ class Trainer:
             if not self.env.distributed and self.par.module is not None:  # a sharded model: no samples
                 from gptforge.train.samples import write_samples
 
-                write_samples(self.run_dir, self.par.core, self.device, getattr(self.source, "data_dir", None),
+                write_samples(self.run_dir, cast("GPT", self.par.core), self.device, getattr(self.source, "data_dir", None),
                               self.state["step"])
 
             path = write_run_report(self.run_dir, stopped=getattr(self, "stopped", None))

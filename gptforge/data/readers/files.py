@@ -9,7 +9,7 @@ import os
 import zlib
 from collections.abc import Iterable
 from pathlib import Path
-from typing import BinaryIO
+from typing import IO, Any, BinaryIO, Callable
 
 from gptforge.data.readers.base import COMPRESSION_EXTS, HF_PREFIX, SUPPORTED_EXTS
 from gptforge.data.readers.hf import _hf_dataset_folder
@@ -145,7 +145,9 @@ class _DecompressRaw(RawWrapper):
     off as complete). Concatenated members/frames (`cat a.gz b.gz`) are read in turn.
     """
 
-    def __init__(self, path: Path, kind: str, fileobj: BinaryIO | None = None):
+    def __init__(self, path: Path, kind: str, fileobj: IO[bytes] | None = None):
+        # a factory of decompress objects (zlib, bz2, lzma and zstandard ones share the API used here)
+        self._new: Callable[[], Any]
         if kind == ".gz":
             self._new = lambda: zlib.decompressobj(16 + zlib.MAX_WBITS)  # gzip header + trailer
             self._errors: tuple[type[BaseException], ...] = (zlib.error,)
@@ -192,7 +194,7 @@ class _DecompressRaw(RawWrapper):
             else:
                 chunk = b""
 
-    def readinto(self, b) -> int:  # type: ignore[override]
+    def readinto(self, b) -> int:
         while self._pos == len(self._buf) and not self._done:
             chunk = self._fh.read(256 * 1024)
             if not chunk:
@@ -219,7 +221,7 @@ def open_binary(path: Path) -> BinaryIO:
     if comp not in COMPRESSION_EXTS:
         return open(path, "rb")
     raw = _DecompressRaw(path, comp)
-    return io.BufferedReader(raw, buffer_size=1 << 20)  # type: ignore[return-value]
+    return io.BufferedReader(raw, buffer_size=1 << 20)
 
 
 def source_size(path: str | Path) -> int:

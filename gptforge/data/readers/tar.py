@@ -42,7 +42,7 @@ def _read_tar(path: Path, fh: BinaryIO, stats: ReadStats, text_field: str,
             head = stream.read(512)
             body = io.BufferedReader(_Prefixed(head, stream), buffer_size=1 << 20)
             if len(head) >= 262 and head[257:262] == b"ustar":
-                yield from _read_tar(name, body, stats, text_field, doc_separator, read_format)  # type: ignore[arg-type]
+                yield from _read_tar(name, body, stats, text_field, doc_separator, read_format)
                 continue
             opened = [False]
 
