@@ -29,12 +29,13 @@ _RUN_START = re.compile(rb"(?<![ \n\t\r])[ \n\t\r]")
 
 
 class ShardText:
-    """Zero-copy access to the UTF-8 bytes of a curated shard's texts (`curate/NNNNN.arrow`)."""
+    """Zero-copy access to the UTF-8 bytes of a curated shard's texts (`WorkFolder.curated`, an
+    Arrow IPC file of id and text)."""
 
-    def __init__(self, work: Path, index: int):
+    def __init__(self, path: Path):
         import pyarrow as pa
 
-        self._source = pa.memory_map(str(Path(work) / "curate" / f"{index:05d}.arrow"))
+        self._source = pa.memory_map(str(path))
         reader = pa.ipc.open_file(self._source)
         self._batches = [reader.get_batch(b) for b in range(reader.num_record_batches)]
         self._starts = np.cumsum([0] + [b.num_rows for b in self._batches]).tolist()

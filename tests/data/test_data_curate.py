@@ -15,10 +15,10 @@ def prepare_main(argv):
     return _cli(["prepare", *argv])
 
 
-from gptforge.data import prepare as prepare_mod
 from gptforge.data.boilerplate import BoilerplateLines, count_lines, line_key
 from gptforge.data.langid import LanguageID
 from gptforge.data.normalize import Clean
+from gptforge.data.phases import curate as prepare_mod
 from gptforge.data.prepare import EmptyCorpusError, PrepareConfig, prepare
 from gptforge.data.shards import load_meta
 
@@ -198,7 +198,7 @@ def test_cli_show_recipe_and_languages(tmp_path, capsys, small_tokenizer):
 
 
 def test_auto_shard_size_depends_on_corpus_not_workers(tmp_path, dup_corpus):
-    from gptforge.data.curate import (
+    from gptforge.data.phases.curate import (
         AUTO_SHARDS,
         DEFAULT_SHARD_BYTES,
         MIN_AUTO_SHARD_BYTES,

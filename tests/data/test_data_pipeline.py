@@ -16,7 +16,7 @@ from gptforge.data.pipeline import (
 
 def build_steps(recipe):
     r = build_recipe(recipe)
-    return r.steps, r.dedup
+    return r.steps, r.mask_step
 
 
 def test_builtin_recipes_build():

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from gptforge.data import prepare as prep
+from gptforge.data.phases import encode as encode_phase
 from gptforge.data.windows import char_to_byte_offsets, snap_to_whitespace
 
 MIXED = "  double  spaces\n\n\nnewlines\ttabs 3.14 ünïcödé 中文字符 emoji 🎉 don't it's   \n"
@@ -19,7 +20,7 @@ def _big_text(stdlib_texts, chars: int) -> str:
 
 
 def _prepare(tmp_path, name, src, tok, window, monkeypatch, **kw):
-    monkeypatch.setattr(prep, "ENCODE_WINDOW_BYTES", window)
+    monkeypatch.setattr(encode_phase, "ENCODE_WINDOW_BYTES", window)
     out = tmp_path / name
     res = prep.prepare(prep.PrepareConfig(inputs=[str(src)], out=str(out), tokenizer=str(tok), recipe="none",
                                           **kw), show_progress=False)
