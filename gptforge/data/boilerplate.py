@@ -18,7 +18,7 @@ from __future__ import annotations
 import hashlib
 from collections import Counter
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -99,7 +99,7 @@ class BoilerplateLines:
     def __call__(self, doc: Document) -> Document | str:
         if not self.keys:
             return doc
-        lines = doc["text"].split("\n")
+        lines = doc.text.split("\n")
         kept = [ln for ln in lines if len(ln.strip()) < self.min_line_chars or line_key(ln) not in self.keys]
         if len(kept) == len(lines):
             return doc
@@ -107,7 +107,7 @@ class BoilerplateLines:
         text = "\n".join(kept)
         if not text.strip():
             return "only_boilerplate"
-        return {**doc, "text": text}
+        return replace(doc, text=text)
 
 
 class LineCounter:

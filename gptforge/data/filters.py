@@ -21,8 +21,7 @@ from __future__ import annotations
 
 import re
 from collections import Counter
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -134,7 +133,7 @@ class GopherQuality:
     counts: Counter = field(default_factory=Counter, repr=False)
 
     def __call__(self, doc: Document) -> Document | str:
-        return _keep_or(self.check(doc["text"]), doc)
+        return _keep_or(self.check(doc.text), doc)
 
     def check(self, text: str) -> str | None:
         """The first rule `text` breaks, or None."""
@@ -290,7 +289,7 @@ class GopherRepetition:
     counts: Counter = field(default_factory=Counter, repr=False)
 
     def __call__(self, doc: Document) -> Document | str:
-        return _keep_or(self.check(doc["text"]), doc)
+        return _keep_or(self.check(doc.text), doc)
 
     def check(self, text: str) -> str | None:
         """The first rule `text` breaks, or None."""
@@ -360,7 +359,7 @@ class C4Quality:
             ex.append(line)
 
     def __call__(self, doc: Document) -> Document | str:
-        text = doc["text"]
+        text = doc.text
         lower = text.lower()
         if self.filter_lorem_ipsum and "lorem ipsum" in lower:
             return "lorem_ipsum"
@@ -397,7 +396,7 @@ class C4Quality:
         new_text = ("\n\n" if wrapped else "\n").join(kept)
         if len(_SENTENCE_END.findall(new_text)) < self.min_sentences:
             return "few_sentences"
-        return {**doc, "text": new_text}
+        return replace(doc, text=new_text)
 
 
 # --------------------------------------------------------------------------------------------
@@ -422,7 +421,7 @@ class FineWebQuality:
     counts: Counter = field(default_factory=Counter, repr=False)
 
     def __call__(self, doc: Document) -> Document | str:
-        return _keep_or(self.check(doc["text"]), doc)
+        return _keep_or(self.check(doc.text), doc)
 
     def check(self, text: str) -> str | None:
         lines = _joined_units(text)  # paragraphs of hard-wrapped text, else lines
@@ -453,7 +452,7 @@ class LengthFilter:
     counts: Counter = field(default_factory=Counter, repr=False)
 
     def __call__(self, doc: Document) -> Document | str:
-        n = len(doc["text"])
+        n = len(doc.text)
         if n < self.min_chars:
             return "too_short"
         if self.max_chars and n > self.max_chars:
@@ -517,11 +516,10 @@ class Blocklist:
         return None
 
     def __call__(self, doc: Document) -> Document | str:
-        hit = self.match(doc["text"])
+        hit = self.match(doc.text)
         if hit is None:
             return doc
         if self.action == "drop":
             return "blocked"
         self.counts["flagged"] += 1
-        meta: dict[str, Any] = {**doc.get("meta", {}), "blocklist": hit}
-        return {**doc, "meta": meta}
+        return replace(doc, metadata={**doc.metadata, "blocklist": hit})

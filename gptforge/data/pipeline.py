@@ -214,15 +214,15 @@ def apply_steps(docs: Iterable[Document], steps: list[DocumentStep], stats: list
     for doc in docs:
         for step, st in zip(steps, stats):
             st.documents_in += 1
-            st.characters_in += len(doc["text"])
+            st.characters_in += len(doc.text)
             out = step(doc)
             if isinstance(out, str):
                 st.dropped[out] += 1
-                st.add_example(out, doc["text"])
+                st.add_example(out, doc.text)
                 break
             doc = out
             st.documents_out += 1
-            st.characters_out += len(doc["text"])
+            st.characters_out += len(doc.text)
         else:
             yield doc
     for step, st in zip(steps, stats):

@@ -25,6 +25,7 @@ from gptforge.data.prepare import (
     prepare,
     summary_rows,
 )
+from gptforge.data.readers import Document
 from gptforge.data.shards import load_meta, load_tokenizer, open_split
 from gptforge.data.tokenizer import EOS_TOKEN
 
@@ -86,7 +87,7 @@ def test_prepare_end_to_end(corpus, tmp_path, stdlib_texts):
     raw = ([normalize_text(t) for t in stdlib_texts[:30]]
            + [normalize_text(t) + f"\n{EOS_TOKEN} literal" for t in stdlib_texts[30:40]])
     steps = build_recipe(load_recipe("default")).steps
-    expected = sorted(d["text"] for d in apply_steps(({"id": str(i), "text": t, "meta": {}} for i, t in enumerate(raw)), steps))
+    expected = sorted(d.text for d in apply_steps((Document(t, str(i)) for i, t in enumerate(raw)), steps))
     assert len(expected) == 40 and expected != sorted(raw)  # the stdlib holds e-mail addresses: redacted
     decoded = _docs_by_split(out, tok)
     assert sorted(decoded["train"] + decoded["val"] + decoded["test"]) == expected

@@ -106,7 +106,7 @@ def _documents(path, **kw):
         docs = [d for a, b, k in kw["ranges"] for d in read_file_range(path, stats, kw["sep"], a, b, k)]
     else:
         docs = list(read_file(path, stats, doc_separator=kw["sep"]))
-    return [(d["id"], d["text"]) for d in docs], stats
+    return [(d.id, d.text) for d in docs], stats
 
 
 @pytest.mark.parametrize("sep", ["<|endoftext|>", "==", "§§"])

@@ -159,7 +159,7 @@ def key_pass_task(task: dict[str, Any]) -> dict[str, Any]:
     n = 0
     for batch in _batches(docs):
         n += len(batch)
-        counter.add([d["text"] for d in batch])
+        counter.add([d.text for d in batch])
     folder, i = key_pass_folder(step), task["index"]
     for key, array in counter.arrays().items():
         work.save_npy(work.shard_file(folder, i, f".{key}.npy"), array)
@@ -188,10 +188,10 @@ def curate_task(task: dict[str, Any]) -> dict[str, Any]:
     with work.arrow_writer(work.curated(i)) as tmp:
         with pa.OSFile(str(tmp), "wb") as sink, pa.ipc.new_file(sink, schema) as writer:
             for batch in _batches(docs):
-                texts = [d["text"] for d in batch]
+                texts = [d.text for d in batch]
                 n_out += len(batch)
                 chars_out += sum(map(len, texts))
-                writer.write_batch(pa.record_batch([pa.array([d["id"] for d in batch], pa.string()),
+                writer.write_batch(pa.record_batch([pa.array([d.id for d in batch], pa.string()),
                                                     pa.array(texts, pa.large_string())], schema=schema))
                 if counter is not None:
                     counter.add(texts)
