@@ -6,7 +6,8 @@ intermediate file, done marker and atomic write, so that a killed run resumes:
 
 1. read and curate (`phases.curate`): read, normalize and run the recipe's steps over each
    input shard in worker processes; corpus steps (boilerplate, dedup) over all shards' keys;
-2. split (`phases.split`): each surviving document's split from a hash of its id and the seed,
+2. split (`phases.split`): each surviving document's split from a hash of its split key (a hash
+   of its text, never of where it lies) and the seed,
    with the small-corpus rules (a split by position inside one big document);
 3. tokenizer (`phases.tokenizer`): the given one, or a byte-level BPE trained on train text;
 4. encode (`phases.encode`): each shard's documents tokenized per split in the workers (a big
@@ -40,7 +41,14 @@ from gptforge.data.normalize import NormalizeStats
 from gptforge.data.phases.curate import auto_shard_bytes, plan_shards, run_curate
 from gptforge.data.phases.encode import encode_documents, run_encode
 from gptforge.data.phases.pool import WorkerPool, default_workers
-from gptforge.data.phases.split import EmptyCorpusError, SplitRule, assign_split, cut_pieces, run_split, split_score
+from gptforge.data.phases.split import (
+    EmptyCorpusError,
+    SplitRule,
+    assign_split,
+    cut_pieces,
+    run_split,
+    split_score,
+)
 from gptforge.data.phases.tokenizer import auto_vocab_size, check_vocab_size, run_tokenizer
 from gptforge.data.phases.work import WorkFolder, fingerprint_of
 from gptforge.data.phases.write import ReportInputs, run_write

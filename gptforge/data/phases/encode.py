@@ -127,10 +127,10 @@ def encode_task(task: dict[str, Any]) -> dict[str, Any]:
 
     cuts = task.get("cuts") or {}
     for _, d in work.documents(i, mask):
-        if d["id"] in cuts:
-            pieces = cut_pieces(d["text"], cuts[d["id"]])
+        if d["key"] in cuts:
+            pieces = cut_pieces(d["text"], cuts[d["key"]])
         else:
-            pieces = [(moved.get(d["id"]) or rule.assign(d["id"]), d["text"])]
+            pieces = [(moved.get(d["key"]) or rule.assign(d["key"]), d["text"])]
         for split, text in pieces:
             buffers[split].append(text)
             char_lens.append(len(text))

@@ -1,7 +1,8 @@
 """Phase 2, split: each curated document's split (train, val or test), decided once for all phases.
 
-A document's split is a hash of its split key and the seed (`split_score`, `assign_split`):
-independent of reading order and worker count. Two rules guarantee the splits asked for on a
+A document's split is a hash of its split key (`split_key`: a hash of its curated text, never of
+where it lies) and the seed (`split_score`, `assign_split`): independent of reading order, worker
+count, the corpus's folder and how its path was typed. Two rules guarantee the splits asked for on a
 small corpus: the train documents with the lowest scores move to an empty val (test) split
 (`_small_corpus_rule`), and when that leaves val (or test) empty (one input.txt is one
 document) they are cut from the end of the largest train document instead, by character
@@ -15,6 +16,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -51,6 +53,24 @@ def assign_split(doc_id: str, seed: int, val_fraction: float, test_fraction: flo
     return "train"
 
 
+def split_key(text: str) -> str:
+    """A document's split key: the hex BLAKE2b-128 of its curated text (UTF-8).
+
+    A hash of the content, not of where the document lies: the same corpus copied to another
+    folder, named by an absolute instead of a relative path, by its files or globs instead of
+    its folder, or in another input order, gets the same keys and so the same splits. Chosen
+    over the input argument's index plus the path inside that input (the other key that does not
+    depend on the location) because that one still changes with the order and grouping of the
+    input arguments (one file per argument, reversed, is another split), and because a content
+    key puts identical documents, which a recipe without dedup keeps, in one split, so that no
+    copy of a val document trains. It is the text after the recipe's steps: a step that rewrites a
+    document (PII redaction, boilerplate lines) can move it to another split under another
+    recipe. The rules that move or cut a document by key (`_small_corpus_rule`,
+    `_position_split`) move or cut every copy and count them.
+    """
+    return hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=16).hexdigest()
+
+
 @dataclass(frozen=True)
 class SplitRule:
     """The options that decide a document's split: the hash seed and the val/test fractions."""
@@ -69,7 +89,8 @@ class SplitRule:
 @dataclass
 class _Scan:
     documents: dict[str, int] = field(default_factory=lambda: {s: 0 for s in SPLITS})
-    lowest_train: list[tuple[float, str]] = field(default_factory=list)  # 2 lowest scores
+    lowest_train: list[tuple[float, str]] = field(default_factory=list)  # 2 lowest (score, key)
+    copies: Counter = field(default_factory=Counter)  # documents of each key in lowest_train
 
 
 @dataclass
@@ -81,11 +102,7 @@ class Splits:
     cuts: dict[str, list]  # split key -> [[0, "train"], [start, "val"], ...]: a document cut by position
     documents: dict[str, int]  # documents (pieces) per split
     curated: int  # documents curated (before position cuts)
-
-    @property
-    def pieces_added(self) -> int:
-        """Texts the position cuts add on top of the documents cut."""
-        return sum(len(c) - 1 for c in self.cuts.values())
+    pieces_added: int = 0  # texts the position cuts add on top of the documents cut
 
     def split_of(self, key: str) -> str:
         """The split of an uncut document."""
@@ -114,31 +131,34 @@ def _snap(text: str, pos: int) -> int:
 
 
 def _position_split(rule: SplitRule, scan: _Scan, work: WorkFolder, masks: list, moved: dict[str, str],
-                    doc_separator: str | None = None, rstats: ReadStats | None = None) -> dict[str, list]:
+                    doc_separator: str | None = None, rstats: ReadStats | None = None) -> tuple[dict[str, list], int]:
     """Val/test cut from the end of the largest train document, when the document split leaves them empty.
 
     nanoGPT's layout (one input.txt) is one document, so a split by document gives val nothing:
     then the last `val_fraction` (and before it `test_fraction`) of that document's characters,
     at least `MIN_POSITION_SPLIT_CHARS` each (at most a quarter of the document), become the
     val (test) split, cut just after a line break. With enough documents nothing is cut.
-    Updates `scan.documents`. Returns {doc id: [[0, "train"], [start, split], ...]}.
-    `rstats` (what reading found) lets the warning say when --doc-separator occurred in no file.
+    Every copy of that document (the same split key) is cut alike. Updates `scan.documents`.
+    Returns ({split key: [[0, "train"], [start, split], ...]}, pieces the cuts add). `rstats`
+    (what reading found) lets the warning say when --doc-separator occurred in no file.
     """
     missing = [s for s, f in (("test", rule.test_fraction), ("val", rule.val_fraction)) if f > 0 and not scan.documents[s]]
     if not missing:
-        return {}
-    best: tuple[int, str] | None = None
+        return {}, 0
+    best: tuple[int, str, str] | None = None  # (characters, split key, id)
     for i, mask in enumerate(masks):
         for _, d in work.documents(i, mask):
-            split = moved.get(d["id"]) or rule.assign(d["id"])
+            split = moved.get(d["key"]) or rule.assign(d["key"])
             if split == "train" and (best is None or len(d["text"]) > best[0]):
-                best = (len(d["text"]), d["id"])
+                best = (len(d["text"]), d["key"], d["id"])
     if best is None:
-        return {}
+        return {}, 0
+    copies = 0
     for i, mask in enumerate(masks):
         for _, d in work.documents(i, mask):
-            if d["id"] == best[1]:
+            if d["key"] == best[1]:
                 text = d["text"]
+                copies += 1
     n = len(text)
     fractions = {"val": rule.val_fraction, "test": rule.test_fraction}
     cut: list[list] = []
@@ -151,38 +171,41 @@ def _position_split(rule: SplitRule, scan: _Scan, work: WorkFolder, masks: list,
         cut.insert(0, [start, split])
         end = start
     if not cut:
-        return {}
+        return {}, 0
     for start, split in cut:
-        scan.documents[split] += 1
+        scan.documents[split] += copies
     ends = [c[0] for c in cut[1:]] + [n]
     shares = ", ".join(f"{split}: the {b - start:,} characters from {start:,}" for (start, split), b in zip(cut, ends))
     not_found = (doc_separator is not None and rstats is not None
                  and rstats.documents <= rstats.files_read)  # no file gave more than one document
     # A separated file's ids are PATH@N (gptforge.data.readers.text): name the file itself.
-    where = f"the one document of {best[1].rsplit('@', 1)[0]}" if not_found else best[1]
+    where = f"the one document of {best[2].rsplit('@', 1)[0]}" if not_found else best[2]
     advice = (f"--doc-separator {doc_separator!r} was not found in the input (each file was read as one "
               "document): check the separator, or give more documents, for a split by document" if not_found
               else "give more documents, or cut a file into documents with --doc-separator, for a split by document")
     log.warning(f"the corpus has too few documents for a {'/'.join(missing)} split by document "
                 f"({sum(scan.documents.values()) - len(cut)} after curation): split by position inside "
                 f"{where} instead, as nanoGPT does ({shares}, of {n:,}); {advice}")
-    return {best[1]: [[0, "train"]] + cut}
+    return {best[1]: [[0, "train"]] + cut}, copies * len(cut)
 
 
 def _small_corpus_rule(rule: SplitRule, scan: _Scan) -> dict[str, str]:
     """Guarantee one val document (>= 2 docs) and one test document (>= 3 docs) when asked for.
 
     With few documents, val_fraction * N < 1 can leave val empty; the train documents with the
-    lowest split scores move over. Scores depend only on (id, seed), so the rule is as
-    order-independent as the split itself.
+    lowest split scores move over (every copy of one, never the last train documents). Scores
+    depend only on (split key, seed), so the rule is as order-independent as the split itself.
     """
     moved: dict[str, str] = {}
     total = sum(scan.documents.values())
-    candidates = [doc_id for _, doc_id in scan.lowest_train]
-    if rule.val_fraction > 0 and scan.documents["val"] == 0 and total >= 2 and candidates:
-        moved[candidates.pop(0)] = "val"
-    if rule.test_fraction > 0 and scan.documents["test"] == 0 and total >= 3 and candidates:
-        moved[candidates.pop(0)] = "test"
+    train = scan.documents["train"]
+    candidates = [k for _, k in scan.lowest_train]
+    for split, fraction, least in (("val", rule.val_fraction, 2), ("test", rule.test_fraction, 3)):
+        if fraction > 0 and scan.documents[split] == 0 and total >= least and candidates:
+            key = candidates.pop(0)
+            if scan.copies[key] < train:
+                moved[key] = split
+                train -= scan.copies[key]
     return moved
 
 
@@ -215,13 +238,16 @@ def empty_message(files: list[Path], rstats: ReadStats, nstats: NormalizeStats, 
 def _scan(rule: SplitRule, work: WorkFolder, masks: list) -> _Scan:
     scan = _Scan()
     for i, mask in enumerate(masks):
-        for _, d in work.documents(i, mask, ("id",)):
-            split = rule.assign(d["id"])
+        for _, d in work.documents(i, mask, ("key",)):
+            split = rule.assign(d["key"])
             scan.documents[split] += 1
             if split == "train":
-                score = rule.score(d["id"])
-                if len(scan.lowest_train) < 2 or (score, d["id"]) < scan.lowest_train[-1]:
-                    scan.lowest_train = sorted(scan.lowest_train + [(score, d["id"])])[:2]
+                entry = (rule.score(d["key"]), d["key"])
+                if entry in scan.lowest_train:
+                    scan.copies[d["key"]] += 1  # a copy: every copy has the key's score
+                elif len(scan.lowest_train) < 2 or entry < scan.lowest_train[-1]:
+                    scan.lowest_train = sorted(scan.lowest_train + [entry])[:2]
+                    scan.copies = Counter({k: scan.copies[k] or 1 for _, k in scan.lowest_train})
     return scan
 
 
@@ -241,18 +267,19 @@ def run_split(rule: SplitRule, work: WorkFolder, masks: list, files: list[Path],
     if scan.documents["train"] == 0:
         # Every document hashed into val/test (one input.txt does so with probability
         # val_fraction + test_fraction): start them all in train, then split as below.
-        ids = sorted((rule.score(d["id"]), d["id"]) for i, mask in enumerate(masks)
-                     for _, d in work.documents(i, mask, ("id",)))
+        copies = Counter(d["key"] for i, mask in enumerate(masks) for _, d in work.documents(i, mask, ("key",)))
+        ids = sorted((rule.score(k), k) for k in copies)
         moved = {doc_id: "train" for _, doc_id in ids}
         scan.documents = {"train": total_docs, "val": 0, "test": 0}
         scan.lowest_train = ids[:2]
+        scan.copies = Counter({k: copies[k] for _, k in ids[:2]})
     small = _small_corpus_rule(rule, scan)
     moved.update(small)
-    for doc_id, split in small.items():
-        scan.documents["train"] -= 1
-        scan.documents[split] += 1
+    for doc_key, split in small.items():
+        scan.documents["train"] -= scan.copies[doc_key]
+        scan.documents[split] += scan.copies[doc_key]
     if scan.documents["train"] == 0:
         raise EmptyCorpusError(f"no document left for the train split ({total_docs} documents, all in "
                                f"val/test); lower --val-fraction/--test-fraction or add documents")
-    cuts = _position_split(rule, scan, work, masks, moved, doc_separator, read)
-    return Splits(rule, moved, cuts, scan.documents, total_docs)
+    cuts, pieces = _position_split(rule, scan, work, masks, moved, doc_separator, read)
+    return Splits(rule, moved, cuts, scan.documents, total_docs, pieces)

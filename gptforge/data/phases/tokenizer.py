@@ -31,9 +31,9 @@ def train_texts(work: WorkFolder, masks: list, splits: Splits, max_chars: int) -
     cuts = splits.cuts
     for i, mask in enumerate(masks):
         for _, d in work.documents(i, mask):
-            if d["id"] in cuts:
-                texts = [t for split, t in cut_pieces(d["text"], cuts[d["id"]]) if split == "train"]
-            elif splits.split_of(d["id"]) == "train":
+            if d["key"] in cuts:
+                texts = [t for split, t in cut_pieces(d["text"], cuts[d["key"]]) if split == "train"]
+            elif splits.split_of(d["key"]) == "train":
                 texts = [d["text"]]
             else:
                 continue

@@ -7,7 +7,7 @@ step's verdict is done when `STEP/done.json` exists. Layout:
 
     fingerprint.json              what the results depend on (`fingerprint_of`); another -> start over
     KEYPASS/NNNNN.KEY.npy, .json  a corpus step's key pass (e.g. `boilerplate_keys/`)
-    curate/NNNNN.arrow            the curated documents of shard NNNNN (Arrow IPC: id, text)
+    curate/NNNNN.arrow            the curated documents of shard NNNNN (Arrow IPC: id, split key, text)
     curate/NNNNN.KEY.npy          the last corpus step's keys (dedup: exact, bands)
     curate/NNNNN.json             the shard's counts (read, normalize, every step)
     STEP/...                      a corpus step's verdict (`boilerplate/keys.npy`, `dedup/NNNNN.npy`), done.json
@@ -32,8 +32,9 @@ from gptforge.atomic import atomic_path, atomic_save_npy, atomic_write_json
 
 log = logging.getLogger("gptforge.data")
 
-#: 2: FineWeb text simplification and short-document rule in near dedup; 3: byte-range shards.
-WORK_FORMAT_VERSION = 3
+#: 2: FineWeb text simplification and short-document rule in near dedup; 3: byte-range shards;
+#: 4: split keys independent of the corpus's location (`phases.split.split_key`), a key column.
+WORK_FORMAT_VERSION = 4
 
 
 def fingerprint_of(files: Sequence[Path], options: dict[str, Any]) -> dict[str, Any]:
@@ -146,7 +147,7 @@ class WorkFolder:
         return {k: self.shard_file(phase, index, f".{k}.npy") for k in names}
 
     def curated(self, index: int) -> Path:
-        """The curated documents of shard `index` (Arrow IPC file: id, text)."""
+        """The curated documents of shard `index` (Arrow IPC file: id, key (the split key), text)."""
         return self.shard_file("curate", index, ".arrow")
 
     def drop_mask(self, step_name: str, index: int) -> np.ndarray:
@@ -174,7 +175,7 @@ class WorkFolder:
     # ---- reading curated shards ----
 
     def documents(self, index: int, mask: np.ndarray | None = None,
-                  columns: Sequence[str] = ("id", "text")) -> Iterator[tuple[int, dict[str, Any]]]:
+                  columns: Sequence[str] = ("id", "key", "text")) -> Iterator[tuple[int, dict[str, Any]]]:
         """(position in shard, {column: value}) of a curated shard's documents not dropped by `mask`."""
         import pyarrow as pa
 
