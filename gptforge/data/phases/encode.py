@@ -14,6 +14,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -96,6 +97,17 @@ def histogram(values: np.ndarray) -> list[int]:
                        minlength=len(HIST_EDGES)).tolist()
 
 
+def _save_splits(buffers: dict[str, list], flush: Callable[[str], None], parts: dict[str, list[np.ndarray]],
+                 dtype: np.dtype, work: WorkFolder, stem: Path) -> None:
+    """Tokenize what each split's buffer still holds, then save each split's ids as `STEM.SPLIT.npy`."""
+    for split in SPLITS:
+        if buffers[split]:
+            flush(split)
+    for split in SPLITS:
+        arr = np.concatenate(parts[split]) if parts[split] else np.zeros(0, dtype)
+        work.save_npy(stem.with_name(f"{stem.name}.{split}.npy"), arr)
+
+
 def encode_task(task: dict[str, Any]) -> dict[str, Any]:
     """Tokenize one curated shard into per-split id arrays (`ENC/NNNNN.npz`) and counts (`.json`)."""
     os.environ["TOKENIZERS_PARALLELISM"] = "false"
@@ -137,12 +149,7 @@ def encode_task(task: dict[str, Any]) -> dict[str, Any]:
             sizes[split] += len(text)
             if sizes[split] >= BATCH_CHARS or len(buffers[split]) >= BATCH_DOCS:
                 flush(split)
-    for split in SPLITS:
-        if buffers[split]:
-            flush(split)
-    for split in SPLITS:
-        arr = np.concatenate(parts[split]) if parts[split] else np.zeros(0, dtype)
-        work.save_npy(out / f"{name}.{split}.npy", arr)
+    _save_splits(buffers, flush, parts, dtype, work, out / name)
     result = {"splits": counts,
               "hist_tokens": histogram(np.concatenate(tok_lens) if tok_lens else np.zeros(0, np.int64)),
               "hist_characters": histogram(np.array(char_lens, dtype=np.int64)), "pid": os.getpid()}
@@ -204,13 +211,8 @@ def encode_window_task(task: dict[str, Any]) -> dict[str, Any]:
         sizes[split] += len(piece)
         if sizes[split] >= BATCH_CHARS or len(buffers[split]) >= BATCH_DOCS:
             flush(split)
-    for split in SPLITS:
-        if buffers[split]:
-            flush(split)
     name = task["name"]
-    for split in SPLITS:
-        arr = np.concatenate(parts[split]) if parts[split] else np.zeros(0, dtype)
-        work.save_npy(out / f"{name}.{split}.npy", arr)
+    _save_splits(buffers, flush, parts, dtype, work, out / name)
     result = {"splits": counts, "hist_tokens": histogram(np.array(whole_tokens, np.int64)),
               "hist_characters": histogram(np.array(whole_chars, np.int64)), "partials": partials, "pid": os.getpid()}
     work.write_json(out / f"{name}.json", result)

@@ -23,7 +23,7 @@ line, a missing text field or an unreadable Parquet file is skipped with a warni
 before anything is read: it is almost always a typo.
 
 One module per format (text, jsonl, parquet, csv, arrow, tar, hf), each a `Reader` subclass
-registered with `base.register`, beside the shared pieces, all public (base: `Document`, the
+registered by subclassing `base.Reader`, beside the shared pieces, all public (base: `Document`, the
 `Reader` interface and registry, counters, errors, decoding, record fields, byte streams; files:
 inputs, decompression, local copies; encoding: byte-order marks); no reader module imports
 another's private names. `dispatch` picks the reader for a file (`reader_for`). This package's
@@ -52,7 +52,6 @@ from gptforge.data.readers.base import (
     ReadOptions,
     ReadStats,
     decode_utf8,
-    register,
     resolve_text_field,
     sniff_binary,
 )
@@ -68,4 +67,4 @@ from gptforge.data.readers.encoding import BOMS, bom_encoding, read_text_file, t
 from gptforge.data.readers.files import expand_inputs, open_binary, source_size, split_suffixes
 from gptforge.data.readers.jsonl import ext_is_json
 
-__all__ = ["ARROW_EXTS", "AUTO_TEXT_FIELDS", "BINARY_INVALID_FRACTION", "BOMS", "BadFileError", "BadInputError", "COMPRESSION_EXTS", "CSV_EXTS", "Document", "HF_PREFIX", "JSON_EXTS", "MAX_KEPT_WARNINGS", "PARQUET_EXTS", "READERS", "ReadOptions", "ReadStats", "Reader", "read_format", "reader_for", "register", "SNIFF_BYTES", "SUPPORTED_EXTS", "TAR_EXTS", "TEXT_EXTS", "bom_encoding", "decode_utf8", "expand_inputs", "ext_is_json", "open_binary", "plan_text_ranges", "read_documents", "read_file", "read_file_range", "read_text_file", "resolve_text_field", "sniff_binary", "source_size", "split_suffixes", "text_encoding_of"]
+__all__ = ["ARROW_EXTS", "AUTO_TEXT_FIELDS", "BINARY_INVALID_FRACTION", "BOMS", "BadFileError", "BadInputError", "COMPRESSION_EXTS", "CSV_EXTS", "Document", "HF_PREFIX", "JSON_EXTS", "MAX_KEPT_WARNINGS", "PARQUET_EXTS", "READERS", "ReadOptions", "ReadStats", "Reader", "read_format", "reader_for", "SNIFF_BYTES", "SUPPORTED_EXTS", "TAR_EXTS", "TEXT_EXTS", "bom_encoding", "decode_utf8", "expand_inputs", "ext_is_json", "open_binary", "plan_text_ranges", "read_documents", "read_file", "read_file_range", "read_text_file", "resolve_text_field", "sniff_binary", "source_size", "split_suffixes", "text_encoding_of"]

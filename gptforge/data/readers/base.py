@@ -94,6 +94,12 @@ class ReadStats:
     strict: bool = False  # raise BadInputError instead of skipping
     encoding: str | None = None  # text files' encoding when they have no BOM (None: UTF-8)
 
+    def count_undecodable(self, replaced: int) -> None:
+        """Count `replaced` invalid UTF-8 sequences (U+FFFD now) in one document, if any."""
+        if replaced:
+            self.undecodable_sequences += replaced
+            self.documents_with_undecodable += 1
+
     def skip_file(self, reason: str, message: str) -> None:
         if self.strict:
             raise BadInputError(f"{message} (--strict: stopping; leave out --strict to skip and count such input)")
@@ -322,28 +328,27 @@ class Reader:
     recognize its files by their first bytes (`sniff`, for names without a known extension),
     says whether its bytes are text to re-encode as UTF-8 first (`transcode`: UTF-16/32 with a
     byte-order mark, `--encoding`), and yields the file's documents from `read`, counting into
-    `stats` and raising `BadFileError` for a file it cannot read at all. `register` adds it to
-    `READERS`, which `readers.dispatch` chooses from.
+    `stats` and raising `BadFileError` for a file it cannot read at all. Defining a subclass
+    registers it in `READERS` (`registered=False` leaves it out: a reader chosen otherwise, such
+    as `hf:` names), which `readers.dispatch` chooses from.
     """
 
     extensions: ClassVar[frozenset[str]] = frozenset()
     transcode: ClassVar[bool] = True
+
+    def __init_subclass__(cls, registered: bool = True, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if registered:
+            READERS.append(cls)
 
     @classmethod
     def sniff(cls, head: bytes) -> bool:
         """Whether `head` (a file's first bytes, up to 512) is this format's."""
         return False
 
-    def read(self, path: Path, stats: ReadStats, options: ReadOptions,
-             opener: Opener | None = None) -> Iterator[Document]:
+    def read(self, path: Path, stats: ReadStats, options: ReadOptions, opener: Opener | None = None) -> Iterator[Document]:
         raise NotImplementedError(f"{type(self).__name__}.read")
 
 
-#: every registered reader class, in registration order (`register`).
+#: every registered reader class, in definition order (`Reader.__init_subclass__`).
 READERS: list[type[Reader]] = []
-
-
-def register(cls: type[Reader]) -> type[Reader]:
-    """Class decorator: add a `Reader` to `READERS`."""
-    READERS.append(cls)
-    return cls

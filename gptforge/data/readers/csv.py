@@ -7,21 +7,8 @@ import logging
 from collections.abc import Iterator
 from pathlib import Path
 
-from gptforge.data.readers.base import (
-    CSV_EXTS,
-    REPLACE_COUNTER,
-    BadFileError,
-    Document,
-    Opener,
-    Prefixed,
-    Reader,
-    ReadOptions,
-    ReadStats,
-    field_label,
-    register,
-    resolve_text_field,
-    sniff_stream,
-)
+from gptforge.data.readers import base
+from gptforge.data.readers.base import Document, Opener, Reader, ReadOptions, ReadStats
 from gptforge.data.readers.files import open_binary
 
 log = logging.getLogger("gptforge.data")
@@ -50,14 +37,12 @@ class _PushbackLines:
         self.line -= len(lines)
 
 
-@register
 class CsvReader(Reader):
     """One document per row (`PATH#ROW`), the other cells its metadata (see `read_csv`)."""
 
-    extensions = frozenset(CSV_EXTS)
+    extensions = frozenset(base.CSV_EXTS)
 
-    def read(self, path: Path, stats: ReadStats, options: ReadOptions,
-             opener: Opener | None = None) -> Iterator[Document]:
+    def read(self, path: Path, stats: ReadStats, options: ReadOptions, opener: Opener | None = None) -> Iterator[Document]:
         return read_csv(path, stats, options.text_field, opener)
 
 
@@ -75,9 +60,9 @@ def read_csv(path: Path, stats: ReadStats, text_field: str, opener: Opener | Non
 
     csv.field_size_limit(sys.maxsize)  # real corpora hold whole articles in one cell
     with (opener() if opener else open_binary(path)) as fh:
-        head = sniff_stream(fh, path)
-        text = io.TextIOWrapper(io.BufferedReader(Prefixed(head, fh)), encoding="utf-8",
-                                errors=REPLACE_COUNTER.name, newline="")
+        head = base.sniff_stream(fh, path)
+        text = io.TextIOWrapper(io.BufferedReader(base.Prefixed(head, fh)), encoding="utf-8",
+                                errors=base.REPLACE_COUNTER.name, newline="")
         lines = _PushbackLines(iter(text))
         reader = csv.reader(lines, strict=True)
         try:
@@ -85,10 +70,10 @@ def read_csv(path: Path, stats: ReadStats, text_field: str, opener: Opener | Non
         except StopIteration:
             return
         except csv.Error as e:
-            raise BadFileError("bad_csv", f"{path}:1: not a readable CSV header ({e})") from e
-        name = resolve_text_field(text_field, header)
+            raise base.BadFileError("bad_csv", f"{path}:1: not a readable CSV header ({e})") from e
+        name = base.resolve_text_field(text_field, header)
         if name is None:
-            raise BadFileError("missing_field", f"{path}: no column {field_label(text_field)} (columns: "
+            raise base.BadFileError("missing_field", f"{path}: no column {base.field_label(text_field)} (columns: "
                                f"{', '.join(header[:12])}); choose the column with --text-field")
         col = header.index(name)
         row = -1

@@ -30,7 +30,7 @@ from gptforge.data.readers.parquet import ParquetReader
 from gptforge.data.readers.tar import TarReader
 from gptforge.data.readers.text import TextReader, read_text_range, separator_ranges
 
-#: the built-in readers, registered on import (`base.register`).
+#: the built-in readers, registered when their classes are defined (`base.Reader`).
 BUILTIN_READERS = (TextReader, JsonReader, CsvReader, ParquetReader, ArrowReader, TarReader)
 
 log = logging.getLogger("gptforge.data")

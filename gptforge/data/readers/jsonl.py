@@ -8,52 +8,37 @@ import logging
 from collections.abc import Iterator
 from pathlib import Path
 
-from gptforge.data.readers.base import (
-    JSON_EXTS,
-    BadFileError,
-    Document,
-    Opener,
-    Prefixed,
-    Reader,
-    ReadOptions,
-    ReadStats,
-    decode_utf8,
-    metadata_of,
-    register,
-    sniff_stream,
-    text_of,
-)
+from gptforge.data.readers import base
+from gptforge.data.readers.base import Document, Opener, Reader, ReadOptions, ReadStats
 from gptforge.data.readers.files import open_binary, split_suffixes
 
 log = logging.getLogger("gptforge.data")
 
 
-@register
 class JsonReader(Reader):
     """One document per JSON line (`PATH:LINE`), or per item of a JSON array file (`PATH#ITEM`)."""
 
-    extensions = frozenset(JSON_EXTS)
+    extensions = frozenset(base.JSON_EXTS)
 
-    def read(self, path: Path, stats: ReadStats, options: ReadOptions,
-             opener: Opener | None = None) -> Iterator[Document]:
+    def read(self, path: Path, stats: ReadStats, options: ReadOptions, opener: Opener | None = None) -> Iterator[Document]:
         return _read_json(path, stats, options.text_field, opener)
 
 
 def _read_json(path: Path, stats: ReadStats, text_field: str, opener: Opener | None = None) -> Iterator[Document]:
     with (opener() if opener else open_binary(path)) as fh:
-        head = sniff_stream(fh, path)
+        head = base.sniff_stream(fh, path)
         first = head.lstrip()[:1]
         if first == b"[":
             yield from _read_json_whole(path, head + fh.read(), stats, text_field)
             return
-        stream = io.BufferedReader(Prefixed(head, fh), buffer_size=1 << 20)
+        stream = io.BufferedReader(base.Prefixed(head, fh), buffer_size=1 << 20)
         lineno = 0
         for raw in stream:  # bytes lines of any length
             lineno += 1
             where = f"{path}:{lineno}"
             if not raw.strip():
                 continue
-            line, bad = decode_utf8(raw)
+            line, bad = base.decode_utf8(raw)
             try:
                 record = json.loads(line)
             except json.JSONDecodeError as e:
@@ -63,19 +48,17 @@ def _read_json(path: Path, stats: ReadStats, text_field: str, opener: Opener | N
                     try:
                         yield from _read_json_whole(path, rest, stats, text_field)
                         return
-                    except BadFileError:
+                    except base.BadFileError:
                         pass
                 stats.skip_record("bad_json", f"{where}: skipping a line that is not valid JSON ({e.msg.removesuffix(' at')} "
                                   f"at column {e.colno})")
                 continue
-            text = text_of(record, text_field, where, stats)
+            text = base.text_of(record, text_field, where, stats)
             if text is None:
                 continue
-            if bad:
-                stats.undecodable_sequences += bad
-                stats.documents_with_undecodable += 1
+            stats.count_undecodable(bad)
             stats.documents += 1
-            yield Document(text, f"{path}:{lineno}", str(path), metadata_of(record, text_field))
+            yield Document(text, f"{path}:{lineno}", str(path), base.metadata_of(record, text_field))
 
 
 def ext_is_json(path: Path) -> bool:
@@ -83,20 +66,18 @@ def ext_is_json(path: Path) -> bool:
 
 
 def _read_json_whole(path: Path, data: bytes, stats: ReadStats, text_field: str) -> Iterator[Document]:
-    text, bad = decode_utf8(data)
+    text, bad = base.decode_utf8(data)
     try:
         value = json.loads(text)
     except json.JSONDecodeError as e:
-        raise BadFileError("bad_json", f"{path}: not valid JSON ({e.msg.removesuffix(' at')} at line {e.lineno} column {e.colno})") from e
+        raise base.BadFileError("bad_json", f"{path}: not valid JSON ({e.msg.removesuffix(' at')} at line {e.lineno} column {e.colno})") from e
     items = value if isinstance(value, list) else [value]
     for i, record in enumerate(items):
         where = f"{path}#{i}"
-        t = text_of(record, text_field, where, stats)
+        t = base.text_of(record, text_field, where, stats)
         if t is None:
             continue
-        if bad:
-            stats.undecodable_sequences += bad
-            stats.documents_with_undecodable += 1
-            bad = 0
+        stats.count_undecodable(bad)
+        bad = 0
         stats.documents += 1
-        yield Document(t, where, str(path), metadata_of(record, text_field))
+        yield Document(t, where, str(path), base.metadata_of(record, text_field))

@@ -8,23 +8,13 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import BinaryIO
 
-from gptforge.data.readers.base import (
-    TAR_EXTS,
-    BadFileError,
-    Document,
-    Opener,
-    Prefixed,
-    Reader,
-    ReadOptions,
-    ReadStats,
-    register,
-)
+from gptforge.data.readers import base
+from gptforge.data.readers.base import Document, Opener, Reader, ReadOptions, ReadStats
 from gptforge.data.readers.files import DecompressRaw, TruncatedArchive, open_binary, split_suffixes
 
 log = logging.getLogger("gptforge.data")
 
 
-@register
 class TarReader(Reader):
     """Members of a tar archive read as files of their own (ids `ARCHIVE/MEMBER...`), streamed.
 
@@ -36,15 +26,14 @@ class TarReader(Reader):
     member is not, and the truncation is not reported.
     """
 
-    extensions = frozenset(TAR_EXTS)
+    extensions = frozenset(base.TAR_EXTS)
     transcode = False
 
     @classmethod
     def sniff(cls, head: bytes) -> bool:
         return len(head) >= 262 and head[257:262] == b"ustar"
 
-    def read(self, path: Path, stats: ReadStats, options: ReadOptions,
-             opener: Opener | None = None) -> Iterator[Document]:
+    def read(self, path: Path, stats: ReadStats, options: ReadOptions, opener: Opener | None = None) -> Iterator[Document]:
         with (opener() if opener else open_binary(path)) as fh:
             yield from _read_tar(path, fh, stats, options)
 
@@ -67,7 +56,7 @@ def _read_tar(path: Path, fh: BinaryIO, stats: ReadStats, options: ReadOptions) 
             stream: BinaryIO = (io.BufferedReader(DecompressRaw(name, comp, fileobj=raw), buffer_size=1 << 20)  # type: ignore[assignment]
                                 if comp else raw)
             head = stream.read(512)
-            body = io.BufferedReader(Prefixed(head, stream), buffer_size=1 << 20)
+            body = io.BufferedReader(base.Prefixed(head, stream), buffer_size=1 << 20)
             if TarReader.sniff(head):
                 yield from _read_tar(name, body, stats, options)  # type: ignore[arg-type]
                 continue
@@ -75,7 +64,7 @@ def _read_tar(path: Path, fh: BinaryIO, stats: ReadStats, options: ReadOptions) 
 
             def opener(b=body):
                 if opened[0]:
-                    raise BadFileError("unreadable", f"{name}: a tar member can be read once")
+                    raise base.BadFileError("unreadable", f"{name}: a tar member can be read once")
                 opened[0] = True
                 return b
             yield from read_format(name, ext, stats, options, opener, head)

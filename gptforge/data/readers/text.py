@@ -8,44 +8,29 @@ import logging
 from collections.abc import Iterator
 from pathlib import Path
 
-from gptforge.data.readers.base import (
-    REPLACE_COUNTER,
-    TEXT_EXTS,
-    Document,
-    Opener,
-    RawWrapper,
-    Reader,
-    ReadOptions,
-    ReadStats,
-    decode_utf8,
-    register,
-    sniff_stream,
-)
+from gptforge.data.readers import base
+from gptforge.data.readers.base import Document, Opener, Reader, ReadOptions, ReadStats
 from gptforge.data.readers.files import open_binary
 
 log = logging.getLogger("gptforge.data")
 
 
-@register
 class TextReader(Reader):
     """One document per file (id: the path), or one per piece between separators (`PATH@N`).
 
     Also the reader of files whose name has no known extension and whose bytes no reader claims."""
 
-    extensions = frozenset(TEXT_EXTS)
+    extensions = frozenset(base.TEXT_EXTS)
 
-    def read(self, path: Path, stats: ReadStats, options: ReadOptions,
-             opener: Opener | None = None) -> Iterator[Document]:
+    def read(self, path: Path, stats: ReadStats, options: ReadOptions, opener: Opener | None = None) -> Iterator[Document]:
         if options.doc_separator:
             yield from read_text_separated(path, stats, options.doc_separator, opener)
             return
         with (opener() if opener else open_binary(path)) as fh:
-            head = sniff_stream(fh, path)
+            head = base.sniff_stream(fh, path)
             data = head + fh.read()
-        text, bad = decode_utf8(data)
-        if bad:
-            stats.undecodable_sequences += bad
-            stats.documents_with_undecodable += 1
+        text, bad = base.decode_utf8(data)
+        stats.count_undecodable(bad)
         stats.documents += 1
         yield Document(text, str(path), str(path))
 
@@ -58,16 +43,16 @@ def read_text_separated(path: Path, stats: ReadStats, separator: str, opener: Op
     change when another piece becomes empty; `first_piece`: the number of the first piece (a
     byte range of the file starts after that many separators).
     """
-    decoder = codecs.getincrementaldecoder("utf-8")(errors=REPLACE_COUNTER.name)
+    decoder = codecs.getincrementaldecoder("utf-8")(errors=base.REPLACE_COUNTER.name)
     with (opener() if opener else open_binary(path)) as fh:
-        chunk = sniff_stream(fh, path)
+        chunk = base.sniff_stream(fh, path)
         rest = ""
         piece = first_piece
         while True:
-            before = REPLACE_COUNTER.count
+            before = base.REPLACE_COUNTER.count
             final = not chunk
             rest += decoder.decode(chunk, final=final)
-            bad = REPLACE_COUNTER.count - before
+            bad = base.REPLACE_COUNTER.count - before
             if bad:  # attributed to the piece being read; close enough for a count
                 stats.undecodable_sequences += bad
                 stats.documents_with_undecodable += 1
@@ -83,7 +68,7 @@ def read_text_separated(path: Path, stats: ReadStats, separator: str, opener: Op
             chunk = fh.read(4 << 20)
 
 
-class _Range(RawWrapper):
+class _Range(base.RawWrapper):
     """Bytes [start, end) of a file, as a stream."""
 
     def __init__(self, path: Path, start: int, end: int):
