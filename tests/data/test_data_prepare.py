@@ -121,8 +121,13 @@ def test_split_independent_of_input_order_and_workers(corpus, tmp_path, small_to
         for name in a.meta["splits"][split]["files"]:  # byte-identical whatever the worker count
             assert (tmp_path / "a" / name).read_bytes() == (tmp_path / "c" / name).read_bytes()
     assert (tmp_path / "a" / "meta.json").read_bytes() == (tmp_path / "c" / "meta.json").read_bytes()
-    # The documented rule decides the split.
-    n_val = sum(assign_split(f, 7, 0.2, 0.0) == "val" for f in files)
+    # The documented rule decides the split: a hash of each curated document's text (its split key).
+    from gptforge.data.phases.split import split_key
+
+    steps = build_recipe(load_recipe("default")).steps
+    curated = [d.text for d in apply_steps((Document(normalize_text(open(f, encoding="utf-8-sig").read()), f)
+                                            for f in files), steps)]
+    n_val = sum(assign_split(split_key(t), 7, 0.2, 0.0) == "val" for t in curated)
     assert a.meta["splits"]["val"]["documents"] == n_val > 0
     # Another seed gives another split.
     prepare(PrepareConfig(inputs=files, out=str(tmp_path / "d"), workers=1, **{**common, "seed": 8}), show_progress=False)
