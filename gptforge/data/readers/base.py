@@ -336,6 +336,10 @@ class Reader:
     extensions: ClassVar[frozenset[str]] = frozenset()
     transcode: ClassVar[bool] = True
 
+    def __init__(self, dispatch: Callable[..., Iterator[Document]] | None = None):
+        #: what reads the members of a container format (`dispatch.read_format`; tar archives).
+        self.dispatch = dispatch
+
     def __init_subclass__(cls, registered: bool = True, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
         if registered:

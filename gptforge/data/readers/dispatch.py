@@ -137,7 +137,7 @@ def read_format(path: Path, ext: str, stats: ReadStats, options: ReadOptions, op
     cls = reader_for(ext, head)
     if cls.transcode:
         opener = transcoding_opener(path, stats, opener)
-    yield from cls().read(path, stats, options, opener)
+    yield from cls(dispatch=read_format).read(path, stats, options, opener)
 
 
 def read_documents(inputs: Iterable[str | Path], stats: ReadStats | None = None,

@@ -8,7 +8,7 @@ import logging
 from collections.abc import Iterator
 from pathlib import Path
 
-from gptforge.data.readers import base
+import gptforge.data.readers.base as base
 from gptforge.data.readers.base import Document, Opener, Reader, ReadOptions, ReadStats
 from gptforge.data.readers.files import open_binary, split_suffixes
 

@@ -8,7 +8,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import BinaryIO
 
-from gptforge.data.readers import base
+import gptforge.data.readers.base as base
 from gptforge.data.readers.base import Document, Opener, Reader, ReadOptions, ReadStats
 from gptforge.data.readers.files import DecompressRaw, TruncatedArchive, open_binary, split_suffixes
 
@@ -34,14 +34,14 @@ class TarReader(Reader):
         return len(head) >= 262 and head[257:262] == b"ustar"
 
     def read(self, path: Path, stats: ReadStats, options: ReadOptions, opener: Opener | None = None) -> Iterator[Document]:
+        if self.dispatch is None:
+            raise ValueError("TarReader reads its members through a dispatcher: make it with dispatch=read_format")
         with (opener() if opener else open_binary(path)) as fh:
-            yield from _read_tar(path, fh, stats, options)
+            yield from _read_tar(path, fh, stats, options, self.dispatch)
 
 
-def _read_tar(path: Path, fh: BinaryIO, stats: ReadStats, options: ReadOptions) -> Iterator[Document]:
+def _read_tar(path: Path, fh: BinaryIO, stats: ReadStats, options: ReadOptions, read_format) -> Iterator[Document]:
     import tarfile
-
-    from gptforge.data.readers.dispatch import read_format  # the dispatcher reads the members
 
     try:
         tar = tarfile.open(fileobj=fh, mode="r|")
@@ -58,7 +58,7 @@ def _read_tar(path: Path, fh: BinaryIO, stats: ReadStats, options: ReadOptions) 
             head = stream.read(512)
             body = io.BufferedReader(base.Prefixed(head, stream), buffer_size=1 << 20)
             if TarReader.sniff(head):
-                yield from _read_tar(name, body, stats, options)  # type: ignore[arg-type]
+                yield from _read_tar(name, body, stats, options, read_format)  # type: ignore[arg-type]
                 continue
             opened = [False]
 
