@@ -180,7 +180,7 @@ class PrepareResult:
     read: ReadStats
     normalize: NormalizeStats
     seconds: float
-    moved_to_split: dict[str, str] = field(default_factory=dict)  # doc id -> split (small-corpus rule)
+    moved_to_split: dict[str, str] = field(default_factory=dict)  # split key -> split (small-corpus rules)
     steps: list[StepStats] = field(default_factory=list)
     report: dict[str, Any] = field(default_factory=dict)
     already_done: bool = False  # the output was complete for these inputs and options: nothing ran
