@@ -101,7 +101,7 @@ def create_app(model, tokenizer_file: str | Path, cfg: ServeConfig | None = None
     app.add_exception_handler(APIError, _api_error)
     app.add_exception_handler(StarletteHTTPException, _http_error)
     app.middleware("http")(_guard)
-    app.openapi = lambda: openapi(app, cfg.model_name, cfg.api_key is not None)
+    app.openapi = lambda: openapi(app)
     return app
 
 

@@ -2,9 +2,9 @@
 
 Routes parse their own bodies (so that malformed JSON, an oversized body and every invalid field
 get OpenAI's error object), so each route declares its request body and responses with
-`route_doc`, and `openapi` adds the models' JSON schemas under components/schemas. The `model`
-field of every request is declared as the one id this server serves; with an API key, a bearer
-security scheme covers every route but /health, /metrics and /openapi.json.
+`route_doc`, and `openapi` adds the models' JSON schemas under components/schemas with this
+server's limits written in (`_tighten`: the served model id, the vocabulary, the context); with an
+API key, a bearer security scheme covers every route but /health, /metrics and /openapi.json.
 
 Streams: `text/event-stream` responses are server-sent events; as OpenAPI before 3.2 has it (no
 `itemSchema`), the media type's schema describes one event: its `data` is "[DONE]" or JSON
@@ -75,25 +75,42 @@ def route_doc(request=None, response=None, stream=None, errors: tuple[int, ...] 
     return kw
 
 
-def openapi(app, model_name: str, api_key: bool) -> dict:
+def _tighten(schemas: dict, model_name: str, vocab_size: int, max_model_len: int) -> None:
+    """Write this server's own limits into the request schemas (the routes check each, with a 400):
+    the one model id served, token ids inside the vocabulary, token-id prompts that fit in the
+    context, no empty prompt, and exactly one of `prompt` or `messages` for /tokenize."""
+    served = {"anyOf": [{"type": "string", "enum": [model_name]}, {"type": "null"}], "default": None,
+              "description": "The served model's id (GET /v1/models); another id is a 404."}
+    for name in ("CompletionRequest", "ChatRequest", "TokenizeRequest", "DetokenizeRequest"):
+        schemas[name]["properties"]["model"] = served
+    token = {"type": "integer", "minimum": 0, "maximum": vocab_size - 1}
+    ids = {"type": "array", "items": token, "minItems": 1, "maxItems": max_model_len}
+    text = {"type": "string", "minLength": 1}
+    prompt = schemas["CompletionRequest"]["properties"]["prompt"]
+    prompt["anyOf"] = [text, {"type": "array", "items": text, "minItems": 1}, ids,
+                       {"type": "array", "items": ids, "minItems": 1}]
+    schemas["DetokenizeRequest"]["properties"]["tokens"]["items"] = token
+    schemas["TokenizeRequest"]["oneOf"] = [
+        {"required": ["prompt"], "properties": {"prompt": {"type": "string"}, "messages": {"type": "null"}}},
+        {"required": ["messages"], "properties": {"messages": {"type": "array"}, "prompt": {"type": "null"}}}]
+
+
+def openapi(app) -> dict:
     """The OpenAPI document of `app` (cached in app.openapi_schema): FastAPI's paths plus the
-    protocol models under components/schemas, `model` fields as the served id, and the bearer
-    scheme when `api_key`."""
+    protocol models under components/schemas, tightened to this server's limits (`_tighten`), and
+    the bearer scheme when the server has an API key."""
     if app.openapi_schema is not None:
         return app.openapi_schema
     from fastapi.openapi.utils import get_openapi
 
+    srv = app.state.server
     doc = get_openapi(title=app.title, version=app.version, description=app.description, routes=app.routes)
     _, defs = models_json_schema([(m, "validation") for m in REQUEST_MODELS + RESPONSE_MODELS],
                                  ref_template="#/components/schemas/{model}")
     schemas = doc.setdefault("components", {}).setdefault("schemas", {})
     schemas.update(defs["$defs"])
-    served = {"anyOf": [{"type": "string", "enum": [model_name]}, {"type": "null"}], "default": None,
-              "description": "The served model's id (GET /v1/models); another id is a 404."}
-    for m in REQUEST_MODELS:
-        if "model" in schemas[m.__name__].get("properties", {}):
-            schemas[m.__name__]["properties"]["model"] = served
-    if api_key:
+    _tighten(schemas, srv.cfg.model_name, srv.tok.vocab_size, srv.max_model_len)
+    if srv.cfg.api_key is not None:
         doc["components"]["securitySchemes"] = {"bearer": {"type": "http", "scheme": "bearer"}}
         for path, ops in doc["paths"].items():
             if path in OPEN_PATHS:

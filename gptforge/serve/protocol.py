@@ -8,9 +8,9 @@ accepted and ignored. `top_k` is an extension (as in vLLM): 0 or -1 means off.
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, WithJsonSchema
 
 
 class APIError(Exception):
@@ -24,6 +24,11 @@ class APIError(Exception):
 
     def body(self) -> dict:
         return {"error": {"message": self.message, "type": self.type, "param": self.param, "code": self.code}}
+
+
+Unsupported = Annotated[Any, WithJsonSchema({
+    "type": "null", "description": "Not supported by this server: only null (another value is a 400 unsupported_parameter)"})]
+"""An OpenAI field gptforge does not implement: accepted by name, refused when set (`UNSUPPORTED`)."""
 
 
 class _Strict(BaseModel):
@@ -50,11 +55,11 @@ class _Sampling(_Strict):
     presence_penalty: float = Field(0.0, ge=-2.0, le=2.0)
     frequency_penalty: float = Field(0.0, ge=-2.0, le=2.0)
     user: str | None = None
-    logit_bias: dict[str, float] | None = None
+    logit_bias: Unsupported = None
     best_of: int | None = None
-    service_tier: Any = None
-    metadata: Any = None
-    store: Any = None
+    service_tier: Unsupported = None
+    metadata: Unsupported = None
+    store: Unsupported = None
 
 
 class CompletionRequest(_Sampling):
@@ -63,7 +68,7 @@ class CompletionRequest(_Sampling):
     prompt: str | list[str] | list[int] | list[list[int]]
     echo: bool = False
     logprobs: int | None = Field(None, ge=0, le=20)
-    suffix: str | None = None
+    suffix: Unsupported = None
 
 
 class ContentPart(_Strict):
@@ -74,7 +79,7 @@ class ContentPart(_Strict):
 class ChatMessage(BaseModel):
     model_config = ConfigDict(extra="allow")
     role: Literal["system", "user", "assistant", "developer"]
-    content: str | list[ContentPart] | None = None
+    content: str | list[ContentPart]
     name: str | None = None
 
 
@@ -85,16 +90,16 @@ class ChatRequest(_Sampling):
     max_completion_tokens: int | None = None
     logprobs: bool = False
     top_logprobs: int | None = Field(None, ge=0, le=20)
-    tools: Any = None
-    tool_choice: Any = None
-    functions: Any = None
-    function_call: Any = None
-    response_format: Any = None
-    parallel_tool_calls: Any = None
-    modalities: Any = None
-    audio: Any = None
-    prediction: Any = None
-    reasoning_effort: Any = None
+    tools: Unsupported = None
+    tool_choice: Unsupported = None
+    functions: Unsupported = None
+    function_call: Unsupported = None
+    response_format: Unsupported = None
+    parallel_tool_calls: Unsupported = None
+    modalities: Unsupported = None
+    audio: Unsupported = None
+    prediction: Unsupported = None
+    reasoning_effort: Unsupported = None
 
 
 # OpenAI fields that are accepted by name and refused (400 naming them) when set to a value.

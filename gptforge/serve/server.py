@@ -25,6 +25,10 @@ from gptforge.serve.protocol import UNSUPPORTED, APIError
 # Temperatures below this sample greedily, as vLLM's SamplingParams does (_SAMPLING_EPS): dividing
 # the logits by a subnormal temperature overflows them to inf, and softmax then gives NaN.
 MIN_TEMPERATURE = 1e-5
+# Smaller top_p values are raised to this: in float32 a top_p under ~1e-45 is 0, which drops every token
+# (softmax of all -inf is NaN). Any top_p below the best token's probability (>= 1/vocab_size > 1e-7)
+# keeps that token alone, so the answer is the same.
+MIN_TOP_P = 1e-7
 
 
 @dataclass
@@ -282,7 +286,7 @@ class Server:
         bounded: refuse contents longer than the context holds before rendering (`check_prompt_chars`).
 
         Raises:
-            APIError: 400 for a message without content, or one the template refuses.
+            APIError: 400 for a conversation the template refuses, or one too long (when bounded).
         """
         from gptforge.data.instruct import prompt_ids
 
@@ -291,8 +295,6 @@ class Server:
             content = m.content
             if isinstance(content, list):
                 content = "".join(p.text for p in content)
-            if content is None:
-                raise _err(400, f"messages[{j}].content is missing", f"messages.{j}.content", "invalid_value")
             rendered.append({"role": "system" if m.role == "developer" else m.role, "content": content})
         if bounded:
             self.check_prompt_chars(sum(len(m["content"]) for m in rendered), "the conversation", "messages")
@@ -325,7 +327,7 @@ class Server:
         stop = [req.stop] if isinstance(req.stop, str) else list(req.stop or [])
         temperature = req.temperature if req.temperature >= MIN_TEMPERATURE else 0.0
         return SamplingParams(
-            max_tokens=max_tokens, temperature=temperature, top_k=max(req.top_k, 0), top_p=req.top_p,
+            max_tokens=max_tokens, temperature=temperature, top_k=max(req.top_k, 0), top_p=max(req.top_p, MIN_TOP_P),
             seed=None if req.seed is None else (req.seed + choice) % 2**64, stop=stop, stop_token_ids=stop_ids,
             logprobs=logprobs, prompt_logprobs=prompt_logprobs, presence_penalty=req.presence_penalty,
             frequency_penalty=req.frequency_penalty)
