@@ -27,7 +27,8 @@ class APIError(Exception):
 
 
 Unsupported = Annotated[Any, WithJsonSchema({
-    "type": "null", "description": "Not supported by this server: only null (another value is a 400 unsupported_parameter)"})]
+    "type": "null", "description": "Not supported by this server: only null (another value is a 400 "
+                                   "unsupported_parameter)"})]
 """An OpenAI field gptforge does not implement: accepted by name, refused when set (`UNSUPPORTED`)."""
 
 
