@@ -350,11 +350,12 @@ class Server:
                                 f"({batch} decoded + {q} queued); send fewer prompts or a smaller n", "n",
                            "invalid_value")
             free = len(self.engine.free_slots)  # read first: a step admitting in between lowers the count
-            queued = len(self.engine.waiting) + n - free
+            waiting = len(self.engine.waiting)
+            queued = waiting + n - free  # sequences of the queue once this request's have taken the free slots
             if queued > q:
                 wait = self.retry_after(queued - q)
-                raise APIError(429, f"the server is busy: {queued - n + free} sequences already wait for one of "
-                                    f"{batch} cache slots (at most {q} may wait); retry after {wait} s",
+                raise APIError(429, f"the server is busy: {waiting} sequences already wait for one of {batch} "
+                                    f"cache slots (at most {q} may wait); retry after {wait} s",
                                code="queue_full", type="server_busy", headers={"Retry-After": str(wait)})
         sub = Submission(self, jobs)
         self.metrics.prompt_tokens.inc(sum(len(p) for p, _ in jobs))
