@@ -273,10 +273,17 @@ class Engine:
             return False
         self.steps += 1
         events: list[tuple[Request, Event]] = []
-        for seq in admitted:
-            events += self._prefill(seq)
-        if decoding:
-            events += self._decode(decoding)
+        try:
+            for seq in admitted:
+                events += self._prefill(seq)
+            if decoding:
+                events += self._decode(decoding)
+        except BaseException:
+            # The caller's error handler frees and answers every running sequence: the ones admitted
+            # in this step must be among them, or their slots leak and their clients wait forever.
+            with self._cv:
+                self.running += admitted
+            raise
         with self._cv:
             self.running += admitted
             for seq in self.running:
