@@ -117,3 +117,37 @@ def test_two_agents_fsdp_equal_one_agent_and_resume_in_one_process(tiny_shards, 
     # Another process count sums in another order: the cross-layout tolerance of test_distributed.
     assert_close([r["loss"] for r in rows[2:]], want[2:], "FSDP2 checkpoint of two agents, resumed in one process",
                  rel=1e-5)
+
+
+def test_resume_auto_decides_from_the_run_folder(tmp_path, capsys):
+    from gptforge.train.resume import resume_auto_argv
+
+    run = tmp_path / "run"
+    assert resume_auto_argv(["--out", str(run), "--resume", "auto", "--quiet"], "p") == ["--out", str(run), "--quiet"]
+    assert "no run in" in capsys.readouterr().out
+    run.mkdir()
+    (run / "config.yaml").write_text("train: {}\n")
+    assert resume_auto_argv(["--resume=auto", "--out", str(run)], "p") == ["--out", str(run), "--resume"]
+    assert "holds a run: resuming it" in capsys.readouterr().out
+    assert resume_auto_argv(["--out", str(run), "--resume"], "p") == ["--out", str(run), "--resume"]
+
+
+@pytest.mark.slow
+def test_lost_rank_restart_resumes_with_uninterrupted_losses(tiny_shards, tmp_path, one_agent_losses):
+    """Rank 1 of a 2-process DDP run exits hard after its second checkpoint (step 2); torchrun
+    --max-restarts 1 restarts the group with the same command line, which resumes from step 2."""
+    run, marker = tmp_path / "run", tmp_path / "fault.txt"
+    entry = Path(__file__).with_name("fault_entry.py")
+    env = dict(loopback_env(), FAULT_RANK="1", FAULT_AFTER_CHECKPOINTS="2", FAULT_MARKER=str(marker))
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nnodes", "1", "--nproc-per-node", "2",
+           "--max-restarts", "1", str(entry),
+           *_pretrain(tiny_shards, run, "ddp", ["--train.checkpoint_interval", "1", "--resume", "auto"])]
+    proc = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
+                          timeout=TIMEOUT_S)
+    assert proc.returncode == 0, proc.stdout[-4000:]
+    assert marker.read_text().startswith("rank 1 exits after step_"), "the fault hook never fired"
+    assert "--resume auto (torchrun restart 1): " in proc.stdout and "resuming it" in proc.stdout, proc.stdout[-4000:]
+    rows = read_metrics(run)
+    assert [r["step"] for r in rows] == [1, 2, 3, 4]
+    assert [e["kind"] for e in rows[2].get("events", [])] == ["resume"]  # steps 3-4 ran after the restart
+    assert_close([r["loss"] for r in rows], one_agent_losses["ddp"], "restarted after a lost rank")
