@@ -92,3 +92,35 @@ def test_test_only_refuses_what_the_cluster_lacks(cluster, tmp_path):
         proc = subprocess.run(["sbatch", "--test-only", str(script)], cwd=tmp_path, env=cluster.env,
                               capture_output=True, text=True, timeout=60)
         assert proc.returncode != 0 and "not available" in proc.stderr, (script.name, proc.stderr)
+
+
+def test_cpu_mode_script_and_refusals(tmp_path, capsys):
+    """CPU mode without a cluster: the script's lines, and the counts `gptforge slurm` refuses."""
+    script = tmp_path / "cpu.sbatch"
+    assert cli(["slurm", "--nodes", "2", "--gpus-per-node", "0", "--nproc-per-node", "4", "--out", str(script),
+                "--", "pretrain", "--data", "d", "--out", "r", "--parallel.dp_shard", "8"]) == 0
+    text = script.read_text()
+    assert "#SBATCH --exclusive" in text and "--cpus-per-task=" not in text.split("srun")[0]
+    assert "gpus-per-node" not in text and "NCCL" not in text
+    assert "--nnodes 2 --nproc-per-node 4 --rdzv-backend c10d" in text and "NPROC=4" in text
+    assert subprocess.run(["bash", "-n", str(script)]).returncode == 0
+    # The thread share per process, as the script computes it from the node's CPUs.
+    shell = ("SLURM_CPUS_ON_NODE=16; " + next(ln for ln in text.splitlines() if ln.startswith("CPUS=")) + "; NPROC=4; "
+             + next(ln for ln in text.splitlines() if ln.startswith("export OMP_NUM_THREADS")) + "; echo $OMP_NUM_THREADS")
+    assert subprocess.run(["bash", "-c", shell], capture_output=True, text=True,
+                          env={"PATH": "/usr/bin:/bin"}).stdout.strip() == "4"
+    given = tmp_path / "given.sbatch"
+    assert cli(["slurm", "--nodes", "1", "--gpus-per-node", "0", "--nproc-per-node", "2", "--cpus-per-task", "6",
+                "--out", str(given), "--", "pretrain"]) == 0
+    assert "#SBATCH --cpus-per-task=6" in given.read_text() and "--exclusive" not in given.read_text()
+    capsys.readouterr()
+    refused = {
+        ("--gpus-per-node", "0"): "needs --nproc-per-node",
+        ("--gpus-per-node", "4", "--nproc-per-node", "2"): "each process drives one GPU",
+        ("--gpus-per-node", "-1"): "--gpus-per-node >= 0",
+        ("--gpus-per-node", "0", "--nproc-per-node", "2", "--nodes", "2"): "does not use the 4 processes",
+    }
+    for args, message in refused.items():
+        cmd = ["pretrain", "--parallel.dp_shard", "2"] if "--nodes" in args else ["pretrain"]
+        assert cli(["slurm", "--nodes", "1", *args, "--out", str(tmp_path / "x"), "--", *cmd]) == 2, args
+        assert message in capsys.readouterr().err, args
