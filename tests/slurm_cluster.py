@@ -44,7 +44,7 @@ def why_unavailable() -> str | None:
         return f"Slurm/munge not installed ({', '.join(missing)} missing; Debian: apt-get install slurmctld " \
                "slurmd slurm-client munge)"
     if os.geteuid() != 0:
-        return "slurmd must run as root to start jobs, and this is not root"
+        return "this helper runs slurmd as root (SlurmdUser=root, to start jobs), and this process is not root"
     return None
 
 
