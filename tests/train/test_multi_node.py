@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from gptforge.commands.launch import LaunchOptions, launch_env, torchrun_command
 from gptforge.train.loggers import read_metrics
 from tests.train.dist_harness import free_port
 
@@ -138,12 +139,17 @@ def test_lost_rank_restart_resumes_with_uninterrupted_losses(tiny_shards, tmp_pa
     --max-restarts 1 restarts the group with the same command line, which resumes from step 2."""
     run, marker = tmp_path / "run", tmp_path / "fault.txt"
     entry = Path(__file__).with_name("fault_entry.py")
-    env = dict(loopback_env(), FAULT_RANK="1", FAULT_AFTER_CHECKPOINTS="2", FAULT_MARKER=str(marker))
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nnodes", "1", "--nproc-per-node", "2",
-           "--max-restarts", "1", str(entry),
+    # torchrun as `gptforge launch --max-restarts 1` starts it (its command line and environment),
+    # with the fault entry point in place of gptforge.cli.
+    opts = LaunchOptions(nproc_per_node="2", max_restarts=1, command=["pretrain"])
+    torchrun = torchrun_command(opts)[:-3]
+    assert torchrun[-2:] == ["--max-restarts", "1"], torchrun
+    env = dict(launch_env(opts, loopback_env()), FAULT_RANK="1", FAULT_AFTER_CHECKPOINTS="2", FAULT_MARKER=str(marker))
+    cmd = [*torchrun, str(entry),
            *_pretrain(tiny_shards, run, "ddp", ["--train.checkpoint_interval", "1", "--resume", "auto"])]
     proc = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
                           timeout=TIMEOUT_S)
+    (tmp_path / "torchrun.log").write_text(proc.stdout)
     assert proc.returncode == 0, proc.stdout[-4000:]
     assert marker.read_text().startswith("rank 1 exits after step_"), "the fault hook never fired"
     assert "--resume auto (torchrun restart 1): " in proc.stdout and "resuming it" in proc.stdout, proc.stdout[-4000:]
@@ -151,3 +157,12 @@ def test_lost_rank_restart_resumes_with_uninterrupted_losses(tiny_shards, tmp_pa
     assert [r["step"] for r in rows] == [1, 2, 3, 4]
     assert [e["kind"] for e in rows[2].get("events", [])] == ["resume"]  # steps 3-4 ran after the restart
     assert_close([r["loss"] for r in rows], one_agent_losses["ddp"], "restarted after a lost rank")
+
+
+def test_launch_env_unshares_the_rendezvous_store_only_for_restarts():
+    plain = launch_env(LaunchOptions(command=["pretrain"]), {"PATH": "/bin"})
+    assert plain == {"PATH": "/bin", "OMP_NUM_THREADS": "1"}
+    restarts = launch_env(LaunchOptions(max_restarts=2, command=["pretrain"]), {"OMP_NUM_THREADS": "4"})
+    assert restarts == {"OMP_NUM_THREADS": "4", "TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1"}
+    kept = launch_env(LaunchOptions(max_restarts=2, command=["pretrain"]), {"TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "0"})
+    assert kept["TORCH_DISABLE_SHARE_RDZV_TCP_STORE"] == "0"
