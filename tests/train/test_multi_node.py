@@ -5,6 +5,9 @@ GLOO_SOCKET_IFNAME=lo), through the c10d rendezvous (one agent hosts the store) 
 one (--node-rank). Same ranks, same data, same seed: the losses agree to 1e-6 relative with the
 single-agent run, under DDP and FSDP2; the two agents' FSDP2 checkpoint then resumes in one
 process without a launcher. A 2-layer d_model-32 model, 4 steps, gloo on the CPU.
+
+Also here: a rank lost after its second checkpoint, torchrun --max-restarts and --resume auto
+(fault_entry.py holds the fault hook).
 """
 
 from __future__ import annotations
