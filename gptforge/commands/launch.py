@@ -144,7 +144,21 @@ def main(argv: list[str]) -> int:
     print(shlex.join(cmd), flush=True)
     if args.dry_run:
         return 0
-    env = dict(os.environ)
-    # One thread per rank unless asked otherwise: N ranks of all-core BLAS oversubscribe the CPU.
+    return subprocess.call(cmd, env=launch_env(args, os.environ))
+
+
+def launch_env(args: LaunchOptions, environ) -> dict[str, str]:
+    """The environment torchrun runs under: `environ` plus gptforge's defaults (a variable
+    already set is kept).
+
+    OMP_NUM_THREADS=1: N ranks of all-core BLAS oversubscribe the CPU. With --max-restarts,
+    TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1: when the workers share the agent's rendezvous store
+    (torch's default), a restarted group can read the keys of the failed one, e.g. a dead rank's
+    gloo or NCCL address, and fail to connect ("Connection refused"; pytorch/pytorch#135712,
+    #167288). Unshared, every attempt's rank 0 hosts a fresh store.
+    """
+    env = dict(environ)
     env.setdefault("OMP_NUM_THREADS", "1")
-    return subprocess.call(cmd, env=env)
+    if args.max_restarts:
+        env.setdefault("TORCH_DISABLE_SHARE_RDZV_TCP_STORE", "1")
+    return env
