@@ -11,7 +11,7 @@ import time
 import uuid
 
 from fastapi import APIRouter, Request
-from fastapi.responses import Response, StreamingResponse
+from fastapi.responses import Response
 
 from gptforge.infer.engine import Event
 from gptforge.serve.openapi import route_doc
@@ -111,13 +111,4 @@ class ChatCall:
 async def chat_completions(request: Request) -> Response:
     """The assistant's next message, `n` choices; with `stream`, server-sent ChatCompletionChunks."""
     srv: Server = request.app.state.server
-    req = await srv.parse(request, ChatRequest)
-    srv.check_model(req.model)
-    srv.check_unsupported(req)
-    call = ChatCall(srv, req)
-    start = time.monotonic()
-    sub = srv.submit(call.jobs)
-    if req.stream:
-        return StreamingResponse(call.stream(request, sub, start), media_type="text/event-stream",
-                                 headers={"Cache-Control": "no-cache"})
-    return await call.respond(request, sub, start)
+    return await srv.answer(request, ChatRequest, ChatCall)

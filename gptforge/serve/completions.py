@@ -11,7 +11,7 @@ import time
 import uuid
 
 from fastapi import APIRouter, Request
-from fastapi.responses import Response, StreamingResponse
+from fastapi.responses import Response
 
 from gptforge.serve.openapi import route_doc
 from gptforge.serve.protocol import Completion, CompletionChunk, CompletionRequest
@@ -126,13 +126,4 @@ class CompletionCall:
 async def completions(request: Request) -> Response:
     """Text after each prompt, `n` choices per prompt; with `stream`, server-sent CompletionChunks."""
     srv: Server = request.app.state.server
-    req = await srv.parse(request, CompletionRequest)
-    srv.check_model(req.model)
-    srv.check_unsupported(req)
-    call = CompletionCall(srv, req)
-    start = time.monotonic()
-    sub = srv.submit(call.jobs)
-    if req.stream:
-        return StreamingResponse(call.stream(request, sub, start), media_type="text/event-stream",
-                                 headers={"Cache-Control": "no-cache"})
-    return await call.respond(request, sub, start)
+    return await srv.answer(request, CompletionRequest, CompletionCall)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, WithJsonSchema
+from pydantic import BaseModel, ConfigDict, Field, StrictInt, WithJsonSchema
 
 
 class APIError(Exception):
@@ -66,7 +66,8 @@ class _Sampling(_Strict):
 class CompletionRequest(_Sampling):
     """POST /v1/completions."""
 
-    prompt: str | list[str] | list[int] | list[list[int]]
+    prompt: str | list[str] | list[StrictInt] | list[list[StrictInt]]
+    """Text, texts, token ids or lists of token ids (ids are JSON integers: true/false are refused)."""
     echo: bool = False
     logprobs: int | None = Field(None, ge=0, le=20)
     suffix: Unsupported = None
@@ -119,7 +120,7 @@ class TokenizeRequest(_Strict):
 
 class DetokenizeRequest(_Strict):
     model: str | None = None
-    tokens: list[int]
+    tokens: list[StrictInt]
 
 
 # ---- responses (OpenAI API reference: the Completion, Chat Completion and chunk objects) ---------

@@ -332,6 +332,27 @@ class Server:
             logprobs=logprobs, prompt_logprobs=prompt_logprobs, presence_penalty=req.presence_penalty,
             frequency_penalty=req.frequency_penalty)
 
+    async def answer(self, request: Request, cls, make_call) -> Response:
+        """Parse the body as `cls`, check its model and unsupported fields, build the endpoint's
+        call object with `make_call(self, req)` (it has `jobs`, `stream()` and `respond()`), admit
+        its jobs and answer: server-sent events when `stream` is set, else one JSON response.
+
+        Raises:
+            APIError: a bad body or model, an unsupported field, or a full queue (see `submit`).
+        """
+        from fastapi.responses import StreamingResponse
+
+        req = await self.parse(request, cls)
+        self.check_model(req.model)
+        self.check_unsupported(req)
+        call = make_call(self, req)
+        start = time.monotonic()
+        sub = self.submit(call.jobs)
+        if req.stream:
+            return StreamingResponse(call.stream(request, sub, start), media_type="text/event-stream",
+                                     headers={"Cache-Control": "no-cache"})
+        return await call.respond(request, sub, start)
+
     # ---- admission and results ----------------------------------------------------------------
 
     def submit(self, jobs: list[tuple[list[int], SamplingParams]]) -> Submission:
