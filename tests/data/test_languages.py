@@ -78,9 +78,9 @@ def test_every_table_names_real_step_options(language):
 
 def test_chinese_thresholds_come_from_fineweb2():
     zh = load_language("cmn_Hani")
-    assert zh.fineweb2 == "cmn_Hani" and zh.words == "character" and zh.ngram_scale == 2
+    assert zh.fineweb2 == "cmn_Hani" and zh.words == "character" and zh.ngram_scale == 1.75
     rep = zh.step_options("gopher_repetition")
-    assert rep["top_ngram_max"][2] == 0.256 and rep["dup_ngram_max"][10] == 0.127
+    assert rep["top_ngram_max"][2] == 0.256 and rep["dup_ngram_max"][10] == 0.127 and rep["cjk_ngram_scale"] == 1.75
     assert zh.step_options("fineweb")["min_punct_line_ratio"] == 0.106
     assert "的" in zh.stop_words and "為" in zh.stop_words  # both scripts
 

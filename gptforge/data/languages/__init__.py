@@ -12,8 +12,9 @@ Word unit for Chinese and Japanese: characters, with the thresholds recalibrated
 The evidence (bench/zh_word_units.py, figures in bench/RESULTS.md): jieba segments about
 0.2 MB/s on one core, 20-50x slower than the character split, so it would set prepare's speed
 on Chinese; on the same text, the word n-gram repetition fractions Gopher thresholds on are
-close to the character fractions with windows of 2n characters (jieba's mean Han word is 1.8-1.9
-characters), and FineWeb 2's Chinese stop words are all single characters. The tables say
+close to the character fractions with windows of round(1.75 n) characters (98% of test documents
+get the same keep/drop decision at FineWeb 2's thresholds; jieba's mean word is 1.65 characters),
+and FineWeb 2's Chinese stop words are all single characters. The tables say
 per threshold how it was carried over.
 
 Sentences: in Chinese and Japanese a sentence end (。！？；…) is followed by the next sentence
@@ -50,7 +51,7 @@ class LanguageParams:
         code: "en", "zh", "ja" or "ko".
         words: "whitespace" (letters and digits between spaces and punctuation) or "character"
             (each Han character or kana is a word), as `text_stats.words` splits them.
-        ngram_scale: characters per word n-gram position (2 for character words).
+        ngram_scale: characters per word of an n-gram window (1.75 for Chinese and Japanese characters).
         no_space_ends: characters that end a sentence wherever they stand.
         before_space_ends: characters that end a sentence only before whitespace or the end.
         terminal_punctuation: what a line (C4) or a "punctuated line" (FineWeb) ends with.
@@ -61,7 +62,7 @@ class LanguageParams:
     name: str
     fineweb2: str | None
     words: str
-    ngram_scale: int
+    ngram_scale: float
     no_space_ends: str
     before_space_ends: str
     terminal_punctuation: tuple[str, ...]
@@ -84,6 +85,8 @@ class LanguageParams:
         opts = dict(self.steps.get(step, {}))
         if step == "gopher_quality":
             opts.setdefault("stop_words", self.stop_words)
+        if step == "gopher_repetition" and self.words == "character":
+            opts.setdefault("cjk_ngram_scale", self.ngram_scale)
         return opts
 
 
@@ -119,7 +122,7 @@ def load_language(code: str) -> LanguageParams:
         raise ValueError(f"{path.name}: words must be 'whitespace' or 'character', got {table['words']!r}")
     ends = table["sentence_ends"] or {}
     return LanguageParams(code=code, name=table["name"], fineweb2=table["fineweb2"], words=table["words"],
-                          ngram_scale=int(table["ngram_scale"]), no_space_ends=str(ends.get("no_space") or ""),
+                          ngram_scale=float(table["ngram_scale"]), no_space_ends=str(ends.get("no_space") or ""),
                           before_space_ends=str(ends.get("before_space") or ""),
                           terminal_punctuation=tuple(table["terminal_punctuation"]),
                           stop_words=tuple(str(w) for w in table["stop_words"]), steps=dict(table["steps"] or {}))
