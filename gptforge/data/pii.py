@@ -11,9 +11,10 @@ redacting ordinary numbers would damage more text than the rare missed phone num
 
 Chinese text: mainland mobile numbers (11 digits from 1[3-9], optional +86 / 0086, spaces or
 dashes in the 3-4-4 grouping) and landlines with an area code (010-62345678, (021)12345678,
-0755-1234567) are phones; full-width digits, Latin letters and @ . - _ + ( ) are read as their
+0755-1234567) are phones, as are international numbers without separators (+14155550132);
+full-width digits, Latin letters and @ . - _ + ( ) are read as their
 ASCII forms (the placeholder replaces the full-width text); a CJK character next to an address
-or number is a boundary, as a space is. The order is e-mail, ID number, Chinese phones, card,
+or number is a boundary, as a space is. The order is e-mail, ID number, Chinese and E.164 phones, card,
 IP address, other phones: a valid ID or mobile number never becomes "<CREDIT_CARD>".
 """
 
@@ -53,6 +54,9 @@ CN_MOBILE = re.compile(f"(?<!{_W})(?<![+\\d-])(?:(?:\\+|00)86[ -]?)?1[3-9]\\d(?P
 #: local number of 7-8 digits not starting with 0.
 CN_LANDLINE = re.compile(f"(?<!{_W})(?<![+\\d-])(?:\\(0\\d{{2,3}}\\) ?|0\\d{{2,3}}[ -])[1-9]\\d{{6,7}}"
                          f"(?![\\d-]|{_W}|[{_CN_UNIT}])")
+#: an international number written without separators (E.164: "+", then 9-15 digits); a signed
+#: decimal ("+35236450.6") is not one.
+E164 = re.compile(f"(?<!{_W})(?<![+\\d])\\+[1-9]\\d{{8,14}}(?![\\d-]|{_W}|\\.\\d)")
 #: resident ID: 18 characters (17 digits and a check digit or X) or the old 15-digit form.
 CN_ID = re.compile(f"(?<!{_W})(?<![\\d-])(?:\\d{{17}}[\\dXx]|\\d{{15}})(?![\\d-]|{_W}|[{_CN_UNIT}])")
 
@@ -151,6 +155,7 @@ class PIIRedactor:
         # number, never a card number, when phones are not redacted).
         self._checks = [("email", EMAIL, None, "@"), ("id_number", CN_ID, resident_id_ok, None),
                   ("phone", CN_MOBILE, None, None), ("phone", CN_LANDLINE, _landline_ok, None),
+                  ("phone", E164, None, "+"),
                   ("credit_card", CARD, _valid_card, None), ("ip_address", IPV6, _valid_ipv6, ":"),
                   ("ip_address", IPV4, _valid_ip, "."), ("phone", PHONE, _valid_phone, None)]
         self._on = frozenset(self.kinds)

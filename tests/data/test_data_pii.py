@@ -29,6 +29,7 @@ def test_redacts(text, expected, kind):
     "time 12:30:45, slice x[::2], loopback ::1, a::b",
     "year 2024, count 123456, pi 3.14159, date 2024-05-06, isbn 978-3-16-148410-0, short 555-0100",
     "an @decorator and user@localhost",
+    "signed numbers +35236450.6, +12345678 and +123456789012.5",
 ])
 def test_leaves_ordinary_text(text):
     r = PIIRedactor()
@@ -56,6 +57,7 @@ def test_luhn_and_kinds_option():
     ("电话 0086 13912345678 或", "电话 <PHONE> 或", "phone"),
     ("手机：158 1234 5678。", "手机：<PHONE>。", "phone"),
     ("call 13812345678 now", "call <PHONE> now", "phone"),
+    ("or call +14155550132.", "or call <PHONE>.", "phone"),
     ("总机010-62345678转", "总机<PHONE>转", "phone"),
     ("上海(021)12345678", "上海<PHONE>", "phone"),
     ("深圳0755-1234567。", "深圳<PHONE>。", "phone"),
