@@ -11,6 +11,7 @@ from gptforge.data.languages import (
     LANGUAGES,
     canonical,
     count_sentences,
+    count_stop_words,
     ends_with_terminal,
     load_language,
     terminal_line_fraction,
@@ -90,3 +91,15 @@ def test_language_codes():
     assert canonical("jpn_Jpan") == "ja" and canonical("kor") == "ko" and canonical("eng") == "en"
     with pytest.raises(ValueError, match="no language table for 'fr'; known: en, zh, ja, ko"):
         load_language("fr")
+
+
+@pytest.mark.parametrize("language, text, expected", [
+    ("en", "The cat and the hat, with THE bat", 5),
+    ("zh", "我的书在桌子上，他也有一本。", 5),       # 的 在 他 也 有
+    ("zh", "機器學習的發展與應用", 2),               # 的 與: Traditional stop words count too
+    ("ja", "私は東京に住んでいます", 3),             # は に で
+    ("ko", "나는 학교에 갑니다", 0),                 # particles are inside whitespace words
+])
+def test_stop_words_per_language(language, text, expected):
+    assert count_stop_words(text, language) == expected
+    assert count_stop_words(text, language, at_most=1) == min(1, expected)

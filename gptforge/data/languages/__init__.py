@@ -150,3 +150,23 @@ def terminal_line_fraction(lines: list[str], language: str | LanguageParams = "e
     params = language if isinstance(language, LanguageParams) else load_language(language)
     kept = [ln for ln in lines if ln.strip()]
     return sum(ends_with_terminal(ln, params) for ln in kept) / len(kept) if kept else 0.0
+
+
+def count_stop_words(text: str, language: str | LanguageParams = "en", at_most: int | None = None) -> int:
+    """Occurrences of `language`'s stop words among the words of `text` (`text_stats.words`:
+    characters for Chinese and Japanese, lower-cased whitespace words otherwise), stopping at
+    `at_most` when given (Gopher only asks whether there are at least `min_stop_words`).
+
+    English: "the cat and the hat" -> 3; Chinese: "我的书在桌子上" -> 2 (的, 在).
+    """
+    from gptforge.data.text_stats import words
+
+    params = language if isinstance(language, LanguageParams) else load_language(language)
+    stop = frozenset(params.stop_words)
+    found = 0
+    for w in words(text):
+        if (w if params.words == "character" else w.lower()) in stop:
+            found += 1
+            if at_most is not None and found >= at_most:
+                break
+    return found
