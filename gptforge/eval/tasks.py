@@ -267,10 +267,6 @@ def rows_to_examples(path: Path, rows: list[tuple[int, object]], fmt: str, opts:
     verbal: list[str] = opts.get("_verbalizers", [])
     out = []
     for line, row in rows:
-        if fmt in ("cmmlu", "ceval"):  # rows already checked against the header (tasks_zh.header_rows)
-            ctx, gold = tasks_zh.question_and_answer(path, line, row, fmt)
-            out.append(_mc([ctx], list("ABCD"), gold, delim, line))
-            continue
         got = detect_format(row)
         if fmt == "perplexity" and got == "cloze":
             got = "perplexity"
@@ -385,12 +381,16 @@ def _read_examples(path: Path, opts: dict, want_type: str | None) -> tuple[str, 
     if not rows:
         raise _err(path, None, "the task file has no rows")
     fmt = tasks_zh.header_format(rows[0][1]) if isinstance(rows[0][1], list) else None
-    if fmt is not None:
+    if fmt is not None:  # CMMLU / C-Eval: a header names the columns
         rows = tasks_zh.header_rows(path, rows, fmt)
         if not rows:
             raise _err(path, None, "the task file has a header but no rows")
-    else:
-        fmt = detect_format(rows[0][1])
+        if want_type is not None and want_type != "multiple_choice":
+            raise _err(path, None, f"type: {want_type} but the rows are in the {fmt!r} format (multiple_choice)")
+        delim = opts.get("target_delimiter", " ")
+        pairs = [(line, tasks_zh.question_and_answer(path, line, row, fmt)) for line, row in rows]
+        return fmt, [_mc([ctx], list("ABCD"), gold, delim, line) for line, (ctx, gold) in pairs]
+    fmt = detect_format(rows[0][1])
     if fmt is None:
         raise _err(path, rows[0][0], f"row matches no task format; fields found {sorted(rows[0][1])} "
                                      "(see `gptforge evaluate --help` for the formats)")
