@@ -133,6 +133,14 @@ class Clean:
             self._ftfy = ftfy
         self._opencc = opencc_converter(self.opencc) if self.opencc else None
 
+    def __getstate__(self) -> dict:
+        # ftfy (a module) and the OpenCC converter (a C++ object) do not pickle: rebuilt on load.
+        return {k: v for k, v in self.__dict__.items() if k not in ("_ftfy", "_opencc")}
+
+    def __setstate__(self, state: dict) -> None:
+        self.__dict__.update(state)
+        self.__post_init__()
+
     def clean(self, text: str) -> str:
         """The cleaned text (see the class docstring)."""
         if self._ftfy is not None and not text.isascii() and _MOJIBAKE_HINT.search(text):

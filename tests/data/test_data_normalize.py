@@ -100,6 +100,14 @@ def test_opencc_step_in_a_recipe_counts_documents_and_characters():
                                "width_characters": 2}
 
 
+def test_clean_with_opencc_pickles():
+    _needs_opencc()
+    import pickle
+
+    c = pickle.loads(pickle.dumps(Clean(fix_mojibake=True, opencc="t2s", width=True)))
+    assert c.clean("臺灣ＡＩ") == "台湾AI"
+
+
 def test_opencc_bad_config_and_missing_package(monkeypatch):
     with pytest.raises(ValueError, match="opencc must be one of t2s, s2t"):
         Clean(fix_mojibake=False, opencc="t2x")
