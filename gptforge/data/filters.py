@@ -286,9 +286,10 @@ class GopherRepetition(RuleFilter):
     dup_ngram_max: dict[int, float] = field(default_factory=lambda: {5: 0.15, 6: 0.14, 7: 0.13, 8: 0.12,
                                                                      9: 0.11, 10: 0.10})
     #: CJK words are single characters here, and a Chinese word is about two characters long,
-    #: so n-gram windows are this many times longer in CJK-dominant documents (else common
-    #: multi-character words repeated twice would read as duplicated 5-grams).
-    cjk_ngram_scale: int = 2
+    #: so n-gram windows are round(n * this) characters in CJK-dominant documents (else common
+    #: multi-character words repeated twice would read as duplicated 5-grams). The Chinese
+    #: language table sets 1.75 (bench/zh_word_units.py: closest to jieba-word n-grams).
+    cjk_ngram_scale: float = 2
     name: str = "gopher_repetition"
     counts: Counter = field(default_factory=Counter, repr=False)
 
@@ -312,10 +313,10 @@ class GopherRepetition(RuleFilter):
         grams = NgramStats(words(text))
         scale = self.cjk_ngram_scale if is_cjk(text) else 1
         for n, limit in sorted(self.top_ngram_max.items()):
-            if grams.top_fraction(int(n) * scale) > limit:
+            if grams.top_fraction(round(int(n) * scale)) > limit:
                 return f"top_{n}gram"
         for n, limit in sorted(self.dup_ngram_max.items()):
-            if grams.duplicate_fraction(int(n) * scale) > limit:
+            if grams.duplicate_fraction(round(int(n) * scale)) > limit:
                 return f"dup_{n}gram"
         return None
 

@@ -59,3 +59,43 @@ def test_auto_vocab_size_counts_characters_after_dedup(tmp_path, stdlib_texts, c
     n = int(line.split("chosen for ")[1].split(" ")[0].replace(",", ""))
     assert n <= once and line.startswith(f"vocabulary size {auto_vocab_size(n)} ")
     assert auto_vocab_size(n) < auto_vocab_size(4 * once)
+
+
+# ---- the rule for any script (gptforge.data.tokenizer.vocab_size_rule) ---------------------------
+
+
+@pytest.mark.parametrize("n_chars", [1_000, 100_000, 1_000_000, 4_000_000, 16_000_000, 64_000_000])
+def test_bytes_rule_keeps_the_english_sizes(n_chars, stdlib_texts):
+    from collections import Counter
+
+    from gptforge.data.tokenizer import vocab_size_rule
+
+    counts = Counter("".join(stdlib_texts[:3]).encode("ascii", "ignore").decode())
+    # ASCII text: bytes are characters, and no character needs a merge to become one token.
+    assert vocab_size_rule(n_chars, counts) == vocab_size_rule(n_chars) == auto_vocab_size(n_chars)
+
+
+def test_covering_merges():
+    from gptforge.data.tokenizer import covering_merges
+
+    assert covering_merges({"a": 100, "b": 5}) == 0
+    # 999 of 1000 occurrences are covered by the first three characters: 2 + 2 + 1 merges.
+    assert covering_merges({"的": 600, "是": 300, "é": 99, "罕": 1}) == 5
+    assert covering_merges({"的": 600, "是": 300, "é": 99, "罕": 1}, coverage=1.0) == 7
+    assert covering_merges({}) == 0
+
+
+def test_chinese_gets_a_larger_vocabulary_than_the_character_rule():
+    from collections import Counter
+
+    from gptforge.data.tokenizer import vocab_size_rule
+
+    # 1.83 M characters of Chinese are 5.5 MB: the character rule gives 4096.
+    n_chars = 1_830_000
+    assert auto_vocab_size(n_chars) == 4096
+    assert vocab_size_rule(3 * n_chars) == 8192
+    # With 3,000 Han characters to cover (6,000 merges), room for them and as many words.
+    counts = Counter({chr(0x4E00 + i): 1000 for i in range(3000)})
+    assert vocab_size_rule(3 * n_chars, counts) == 16384
+    # On a small corpus the characters add at most a factor of two: 4 * sqrt(10 kB) = 400 -> 1024, not 16384.
+    assert vocab_size_rule(10_000) == 512 and vocab_size_rule(10_000, counts) == 1024
