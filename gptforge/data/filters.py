@@ -14,17 +14,23 @@ Sources:
 
 Word counts use `text_stats.words`, which counts each Chinese/Japanese character as a word, so
 these filters do not drop all CJK text; rules that only make sense for space-separated languages
-(mean word length, English stop words) are skipped for CJK-dominant documents.
+(mean word length, and whitespace-word stop words) are skipped for CJK-dominant documents.
+
+Each filter's `language` field ("en" by default) names the table of `gptforge.data.languages`
+whose sentence ends, terminal punctuation and stop-word unit it uses; a recipe gives each
+document the thresholds of its own language through `gptforge.data.language_steps`.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from collections import Counter
 from dataclasses import dataclass, field, replace
 
 import numpy as np
 
+from gptforge.data.languages import count_sentences, count_stop_words, load_language
 from gptforge.data.readers import Document
 from gptforge.data.text_stats import is_cjk, mix64, tokens, words
 
@@ -123,7 +129,10 @@ class GopherQuality(RuleFilter):
     (100,000) words; a mean word length outside [3, 10] characters; a hash-or-ellipsis to word
     ratio above 0.1; more than 90% of lines starting with a bullet; more than 30% of lines
     ending with an ellipsis; fewer than 80% of words holding an alphabetic character; or fewer
-    than 2 of the stop words "the, be, to, of, and, that, have, with".
+    than 2 of the stop words "the, be, to, of, and, that, have, with". With a `language` whose
+    words are characters (zh, ja) the stop words are counted as characters
+    (`languages.count_stop_words`); with a whitespace-word language the stop-word rule is
+    skipped for CJK-dominant text, as before.
     """
 
     min_words: int = 50
@@ -136,6 +145,7 @@ class GopherQuality(RuleFilter):
     min_alpha_words_ratio: float = 0.8
     min_stop_words: int = 2
     stop_words: tuple[str, ...] = ("the", "be", "to", "of", "and", "that", "have", "with")
+    language: str = "en"
     name: str = "gopher_quality"
     counts: Counter = field(default_factory=Counter, repr=False)
 
@@ -166,7 +176,13 @@ class GopherQuality(RuleFilter):
                 return "ellipsis_lines"
         if sum(any(c.isalpha() for c in t) for t in toks) / n < self.min_alpha_words_ratio:
             return "alpha_words_ratio"
-        if not cjk and self.min_stop_words:
+        if self.min_stop_words and load_language(self.language).words == "character":
+            params = load_language(self.language)
+            if self.stop_words != params.stop_words:
+                params = dataclasses.replace(params, stop_words=tuple(self.stop_words))
+            if count_stop_words(text, params, at_most=self.min_stop_words) < self.min_stop_words:
+                return "stop_words"
+        elif not cjk and self.min_stop_words:
             stop = set(self.stop_words)
             found = 0
             for w in ws:
@@ -290,6 +306,7 @@ class GopherRepetition(RuleFilter):
     #: multi-character words repeated twice would read as duplicated 5-grams). The Chinese
     #: language table sets 1.75 (bench/zh_word_units.py: closest to jieba-word n-grams).
     cjk_ngram_scale: float = 2
+    language: str = "en"
     name: str = "gopher_repetition"
     counts: Counter = field(default_factory=Counter, repr=False)
 
@@ -327,7 +344,6 @@ class GopherRepetition(RuleFilter):
 
 _C4_POLICY = ("terms of use", "privacy policy", "cookie policy", "uses cookies", "use of cookies", "use cookies")
 _CITATION = re.compile(r"\[\d*\]|\[edit\]|\[citation needed\]", re.IGNORECASE)
-_SENTENCE_END = re.compile(r"[.!?。！？]+(?:\s|$)")
 
 
 @dataclass
@@ -339,7 +355,8 @@ class C4Quality:
     contain "javascript", or mention cookie/terms-of-use policies; Wikipedia-style citation
     markers ("[1]", "[edit]") are removed from lines. The page is dropped when it contains
     "lorem ipsum" or a curly bracket (code), a word longer than 1000 characters, or when fewer
-    than 5 sentences remain.
+    than 5 sentences remain. Terminal punctuation and sentence ends are `language`'s
+    (`languages.count_sentences`: in Chinese and Japanese 。！？ end a sentence with no space after).
     """
 
     min_words_per_line: int = 3
@@ -350,6 +367,7 @@ class C4Quality:
     filter_lorem_ipsum: bool = True
     filter_curly_bracket: bool = True
     remove_citations: bool = True
+    language: str = "en"
     name: str = "c4"
     counts: Counter = field(default_factory=Counter, repr=False)
     #: a few removed lines per rule, for the report (collected by `pipeline.apply_steps`).
@@ -367,6 +385,8 @@ class C4Quality:
             return "lorem_ipsum"
         if self.filter_curly_bracket and "{" in text:
             return "curly_bracket"
+        params = load_language(self.language)
+        terminal = params.terminal_punctuation
         kept = []
         units = text_units(text)
         wrapped = any(len(u) > 1 for u in units)
@@ -382,7 +402,7 @@ class C4Quality:
             if any(len(w) > self.max_word_length for w in ws):
                 return "long_word"
             reason = None
-            if not stripped.endswith(TERMINAL_PUNCT) or stripped.endswith(ELLIPSES):
+            if not stripped.endswith(terminal) or stripped.endswith(ELLIPSES):
                 reason = "line_no_terminal_punct"
             elif len(words(stripped)) < self.min_words_per_line:
                 reason = "line_few_words"
@@ -396,7 +416,7 @@ class C4Quality:
             else:
                 kept.append("\n".join(unit))
         new_text = ("\n\n" if wrapped else "\n").join(kept)
-        if len(_SENTENCE_END.findall(new_text)) < self.min_sentences:
+        if count_sentences(new_text, params) < self.min_sentences:
             return "few_sentences"
         return replace(doc, text=new_text)
 
@@ -412,13 +432,14 @@ class FineWebQuality(RuleFilter):
 
     Drop when at most 12% of the lines end with punctuation, when at least 10% of the
     characters are in lines that duplicate earlier lines, or when at least 67% of the lines
-    are shorter than 30 characters.
+    are shorter than 30 characters. Terminal punctuation is `language`'s.
     """
 
     min_punct_line_ratio: float = 0.12
     max_dup_line_char_ratio: float = 0.1
     short_line_length: int = 30
     max_short_line_ratio: float = 0.67
+    language: str = "en"
     name: str = "fineweb"
     counts: Counter = field(default_factory=Counter, repr=False)
 
@@ -426,7 +447,8 @@ class FineWebQuality(RuleFilter):
         lines = _joined_units(text)  # paragraphs of hard-wrapped text, else lines
         if not lines:
             return "empty"
-        if sum(ln.endswith(TERMINAL_PUNCT) for ln in lines) / len(lines) <= self.min_punct_line_ratio:
+        terminal = load_language(self.language).terminal_punctuation
+        if sum(ln.endswith(terminal) for ln in lines) / len(lines) <= self.min_punct_line_ratio:
             return "punct_line_ratio"
         _, dup_chars = _duplicates(lines)
         if dup_chars / max(1, sum(map(len, lines))) >= self.max_dup_line_char_ratio:

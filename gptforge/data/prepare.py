@@ -52,7 +52,7 @@ from gptforge.data.phases.split import (
 from gptforge.data.phases.tokenizer import auto_vocab_size, check_vocab_size, run_tokenizer
 from gptforge.data.phases.work import WorkFolder, fingerprint_of
 from gptforge.data.phases.write import ReportInputs, run_write
-from gptforge.data.pipeline import Recipe, StepStats, build_recipe, load_recipe, warn_heavy_steps
+from gptforge.data.pipeline import Recipe, StepStats, build_recipe, load_recipe, warn_heavy_steps, with_languages
 from gptforge.data.readers import ReadStats, expand_inputs
 from gptforge.data.shards import DEFAULT_MAX_SHARD_BYTES, SPLITS, check_output_dir
 from gptforge.data.tokenizer import Tokenizer
@@ -203,26 +203,6 @@ def work_fingerprint(cfg: PrepareConfig, files: list[Path], curate_options: dict
     if cfg.tokenizer:
         options["tokenizer_sha256"] = hashlib.sha256(Path(cfg.tokenizer).read_bytes()).hexdigest()
     return fingerprint_of(files, options)
-
-
-def with_languages(recipe: dict[str, Any], languages: list[str] | None, score: float | None) -> dict[str, Any]:
-    """`recipe` with its langid step keeping `languages` (added after `clean`, or first, when absent)."""
-    if not languages and score is None:
-        return recipe
-    steps = list(recipe.get("steps") or [])
-    opts: dict[str, Any] = {}
-    if languages:
-        opts["languages"] = list(languages)
-    if score is not None:
-        opts["min_score"] = score
-    for i, entry in enumerate(steps):
-        if isinstance(entry, dict) and "langid" in entry:
-            steps[i] = {"langid": {**(entry["langid"] or {}), **opts}}
-            break
-    else:
-        at = next((i + 1 for i, e in enumerate(steps) if isinstance(e, dict) and "clean" in e), 0)
-        steps.insert(at, {"langid": opts})
-    return {**recipe, "steps": steps}
 
 
 def prepare(cfg: PrepareConfig, show_progress: bool = True) -> PrepareResult:
