@@ -346,6 +346,9 @@ def _run_phases(cfg: PrepareConfig, out_dir: Path, files: list[Path], recipe_dic
                           "moved_to_val_or_test": sorted(k for k, v in splits.moved.items() if v != "train"),
                           "work_fingerprint_sha256": fingerprint_sha,
                           "position_split": {k: v for k, v in sorted(splits.cuts.items())}}
+        dedup = next((s for s in recipe.corpus_steps if hasattr(s, "near_dedup_record")), None)
+        if dedup is not None:
+            prepare_config["near_dedup"] = dedup.near_dedup_record()
         report_inputs = ReportInputs(cfg, recipe_dict, files, shards, curated, timings, reused, t0)
         meta, report = run_write(out_dir, tokenizer, encoded, splits, work, cfg.max_shard_bytes, cfg.overwrite,
                                  prepare_config, report_inputs)
