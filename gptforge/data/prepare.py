@@ -49,7 +49,7 @@ from gptforge.data.phases.split import (
     run_split,
     split_score,
 )
-from gptforge.data.phases.tokenizer import auto_vocab_size, check_vocab_size, run_tokenizer
+from gptforge.data.phases.tokenizer import check_vocab_size, run_tokenizer
 from gptforge.data.phases.work import WorkFolder, fingerprint_of
 from gptforge.data.phases.write import ReportInputs, run_write
 from gptforge.data.pipeline import Recipe, StepStats, build_recipe, load_recipe, warn_heavy_steps, with_languages
@@ -64,7 +64,7 @@ MEMORY_BASE_MB = 250
 MEMORY_BYTES_PER_CHAR = 24
 
 __all__ = ["MEMORY_BASE_MB", "MEMORY_BYTES_PER_CHAR", "EmptyCorpusError", "PrepareConfig", "PrepareResult",
-           "assign_split", "auto_vocab_size", "check_vocab_size", "cut_pieces", "encode_documents", "prepare",
+           "assign_split", "check_vocab_size", "cut_pieces", "encode_documents", "prepare",
            "split_score", "summary_rows", "with_languages", "work_fingerprint"]
 
 
@@ -78,9 +78,10 @@ class PrepareConfig:
     """Shard folder to write (must not exist or be empty, unless --overwrite)."""
     vocab_size: int = 0
     """Vocabulary size of the trained tokenizer, including the 256 byte tokens and <|endoftext|> (a
-    small corpus may stop short of it); 0 (the default): 4*sqrt(characters) rounded to a power of
-    two, between 512 and 32768 (1 MB of text: 4096), with a warning when a size given is more than
-    4x off that; ignored with --tokenizer."""
+    small corpus may stop short of it); 0 (the default): 4*sqrt(UTF-8 bytes) rounded to a power of
+    two, between 512 and 32768 (1 MB of text: 4096), with room for the characters covering 99.9% of
+    non-ASCII text (at most 2x; tokenizer.vocab_size_rule), with a warning when a size given is
+    more than 4x off that; ignored with --tokenizer."""
     tokenizer: str | None = None
     """Use this Hugging Face tokenizer.json (it must have <|endoftext|>) instead of training one."""
     text_field: str = "auto"
