@@ -39,7 +39,7 @@ from typing import Any
 
 from gptforge.data.normalize import NormalizeStats
 from gptforge.data.phases.curate import auto_shard_bytes, plan_shards, run_curate
-from gptforge.data.phases.encode import encode_documents, run_encode
+from gptforge.data.phases.encode import encode_documents, language_rates, run_encode
 from gptforge.data.phases.pool import WorkerPool, default_workers
 from gptforge.data.phases.split import (
     EmptyCorpusError,
@@ -346,7 +346,8 @@ def _run_phases(cfg: PrepareConfig, out_dir: Path, files: list[Path], recipe_dic
         prepare_config = {**cfg.meta_dict(), "recipe_steps": recipe_dict, "tokenizer_trained": cfg.tokenizer is None,
                           "moved_to_val_or_test": sorted(k for k, v in splits.moved.items() if v != "train"),
                           "work_fingerprint_sha256": fingerprint_sha,
-                          "position_split": {k: v for k, v in sorted(splits.cuts.items())}}
+                          "position_split": {k: v for k, v in sorted(splits.cuts.items())},
+                          "val_languages": language_rates(encoded.results)}
         dedup = next((s for s in recipe.corpus_steps if hasattr(s, "near_dedup_record")), None)
         if dedup is not None:
             prepare_config["near_dedup"] = dedup.near_dedup_record()
@@ -399,6 +400,10 @@ def summary_rows(result: PrepareResult) -> list[tuple[str, str]]:
     rows.append(("characters kept", f"{written_chars:,}"))
     rows += _output_rows(meta)
     cfg = meta.get("prepare_config", {})
+    for lang, c in (cfg.get("val_languages") or {}).items():
+        if c["tokens"]:
+            rows.append((f"val {lang}", f"{c['documents']:,} docs, {c['bytes_per_token']:.2f} bytes/token, "
+                                        f"{c['characters_per_token']:.2f} characters/token"))
     if cfg.get("val_fraction", 0) > 0 and not meta["splits"]["val"]["documents"]:
         rows.append(("WARNING", "no val split: too few documents (a single big file is one document; split it "
                                 "with --doc-separator, or give more files); pretrain will run without validation"))

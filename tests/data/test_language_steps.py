@@ -122,3 +122,43 @@ def test_near_dedup_threshold_option_and_record():
         DedupConfig(threshold=0.8, bands=20)
     with pytest.raises(ValueError, match="between 0 and 1"):
         DedupConfig(threshold=1.5)
+
+
+ZH_SENTENCES = ("我们今天在图书馆里学习了很久。", "这家小店的面条非常好吃！", "明天的天气会不会变冷？",
+                "老师说这本书值得每个学生认真阅读。", "城市里的公园在春天开满了花。", "他每天早上骑自行车去上班。",
+                "这个问题需要大家一起讨论才能解决。", "我们的新产品在下个月正式发布！", "你觉得这部电影的结局怎么样？",
+                "农民们在秋天收获了大量的粮食。", "博物馆里展出了许多古代的文物。", "孩子们在河边快乐地玩耍。")
+EN_WORDS = ("the of and to in is was for on that with river city garden market school teacher children "
+            "morning winter summer bridge station village farmer harvest letter window kitchen library").split()
+
+
+def test_prepare_mixed_corpus_languages(tmp_path):
+    """prepare --languages en zh: each document's own rules, per-language val figures, near-dedup record."""
+    import json
+    import random
+
+    from gptforge.data.prepare import PrepareConfig, prepare
+
+    rng = random.Random(24)
+    rows = []
+    for k in range(40):
+        rows.append("".join(rng.sample(ZH_SENTENCES, 7)))
+        rows.append(" ".join(" ".join(rng.choice(EN_WORDS) for _ in range(12)).capitalize() + "."
+                             for _ in range(7)))
+    src = tmp_path / "docs.jsonl"
+    src.write_text("".join(json.dumps({"text": t}, ensure_ascii=False) + "\n" for t in rows), encoding="utf-8")
+    recipe = tmp_path / "r.yaml"
+    recipe.write_text("steps:\n  - c4: {}\n  - dedup: {threshold: 0.8}\n", encoding="utf-8")
+    res = prepare(PrepareConfig(inputs=[str(src)], out=str(tmp_path / "out"), recipe=str(recipe), languages=["en", "zh"],
+                                val_fraction=0.3, vocab_size=600, workers=1), show_progress=False)
+    c4 = next(s for s in res.steps if s.name == "c4")
+    assert c4.documents_out >= 75  # 。！？ end Chinese sentences: the Chinese documents pass C4
+    langs = res.meta["prepare_config"]["val_languages"]
+    assert set(langs) == {"en", "zh"}
+    for c in langs.values():
+        assert c["documents"] > 0 and c["bytes_per_token"] == round(c["bytes"] / c["tokens"], 4)
+    # A Han character is 3 UTF-8 bytes: more bytes than characters per token in Chinese only.
+    assert langs["zh"]["bytes_per_token"] > 2 * langs["zh"]["characters_per_token"]
+    assert langs["en"]["bytes_per_token"] == langs["en"]["characters_per_token"]
+    near = res.meta["prepare_config"]["near_dedup"]
+    assert near["bands"] == 6 and near["threshold_given"] == 0.8 and near["similarity_threshold"] == 0.7993

@@ -184,7 +184,8 @@ def curate_task(task: dict[str, Any]) -> dict[str, Any]:
     docs = apply_steps(_read(task, rstats, nstats, recipe), chain, stats)
     mask_step = recipe.mask_step
     counter = mask_step.key_counter() if mask_step is not None else None
-    schema = pa.schema([("id", pa.string()), ("key", pa.string()), ("text", pa.large_string())])
+    schema = pa.schema([("id", pa.string()), ("key", pa.string()), ("text", pa.large_string()),
+                        ("language", pa.string())])
     n_out = chars_out = 0
     with work.arrow_writer(work.curated(i)) as tmp:
         with pa.OSFile(str(tmp), "wb") as sink, pa.ipc.new_file(sink, schema) as writer:
@@ -194,7 +195,9 @@ def curate_task(task: dict[str, Any]) -> dict[str, Any]:
                 chars_out += sum(map(len, texts))
                 writer.write_batch(pa.record_batch([pa.array([d.id for d in batch], pa.string()),
                                                     pa.array([split_key(t) for t in texts], pa.string()),
-                                                    pa.array(texts, pa.large_string())], schema=schema))
+                                                    pa.array(texts, pa.large_string()),
+                                                    pa.array([d.language for d in batch], pa.string())],
+                                                   schema=schema))
                 if counter is not None:
                     counter.add(texts)
     if counter is not None:
