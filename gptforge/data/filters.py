@@ -18,7 +18,7 @@ these filters do not drop all CJK text; rules that only make sense for space-sep
 
 Each filter's `language` field ("en" by default) names the table of `gptforge.data.languages`
 whose sentence ends, terminal punctuation and stop-word unit it uses; a recipe gives each
-document the thresholds of its own language through `gptforge.data.language_steps`.
+document the thresholds of its own language (`RuleFilter.__call__`).
 """
 
 from __future__ import annotations
@@ -30,7 +30,13 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-from gptforge.data.languages import count_sentences, count_stop_words, load_language
+from gptforge.data.languages import (
+    count_sentences,
+    count_stop_words,
+    load_language,
+    options_in_force,
+    table_language,
+)
 from gptforge.data.readers import Document
 from gptforge.data.text_stats import is_cjk, mix64, tokens, words
 
@@ -41,13 +47,61 @@ TERMINAL_PUNCT = (".", "!", "?", '"', "'", "”", "’", "。", "！", "？", "�
 
 class RuleFilter:
     """A `DocumentStep` whose `check(text)` names the first rule a document breaks (the reason it
-    is dropped for) or gives None (kept as it is)."""
+    is dropped for) or gives None (kept as it is), with each document's language's thresholds.
+
+    A filter's `language` (a table of `gptforge.data.languages`) is the language of the
+    thresholds it holds. A document labelled with another language that has a table
+    (`Document.language`, set by the langid step) is judged by a sibling filter of that language
+    (`for_language`): that language's table, then `recipe_options` (the options the recipe gave,
+    which apply to every language; without them, the fields that differ from this filter's own
+    table). Counts go to this filter's `counts`, plus "removed LANG" per document dropped.
+    """
+
+    recipe_options: dict | None = None
 
     def check(self, text: str) -> str | None:
         raise NotImplementedError(f"{type(self).__name__}.check")
 
-    def __call__(self, doc: Document) -> Document | str:
+    def decide(self, doc: Document) -> Document | str:
+        """The document kept (possibly changed), or the drop reason, by this filter's own thresholds."""
         return self.check(doc.text) or doc
+
+    def _explicit_options(self) -> dict:
+        if self.recipe_options is not None:
+            return dict(self.recipe_options)
+        base = type(self)(**options_in_force(self.name, {}, self.language))
+        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)
+                if f.init and f.name not in ("name", "counts", "line_examples", "language")
+                and getattr(self, f.name) != getattr(base, f.name)}
+
+    def for_language(self, language: str) -> RuleFilter:
+        """The filter judging documents of table `language` (this one for its own language)."""
+        if language == self.language:
+            return self
+        siblings = self.__dict__.setdefault("_siblings", {})
+        if language not in siblings:
+            opts = self._explicit_options()
+            sib = type(self)(**options_in_force(self.name, opts, language))
+            sib.recipe_options = opts
+            siblings[language] = sib
+        return siblings[language]
+
+    def __call__(self, doc: Document) -> Document | str:
+        lang = table_language(doc.language, self.language)
+        f = self.for_language(lang)
+        out = f.decide(doc)
+        if f is not self:
+            self.counts.update(f.counts)
+            f.counts.clear()
+            theirs = getattr(f, "line_examples", None)
+            if theirs:
+                for reason, lines in theirs.items():
+                    mine = self.line_examples.setdefault(reason, [])
+                    mine.extend(lines[:max(0, 3 - len(mine))])
+                theirs.clear()
+        if isinstance(out, str):
+            self.counts[f"removed {lang}"] += 1
+        return out
 
 
 # --------------------------------------------------------------------------------------------
@@ -347,7 +401,7 @@ _CITATION = re.compile(r"\[\d*\]|\[edit\]|\[citation needed\]", re.IGNORECASE)
 
 
 @dataclass
-class C4Quality:
+class C4Quality(RuleFilter):
     """C4's line and page rules (Raffel et al. 2020, section 2.2).
 
     Lines (paragraphs, in hard-wrapped text: `text_units`) are removed when they do not end in
@@ -378,7 +432,7 @@ class C4Quality:
         if len(ex) < 3:
             ex.append(line)
 
-    def __call__(self, doc: Document) -> Document | str:
+    def decide(self, doc: Document) -> Document | str:
         text = doc.text
         lower = text.lower()
         if self.filter_lorem_ipsum and "lorem ipsum" in lower:

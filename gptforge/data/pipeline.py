@@ -22,7 +22,7 @@ in any worker. Corpus steps (`CORPUS_STEPS`, `gptforge.data.steps.CorpusStep`) n
 corpus: `boilerplate` (line document frequencies; the steps before it run in a key pass first)
 and `dedup` (every document's hashes; its verdict is a drop mask, so it must be the last step). Built-in recipes: `none`, `default`, `web` and `code`
 (`RECIPES`; `gptforge prepare --show-recipe NAME` prints them). The Gopher, C4 and FineWeb
-steps take each document's thresholds from its language's table (`gptforge.data.language_steps`);
+steps take each document's thresholds from its language's table (`filters.RuleFilter`);
 options written in the recipe apply to every language.
 """
 
@@ -50,8 +50,7 @@ from gptforge.data.filters import (
     LengthFilter,
 )
 from gptforge.data.langid import LanguageID
-from gptforge.data.language_steps import LANGUAGE_STEPS, PerLanguage, options_in_force, table_language
-from gptforge.data.languages import load_language
+from gptforge.data.languages import load_language, options_in_force, table_language
 from gptforge.data.normalize import Clean
 from gptforge.data.pii import PIIRedactor
 from gptforge.data.readers import Document
@@ -69,6 +68,8 @@ STEPS: dict[str, type] = {
     "fineweb": FineWebQuality,
     "pii": PIIRedactor,
 }
+#: steps whose thresholds come from each document's language's table (`filters.RuleFilter`).
+LANGUAGE_STEPS = ("c4", "gopher_quality", "gopher_repetition", "fineweb")
 #: corpus steps (`gptforge.data.steps.CorpusStep`) by recipe name.
 CORPUS_STEPS: dict[str, type] = {"boilerplate": BoilerplateConfig, "dedup": DedupConfig}
 _TUPLE_OPTIONS = ("kinds", "stop_words", "languages")
@@ -153,7 +154,7 @@ def recipe_languages(recipe: dict[str, Any]) -> list[str]:
 
 def parameters_in_force(recipe: dict[str, Any]) -> dict[str, dict[str, dict[str, Any]]]:
     """step name -> language -> every option of that step's filter as it runs on that language's
-    documents (`language_steps.options_in_force`, defaults included), for the recipe's
+    documents (`languages.options_in_force`, defaults included), for the recipe's
     language-aware steps and `recipe_languages`."""
     out: dict[str, dict[str, dict[str, Any]]] = {}
     langs = recipe_languages(recipe)
@@ -162,7 +163,7 @@ def parameters_in_force(recipe: dict[str, Any]) -> dict[str, dict[str, dict[str,
         if name in LANGUAGE_STEPS:
             out[name] = {}
             for lang in langs:
-                f = LANGUAGE_STEPS[name](**options_in_force(name, options or {}, lang))
+                f = STEPS[name](**options_in_force(name, options or {}, lang))
                 out[name][lang] = {k.name: _plain(getattr(f, k.name)) for k in dataclasses.fields(f)
                                    if k.init and k.name not in ("name", "counts", "line_examples", "language")}
     return out
@@ -225,7 +226,8 @@ ALL_STEPS: dict[str, type] = {**STEPS, **CORPUS_STEPS}
 
 def _recipe_step(i: int, entry: Any, language: str = "en") -> DocumentStep | CorpusStep:
     """The step of recipe entry `i` (0-based), checked (see `build_recipe`); a language-aware
-    step (`LANGUAGE_STEPS`) becomes a `PerLanguage` step with default language `language`."""
+    step (`LANGUAGE_STEPS`) gets `language`'s table under the recipe's options, which it keeps as
+    `recipe_options` for documents of other languages."""
     if isinstance(entry, str):
         entry = {entry: {}}
     if not isinstance(entry, dict) or len(entry) != 1:
@@ -242,7 +244,9 @@ def _recipe_step(i: int, entry: Any, language: str = "en") -> DocumentStep | Cor
         if key not in known:
             raise ValueError(f"recipe step {name!r}: unknown option {key!r}{_hint(key, known)}")
     if name in LANGUAGE_STEPS:
-        return PerLanguage(name, options, language)
+        step = cls(**options_in_force(name, options, language))
+        step.recipe_options = dict(options)
+        return step
     return cls(**{k: tuple(v) if isinstance(v, list) and k in _TUPLE_OPTIONS else v for k, v in options.items()})
 
 

@@ -116,3 +116,31 @@ def test_opencc_bad_config_and_missing_package(monkeypatch):
     monkeypatch.setitem(sys.modules, "opencc", None)  # import opencc -> ImportError
     with pytest.raises(ImportError, match="pip install opencc"):
         Clean(fix_mojibake=False, opencc="t2s")
+
+
+def test_prepare_counts_width_and_opencc_in_the_report(tmp_path):
+    """The width and opencc options through prepare: counted per step in report.json and the summary."""
+    import json
+
+    from gptforge.data.prepare import PrepareConfig, prepare, summary_rows
+    from gptforge.data.shards import load_tokenizer, open_split
+
+    _needs_opencc()
+    src = tmp_path / "src"
+    src.mkdir()
+    for i in range(12):
+        (src / f"d{i}.txt").write_text(f"臺灣的軟體第{i}版，型號ＧＰＴ－{i}。\n", encoding="utf-8")
+    recipe = tmp_path / "r.yaml"
+    recipe.write_text("steps:\n  - clean: {fix_mojibake: false, width: true, opencc: t2s}\n", encoding="utf-8")
+    out = tmp_path / "out"
+    res = prepare(PrepareConfig(inputs=[str(src)], out=str(out), recipe=str(recipe), vocab_size=400, workers=1,
+                                val_fraction=0), show_progress=False)
+    report = json.loads((out / "report.json").read_text(encoding="utf-8"))
+    clean = next(s for s in report["steps"] if s["name"] == "clean")
+    assert clean["counts"]["width_changed"] == 12 and clean["counts"]["opencc_changed"] == 12
+    assert clean["counts"]["width_characters"] == 12 * 4 + sum(i >= 10 for i in range(12))
+    assert clean["counts"]["opencc_characters"] == 12 * 4  # 臺灣 軟體 -> 台湾 软体
+    assert ("clean: opencc_changed", "12") in summary_rows(res)
+    ids = [int(t) for mm in open_split(out, "train") for t in mm]
+    text = load_tokenizer(out).decode(ids)
+    assert "台湾的软体" in text and "GPT-3" in text and "臺" not in text and "Ｇ" not in text

@@ -10,7 +10,7 @@ from dataclasses import replace
 import pytest
 
 from gptforge.data.filters import C4Quality, FineWebQuality, GopherQuality
-from gptforge.data.language_steps import PerLanguage, table_language
+from gptforge.data.languages import table_language
 from gptforge.data.pipeline import apply_steps, build_recipe, parameters_in_force, recipe_languages, with_languages
 from gptforge.data.readers import Document
 
@@ -54,24 +54,27 @@ def test_recipe_options_apply_to_every_language():
                                                                 Document("Short.", "b", language="en")])
     assert [d.id for d in out] == ["a", "b"]
     step = build_recipe({"steps": [{"gopher_quality": {"min_words": 10}}]}).steps[0]
-    assert step.filter_for("zh").min_words == 10 and step.filter_for("zh").min_alpha_words_ratio == 0.735
-    assert step.filter_for("en").min_words == 10 and step.filter_for("en").min_alpha_words_ratio == 0.8
+    assert isinstance(step, GopherQuality) and step.language == "en"
+    assert step.for_language("zh").min_words == 10 and step.for_language("zh").min_alpha_words_ratio == 0.735
+    assert step.for_language("en") is step and step.min_words == 10 and step.min_alpha_words_ratio == 0.8
+    # A filter made directly carries the fields it was given to other languages.
+    assert GopherQuality(min_words=7).for_language("zh").min_words == 7
 
 
 def test_english_documents_decide_as_the_filters_alone():
     texts = [EN, EN + "\nMenu\nHome | About", "Short.", "{code} " + EN, ZH, EN + "\n" + EN]
     for name, cls in (("c4", C4Quality), ("gopher_quality", GopherQuality), ("fineweb", FineWebQuality)):
-        wrapped = PerLanguage(name, {})
+        wrapped = build_recipe({"steps": [{name: {}}]}).steps[0]
         plain = cls()
         for i, t in enumerate(texts):
             for lang in (None, "en", "fr"):  # no label, English, a language without a table
                 doc = Document(t, str(i), language=lang)
-                a, b = wrapped(doc), plain(doc)
+                a, b = wrapped(doc), plain.decide(doc)
                 assert (a if isinstance(a, str) else a.text) == (b if isinstance(b, str) else b.text), (name, i)
 
 
 def test_chinese_stop_words_are_characters():
-    step = PerLanguage("gopher_quality", {"min_words": 10})
+    step = GopherQuality(min_words=10)
     with_stop = Document("我们的工作在明年会有新的进展和变化，大家都很期待。" * 2, "a", language="zh")
     without = Document("春眠不觉晓处处闻啼鸟夜来风雨声花落知多少" * 3, "b", language="zh")
     assert step(with_stop) is with_stop
@@ -103,9 +106,9 @@ def test_bad_language_and_labels():
     assert table_language(None, "en") == "en"
 
 
-def test_per_language_step_pickles():
+def test_language_aware_step_pickles():
     step = pickle.loads(pickle.dumps(build_recipe({"language": "zh", "steps": [{"c4": {}}]}).steps[0]))
-    assert step.name == "c4" and step.default_language == "zh"
+    assert isinstance(step, C4Quality) and step.language == "zh" and step.min_words_per_line == 5
     assert not isinstance(step(Document(ZH, "a")), str)
 
 

@@ -34,6 +34,7 @@ from typing import Any
 import yaml
 
 LANGUAGES = ("en", "zh", "ja", "ko")
+_TUPLES = ("stop_words",)
 #: other spellings of the same languages: ISO 639-3 codes, FineWeb 2 names, regional tags.
 ALIASES = {"eng": "en", "eng_latn": "en", "zho": "zh", "cmn": "zh", "cmn_hani": "zh", "zh-cn": "zh", "zh-tw": "zh",
            "zh-hans": "zh", "zh-hant": "zh", "zh-hk": "zh", "jpn": "ja", "jpn_jpan": "ja", "kor": "ko",
@@ -126,6 +127,23 @@ def load_language(code: str) -> LanguageParams:
                           before_space_ends=str(ends.get("before_space") or ""),
                           terminal_punctuation=tuple(table["terminal_punctuation"]),
                           stop_words=tuple(str(w) for w in table["stop_words"]), steps=dict(table["steps"] or {}))
+
+
+def table_language(label: str | None, default: str) -> str:
+    """The language table for a document labelled `label` ("zh", "zh-TW", "cmn_Hani" -> "zh"):
+    `default` when the label is None or names a language without a table (e.g. "fr")."""
+    if not label:
+        return default
+    low = str(label).strip().lower()
+    low = ALIASES.get(low, low)
+    return low if low in LANGUAGES else default
+
+
+def options_in_force(step: str, options: dict[str, Any], language: str) -> dict[str, Any]:
+    """The options recipe step `step` runs with on `language`'s documents: the language table's,
+    with the recipe's `options` on top, and `language` itself."""
+    merged = {**load_language(language).step_options(step), **options, "language": language}
+    return {k: tuple(v) if k in _TUPLES and isinstance(v, list) else v for k, v in merged.items()}
 
 
 def count_sentences(text: str, language: str | LanguageParams = "en") -> int:
