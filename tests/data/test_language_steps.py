@@ -165,3 +165,14 @@ def test_prepare_mixed_corpus_languages(tmp_path):
     assert langs["en"]["bytes_per_token"] == langs["en"]["characters_per_token"]
     near = res.meta["prepare_config"]["near_dedup"]
     assert near["bands"] == 6 and near["threshold_given"] == 0.8 and near["similarity_threshold"] == 0.7993
+
+
+def test_every_table_builds_every_language_aware_step():
+    from gptforge.data.languages import LANGUAGES
+    from gptforge.data.pipeline import LANGUAGE_STEPS
+
+    recipe = {"steps": [{name: {}} for name in LANGUAGE_STEPS]}
+    for lang in LANGUAGES:
+        steps = build_recipe({**recipe, "language": lang}).steps
+        assert [s.language for s in steps] == [lang] * len(LANGUAGE_STEPS)
+        assert all(not isinstance(s(Document(ZH + "\n" + EN, "x")), type(None)) for s in steps)

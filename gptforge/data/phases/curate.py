@@ -8,7 +8,7 @@ workers (`pool.run_tasks`):
    run the steps before it, and save its keys (`KeyCounter`) -> `NAME_keys/NNNNN.KEY.npy`; then
    its `decide` (main process) -> `NAME/`, `NAME/done.json`;
 2. the curation pass: read, normalize, run every per-document step and every earlier corpus
-   step's applier -> the surviving documents `curate/NNNNN.arrow` (id, split key, text), the last corpus step's keys
+   step's applier -> the surviving documents `curate/NNNNN.arrow` (id, split key, text, language label), the last corpus step's keys
    when it drops by mask (`curate/NNNNN.exact.npy`, `.bands.npy`), and `curate/NNNNN.json`
    (counts per step, drop reasons with examples), written last as the shard's done mark;
 3. the mask step's `decide` (dedup: union-find over every shard's keys) -> a drop mask per shard.
