@@ -138,8 +138,8 @@ def test_prepare_counts_width_and_opencc_in_the_report(tmp_path):
     report = json.loads((out / "report.json").read_text(encoding="utf-8"))
     clean = next(s for s in report["steps"] if s["name"] == "clean")
     assert clean["counts"]["width_changed"] == 12 and clean["counts"]["opencc_changed"] == 12
-    assert clean["counts"]["width_characters"] == 12 * 4 + sum(i >= 10 for i in range(12))
-    assert clean["counts"]["opencc_characters"] == 12 * 4  # 臺灣 軟體 -> 台湾 软体
+    assert clean["counts"]["width_characters"] == 12 * 4  # Ｇ Ｐ Ｔ －
+    assert clean["counts"]["opencc_characters"] == 12 * 5  # 臺灣 軟體 號 -> 台湾 软体 号
     assert ("clean: opencc_changed", "12") in summary_rows(res)
     ids = [int(t) for mm in open_split(out, "train") for t in mm]
     text = load_tokenizer(out).decode(ids)
