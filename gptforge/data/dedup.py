@@ -411,6 +411,15 @@ class DedupConfig:
     never near-duplicates (FineWeb/datatrove), instead of one shingle of all their words. Exact
     dedup is unaffected by both. Its verdict is a drop mask per curated shard (`dedup/NNNNN.npy`),
     so it is the last step of a recipe.
+
+    `threshold`: the Jaccard similarity of the shingle sets at which two documents become
+    candidates with probability about 1/2; `bands` is then round((1/threshold) ** rows) (the
+    inverse of the (1/bands) ** (1/rows) approximation in the module docstring), at least 1.
+    None (default): `bands` as given (14 with 8 rows: 0.719). `near_dedup_record` (meta.json's
+    `near_dedup`) gives the shingle unit and the threshold in force.
+
+    Raises:
+        ValueError: `threshold` outside (0, 1), or given together with a `bands` other than 14.
     """
 
     exact: bool = True
@@ -421,9 +430,30 @@ class DedupConfig:
     seed: int = 1
     simplify: bool = True
     skip_short: bool = True
+    threshold: float | None = None
     name: str = field(default="dedup", init=False, repr=False)
     drops_by_mask: bool = field(default=True, init=False, repr=False)
     key_pass: str = field(default="", init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        if self.threshold is None:
+            return
+        if not 0 < float(self.threshold) < 1:
+            raise ValueError(f"dedup: threshold must be a Jaccard similarity between 0 and 1, got {self.threshold!r}")
+        if self.bands != 14:
+            raise ValueError("dedup: give threshold or bands, not both (bands follows from threshold and rows)")
+        self.bands = max(1, round((1 / float(self.threshold)) ** self.rows))
+
+    def near_dedup_record(self) -> dict[str, Any]:
+        """What near-duplicate detection compared, for meta.json: the shingle unit, n, the LSH
+        bands and rows, and the similarity threshold in force ((1/bands) ** (1/rows), 4 places)."""
+        unit = ("words of FineWeb's simplified text (dedup_words)" if self.simplify
+                else "lower-cased words (text_stats.words)")
+        return {"enabled": bool(self.near), "shingle": f"{self.ngram}-grams",
+                "shingle_unit": unit + "; each Han character or kana is one word",
+                "ngram": self.ngram, "bands": self.bands, "rows": self.rows,
+                "similarity_threshold": round((1 / self.bands) ** (1 / self.rows), 4),
+                "threshold_given": self.threshold, "skip_short": self.skip_short}
 
     def key_counter(self) -> DedupKeys:
         return DedupKeys(self)

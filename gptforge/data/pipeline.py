@@ -1,10 +1,13 @@
 """Curation recipes: named, YAML-configured chains of document steps, each counting its drops.
 
 A recipe is a mapping with an optional `normalization` (the Unicode form every document gets
-on reading: NFC (default), NFKC or none) and a list of steps, each a one-key mapping
+on reading: NFC (default), NFKC or none), an optional `language` (the language table,
+`gptforge.data.languages`, for documents the langid step did not label with a language that has
+one; en by default) and a list of steps, each a one-key mapping
 `{step_name: {option: value, ...}}`::
 
     normalization: NFC
+    language: zh
     steps:
       - clean: {whitespace: true}
       - boilerplate: {min_documents: 10}
@@ -18,7 +21,9 @@ Per-document steps (`STEPS`, `gptforge.data.steps.DocumentStep`) run in order on
 in any worker. Corpus steps (`CORPUS_STEPS`, `gptforge.data.steps.CorpusStep`) need the whole
 corpus: `boilerplate` (line document frequencies; the steps before it run in a key pass first)
 and `dedup` (every document's hashes; its verdict is a drop mask, so it must be the last step). Built-in recipes: `none`, `default`, `web` and `code`
-(`RECIPES`; `gptforge prepare --show-recipe NAME` prints them).
+(`RECIPES`; `gptforge prepare --show-recipe NAME` prints them). The Gopher, C4 and FineWeb
+steps take each document's thresholds from its language's table (`filters.RuleFilter`);
+options written in the recipe apply to every language.
 """
 
 from __future__ import annotations
@@ -45,6 +50,7 @@ from gptforge.data.filters import (
     LengthFilter,
 )
 from gptforge.data.langid import LanguageID
+from gptforge.data.languages import load_language, options_in_force, table_language
 from gptforge.data.normalize import Clean
 from gptforge.data.pii import PIIRedactor
 from gptforge.data.readers import Document
@@ -62,10 +68,12 @@ STEPS: dict[str, type] = {
     "fineweb": FineWebQuality,
     "pii": PIIRedactor,
 }
+#: steps whose thresholds come from each document's language's table (`filters.RuleFilter`).
+LANGUAGE_STEPS = ("c4", "gopher_quality", "gopher_repetition", "fineweb")
 #: corpus steps (`gptforge.data.steps.CorpusStep`) by recipe name.
 CORPUS_STEPS: dict[str, type] = {"boilerplate": BoilerplateConfig, "dedup": DedupConfig}
 _TUPLE_OPTIONS = ("kinds", "stop_words", "languages")
-TOP_LEVEL_KEYS = ("normalization", "steps", "description")
+TOP_LEVEL_KEYS = ("normalization", "language", "steps", "description")
 
 
 _DEDUP = {"dedup": {}}
@@ -109,9 +117,75 @@ def load_recipe(name_or_path: str) -> dict[str, Any]:
     return recipe
 
 
-def show_recipe(name_or_path: str) -> str:
-    """The recipe as YAML text."""
-    return yaml.safe_dump(load_recipe(name_or_path), sort_keys=False, allow_unicode=True)
+def with_languages(recipe: dict[str, Any], languages: list[str] | None, score: float | None) -> dict[str, Any]:
+    """`recipe` with its langid step keeping `languages` (added after `clean`, or first, when absent)."""
+    if not languages and score is None:
+        return recipe
+    steps = list(recipe.get("steps") or [])
+    opts: dict[str, Any] = {}
+    if languages:
+        opts["languages"] = list(languages)
+    if score is not None:
+        opts["min_score"] = score
+    for i, entry in enumerate(steps):
+        if isinstance(entry, dict) and "langid" in entry:
+            steps[i] = {"langid": {**(entry["langid"] or {}), **opts}}
+            break
+    else:
+        at = next((i + 1 for i, e in enumerate(steps) if isinstance(e, dict) and "clean" in e), 0)
+        steps.insert(at, {"langid": opts})
+    return {**recipe, "steps": steps}
+
+
+def recipe_languages(recipe: dict[str, Any]) -> list[str]:
+    """The language tables a recipe's documents are judged by: the tables of its langid step's
+    kept languages (the recipe's `language`, en by default, for a kept language without a table),
+    or the recipe's `language` alone when no langid step keeps a list of languages."""
+    default = load_language(recipe.get("language") or "en").code
+    found: list[str] = []
+    for entry in recipe.get("steps") or []:
+        if isinstance(entry, dict) and "langid" in entry:
+            for code in (entry["langid"] or {}).get("languages") or []:
+                lang = table_language(code, default)
+                if lang not in found:
+                    found.append(lang)
+    return found or [default]
+
+
+def parameters_in_force(recipe: dict[str, Any]) -> dict[str, dict[str, dict[str, Any]]]:
+    """step name -> language -> every option of that step's filter as it runs on that language's
+    documents (`languages.options_in_force`, defaults included), for the recipe's
+    language-aware steps and `recipe_languages`."""
+    out: dict[str, dict[str, dict[str, Any]]] = {}
+    langs = recipe_languages(recipe)
+    for entry in recipe.get("steps") or []:
+        name, options = next(iter(entry.items())) if isinstance(entry, dict) else (entry, {})
+        if name in LANGUAGE_STEPS:
+            out[name] = {}
+            for lang in langs:
+                f = STEPS[name](**options_in_force(name, options or {}, lang))
+                out[name][lang] = {k.name: _plain(getattr(f, k.name)) for k in dataclasses.fields(f)
+                                   if k.init and k.name not in ("name", "counts", "line_examples", "language")}
+    return out
+
+
+def _plain(v: Any) -> Any:
+    return list(v) if isinstance(v, tuple) else dict(v) if isinstance(v, dict) else v
+
+
+def show_recipe(name_or_path: str, languages: list[str] | None = None) -> str:
+    """The recipe as YAML text (with `languages` as `--languages` sets them, `with_languages`), then,
+    as comments, the parameters in force per language for its Gopher, C4 and FineWeb steps."""
+    recipe = with_languages(load_recipe(name_or_path), languages, None)
+    text = yaml.safe_dump(recipe, sort_keys=False, allow_unicode=True)
+    params = parameters_in_force(recipe)
+    if params:
+        shown = yaml.safe_dump({"parameters_in_force": params}, sort_keys=False, allow_unicode=True,
+                               default_flow_style=None, width=100)
+        text += "# The Gopher, C4 and FineWeb steps run with these options on each language's documents\n"
+        text += "# (its table in gptforge/data/languages/, then the recipe's own options):\n"
+        text += "".join(f"# {line}\n" for line in shown.splitlines())
+    return text
 
 
 @dataclass
@@ -150,8 +224,10 @@ class Recipe:
 ALL_STEPS: dict[str, type] = {**STEPS, **CORPUS_STEPS}
 
 
-def _recipe_step(i: int, entry: Any) -> DocumentStep | CorpusStep:
-    """The step of recipe entry `i` (0-based), checked (see `build_recipe`)."""
+def _recipe_step(i: int, entry: Any, language: str = "en") -> DocumentStep | CorpusStep:
+    """The step of recipe entry `i` (0-based), checked (see `build_recipe`); a language-aware
+    step (`LANGUAGE_STEPS`) gets `language`'s table under the recipe's options, which it keeps as
+    `recipe_options` for documents of other languages."""
     if isinstance(entry, str):
         entry = {entry: {}}
     if not isinstance(entry, dict) or len(entry) != 1:
@@ -167,6 +243,10 @@ def _recipe_step(i: int, entry: Any) -> DocumentStep | CorpusStep:
     for key in options:
         if key not in known:
             raise ValueError(f"recipe step {name!r}: unknown option {key!r}{_hint(key, known)}")
+    if name in LANGUAGE_STEPS:
+        step = cls(**options_in_force(name, options, language))
+        step.recipe_options = dict(options)
+        return step
     return cls(**{k: tuple(v) if isinstance(v, list) and k in _TUPLE_OPTIONS else v for k, v in options.items()})
 
 
@@ -185,12 +265,16 @@ def build_recipe(recipe: dict[str, Any]) -> Recipe:
         form = None
     elif form not in ("NFC", "NFKC"):
         raise ValueError(f"recipe: normalization must be NFC, NFKC or none, got {form!r}")
+    try:
+        language = load_language(recipe.get("language") or "en").code
+    except ValueError as e:
+        raise ValueError(f"recipe: language: {e}") from None
     chain: list[DocumentStep | CorpusStep] = []
     for i, entry in enumerate(recipe.get("steps") or []):
         if chain and isinstance(chain[-1], CorpusStep) and chain[-1].drops_by_mask:
             last, name = chain[-1].name, next(iter(entry)) if isinstance(entry, dict) and entry else entry
             raise ValueError(f"recipe step {i + 1} ({name!r}) comes after {last}; {last} must be the last step")
-        step = _recipe_step(i, entry)
+        step = _recipe_step(i, entry, language)
         if isinstance(step, CorpusStep) and any(type(s) is type(step) for s in chain):
             raise ValueError(f"recipe step {i + 1}: a second {step.name} step")
         chain.append(step)

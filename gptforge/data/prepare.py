@@ -39,7 +39,7 @@ from typing import Any
 
 from gptforge.data.normalize import NormalizeStats
 from gptforge.data.phases.curate import auto_shard_bytes, plan_shards, run_curate
-from gptforge.data.phases.encode import encode_documents, run_encode
+from gptforge.data.phases.encode import encode_documents, language_rates, run_encode
 from gptforge.data.phases.pool import WorkerPool, default_workers
 from gptforge.data.phases.split import (
     EmptyCorpusError,
@@ -49,10 +49,10 @@ from gptforge.data.phases.split import (
     run_split,
     split_score,
 )
-from gptforge.data.phases.tokenizer import auto_vocab_size, check_vocab_size, run_tokenizer
+from gptforge.data.phases.tokenizer import check_vocab_size, run_tokenizer
 from gptforge.data.phases.work import WorkFolder, fingerprint_of
 from gptforge.data.phases.write import ReportInputs, run_write
-from gptforge.data.pipeline import Recipe, StepStats, build_recipe, load_recipe, warn_heavy_steps
+from gptforge.data.pipeline import Recipe, StepStats, build_recipe, load_recipe, warn_heavy_steps, with_languages
 from gptforge.data.readers import ReadStats, expand_inputs
 from gptforge.data.shards import DEFAULT_MAX_SHARD_BYTES, SPLITS, check_output_dir
 from gptforge.data.tokenizer import Tokenizer
@@ -64,7 +64,7 @@ MEMORY_BASE_MB = 250
 MEMORY_BYTES_PER_CHAR = 24
 
 __all__ = ["MEMORY_BASE_MB", "MEMORY_BYTES_PER_CHAR", "EmptyCorpusError", "PrepareConfig", "PrepareResult",
-           "assign_split", "auto_vocab_size", "check_vocab_size", "cut_pieces", "encode_documents", "prepare",
+           "assign_split", "check_vocab_size", "cut_pieces", "encode_documents", "prepare",
            "split_score", "summary_rows", "with_languages", "work_fingerprint"]
 
 
@@ -78,9 +78,10 @@ class PrepareConfig:
     """Shard folder to write (must not exist or be empty, unless --overwrite)."""
     vocab_size: int = 0
     """Vocabulary size of the trained tokenizer, including the 256 byte tokens and <|endoftext|> (a
-    small corpus may stop short of it); 0 (the default): 4*sqrt(characters) rounded to a power of
-    two, between 512 and 32768 (1 MB of text: 4096), with a warning when a size given is more than
-    4x off that; ignored with --tokenizer."""
+    small corpus may stop short of it); 0 (the default): 4*sqrt(UTF-8 bytes) rounded to a power of
+    two, between 512 and 32768 (1 MB of text: 4096), with room for the characters covering 99.9% of
+    non-ASCII text (at most 2x; tokenizer.vocab_size_rule), with a warning when a size given is
+    more than 4x off that; ignored with --tokenizer."""
     tokenizer: str | None = None
     """Use this Hugging Face tokenizer.json (it must have <|endoftext|>) instead of training one."""
     text_field: str = "auto"
@@ -203,26 +204,6 @@ def work_fingerprint(cfg: PrepareConfig, files: list[Path], curate_options: dict
     if cfg.tokenizer:
         options["tokenizer_sha256"] = hashlib.sha256(Path(cfg.tokenizer).read_bytes()).hexdigest()
     return fingerprint_of(files, options)
-
-
-def with_languages(recipe: dict[str, Any], languages: list[str] | None, score: float | None) -> dict[str, Any]:
-    """`recipe` with its langid step keeping `languages` (added after `clean`, or first, when absent)."""
-    if not languages and score is None:
-        return recipe
-    steps = list(recipe.get("steps") or [])
-    opts: dict[str, Any] = {}
-    if languages:
-        opts["languages"] = list(languages)
-    if score is not None:
-        opts["min_score"] = score
-    for i, entry in enumerate(steps):
-        if isinstance(entry, dict) and "langid" in entry:
-            steps[i] = {"langid": {**(entry["langid"] or {}), **opts}}
-            break
-    else:
-        at = next((i + 1 for i, e in enumerate(steps) if isinstance(e, dict) and "clean" in e), 0)
-        steps.insert(at, {"langid": opts})
-    return {**recipe, "steps": steps}
 
 
 def prepare(cfg: PrepareConfig, show_progress: bool = True) -> PrepareResult:
@@ -365,7 +346,11 @@ def _run_phases(cfg: PrepareConfig, out_dir: Path, files: list[Path], recipe_dic
         prepare_config = {**cfg.meta_dict(), "recipe_steps": recipe_dict, "tokenizer_trained": cfg.tokenizer is None,
                           "moved_to_val_or_test": sorted(k for k, v in splits.moved.items() if v != "train"),
                           "work_fingerprint_sha256": fingerprint_sha,
-                          "position_split": {k: v for k, v in sorted(splits.cuts.items())}}
+                          "position_split": {k: v for k, v in sorted(splits.cuts.items())},
+                          "val_languages": language_rates(encoded.results)}
+        dedup = next((s for s in recipe.corpus_steps if hasattr(s, "near_dedup_record")), None)
+        if dedup is not None:
+            prepare_config["near_dedup"] = dedup.near_dedup_record()
         report_inputs = ReportInputs(cfg, recipe_dict, files, shards, curated, timings, reused, t0)
         meta, report = run_write(out_dir, tokenizer, encoded, splits, work, cfg.max_shard_bytes, cfg.overwrite,
                                  prepare_config, report_inputs)
@@ -415,6 +400,10 @@ def summary_rows(result: PrepareResult) -> list[tuple[str, str]]:
     rows.append(("characters kept", f"{written_chars:,}"))
     rows += _output_rows(meta)
     cfg = meta.get("prepare_config", {})
+    for lang, c in (cfg.get("val_languages") or {}).items():
+        if c["tokens"]:
+            rows.append((f"val {lang}", f"{c['documents']:,} docs, {c['bytes_per_token']:.2f} bytes/token, "
+                                        f"{c['characters_per_token']:.2f} characters/token"))
     if cfg.get("val_fraction", 0) > 0 and not meta["splits"]["val"]["documents"]:
         rows.append(("WARNING", "no val split: too few documents (a single big file is one document; split it "
                                 "with --doc-separator, or give more files); pretrain will run without validation"))

@@ -8,6 +8,7 @@ A task is a file; its format is recognised from its rows (every row must be in t
 | `hellaswag`   | HellaSwag jsonl `{"ctx_a", "ctx_b", "endings", "label", "activity_label"}` | multiple_choice |
 | `arc`         | ARC jsonl `{"question": {"stem", "choices": [{"text", "label"}]}, "answerKey"}` | multiple_choice |
 | `mmlu`        | MMLU csv without header: question, A, B, C, D, answer letter | multiple_choice |
+| `cmmlu`, `ceval` | CMMLU / C-Eval csv with their headers (`gptforge.eval.tasks_zh`) | multiple_choice |
 | `piqa`        | `{"goal", "sol1", "sol2", "label"}`                         | multiple_choice |
 | `winogrande`  | `{"sentence" with one "_", "option1", "option2", "answer": "1"/"2"}` | multiple_choice |
 | `classification` | `{"text", "label"}`                                      | classification  |
@@ -52,17 +53,19 @@ from pathlib import Path
 
 from gptforge.atomic import file_sha256
 from gptforge.errors import InputError, MissingInputError
+from gptforge.eval import tasks_zh
 
 TASK_TYPES = ("multiple_choice", "classification", "generation", "cloze", "perplexity")
 
 FORMAT_TYPE = {"mc": "multiple_choice", "hellaswag": "multiple_choice", "arc": "multiple_choice",
-               "mmlu": "multiple_choice", "piqa": "multiple_choice", "winogrande": "multiple_choice",
+               "mmlu": "multiple_choice", "cmmlu": "multiple_choice", "ceval": "multiple_choice", "piqa": "multiple_choice", "winogrande": "multiple_choice",
                "classification": "classification", "generation": "generation", "cloze": "cloze",
                "perplexity": "perplexity"}
 
 FORMAT_FIELDS = {"mc": ("context", "choices", "label"),
                  "hellaswag": ("ctx_a", "ctx_b", "endings", "label", "activity_label"),
-                 "arc": ("question", "answerKey"), "piqa": ("goal", "sol1", "sol2", "label"),
+                 "arc": ("question", "answerKey"), "cmmlu": tuple(tasks_zh.HEADERS["cmmlu"]),
+                 "ceval": (*tasks_zh.HEADERS["ceval"], "answer"), "piqa": ("goal", "sol1", "sol2", "label"),
                  "winogrande": ("sentence", "option1", "option2", "answer"),
                  "classification": ("text", "label"), "generation": ("prompt", "answer"), "cloze": ("text",),
                  "perplexity": ("text",)}
@@ -377,6 +380,16 @@ def _read_examples(path: Path, opts: dict, want_type: str | None) -> tuple[str, 
     rows = read_rows(path)
     if not rows:
         raise _err(path, None, "the task file has no rows")
+    fmt = tasks_zh.header_format(rows[0][1]) if isinstance(rows[0][1], list) else None
+    if fmt is not None:  # CMMLU / C-Eval: a header names the columns
+        rows = tasks_zh.header_rows(path, rows, fmt)
+        if not rows:
+            raise _err(path, None, "the task file has a header but no rows")
+        if want_type is not None and want_type != "multiple_choice":
+            raise _err(path, None, f"type: {want_type} but the rows are in the {fmt!r} format (multiple_choice)")
+        delim = opts.get("target_delimiter", " ")
+        pairs = [(line, tasks_zh.question_and_answer(path, line, row, fmt)) for line, row in rows]
+        return fmt, [_mc([ctx], list("ABCD"), gold, delim, line) for line, (ctx, gold) in pairs]
     fmt = detect_format(rows[0][1])
     if fmt is None:
         raise _err(path, rows[0][0], f"row matches no task format; fields found {sorted(rows[0][1])} "
@@ -438,6 +451,12 @@ def load_task(path: str | Path) -> Task:
             desc = f"The following are multiple choice questions (with answers) about {subject.replace('_', ' ')}.\n\n"
         # MMLU's published layout: data/test/X_test.csv with its 5 dev questions in data/dev/X_dev.csv.
         dev = data.parent.parent / "dev" / f"{subject}_dev.csv"
+        if pool is None and dev.is_file() and dev.resolve() != data.resolve():
+            _, pool = _read_examples(dev, opts, "multiple_choice")
+            sampler = "first_n"
+    elif fmt in ("cmmlu", "ceval"):
+        desc = desc or tasks_zh.description(data, fmt)
+        dev = tasks_zh.dev_file(data, fmt)
         if pool is None and dev.is_file() and dev.resolve() != data.resolve():
             _, pool = _read_examples(dev, opts, "multiple_choice")
             sampler = "first_n"

@@ -8,7 +8,7 @@ workers (`pool.run_tasks`):
    run the steps before it, and save its keys (`KeyCounter`) -> `NAME_keys/NNNNN.KEY.npy`; then
    its `decide` (main process) -> `NAME/`, `NAME/done.json`;
 2. the curation pass: read, normalize, run every per-document step and every earlier corpus
-   step's applier -> the surviving documents `curate/NNNNN.arrow` (id, split key, text), the last corpus step's keys
+   step's applier -> the surviving documents `curate/NNNNN.arrow` (id, split key, text, language label), the last corpus step's keys
    when it drops by mask (`curate/NNNNN.exact.npy`, `.bands.npy`), and `curate/NNNNN.json`
    (counts per step, drop reasons with examples), written last as the shard's done mark;
 3. the mask step's `decide` (dedup: union-find over every shard's keys) -> a drop mask per shard.
@@ -184,7 +184,8 @@ def curate_task(task: dict[str, Any]) -> dict[str, Any]:
     docs = apply_steps(_read(task, rstats, nstats, recipe), chain, stats)
     mask_step = recipe.mask_step
     counter = mask_step.key_counter() if mask_step is not None else None
-    schema = pa.schema([("id", pa.string()), ("key", pa.string()), ("text", pa.large_string())])
+    schema = pa.schema([("id", pa.string()), ("key", pa.string()), ("text", pa.large_string()),
+                        ("language", pa.string())])
     n_out = chars_out = 0
     with work.arrow_writer(work.curated(i)) as tmp:
         with pa.OSFile(str(tmp), "wb") as sink, pa.ipc.new_file(sink, schema) as writer:
@@ -194,7 +195,9 @@ def curate_task(task: dict[str, Any]) -> dict[str, Any]:
                 chars_out += sum(map(len, texts))
                 writer.write_batch(pa.record_batch([pa.array([d.id for d in batch], pa.string()),
                                                     pa.array([split_key(t) for t in texts], pa.string()),
-                                                    pa.array(texts, pa.large_string())], schema=schema))
+                                                    pa.array(texts, pa.large_string()),
+                                                    pa.array([d.language for d in batch], pa.string())],
+                                                   schema=schema))
                 if counter is not None:
                     counter.add(texts)
     if counter is not None:

@@ -124,11 +124,16 @@ def encode_task(task: dict[str, Any]) -> dict[str, Any]:
     tok_lens: list[np.ndarray] = []
     char_lens: list[int] = []
     buffers: dict[str, list[str]] = {s: [] for s in SPLITS}
+    labels: dict[str, list[str]] = {s: [] for s in SPLITS}
+    val_languages: dict[str, dict[str, int]] = {}
     sizes = {s: 0 for s in SPLITS}
 
     def flush(split: str) -> None:
         texts = buffers[split]
         ids, nbytes, lengths = encode_documents(tokenizer, texts, dtype)
+        if split == "val":
+            add_language_counts(val_languages, texts, labels[split], lengths)
+        labels[split] = []
         parts[split].append(ids)
         c = counts[split]
         c["documents"] += len(texts)
@@ -138,13 +143,14 @@ def encode_task(task: dict[str, Any]) -> dict[str, Any]:
         buffers[split], sizes[split] = [], 0
 
     cuts = task.get("cuts") or {}
-    for _, d in work.documents(i, mask):
+    for _, d in work.documents(i, mask, ("id", "key", "text", "language")):
         if d["key"] in cuts:
             pieces = cut_pieces(d["text"], cuts[d["key"]])
         else:
             pieces = [(moved.get(d["key"]) or rule.assign(d["key"]), d["text"])]
         for split, text in pieces:
             buffers[split].append(text)
+            labels[split].append(d["language"] or UNDETERMINED)
             char_lens.append(len(text))
             sizes[split] += len(text)
             if sizes[split] >= BATCH_CHARS or len(buffers[split]) >= BATCH_DOCS:
@@ -152,9 +158,43 @@ def encode_task(task: dict[str, Any]) -> dict[str, Any]:
     _save_splits(buffers, flush, parts, dtype, work, out / name)
     result = {"splits": counts,
               "hist_tokens": histogram(np.concatenate(tok_lens) if tok_lens else np.zeros(0, np.int64)),
-              "hist_characters": histogram(np.array(char_lens, dtype=np.int64)), "pid": os.getpid()}
+              "hist_characters": histogram(np.array(char_lens, dtype=np.int64)), "pid": os.getpid(),
+              "val_languages": val_languages}
     work.write_json(out / f"{name}.json", result)
     return result
+
+
+#: the language of a document no langid step labelled (ISO 639-2 "und", undetermined).
+UNDETERMINED = "und"
+
+
+def add_language_counts(acc: dict[str, dict[str, int]], texts: list[str], languages: list[str],
+                        lengths: np.ndarray) -> None:
+    """Add documents, characters, UTF-8 bytes and tokens (EOS excluded; `lengths`, one per text)
+    of `texts` into `acc[language]`."""
+    for text, lang, n_tokens in zip(texts, languages, lengths.tolist()):
+        c = acc.setdefault(lang, {"documents": 0, "characters": 0, "bytes": 0, "tokens": 0})
+        c["documents"] += 1
+        c["characters"] += len(text)
+        c["bytes"] += len(text.encode("utf-8", "surrogatepass"))
+        c["tokens"] += int(n_tokens)
+
+
+def language_rates(results: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """Per language of the val split (the langid label, `UNDETERMINED` without one): documents,
+    characters, bytes and tokens summed over the shards' encode `results`, with bytes_per_token
+    and characters_per_token (4 places; EOS tokens not counted). Documents tokenized in windows
+    (one huge document) are not counted."""
+    total: dict[str, dict[str, Any]] = {}
+    for r in results:
+        for lang, c in (r.get("val_languages") or {}).items():
+            t = total.setdefault(lang, {"documents": 0, "characters": 0, "bytes": 0, "tokens": 0})
+            for k in t:
+                t[k] += c[k]
+    for t in total.values():
+        t["bytes_per_token"] = round(t["bytes"] / t["tokens"], 4) if t["tokens"] else None
+        t["characters_per_token"] = round(t["characters"] / t["tokens"], 4) if t["tokens"] else None
+    return dict(sorted(total.items()))
 
 
 #: a curated shard of more than twice this many UTF-8 bytes is tokenized in windows of about

@@ -176,15 +176,19 @@ class WorkFolder:
 
     def documents(self, index: int, mask: np.ndarray | None = None,
                   columns: Sequence[str] = ("id", "key", "text")) -> Iterator[tuple[int, dict[str, Any]]]:
-        """(position in shard, {column: value}) of a curated shard's documents not dropped by `mask`."""
+        """(position in shard, {column: value}) of a curated shard's documents not dropped by `mask`.
+
+        A column the shard does not hold (`language` in a shard written before it existed) reads None.
+        """
         import pyarrow as pa
 
         with pa.memory_map(str(self.curated(index))) as source:
             reader = pa.ipc.open_file(source)
             pos = 0
             for b in range(reader.num_record_batches):
-                batch = reader.get_batch(b).select(list(columns))
-                cols = [batch.column(c).to_pylist() for c in range(len(columns))]
+                batch = reader.get_batch(b)
+                names = set(batch.schema.names)
+                cols = [batch.column(c).to_pylist() if c in names else [None] * batch.num_rows for c in columns]
                 for j in range(batch.num_rows):
                     if mask is None or not mask[pos]:
                         yield pos, {c: cols[k][j] for k, c in enumerate(columns)}
