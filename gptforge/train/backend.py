@@ -55,6 +55,8 @@ class TorchBackend:
         self.env = env
         self.autocast_precision = precision
         self.params = [p for p in par.core.parameters() if p.requires_grad]
+        self.loss_scale: float | None = None
+        """The fp16 loss scale the last step's backward used (None without a scaler)."""
 
     @property
     def module(self) -> torch.nn.Module | None:
@@ -88,6 +90,8 @@ class TorchBackend:
         """Optimizer step unless the loss or gradient norm is not finite (under fp16 the scaler
         decides). Returns True when the step counts as skipped."""
         if self.scaler is not None:
+            # The scale this step's gradients were multiplied by (update() below changes it).
+            self.loss_scale = float(self.scaler.get_scale())
             self.scaler.step(self.optimizer)  # skips the step itself on inf/nan gradients
             self.scaler.update()
         elif finite:
@@ -234,6 +238,14 @@ class DeepSpeedBackend:
         """The update already ran inside engine.step(); returns whether DeepSpeed skipped it
         (fp16 overflow) or the loss/norm was not finite."""
         return self.engine.skipped_steps > self._skipped_before or not finite
+
+    @property
+    def loss_scale(self) -> float | None:
+        """DeepSpeed's current fp16 loss scale (its optimizer's `cur_scale`), None without fp16."""
+        if not self.has_loss_scaler:
+            return None
+        scale = getattr(self.engine.optimizer, "cur_scale", None)
+        return float(scale) if scale is not None else None
 
     def full_state_dict(self) -> dict[str, torch.Tensor]:
         """The GPT's state dict with full fp32 tensors (the master weights under fp16/bf16 and
