@@ -9,7 +9,8 @@ shapes with the tanh GELU that GPT-2 and llama.cpp's gpt2 graph use), exported a
 folder (loaded back with `AutoModelForCausalLM`), an ONNX folder and GGUF files:
 1. single-stream greedy decode tokens/s, exactly --new-tokens tokens after the same prompt, best
    of 3: `gptforge.infer.generate.generate` against transformers' `generate` (KV cache on both,
-   each --dtypes entry on both sides), onnxruntime f32 (`OnnxDecoder.greedy`) and llama.cpp
+   each --dtypes entry on both sides; gptforge also with `generate(compile=True)`, timed after its
+   compiling first call), onnxruntime f32 (`OnnxDecoder.greedy`) and llama.cpp
    (llama-cpp-python, GGUF f32 and q8_0, greedy: top_k 1), each at --threads threads;
 2. aggregate tokens/s of the continuous-batching engine with 8 concurrent streams vs 1
    (in process), and transformers' `generate` on a batch of 8 as a reference;
@@ -75,8 +76,9 @@ def best_of(fn, n=3) -> float:
     return min(times)
 
 
-def single_stream(model, hf, prompt, n, dtype: torch.dtype):
-    """(gptforge, transformers) greedy tokens/s for one prompt, both in `dtype`."""
+def single_stream(model, hf, prompt, n, dtype: torch.dtype, compiled: bool):
+    """(gptforge, transformers, gptforge with `generate(compile=True)` or None) greedy tokens/s for
+    one prompt, all in `dtype`. The compiled figure is the best of 3 after a first, compiling call."""
     from gptforge.infer.generate import generate
 
     model, hf = copy.deepcopy(model).to(dtype), copy.deepcopy(hf).to(dtype)
@@ -85,7 +87,11 @@ def single_stream(model, hf, prompt, n, dtype: torch.dtype):
         ours = best_of(lambda: generate(model, idx, n, temperature=0))
         theirs = best_of(lambda: hf.generate(idx, attention_mask=torch.ones_like(idx), max_new_tokens=n,
                                              min_new_tokens=n, do_sample=False, use_cache=True))
-    return n / ours, n / theirs
+        comp = None
+        if compiled:
+            generate(model, idx, n, temperature=0, compile=True)  # compiles
+            comp = n / best_of(lambda: generate(model, idx, n, temperature=0, compile=True))
+    return n / ours, n / theirs, comp
 
 
 def other_runtimes(model, tok_dir: Path, root: Path, prompt, n, threads: int) -> dict[str, float | str]:
@@ -246,16 +252,20 @@ def _ratio(ours: float, theirs) -> str:
 def tables(rows: list[dict], args) -> str:
     """The three Markdown tables of a run (decode against transformers, against the other runtimes,
     engine and HTTP)."""
-    t1 = ["| model | dtype | gptforge generate | transformers generate | ratio |", "|---|---|---:|---:|---:|"]
+    t1 = ["| model | dtype | gptforge generate | transformers generate | ratio | gptforge compiled | ratio |",
+          "|---|---|---:|---:|---:|---:|---:|"]
     for r in rows:
-        for d, (ours, theirs) in r["single"].items():
-            t1.append(f"| {r['preset']} | {d} | {ours:.0f} tok/s | {theirs:.0f} tok/s | {ours / theirs:.2f}x |")
+        for d, (ours, theirs, comp) in r["single"].items():
+            c = f"{comp:.0f} tok/s | {comp / theirs:.2f}x" if comp else "- | -"
+            t1.append(f"| {r['preset']} | {d} | {ours:.0f} tok/s | {theirs:.0f} tok/s | {ours / theirs:.2f}x | {c} |")
     names = list(rows[0]["runtimes"])
-    t2 = ["| model | gptforge fp32 | " + " | ".join(f"{n} | gptforge / {n}" for n in names) + " |",
+    # gptforge / runtime: the faster of gptforge's eager and compiled fp32 decode.
+    t2 = ["| model | gptforge fp32 (eager / compiled) | " + " | ".join(f"{n} | gptforge / {n}" for n in names) + " |",
           "|---|---:|" + "---:|---:|" * len(names)]
     for r in rows:
-        ours = r["single"]["fp32"][0] if "fp32" in r["single"] else float("nan")
-        t2.append(f"| {r['preset']} | {ours:.0f} tok/s | "
+        eager, _, comp = r["single"].get("fp32", (float("nan"), None, None))
+        ours = max(eager, comp or 0.0)
+        t2.append(f"| {r['preset']} | {eager:.0f} / {comp or 0:.0f} tok/s | "
                   + " | ".join(_ratio(ours, r["runtimes"][n]) for n in names) + " |")
     t3 = ["| model | engine 1 stream | engine 8 streams | 8 / 1 | transformers batch 8 | "
           f"HTTP {args.clients}x{args.per_client} streams | HTTP / engine 8 | TTFT p50 / p99 | "
@@ -281,9 +291,9 @@ def measure(preset: str, tok, tmp: Path, args) -> dict:
     prompts = [torch.randint(1, 1000, (args.prompt_tokens,), generator=g).tolist() for _ in range(8)]
     r: dict = {"preset": preset, "single": {}}
     for d in args.dtypes.split(","):
-        r["single"][d] = single_stream(model, hf, prompts[0], args.new_tokens, DTYPES[d])
-        print(f"{preset} {d}: gptforge {r['single'][d][0]:.0f} vs transformers {r['single'][d][1]:.0f} tok/s",
-              flush=True)
+        r["single"][d] = single_stream(model, hf, prompts[0], args.new_tokens, DTYPES[d], not args.no_compile)
+        print(f"{preset} {d}: gptforge {r['single'][d][0]:.0f} vs transformers {r['single'][d][1]:.0f} tok/s; "
+              f"compiled {r['single'][d][2]}", flush=True)
     r["runtimes"] = other_runtimes(model, tmp / "tok", tmp / f"{preset}-x", prompts[0], args.new_tokens, args.threads)
     print(f"{preset}: {r['runtimes']}", flush=True)
     r["agg1"] = engine_rate(model, tok.decode, prompts[:1], args.new_tokens, 1)
@@ -309,6 +319,7 @@ def main() -> int:
     ap.add_argument("--dtypes", default="fp32,bf16", help="dtypes of the gptforge / transformers decode (default fp32,bf16)")
     ap.add_argument("--clients", type=int, default=8, help="concurrent HTTP streaming clients (issue's full load: 32)")
     ap.add_argument("--per-client", type=int, default=3, help="requests per client (issue's full load: 10)")
+    ap.add_argument("--no-compile", action="store_true", help="leave out gptforge's compiled decode")
     ap.add_argument("--skip-http", action="store_true", help="no HTTP part (third table left out)")
     ap.add_argument("--write", action="store_true", help="append the tables to bench/RESULTS.md")
     args = ap.parse_args()
