@@ -193,6 +193,7 @@ class DeepSpeedBackend:
         self.autocast_precision = "fp32"
         self._skipped_before = 0
         self._norm_before_step = float("nan")
+        self._scale_used: float | None = None
 
     @property
     def module(self) -> torch.nn.Module:
@@ -218,6 +219,8 @@ class DeepSpeedBackend:
     def backward(self, loss: torch.Tensor, is_last: bool) -> None:
         if is_last:
             self._skipped_before = self.engine.skipped_steps
+            scale = getattr(self.engine.optimizer, "cur_scale", None) if self.has_loss_scaler else None
+            self._scale_used = float(scale) if scale is not None else None  # engine.step() may change it
         self.engine.backward(loss, scale_wrt_gas=False)
         if is_last and self.zero_stage == 0:
             # Without ZeRO, DeepSpeed's fp32 step does not record the norm: take it from the
@@ -241,11 +244,9 @@ class DeepSpeedBackend:
 
     @property
     def loss_scale(self) -> float | None:
-        """DeepSpeed's current fp16 loss scale (its optimizer's `cur_scale`), None without fp16."""
-        if not self.has_loss_scaler:
-            return None
-        scale = getattr(self.engine.optimizer, "cur_scale", None)
-        return float(scale) if scale is not None else None
+        """The fp16 loss scale (DeepSpeed's optimizer's `cur_scale`) the last step's backward used,
+        read before its engine.step(); None without fp16."""
+        return self._scale_used
 
     def full_state_dict(self) -> dict[str, torch.Tensor]:
         """The GPT's state dict with full fp32 tensors (the master weights under fp16/bf16 and
