@@ -98,11 +98,19 @@ def _label(variant) -> str:
     return ("compile" if variant else "eager") if isinstance(variant, bool) else variant
 
 
+def _mode(name: str) -> bool | str:
+    """A gptforge variant's compile mode: eager -> False, compile -> True, auto -> "auto"."""
+    if name not in ("eager", "compile", "auto"):
+        raise SystemExit(f"--variants: mode {name!r} is not eager, compile or auto")
+    return "auto" if name == "auto" else name == "compile"
+
+
 def load() -> str:
     return "load average " + " / ".join(f"{x:.1f}" for x in os.getloadavg())
 
 
-def run_gptforge(shards: Path, out: Path, c: dict, precision: str, compile: bool, steps: int, threads: int) -> dict:
+def run_gptforge(shards: Path, out: Path, c: dict, precision: str, compile: bool | str, steps: int,
+                 threads: int) -> dict:
     cmd = [sys.executable, "-m", "gptforge.cli", "pretrain", "--data", str(shards), "--out", str(out),
            "--model.arch", "gpt2", "--model.n_layer", str(c["n_layer"]), "--model.n_head", str(c["n_head"]),
            "--model.d_model", str(c["d_model"]), "--model.block_size", str(c["block_size"]),
@@ -113,10 +121,18 @@ def run_gptforge(shards: Path, out: Path, c: dict, precision: str, compile: bool
            "--train.checkpoint_interval", str(steps // 2), "--train.warmup_steps", "5",
            "--train.num_threads", str(threads), "--train.lr", "1e-3", "--quiet"]
     env = dict(os.environ, OMP_NUM_THREADS=str(threads))  # as nanoGPT's run gets
+    env.pop("GPTFORGE_AUTO_COMPILE", None)  # auto measures
     proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, env=env)
     if proc.returncode:
         raise RuntimeError(f"gptforge failed:\n{proc.stderr[-2000:]}")
+    said = re.search(r"train.compile auto -> .*", proc.stdout + proc.stderr)
+    if compile == "auto":
+        import yaml
+
+        chose = (yaml.safe_load((out / "config.yaml").read_text()) or {}).get("train", {}).get("compile")
+        print(f"  {precision} train.compile auto chose {chose}" + (f": {said.group(0)}" if said else ""), flush=True)
     rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    rows = [r for r in rows if "tokens_per_second" in r]
     timed = rows[3:]  # skip warm-up steps (and compilation)
     return {
         "tokens_per_second": statistics.median(r["tokens_per_second"] for r in timed),
@@ -156,7 +172,8 @@ def main() -> int:
     ap.add_argument("--steps", type=int, default=40, help="Optimizer steps per run (default 40).")
     ap.add_argument("--configs", default="a,b", help="Which configurations (default a,b).")
     ap.add_argument("--variants", default="fp32:eager,fp32:compile,bf16:eager,bf16:compile",
-                    help="gptforge variants, precision:eager|compile (default all four).")
+                    help="gptforge variants, precision:eager|compile|auto (auto: `--train.compile auto`, "
+                         "which prints its choice; default the four fixed ones).")
     ap.add_argument("--nano-variants", default="eager,compile,eager-passive,compile-passive",
                     help="nanoGPT variants: eager, compile, and either with -passive: OMP_WAIT_POLICY=PASSIVE, "
                          "which gptforge's CLI sets by default (default all four).")
@@ -173,7 +190,7 @@ def main() -> int:
     text, source = corpus_text()
     print(f"CPU: {cpu_description()}; torch {torch.__version__}")
     print(f"corpus: {source}, {len(text):,} characters; {args.steps} steps per run; {args.threads} threads; {load()}")
-    ours = [(v.split(":")[0], v.split(":")[1] == "compile") for v in args.variants.split(",")]
+    ours = [(v.split(":")[0], _mode(v.split(":")[1])) for v in args.variants.split(",")]
     theirs = [v for v in args.nano_variants.split(",")] if nano_dir else []
     # Interleaved order: nanoGPT eager, gptforge fp32 eager, nanoGPT compile, gptforge ..., so both
     # tools' runs alternate within each repeat.
