@@ -34,7 +34,7 @@ class QuickstartResult:
     samples: list[str]
 
 
-def run_quickstart(out: Path, minutes: float = 10.0, vocab_size: int = 4096, preset: str = "modern-micro",
+def run_quickstart(out: Path, minutes: float = 10.0, vocab_size: int = 4096, preset: str = "qwen3-micro",
                    micro_batch_size: int = 16, block_size: int = 256, max_files: int | None = None,
                    workers: int = 0, steps: int | None = None, progress: bool = True,
                    log: Callable[[str], None] = print, optimizer: str = "muon") -> QuickstartResult:

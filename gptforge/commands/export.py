@@ -111,8 +111,8 @@ def main(argv: list[str]) -> int:
     set_quiet(opts.quiet)
     import torch
 
-    from gptforge.errors import InputError
-    from gptforge.export.common import DTYPES, load_source
+    from gptforge.errors import InputError, require_extra
+    from gptforge.export.common import DTYPES, format_packages, load_source
 
     if opts.quantize is not None:
         allowed = {"gguf": ("q8_0", "q4_0"), "onnx": ("int8",), "triton": ("int8",)}.get(opts.format, ())
@@ -124,6 +124,7 @@ def main(argv: list[str]) -> int:
                          "bfloat16): use f32 or f16")
     if Path(opts.out).exists() and not opts.overwrite:
         raise InputError(f"{opts.out} exists; choose another --out or pass --overwrite")
+    require_extra(f"gptforge export --format {opts.format}", "export", format_packages(opts.format, opts.quantize))
     dtype = DTYPES[opts.dtype] if opts.dtype else None
     from gptforge.progress import progress
 

@@ -22,6 +22,20 @@ DTYPES = {"f32": torch.float32, "f16": torch.float16, "bf16": torch.bfloat16}
 """`--dtype` spellings of the export command -> torch dtypes."""
 
 
+def format_packages(fmt: str, quantize: str | None = None) -> dict[str, str]:
+    """The packages of the `export` extra that writing `fmt` imports: {module: pip package}.
+
+    onnx / triton: onnx and onnxscript (torch's ONNX exporter), onnxruntime for --quantize int8;
+    gguf: gguf (llama.cpp's writer); hf: none (safetensors is a core dependency).
+    """
+    if fmt in ("onnx", "triton"):
+        out = {"onnx": "onnx", "onnxscript": "onnxscript"}
+        if quantize:
+            out["onnxruntime"] = "onnxruntime"
+        return out
+    return {"gguf": "gguf"} if fmt == "gguf" else {}
+
+
 def dtype_name(dtype: torch.dtype) -> str:
     """The `--dtype` spelling of a torch dtype (f32, f16, bf16)."""
     return {v: k for k, v in DTYPES.items()}[dtype]

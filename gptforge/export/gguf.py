@@ -2,8 +2,11 @@
 
 A gptforge GPT becomes one `.gguf` file:
 
-- architecture `llama` (RoPE, RMSNorm, SwiGLU, grouped-query attention, tied or untied head) or
-  `gpt2` (learned positions, LayerNorm, tanh-GELU MLP, q/k/v fused into `attn_qkv`);
+- architecture `llama` (RoPE, RMSNorm, SwiGLU, grouped-query attention, tied or untied head),
+  `qwen3` (the same with model.qk_norm: per-head RMSNorm `attn_q_norm` / `attn_k_norm` on q and
+  k before RoPE, no biases; Yang et al. 2025, Qwen3 technical report, section 2) or `gpt2`
+  (learned positions, LayerNorm, tanh-GELU MLP, q/k/v fused into `attn_qkv`); the head width
+  (`attention.key_length` / `value_length`) is written, so a pruned head_size loads;
 - weights in f32, f16 or bf16, or quantized to q8_0 / q4_0 (blocks of 32 values, one f16 scale per
   block; llama.cpp's `ggml-quants.c` formats as gguf-py implements them). Norms, biases and
   RoPE factors stay f32, as llama.cpp's own converter keeps them; a matrix whose rows are not a
@@ -18,7 +21,8 @@ A gptforge GPT becomes one `.gguf` file:
 gptforge keeps q/k in the Hugging Face layout (rotate the first half of the head dim against the
 second); llama.cpp's `llama` rotates adjacent pairs. Rows of q and k are permuted per head from
 (half, pair) order to (pair, half) order, as llama.cpp's convert_hf_to_gguf.py does (with the KV
-head count for k), so both compute the same attention.
+head count for k), so both compute the same attention. Its `qwen3` rotates halves (NeoX RoPE), as
+gptforge does: q and k are written as they are.
 """
 
 from __future__ import annotations
@@ -46,14 +50,22 @@ def permute_rope_rows(w: torch.Tensor, n_head: int) -> torch.Tensor:
     return w.reshape(n_head, 2, w.shape[0] // n_head // 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape)
 
 
-def check_representable(cfg, approximate_gelu: bool = False) -> None:
-    """Refuse what llama.cpp's `llama` / `gpt2` graphs cannot compute, naming every such option.
+def gguf_arch(cfg) -> str:
+    """The llama.cpp architecture that computes `cfg`: gpt2, qwen3 (llama blocks with qk_norm) or llama."""
+    if cfg.arch == "gpt2":
+        return "gpt2"
+    return "qwen3" if cfg.qk_norm else "llama"
 
-    Not representable: logit_softcap (neither graph caps the final logits), value_embeddings,
-    qk_norm (neither graph normalises q/k per head), relu2 (llama.cpp's llama uses SwiGLU, its
-    gpt2 GELU), exact GELU in a GPT-2 (llama.cpp's gpt2 uses the tanh approximation; pass
-    approximate_gelu to accept it), a rope_scaling type other than linear / llama3.
-    (zero_init_proj only changes the initialisation: representable.)
+
+def check_representable(cfg, approximate_gelu: bool = False) -> None:
+    """Refuse what llama.cpp's `llama` / `qwen3` / `gpt2` graphs cannot compute, naming every such option.
+
+    Not representable: logit_softcap (no graph caps the final logits), value_embeddings,
+    qk_norm on gpt2 blocks, qk_norm with biases or llama3 RoPE scaling (llama.cpp's qwen3 has
+    neither), relu2 (llama.cpp's llama and qwen3 use SwiGLU, its gpt2 GELU), exact GELU in a
+    GPT-2 (llama.cpp's gpt2 uses the tanh approximation; pass approximate_gelu to accept it), a
+    rope_scaling type other than linear / llama3. (zero_init_proj only changes the
+    initialisation: representable.)
 
     Raises:
         InputError: one message naming each `model.<option>=<value>` and why.
@@ -65,8 +77,17 @@ def check_representable(cfg, approximate_gelu: bool = False) -> None:
                     "final logits"))
     if cfg.value_embeddings:
         bad.append(("model.value_embeddings=True", f"llama.cpp's {cfg.arch} graph has no value embeddings"))
-    if cfg.qk_norm:
-        bad.append(("model.qk_norm=True", f"llama.cpp's {cfg.arch} graph has no per-head q/k norm"))
+    scaling = cfg.rope_scaling or {}
+    kind = scaling.get("rope_type", scaling.get("type", "default"))
+    if cfg.qk_norm and cfg.arch == "gpt2":
+        bad.append(("model.qk_norm=True", "llama.cpp's gpt2 graph has no per-head q/k norm (llama blocks with "
+                    "qk_norm export as qwen3)"))
+    elif cfg.qk_norm and (cfg.bias or cfg.qkv_bias):
+        bad.append(("model.qk_norm=True with biases", "llama.cpp's qwen3 graph (QK-norm) has no biases: it needs "
+                    "model.bias=False and model.qkv_bias=False"))
+    elif cfg.qk_norm and kind == "llama3":
+        bad.append(("model.qk_norm=True with rope_scaling llama3", "llama.cpp's qwen3 graph applies no per-frequency "
+                    "RoPE factors"))
     if cfg.activation == "relu2":
         mlp = "a SwiGLU" if cfg.arch == "llama" else "a GELU"
         bad.append(("model.activation=relu2", f"llama.cpp's {cfg.arch} graph computes {mlp} MLP"))
@@ -74,10 +95,8 @@ def check_representable(cfg, approximate_gelu: bool = False) -> None:
         bad.append(("model.activation=gelu (exact, erf)", "llama.cpp's gpt2 graph computes the tanh approximation "
                     "(model.activation=gelu_tanh); pass --approximate-gelu to export anyway (logits then differ "
                     "slightly)"))
-    if cfg.arch == "llama" and cfg.rope_scaling:
-        kind = cfg.rope_scaling.get("rope_type", cfg.rope_scaling.get("type", "default"))
-        if kind not in ("default", "linear", "llama3"):
-            bad.append((f"model.rope_scaling.rope_type={kind}", "linear and llama3 can"))
+    if cfg.arch == "llama" and kind not in ("default", "linear", "llama3"):
+        bad.append((f"model.rope_scaling.rope_type={kind}", "linear and llama3 can"))
     if bad:
         raise InputError("; ".join(f"{opt} cannot be represented in the gguf format: {why}" for opt, why in bad)
                          + ". A model trained with it stays in gptforge's format (generate, evaluate and serve "
@@ -142,7 +161,9 @@ def gguf_tensors(model: torch.nn.Module) -> list[tuple[str, torch.Tensor]]:
     """(GGUF name, tensor in GGUF row order) for every weight of GPT `model`, in file order.
 
     llama: token_embd, blk.N.{attn_norm, attn_q, attn_k, attn_v, attn_output, ffn_norm, ffn_gate,
-    ffn_up, ffn_down}, output_norm, output (absent when tied), rope_freqs (llama3 scaling).
+    ffn_up, ffn_down}, output_norm, output (absent when tied), rope_freqs (llama3 scaling); q and k
+    rows permuted (`permute_rope_rows`). qwen3: the same plus blk.N.{attn_q_norm, attn_k_norm}
+    (head_dim,), q and k unpermuted.
     gpt2: token_embd, position_embd, blk.N.{attn_norm, attn_qkv, attn_output, ffn_norm, ffn_up,
     ffn_down} (+ .bias each; zeros where the model has none, as llama.cpp's gpt2 reads them),
     output_norm, output (absent when tied). Shapes as in torch: (out_features, in_features).
@@ -152,7 +173,8 @@ def gguf_tensors(model: torch.nn.Module) -> list[tuple[str, torch.Tensor]]:
     cfg = model.config
     sd = {k: v.detach().float().cpu() for k, v in model.state_dict().items()}
     out: list[tuple[str, torch.Tensor]] = [("token_embd.weight", sd["wte.weight"])]
-    gpt2 = cfg.arch == "gpt2"
+    gpt2, qwen3 = cfg.arch == "gpt2", gguf_arch(cfg) == "qwen3"
+    rows = (lambda w, heads: w) if qwen3 else permute_rope_rows
     if gpt2:
         out.append(("position_embd.weight", sd["wpe.weight"]))
 
@@ -178,13 +200,17 @@ def gguf_tensors(model: torch.nn.Module) -> list[tuple[str, torch.Tensor]]:
             out.append((b + "ffn_down.bias", bias(p + "mlp.down_proj.bias", cfg.d_model)))
             continue
         out.append((b + "attn_norm.weight", sd[p + "norm_1.weight"]))
-        out.append((b + "attn_q.weight", permute_rope_rows(q, cfg.n_head)))
-        out.append((b + "attn_k.weight", permute_rope_rows(k, cfg.n_kv_head)))
+        out.append((b + "attn_q.weight", rows(q, cfg.n_head)))
+        if qwen3:
+            out.append((b + "attn_q_norm.weight", sd[p + "attn.q_norm.weight"]))
+        out.append((b + "attn_k.weight", rows(k, cfg.n_kv_head)))
+        if qwen3:
+            out.append((b + "attn_k_norm.weight", sd[p + "attn.k_norm.weight"]))
         out.append((b + "attn_v.weight", v))
         for x, heads in (("q", cfg.n_head), ("k", cfg.n_kv_head), ("v", None)):
             key = p + f"attn.{x}_proj.bias"
             if key in sd:
-                out.append((b + f"attn_{x}.bias", sd[key] if heads is None else permute_rope_rows(sd[key], heads)))
+                out.append((b + f"attn_{x}.bias", sd[key] if heads is None else rows(sd[key], heads)))
         out.append((b + "attn_output.weight", sd[p + "attn.o_proj.weight"]))
         out.append((b + "ffn_norm.weight", sd[p + "norm_2.weight"]))
         out.append((b + "ffn_gate.weight", sd[p + "mlp.gate_proj.weight"]))
@@ -261,7 +287,7 @@ def write_gguf(model: torch.nn.Module, tokenizer_dir: Path | None, path: str | P
     tok = read_tokenizer(tokenizer_dir / "tokenizer.json", cfg.vocab_size)
 
     path = Path(path)
-    w = gguf.GGUFWriter(str(path), cfg.arch)
+    w = gguf.GGUFWriter(str(path), gguf_arch(cfg))
     w.add_name(name)
     w.add_context_length(cfg.block_size)
     w.add_embedding_length(cfg.d_model)
@@ -272,6 +298,8 @@ def write_gguf(model: torch.nn.Module, tokenizer_dir: Path | None, path: str | P
     w.add_vocab_size(cfg.vocab_size)
     if cfg.arch == "llama":
         w.add_layer_norm_rms_eps(cfg.norm_eps)
+        w.add_key_length(cfg.head_dim)
+        w.add_value_length(cfg.head_dim)
         w.add_rope_dimension_count(cfg.head_dim)
         w.add_rope_freq_base(cfg.rope_theta)
         scaling = cfg.rope_scaling or {}

@@ -32,7 +32,7 @@ def _field(reader, key):
     return reader.fields[key].contents()
 
 
-@pytest.mark.parametrize("arch", ["llama", "gpt2"])
+@pytest.mark.parametrize("arch", ["llama", "qwen3", "gpt2"])
 def test_gguf_metadata_and_f32_tensors(arch, trained_runs, tmp_path):
     model, _ = load_model_checkpoint(trained_runs[arch])
     cfg = model.config
@@ -42,6 +42,9 @@ def test_gguf_metadata_and_f32_tensors(arch, trained_runs, tmp_path):
     assert _field(reader, f"{arch}.block_count") == 2
     assert _field(reader, f"{arch}.attention.head_count") == cfg.n_head
     assert _field(reader, f"{arch}.attention.head_count_kv") == cfg.n_kv_head
+    if arch != "gpt2":
+        assert _field(reader, f"{arch}.attention.key_length") == cfg.head_dim
+        assert _field(reader, f"{arch}.attention.value_length") == cfg.head_dim
     tok = Tokenizer.from_file(trained_runs[arch] / "tokenizer.json")
     tokens = _field(reader, "tokenizer.ggml.tokens")
     assert len(tokens) == cfg.vocab_size == tok.vocab_size
@@ -74,6 +77,16 @@ def test_gguf_metadata_and_f32_tensors(arch, trained_runs, tmp_path):
         assert torch.equal(permute_rope_rows(k, cfg.n_kv_head).reshape(cfg.n_kv_head, hd, -1)[1],
                            torch.from_numpy(got_k.copy()).reshape(cfg.n_kv_head, hd, -1)[1])
         assert "rope_freqs.weight" in tensors and "output.weight" in tensors
+    elif arch == "qwen3":
+        # llama.cpp's qwen3 rotates halves (NeoX RoPE) as gptforge does: q and k as they are.
+        attn = model.blocks[1].attn
+        for x in "qk":
+            got = np.asarray(tensors[f"blk.1.attn_{x}.weight"].data)
+            np.testing.assert_array_equal(got.reshape(-1), getattr(attn, f"{x}_proj").weight.detach().reshape(-1).numpy())
+            norm = np.asarray(tensors[f"blk.1.attn_{x}_norm.weight"].data)
+            assert norm.shape == (cfg.head_dim,)
+            np.testing.assert_array_equal(norm, getattr(attn, f"{x}_norm").weight.detach().numpy())
+        assert "output.weight" in tensors and "rope_freqs.weight" not in tensors
     else:
         assert "blk.0.attn_qkv.weight" in tensors and "output.weight" not in tensors  # tied
 
@@ -166,7 +179,7 @@ def _llama(path, n_ctx=64):
                            type_k=0, type_v=0, seed=0)
 
 
-@pytest.mark.parametrize("arch", ["llama", "gpt2"])
+@pytest.mark.parametrize("arch", ["llama", "qwen3", "gpt2"])
 def test_llama_cpp_logits_greedy_and_tokenizer(arch, trained_runs, tiny_shards, tmp_path):
     pytest.importorskip("llama_cpp")
     run = trained_runs[arch]
