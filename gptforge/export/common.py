@@ -79,14 +79,15 @@ def tokenizer_files(tokenizer_dir: Path | None, block_size: int) -> dict[str, by
     Hugging Face tokenizer files in `tokenizer_dir` (see `gptforge.model.hf_save.TOKENIZER_FILES`)
     are copied as they are; a bare tokenizer.json (gptforge's own) gets the tokenizer_config.json
     and special_tokens_map.json `save_hf` writes for it, so `AutoTokenizer.from_pretrained` loads
-    the folder.
+    the folder; a chat_template.jinja is also written into tokenizer_config.json
+    (`carry_chat_template`).
 
     Raises:
         MissingInputError: no tokenizer_dir, or no tokenizer files in it.
     """
     import json
 
-    from gptforge.model.hf_save import TOKENIZER_FILES, bare_tokenizer_config
+    from gptforge.model.hf_save import TOKENIZER_FILES, bare_tokenizer_config, carry_chat_template
 
     if tokenizer_dir is None:
         raise MissingInputError("no tokenizer in the checkpoint, its run directory or its data folder; "
@@ -102,6 +103,6 @@ def tokenizer_files(tokenizer_dir: Path | None, block_size: int) -> dict[str, by
             raise InputError(str(e)) from None
         files["tokenizer_config.json"] = (json.dumps(cfg, indent=2, sort_keys=True) + "\n").encode()
         files["special_tokens_map.json"] = (json.dumps(smap, indent=2, sort_keys=True) + "\n").encode()
-    return files
+    return carry_chat_template(files)
 
 
