@@ -28,8 +28,10 @@ class ModelConfig:
 
     preset: Optional[str] = None
     """Named shape (gpt2-nano, gpt2-micro, gpt2-mini, gpt2-small, gpt2-medium, gpt2-large, gpt2-xl,
-    modern-nano, modern-micro, modern-mini, modern-small, llama-nano, llama-micro, llama-60m, llama-160m, llama-2-7b, llama-2-13b, llama-2-70b,
-    llama-3-8b, llama-3-70b). Other model.* keys override it."""
+    qwen3-nano, qwen3-micro, qwen3-mini, qwen3-small (the recommended recipe: exports exactly to hf,
+    gguf and onnx), modern-nano, modern-micro, modern-mini, modern-small (opt-in, NOT exportable:
+    logit soft cap and relu2 MLP), llama-nano, llama-micro, llama-60m, llama-160m, llama-2-7b,
+    llama-2-13b, llama-2-70b, llama-3-8b, llama-3-70b). Other model.* keys override it."""
     arch: Optional[Literal["gpt2", "llama"]] = None
     """Block type: gpt2 (learned positions, LayerNorm, GELU) or llama (RoPE, RMSNorm, SwiGLU, GQA).
     Default gpt2."""
@@ -77,7 +79,7 @@ class ModelConfig:
     logit_softcap: Optional[float] = None
     """Soft cap c on the output logits: c * tanh(z / c), so |logit| < c (Gemma 2, Team 2024,
     section 2, final_logit_softcapping 30; modded-nanogpt uses 15 at GPT-2-small scale). 0 or
-    unset: off."""
+    unset: off. Not exportable (no hf / gguf architecture gptforge writes caps only the logits)."""
     value_embeddings: Optional[bool] = None
     """Value embeddings: every other block, counting back from the last, gets its own token
     embedding table (vocab_size, n_kv_head*head_dim) added to the attention values, v = v +

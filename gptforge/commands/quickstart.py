@@ -22,9 +22,10 @@ class QuickstartOptions:
     """Output folder for data/ and run/."""
     minutes: float = 10.0
     """Training time budget in minutes; steps are set from a measured step time."""
-    preset: str = "modern-micro"
-    """Model preset (modern-micro: 4 layers, d_model 128, the modern blocks; gpt2-micro: the same shape
-    with GPT-2 blocks)."""
+    preset: str = "qwen3-micro"
+    """Model preset (qwen3-micro: 4 layers, d_model 128, Qwen3 blocks, exports exactly to hf, gguf and
+    onnx; gpt2-micro: the same shape with GPT-2 blocks; modern-micro: opt-in, NOT exportable (logit soft
+    cap, relu2), it stays in gptforge's format)."""
     optimizer: str = "muon"
     """train.optimizer: muon (Muon on the hidden matrices, AdamW on the rest) or adamw."""
     vocab_size: int = 4096

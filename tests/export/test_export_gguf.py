@@ -161,11 +161,16 @@ def test_gguf_refuses_what_it_cannot_represent(trained_runs, tiny_shards, tmp_pa
     train(RunConfig(model=ModelConfig(preset="gpt2-nano", d_model=32, block_size=32),
                     train=TrainConfig(max_steps=1, micro_batch_size=2, eval_interval=0, tensorboard=False)),
           tiny_shards, exact, progress=False)
-    assert main(["export", str(exact), "--format", "gguf", "--out", str(tmp_path / "o")]) == 1
+    # Exact GELU: written for llama.cpp's tanh-GELU graph by default, with a one-line note.
+    assert main(["export", str(exact), "--format", "gguf", "--out", str(tmp_path / "n")]) == 0
+    notes = [ln for ln in capsys.readouterr().err.splitlines() if ln.startswith("gptforge export: note:")]
+    assert len(notes) == 1 and "model.activation=gelu (exact, erf)" in notes[0] and "tanh" in notes[0]
+    assert main(["export", str(exact), "--format", "gguf", "--no-approximate-gelu", "--out",
+                 str(tmp_path / "o")]) == 1
     err = capsys.readouterr().err
-    assert "model.activation=gelu" in err and "gguf format" in err and "--approximate-gelu" in err
+    assert "model.activation=gelu" in err and "gguf format" in err and "--no-approximate-gelu" in err
     assert not (tmp_path / "o").exists() and not list(tmp_path.glob(".o.tmp*"))
-    assert main(["export", str(exact), "--format", "gguf", "--approximate-gelu", "--out", str(tmp_path / "o")]) == 0
+    assert main(["export", str(exact), "--format", "gguf", "--out", str(tmp_path / "o")]) == 0
     assert main(["export", str(exact), "--format", "gguf", "--quantize", "int8", "--out", str(tmp_path / "p")]) == 1
     assert "--quantize int8 cannot be written in the gguf format" in capsys.readouterr().err
 
@@ -218,7 +223,9 @@ def test_llama_cpp_logits_greedy_and_tokenizer(arch, trained_runs, tiny_shards, 
     dict(preset="llama-nano", bias=True, qkv_bias=True),  # biases everywhere, tied head
     dict(preset="llama-nano", rope_scaling={"rope_type": "linear", "factor": 2.0}, n_kv_head=1),  # MQA
     dict(preset="gpt2-nano", activation="gelu_tanh", bias=False, n_kv_head=1),  # no biases: zeros written
-], ids=["llama-biases", "llama-linear-rope-mqa", "gpt2-no-bias-mqa"])
+    dict(preset="gpt2-nano"),  # exact GELU, written for llama.cpp's tanh GELU by default: still within 1e-3
+    dict(preset="qwen3-nano", n_kv_head=1, tie_embeddings=True),  # QK-norm with MQA and a tied head
+], ids=["llama-biases", "llama-linear-rope-mqa", "gpt2-no-bias-mqa", "gpt2-exact-gelu", "qwen3-mqa-tied"])
 def test_llama_cpp_logits_for_other_block_options(extra, tiny_shards, tmp_path):
     pytest.importorskip("llama_cpp")
     from gptforge.config import ModelConfig
@@ -226,7 +233,8 @@ def test_llama_cpp_logits_for_other_block_options(extra, tiny_shards, tmp_path):
     from gptforge.model.gpt import GPT
 
     torch.manual_seed(0)
-    tie = extra["preset"] == "llama-nano" and extra.get("bias", False)
+    extra = dict(extra)
+    tie = extra.pop("tie_embeddings", None) or (extra["preset"] == "llama-nano" and extra.get("bias", False))
     model = GPT(ModelConfig(vocab_size=384, d_model=32, block_size=64, tie_embeddings=tie or None, **extra)).eval()
     with torch.no_grad():
         for p in model.parameters():
