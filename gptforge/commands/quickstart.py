@@ -8,8 +8,9 @@ from typing import Optional
 from gptforge.options import command_parser, parse_command
 
 REFERENCE_STEPS = 1045
-"""Steps the README's reference quickstart planned for 10 minutes (the default recipe, modern-micro
-+ Muon in bf16, on a 2-core AVX-512 BF16 VM; it ended at val loss 3.48)."""
+"""Steps the README's reference quickstart planned for 10 minutes (measured with the earlier default,
+modern-micro + Muon in bf16, on a 2-core AVX-512 BF16 VM; it ended at val loss 3.48; qwen3-micro has
+as many parameters per block)."""
 
 DESCRIPTION = ("Build a corpus from the Python standard library's source files (tests excluded), train a "
                "byte-level BPE tokenizer and a small GPT on the CPU for a bounded time, evaluate it on held-out "
