@@ -108,8 +108,8 @@ def gelu_note(cfg, approximate_gelu: bool = True) -> str | None:
     """The one-line note for a GPT-2 with exact GELU written for llama.cpp's tanh-GELU graph, or None.
 
     The tanh approximation (Hendrycks & Gimpel 2016, section 2) differs from erf-GELU by at most
-    about 3e-4 per activation (largest near |x| = 2); on the tiny test model llama.cpp's logits
-    moved by at most 2e-4.
+    4.7e-4 per activation (at |x| = 2.7); on a gpt2-nano run llama.cpp's logits moved by at most
+    2e-4 (bench/RESULTS.md).
     """
     cfg = cfg.resolved()
     if cfg.arch == "gpt2" and cfg.activation == "gelu" and approximate_gelu:
