@@ -305,31 +305,7 @@ def write_gguf(model: torch.nn.Module, tokenizer_dir: Path | None, path: str | P
     path = Path(path)
     w = gguf.GGUFWriter(str(path), gguf_arch(cfg))
     w.add_name(name)
-    w.add_context_length(cfg.block_size)
-    w.add_embedding_length(cfg.d_model)
-    w.add_block_count(cfg.n_layer)
-    w.add_feed_forward_length(cfg.d_ff)
-    w.add_head_count(cfg.n_head)
-    w.add_head_count_kv(cfg.n_kv_head)
-    w.add_vocab_size(cfg.vocab_size)
-    if cfg.arch == "llama":
-        w.add_layer_norm_rms_eps(cfg.norm_eps)
-        w.add_key_length(cfg.head_dim)
-        w.add_value_length(cfg.head_dim)
-        w.add_rope_dimension_count(cfg.head_dim)
-        w.add_rope_freq_base(cfg.rope_theta)
-        scaling = cfg.rope_scaling or {}
-        kind = scaling.get("rope_type", scaling.get("type"))
-        if kind == "linear":
-            w.add_rope_scaling_type(gguf.RopeScalingType.LINEAR)
-            w.add_rope_scaling_factor(float(scaling["factor"]))
-        # llama3: only the rope_freqs tensor. A rope.scaling.factor key would make llama.cpp
-        # apply linear scaling on top (its default scaling type is linear).
-    else:
-        w.add_layer_norm_eps(cfg.norm_eps)
-    w.add_file_type(file_type(dtype, quantize))
-    if quantize:
-        w.add_quantization_version(gguf.GGML_QUANT_VERSION)
+    _add_hparams(w, cfg, dtype, quantize)
 
     w.add_tokenizer_model("gpt2")
     w.add_tokenizer_pre("gpt-2")
@@ -372,6 +348,37 @@ def write_gguf(model: torch.nn.Module, tokenizer_dir: Path | None, path: str | P
         w.close()
         bar.advance()
     return path
+
+
+def _add_hparams(w, cfg, dtype: str, quantize: str | None) -> None:
+    """The model's shape, norm, RoPE and file-type keys of GGUF writer `w` (see the module docstring)."""
+    import gguf
+
+    w.add_context_length(cfg.block_size)
+    w.add_embedding_length(cfg.d_model)
+    w.add_block_count(cfg.n_layer)
+    w.add_feed_forward_length(cfg.d_ff)
+    w.add_head_count(cfg.n_head)
+    w.add_head_count_kv(cfg.n_kv_head)
+    w.add_vocab_size(cfg.vocab_size)
+    if cfg.arch == "llama":
+        w.add_layer_norm_rms_eps(cfg.norm_eps)
+        w.add_key_length(cfg.head_dim)
+        w.add_value_length(cfg.head_dim)
+        w.add_rope_dimension_count(cfg.head_dim)
+        w.add_rope_freq_base(cfg.rope_theta)
+        scaling = cfg.rope_scaling or {}
+        kind = scaling.get("rope_type", scaling.get("type"))
+        if kind == "linear":
+            w.add_rope_scaling_type(gguf.RopeScalingType.LINEAR)
+            w.add_rope_scaling_factor(float(scaling["factor"]))
+        # llama3: only the rope_freqs tensor. A rope.scaling.factor key would make llama.cpp
+        # apply linear scaling on top (its default scaling type is linear).
+    else:
+        w.add_layer_norm_eps(cfg.norm_eps)
+    w.add_file_type(file_type(dtype, quantize))
+    if quantize:
+        w.add_quantization_version(gguf.GGML_QUANT_VERSION)
 
 
 def kept_f16_message(kept: list[tuple[str, tuple[int, ...]]], quantize: str, n_tensors: int) -> str:
