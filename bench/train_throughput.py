@@ -110,8 +110,9 @@ def load() -> str:
 
 
 def run_gptforge(shards: Path, out: Path, c: dict, precision: str, compile: bool | str, steps: int,
-                 threads: int) -> dict:
-    cmd = [sys.executable, "-m", "gptforge.cli", "pretrain", "--data", str(shards), "--out", str(out),
+                 threads: int, activation: str | None = None) -> dict:
+    act = ["--model.activation", activation] if activation else []
+    cmd = [sys.executable, "-m", "gptforge.cli", "pretrain", *act, "--data", str(shards), "--out", str(out),
            "--model.arch", "gpt2", "--model.n_layer", str(c["n_layer"]), "--model.n_head", str(c["n_head"]),
            "--model.d_model", str(c["d_model"]), "--model.block_size", str(c["block_size"]),
            "--model.bias", "false", "--model.dropout", "0.0",
@@ -172,8 +173,9 @@ def main() -> int:
     ap.add_argument("--steps", type=int, default=40, help="Optimizer steps per run (default 40).")
     ap.add_argument("--configs", default="a,b", help="Which configurations (default a,b).")
     ap.add_argument("--variants", default="fp32:eager,fp32:compile,bf16:eager,bf16:compile",
-                    help="gptforge variants, precision:eager|compile|auto (auto: `--train.compile auto`, "
-                         "which prints its choice; default the four fixed ones).")
+                    help="gptforge variants, precision:eager|compile|auto[:activation] (auto: `--train.compile "
+                         "auto`, which prints its choice; default the four fixed ones with the gpt2 default "
+                         "activation); e.g. fp32:eager:gelu,fp32:eager:gelu_tanh compares exact and tanh GELU.")
     ap.add_argument("--nano-variants", default="eager,compile,eager-passive,compile-passive",
                     help="nanoGPT variants: eager, compile, and either with -passive: OMP_WAIT_POLICY=PASSIVE, "
                          "which gptforge's CLI sets by default (default all four).")
@@ -190,11 +192,11 @@ def main() -> int:
     text, source = corpus_text()
     print(f"CPU: {cpu_description()}; torch {torch.__version__}")
     print(f"corpus: {source}, {len(text):,} characters; {args.steps} steps per run; {args.threads} threads; {load()}")
-    ours = [(v.split(":")[0], _mode(v.split(":")[1])) for v in args.variants.split(",")]
+    ours = [(v.split(":")[0], _mode(v.split(":")[1]), (v.split(":") + [None])[2]) for v in args.variants.split(",")]
     theirs = [v for v in args.nano_variants.split(",")] if nano_dir else []
     # Interleaved order: nanoGPT eager, gptforge fp32 eager, nanoGPT compile, gptforge ..., so both
     # tools' runs alternate within each repeat.
-    order = [("nanoGPT", "fp32", c) for c in theirs]
+    order = [("nanoGPT", "fp32", c, None) for c in theirs]
     for i, o in enumerate(ours):
         order.insert(min(2 * i + 1, len(order)), ("gptforge", *o))
     with tempfile.TemporaryDirectory() as tmp:
@@ -207,24 +209,25 @@ def main() -> int:
             best: dict[tuple, dict] = {}
             loads = [load()]
             for rep in range(args.repeat):
-                for n, (tool, prec, comp) in enumerate(order):
+                for n, (tool, prec, comp, act) in enumerate(order):
                     work = tmp / f"{key}{rep}{n}"
                     r = (run_nanogpt(nano_dir, data_root, work, c, comp.startswith("compile"), args.steps, args.threads,
                                      passive=comp.endswith("-passive")) if tool == "nanoGPT"
-                         else run_gptforge(shards, work, c, prec, comp, args.steps, args.threads))
-                    k = (tool, prec, comp)
+                         else run_gptforge(shards, work, c, prec, comp, args.steps, args.threads, act))
+                    k = (tool, prec, comp, act)
                     if k not in best or r["tokens_per_second"] > best[k]["tokens_per_second"]:
                         best[k] = r
                     shutil.rmtree(work, ignore_errors=True)
                 loads.append(load())
-            ref_val = best.get(("gptforge", "fp32", False), {}).get("val_loss")
-            for (tool, prec, comp), r in best.items():
-                line = (f"{shape} {tool:>8} {prec} {_label(comp):>13}: "
+            ref_key = next((k for k in best if k[:3] == ("gptforge", "fp32", False)), None)
+            ref_val = best[ref_key]["val_loss"] if ref_key else None
+            for (tool, prec, comp, act), r in best.items():
+                line = (f"{shape} {tool:>8} {prec} {_label(comp):>13}{' ' + act if act else ''}: "
                         f"{r['tokens_per_second']:>8,.0f} tok/s, train loss (last 10) {r['train_loss']:.4f}")
                 if tool == "gptforge":
                     mfu = f"{100 * r['mfu']:.1f}%" if r["mfu"] is not None else "n/a"
                     line += f", MFU {mfu} of measured {prec} peak, val loss {r['val_loss']:.4f}"
-                    if ref_val is not None and (prec, comp) != ("fp32", False):
+                    if ref_val is not None and (tool, prec, comp, act) != ref_key:
                         line += f" (fp32 eager {r['val_loss'] - ref_val:+.4f})"
                 print(line, flush=True)
             g = {k: v for k, v in best.items() if k[0] == "gptforge"}
@@ -236,10 +239,10 @@ def main() -> int:
                 print(f"{shape} best vs best: gptforge {gk[1]} {_label(gk[2])} "
                       f"{g[gk]['tokens_per_second']:,.0f} / nanoGPT {nk[1]} {_label(nk[2])} "
                       f"{n[nk]['tokens_per_second']:,.0f} tok/s = {ratio:.2f}x")
-                a = g.get(("gptforge", "fp32", False))
+                a = g.get(ref_key)
                 for nv, what in (("eager", "nanoGPT's default environment"),
                                  ("eager-passive", "both OMP_WAIT_POLICY=PASSIVE")):
-                    b = n.get(("nanoGPT", "fp32", nv))
+                    b = n.get(("nanoGPT", "fp32", nv, None))
                     if a and b:
                         print(f"{shape} fp32 eager like for like ({what}): {a['tokens_per_second']:,.0f} / "
                               f"{b['tokens_per_second']:,.0f} tok/s = "

@@ -37,13 +37,18 @@ class ServeOptions:
     """`default` forces the default chat template; unset: the tokenizer's template, else the default."""
 
 
+SERVE_PACKAGES = {"fastapi": "fastapi", "uvicorn": "uvicorn", "prometheus_client": "prometheus-client"}
+"""The `serve` extra: {module: pip package}."""
+
+
 def main(argv: list[str]) -> int:
     from pathlib import Path
 
-    from gptforge.errors import InputError
+    from gptforge.errors import InputError, require_extra
     from gptforge.options import command_parser, parse_command
 
     opts, _ = parse_command(command_parser("gptforge serve", DESCRIPTION, ServeOptions, positional=("model",)), argv)
+    require_extra("gptforge serve", "serve", SERVE_PACKAGES)
     if opts.max_batch_size < 1:
         raise InputError(f"--max-batch-size must be >= 1, got {opts.max_batch_size}")
     if opts.max_queue is not None and opts.max_queue < 0:

