@@ -38,7 +38,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 import torch
@@ -56,9 +56,6 @@ from gptforge.eval.metrics import (
 from gptforge.eval.scoring import encode_pair, make_units, score_units
 from gptforge.eval.tasks import Task, load_task
 from gptforge.progress import progress as show_progress
-
-if TYPE_CHECKING:
-    from gptforge.model.gpt import GPT
 
 DEFAULT_SEED = 1234
 """Few-shot seed (lm-evaluation-harness's default fewshot_random_seed)."""
@@ -131,7 +128,7 @@ def _choice_metrics(task: Task, examples, lls: list[list[float]], greedy: list[l
                                                                                                       list]:
     gold = [e.label for e in examples]
     pred = [int(np.argmax(x)) for x in lls]
-    preds = [{"line": e.line, "pred": p} for e, p in zip(examples, pred, strict=True)]
+    preds = [{"line": e.line, "pred": p} for e, p in zip(examples, pred)]
     if task.type == "classification":
         rep = classification_report(gold, pred, task.labels)
         return rep["metrics"], rep["confusion_matrix"], preds
@@ -141,12 +138,12 @@ def _choice_metrics(task: Task, examples, lls: list[list[float]], greedy: list[l
         mean_ll = float(word_ll.mean())
         ppl = math.exp(-mean_ll)
         return {"acc": mean_metric(acc), "perplexity": metric(ppl, ppl * mean_stderr(word_ll), len(word_ll))}, None, \
-            [{"line": e.line, "pred": int(g[0])} for e, g in zip(examples, greedy, strict=True)]
-    out = {"acc": mean_metric([float(p == g) for p, g in zip(pred, gold, strict=True)])}
+            [{"line": e.line, "pred": int(g[0])} for e, g in zip(examples, greedy)]
+    out = {"acc": mean_metric([float(p == g) for p, g in zip(pred, gold)])}
     if task.format != "winogrande":
         norm = [int(np.argmax(np.array(x) / np.array(e.choice_lengths, dtype=np.float64)))
-                for x, e in zip(lls, examples, strict=True)]
-        out["acc_norm"] = mean_metric([float(p == g) for p, g in zip(norm, gold, strict=True)])
+                for x, e in zip(lls, examples)]
+        out["acc_norm"] = mean_metric([float(p == g) for p, g in zip(norm, gold)])
     return out, None, preds
 
 
@@ -165,7 +162,7 @@ def _generate(model, tokenizer, prompts: list[list[int]], max_new_tokens: int, s
         with autocast_context(device, precision):
             gens = generate_batch(model, [prompts[i] for i in rows], max_new_tokens, temperature=0.0,
                                   eos_id=tokenizer.eos_id, stop=stop, decode=tokenizer.decode)
-        for i, g in zip(rows, gens, strict=True):
+        for i, g in zip(rows, gens):
             outputs[i] = g.text
         if bar is not None:
             bar.advance(len(rows))
@@ -192,7 +189,7 @@ def perplexity_metrics(nats: Sequence[float], n_bytes: Sequence[int], words: Seq
             "bits_per_byte": metric(per_byte / math.log(2), se_b / math.log(2), n)}
 
 
-def run_task(model: GPT, tokenizer, task: Task | str | Path, device: torch.device | str = "cpu",
+def run_task(model: torch.nn.Module, tokenizer, task: Task | str | Path, device: torch.device | str = "cpu",
              precision: str = "fp32", batch_size: int = 32, num_fewshot: int = 0, limit: int | None = None,
              seed: int = DEFAULT_SEED, padding_side: str = "right", progress: bool = False) -> TaskResult:
     """Score one task (its first `limit` examples; a larger limit is the whole task).
@@ -205,54 +202,92 @@ def run_task(model: GPT, tokenizer, task: Task | str | Path, device: torch.devic
     """
     if isinstance(task, (str, Path)):
         task = load_task(task)
-    device = torch.device(device)
     t0 = time.perf_counter()
     n = len(task.examples) if limit is None else min(limit, len(task.examples))
-    examples = task.examples[:n]
-    contexts = [fewshot_contexts(task, i, num_fewshot, seed) for i in range(n)]
-    block = model.config.block_size
-    common: dict[str, Any] = dict(name=task.name, type=task.type, format=task.format, path=str(task.path), sha256=task.sha256, n=n,
+    run = _TaskRun(model=model, tokenizer=tokenizer, task=task, examples=task.examples[:n],
+                   contexts=[fewshot_contexts(task, i, num_fewshot, seed) for i in range(n)],
+                   device=torch.device(device), precision=precision, batch_size=batch_size, progress=progress)
+    common = dict(name=task.name, type=task.type, format=task.format, path=str(task.path), sha256=task.sha256, n=n,
                   num_fewshot=num_fewshot, seed=seed)
-    if task.type == "perplexity":
-        from gptforge.eval.perplexity import evaluate_tokens
-        from gptforge.runtime.device import AUTOCAST_DTYPES
+    scorer = {"perplexity": _score_perplexity, "generation": _score_generation}.get(task.type)
+    if scorer is not None:
+        fields = scorer(run)
+    else:
+        fields = _score_choices(run, padding_side)
+    return TaskResult(**common, **fields, seconds=time.perf_counter() - t0)
 
-        preds: list[dict[str, Any]] = []
-        with show_progress(f"scoring {task.name}", n, "documents", enabled=progress) as bar:
-            for e in examples:
-                toks = np.array([tokenizer.eos_id] + tokenizer.encode(e.answers[0]), dtype=np.int64)
-                res = evaluate_tokens(model, toks, stride=block, batch_size=batch_size, device=device,
-                                    autocast_dtype=AUTOCAST_DTYPES.get(precision))
-                preds.append({"line": e.line, "nats": res.total_nats, "tokens": res.tokens,
-                              "bytes": len(e.answers[0].encode("utf-8")), "words": len(re.split(r"\s+", e.answers[0]))})
-                bar.advance()
-        metrics = perplexity_metrics([p["nats"] for p in preds], [p["bytes"] for p in preds],
-                                     [p["words"] for p in preds])
-        return TaskResult(**common, truncated=0, metrics=metrics, seconds=time.perf_counter() - t0, predictions=preds)
-    if task.type == "generation":
-        if task.max_new_tokens >= block:
-            raise InputError(f"{task.path}: max_new_tokens {task.max_new_tokens} leaves no room for the prompt in "
-                             f"the model's context of {block} tokens")
-        keep = block - task.max_new_tokens
-        prompts = [tokenizer.encode(c[0]) or [tokenizer.eos_id] for c in contexts]
-        truncated = sum(len(p) > keep for p in prompts)
-        prompts = [p[-keep:] for p in prompts]
-        was_training = model.training
-        model.eval()
-        try:
-            with show_progress(f"scoring {task.name}", n, "examples", enabled=progress) as bar:
-                outs = _generate(model, tokenizer, prompts, task.max_new_tokens, task.stop, batch_size, device,
-                                 precision, bar)
-        finally:
-            model.train(was_training)
-        em = [exact_match(o, e.answers) for o, e in zip(outs, examples, strict=True)]
-        f1 = [token_f1(o, e.answers) for o, e in zip(outs, examples, strict=True)]
-        return TaskResult(**common, truncated=truncated,
-                          metrics={"exact_match": mean_metric(em), "f1": mean_metric(f1)},
-                          seconds=time.perf_counter() - t0,
-                          predictions=[{"line": e.line, "output": o} for e, o in zip(examples, outs, strict=True)])
+
+@dataclass
+class _TaskRun:
+    """What every scorer of `run_task` reads: the model, the examples and their few-shot contexts."""
+
+    model: torch.nn.Module
+    tokenizer: Any
+    task: Task
+    examples: list
+    contexts: list
+    device: torch.device
+    precision: str
+    batch_size: int
+    progress: bool
+
+    @property
+    def block(self) -> int:
+        return self.model.config.block_size
+
+    def bar(self, total: int, unit: str):
+        return show_progress(f"scoring {self.task.name}", total, unit, enabled=self.progress)
+
+
+def _score_perplexity(run: _TaskRun) -> dict:
+    """Rolling log-likelihood of each `{"text"}` row (disjoint windows, EOS first), lm-eval's way."""
+    from gptforge.eval.perplexity import evaluate_tokens
+    from gptforge.runtime.device import AUTOCAST_DTYPES
+
+    tok = run.tokenizer
+    preds = []
+    with run.bar(len(run.examples), "documents") as bar:
+        for e in run.examples:
+            toks = np.array([tok.eos_id] + tok.encode(e.answers[0]), dtype=np.int64)
+            r = evaluate_tokens(run.model, toks, stride=run.block, batch_size=run.batch_size, device=run.device,
+                                autocast_dtype=AUTOCAST_DTYPES.get(run.precision))
+            preds.append({"line": e.line, "nats": r.total_nats, "tokens": r.tokens,
+                          "bytes": len(e.answers[0].encode("utf-8")), "words": len(re.split(r"\s+", e.answers[0]))})
+            bar.advance()
+    metrics = perplexity_metrics([p["nats"] for p in preds], [p["bytes"] for p in preds], [p["words"] for p in preds])
+    return dict(truncated=0, metrics=metrics, predictions=preds)
+
+
+def _score_generation(run: _TaskRun) -> dict:
+    """Greedy generation per example, scored by exact match and token F1 (SQuAD normalisation)."""
+    task, tok, model = run.task, run.tokenizer, run.model
+    if task.max_new_tokens >= run.block:
+        raise InputError(f"{task.path}: max_new_tokens {task.max_new_tokens} leaves no room for the prompt in "
+                         f"the model's context of {run.block} tokens")
+    keep = run.block - task.max_new_tokens
+    prompts = [tok.encode(c[0]) or [tok.eos_id] for c in run.contexts]
+    truncated = sum(len(p) > keep for p in prompts)
+    prompts = [p[-keep:] for p in prompts]
+    was_training = model.training
+    model.eval()
+    try:
+        with run.bar(len(run.examples), "examples") as bar:
+            outs = _generate(model, tok, prompts, task.max_new_tokens, task.stop, run.batch_size, run.device,
+                             run.precision, bar)
+    finally:
+        model.train(was_training)
+    em = [exact_match(o, e.answers) for o, e in zip(outs, run.examples)]
+    f1 = [token_f1(o, e.answers) for o, e in zip(outs, run.examples)]
+    return dict(truncated=truncated, metrics={"exact_match": mean_metric(em), "f1": mean_metric(f1)},
+                predictions=[{"line": e.line, "output": o} for e, o in zip(run.examples, outs)])
+
+
+def _score_choices(run: _TaskRun, padding_side: str) -> dict:
+    """Log-likelihood of every (context, continuation) request; multiple choice, classification
+    and cloze metrics from them (`_choice_metrics`)."""
+    task, tok, examples, block = run.task, run.tokenizer, run.examples, run.block
     requests, owner = [], []
-    for k, (ex, ctxs) in enumerate(zip(examples, contexts, strict=True)):
+    for k, (ex, ctxs) in enumerate(zip(examples, run.contexts)):
         for j, cont in enumerate(ex.continuations):
             requests.append((ctxs[j] if len(ctxs) > 1 else ctxs[0], cont))
             owner.append(k)
@@ -260,29 +295,29 @@ def run_task(model: GPT, tokenizer, task: Task | str | Path, device: torch.devic
 
     def encode(s: str) -> list[int]:
         if s not in cache:
-            cache[s] = tokenizer.encode(s)
+            cache[s] = tok.encode(s)
         return cache[s]
 
-    pairs = [encode_pair(encode, c, x, tokenizer.eos_id) for c, x in requests]
-    for (_, cont_ids), (_, text), k in zip(pairs, requests, owner, strict=True):
-        if not cont_ids or len(cont_ids) > block:
-            why = "encodes to no tokens after the context" if not cont_ids else \
-                f"is {len(cont_ids)} tokens, longer than the model's context of {block}"
+    pairs = [encode_pair(encode, c, x, tok.eos_id) for c, x in requests]
+    for (_, cont), (_, text), k in zip(pairs, requests, owner):
+        if not cont or len(cont) > block:
+            why = "encodes to no tokens after the context" if not cont else \
+                f"is {len(cont)} tokens, longer than the model's context of {block}"
             raise InputError(f"{task.path}, line {examples[k].line}: the continuation {text!r} {why}")
     units, truncated = make_units(pairs, block)
-    with show_progress(f"scoring {task.name}", len(units), "requests", enabled=progress) as bar:
-        ll, greedy = score_units(model, units, len(requests), batch_size, device, precision, padding_side,
-                                 on_batch=bar.advance)
-    lls: list[list[float]] = [[] for _ in range(n)]
-    grs: list[list[bool]] = [[] for _ in range(n)]
-    for row, k in enumerate(owner):
-        lls[k].append(ll[row])
-        grs[k].append(greedy[row])
+    with run.bar(len(units), "requests") as bar:
+        ll, greedy = score_units(run.model, units, len(requests), run.batch_size, run.device, run.precision,
+                                 padding_side, on_batch=bar.advance)
+    lls: list[list[float]] = [[] for _ in examples]
+    grs: list[list[bool]] = [[] for _ in examples]
+    for r, k in enumerate(owner):
+        lls[k].append(ll[r])
+        grs[k].append(greedy[r])
     metrics, confusion, preds = _choice_metrics(task, examples, lls, grs)
-    for pred, x in zip(preds, lls, strict=True):
-        pred["loglikelihoods"] = x
-    return TaskResult(**common, truncated=truncated, metrics=metrics, seconds=time.perf_counter() - t0,
-                      confusion_matrix=confusion, chance=task.chance, predictions=preds)
+    for p, x in zip(preds, lls):
+        p["loglikelihoods"] = x
+    return dict(truncated=truncated, metrics=metrics, confusion_matrix=confusion, chance=task.chance,
+                predictions=preds)
 
 
 def subset_metrics(task: Task, result: TaskResult, keep: list[int]) -> dict[str, dict]:
@@ -295,8 +330,8 @@ def subset_metrics(task: Task, result: TaskResult, keep: list[int]) -> dict[str,
     if task.type == "perplexity":
         return perplexity_metrics([p["nats"] for p in preds], [p["bytes"] for p in preds], [p["words"] for p in preds])
     if task.type == "generation":
-        return {"exact_match": mean_metric([exact_match(p["output"], e.answers) for p, e in zip(preds, examples, strict=True)]),
-                "f1": mean_metric([token_f1(p["output"], e.answers) for p, e in zip(preds, examples, strict=True)])}
+        return {"exact_match": mean_metric([exact_match(p["output"], e.answers) for p, e in zip(preds, examples)]),
+                "f1": mean_metric([token_f1(p["output"], e.answers) for p, e in zip(preds, examples)])}
     lls = [p["loglikelihoods"] for p in preds]
     greedy = [[bool(p["pred"])] for p in preds]  # read only for cloze, where pred is the greedy flag
     return _choice_metrics(task, examples, lls, greedy)[0]
@@ -316,7 +351,7 @@ def aggregate(results: list[TaskResult]) -> dict | None:
     return {"core": centered_aggregate({r.name: (r.metrics[main_metric(r)], r.chance) for r in scored})}
 
 
-def evaluate_tasks(model: GPT, tokenizer, tasks: Sequence[Task | str | Path], device: torch.device | str = "cpu",
+def evaluate_tasks(model: torch.nn.Module, tokenizer, tasks: list[Task | str | Path], device: torch.device | str = "cpu",
                    precision: str = "fp32", batch_size: int = 32, num_fewshot: int = 0, limit: int | None = None,
                    seed: int = DEFAULT_SEED) -> dict[str, dict[str, float]]:
     """Score `tasks` and return {task name: {metric: value}} (plus "core" when several tasks).
@@ -363,4 +398,4 @@ def format_table(results: list[TaskResult], agg: dict | None = None) -> str:
         c = agg["core"]
         rows.append(("CORE", "centered_acc", f"{c['value']:.4f}", f"{c['stderr']:.4f}", str(c["n"]), "", "", ""))
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
-    return "\n".join("  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip() for row in rows)
+    return "\n".join("  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() for row in rows)

@@ -24,11 +24,11 @@ def test_utf16_and_utf32_with_a_bom_are_decoded_not_skipped(tmp_path, encoding, 
     p.write_bytes(bom + TEXT.encode(encoding))
     docs, stats = _read(p)
     assert not stats.files_skipped
-    assert [d["text"] for d in docs] == [TEXT]
+    assert [d.text for d in docs] == [TEXT]
     c = tmp_path / "rows.csv"
     c.write_bytes(bom + f'id,text\n0,"{TEXT}"\n'.encode(encoding))
     docs, stats = _read(c)
-    assert [d["text"] for d in docs] == [TEXT]
+    assert [d.text for d in docs] == [TEXT]
 
 
 def test_utf16_without_a_bom_needs_encoding(tmp_path):
@@ -38,7 +38,7 @@ def test_utf16_without_a_bom_needs_encoding(tmp_path):
     assert docs == [] and stats.files_skipped == {"binary": 1}
     assert any("--encoding" in w for w in stats.warnings)
     docs, stats = _read(p, encoding="utf-16-le")
-    assert [d["text"] for d in docs] == [TEXT]
+    assert [d.text for d in docs] == [TEXT]
 
 
 def test_read_text_file_refuses_binary_and_decodes_boms(tmp_path):
