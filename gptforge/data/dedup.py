@@ -375,7 +375,7 @@ def cluster_sizes(roots: Iterable[int]) -> dict[int, int]:
     counts = np.bincount(np.asarray(list(roots), dtype=np.int64))
     sizes = counts[counts > 1]
     values, freq = np.unique(sizes, return_counts=True)
-    return {int(v): int(f) for v, f in zip(values, freq)}
+    return {int(v): int(f) for v, f in zip(values, freq, strict=True)}
 
 
 class DedupKeys:

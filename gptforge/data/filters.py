@@ -27,6 +27,7 @@ import dataclasses
 import re
 from collections import Counter
 from dataclasses import dataclass, field, replace
+from itertools import pairwise
 
 import numpy as np
 
@@ -137,7 +138,7 @@ def hard_wrapped(text: str) -> bool:
         return False
     if sum(n >= 0.6 * width for n in lengths) / len(lengths) < WRAP_FULL_LINE_SHARE:
         return False
-    inner = [ln for ln, nxt in zip(lines, lines[1:]) if ln.strip() and nxt.strip()]
+    inner = [ln for ln, nxt in pairwise(lines) if ln.strip() and nxt.strip()]
     if not inner:
         return False
     open_lines = sum(not ln.strip().endswith(TERMINAL_PUNCT) for ln in inner)

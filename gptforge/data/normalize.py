@@ -190,7 +190,7 @@ class Clean:
 #: (U+FF41-FF5A), and full-width @ . - _, to their ASCII forms. Every other full-width form
 #: (，。！？：；（）「」 ...) is Chinese punctuation and keeps its width.
 WIDTH_MAP = {**{0xFF10 + i: 0x30 + i for i in range(10)}, **{0xFF21 + i: 0x41 + i for i in range(26)},
-             **{0xFF41 + i: 0x61 + i for i in range(26)}, **{ord(f): ord(h) for f, h in zip("＠．－＿", "@.-_")}}
+             **{0xFF41 + i: 0x61 + i for i in range(26)}, **{ord(f): ord(h) for f, h in zip("＠．－＿", "@.-_", strict=True)}}
 _WIDE = re.compile("[\uff10-\uff19\uff21-\uff3a\uff41-\uff5a＠．－＿]")
 
 
@@ -237,7 +237,7 @@ def changed_characters(before: str, after: str) -> int:
     the longer of the two stretches between the common prefix and the common suffix (an upper
     bound; OpenCC's phrase conversions such as 內存 -> 記憶體 change the length)."""
     if len(before) == len(after):
-        return sum(a != b for a, b in zip(before, after))
+        return sum(a != b for a, b in zip(before, after, strict=True))
     p = len(os.path.commonprefix([before, after]))
     s = len(os.path.commonprefix([before[p:][::-1], after[p:][::-1]]))
     return max(len(before), len(after)) - p - s

@@ -286,7 +286,7 @@ def _mmlu_example(r: _Row) -> Example:
     q, *choices, ans = r.row
     if ans.strip() not in "ABCD" or not ans.strip():
         raise r.err(f"column 6 (answer) = {ans!r}; expected A, B, C or D")
-    ctx = (q.strip() + "\n" + "".join(f"{k}. {c}\n" for k, c in zip("ABCD", choices)) + "Answer:")
+    ctx = (q.strip() + "\n" + "".join(f"{k}. {c}\n" for k, c in zip("ABCD", choices, strict=True)) + "Answer:")
     return _mc([ctx], list("ABCD"), "ABCD".index(ans.strip()), r.delim, r.line)
 
 

@@ -204,7 +204,7 @@ def gguf_tensors(model: torch.nn.Module) -> list[tuple[str, torch.Tensor]]:
             out.append((b + "attn_norm.weight", sd[p + "norm_1.weight"]))
             out.append((b + "attn_norm.bias", bias(p + "norm_1.bias", cfg.d_model)))
             out.append((b + "attn_qkv.weight", torch.cat([q, k, v])))
-            qkv_b = [bias(p + f"attn.{x}_proj.bias", w.shape[0]) for x, w in zip("qkv", (q, k, v))]
+            qkv_b = [bias(p + f"attn.{x}_proj.bias", w.shape[0]) for x, w in zip("qkv", (q, k, v), strict=True)]
             out.append((b + "attn_qkv.bias", torch.cat(qkv_b)))
             out.append((b + "attn_output.weight", sd[p + "attn.o_proj.weight"]))
             out.append((b + "attn_output.bias", bias(p + "attn.o_proj.bias", cfg.d_model)))

@@ -51,7 +51,7 @@ class CompletionCall:
         return out
 
     def echo_entries(self, j: int, ev) -> list:
-        return list(zip(self.jobs[j][0], ev.prompt_logprobs)) if ev.prompt_logprobs is not None else []
+        return list(zip(self.jobs[j][0], ev.prompt_logprobs, strict=False)) if ev.prompt_logprobs is not None else []
 
     def prompt_text(self, j: int) -> str:
         return self.srv.tok.decode(self.jobs[j][0])

@@ -291,7 +291,7 @@ class Server:
         from gptforge.data.instruct import prompt_ids
 
         rendered = []
-        for j, m in enumerate(messages):
+        for m in messages:
             content = m.content
             if isinstance(content, list):
                 content = "".join(p.text for p in content)

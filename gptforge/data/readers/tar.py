@@ -62,7 +62,7 @@ def _read_tar(path: Path, fh: BinaryIO, stats: ReadStats, options: ReadOptions, 
                 continue
             opened = [False]
 
-            def opener(b=body):
+            def opener(b=body, opened=opened, name=name):
                 if opened[0]:
                     raise base.BadFileError("unreadable", f"{name}: a tar member can be read once")
                 opened[0] = True
