@@ -354,7 +354,7 @@ def duplicate_mask(exact: np.ndarray | None = None, bands: np.ndarray | None = N
         (drop, cluster): bool (N,) True for documents to remove; int64 (N,) the kept
         representative (cluster root) of each document.
     """
-    n = len(exact) if exact is not None else len(bands)  # type: ignore[arg-type]
+    n = len(exact) if exact is not None else len(bands)
     uf = UnionFind(n)
     if exact is not None:
         union_equal_keys(uf, np.asarray(exact))

@@ -28,6 +28,7 @@ import re
 from collections import Counter
 from dataclasses import dataclass, field, replace
 from itertools import pairwise
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 
@@ -58,6 +59,12 @@ class RuleFilter:
     table). Counts go to this filter's `counts`, plus "removed LANG" per document dropped.
     """
 
+    if TYPE_CHECKING:  # fields every subclass (a dataclass) declares
+        name: str
+        language: str
+        counts: Counter
+        line_examples: dict
+
     recipe_options: dict | None = None
 
     def check(self, text: str) -> str | None:
@@ -71,7 +78,7 @@ class RuleFilter:
         if self.recipe_options is not None:
             return dict(self.recipe_options)
         base = type(self)(**options_in_force(self.name, {}, self.language))
-        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)
+        return {f.name: getattr(self, f.name) for f in dataclasses.fields(cast(Any, self))
                 if f.init and f.name not in ("name", "counts", "line_examples", "language")
                 and getattr(self, f.name) != getattr(base, f.name)}
 

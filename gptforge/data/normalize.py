@@ -18,8 +18,11 @@ import unicodedata
 from collections import Counter
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field, replace
+from typing import Literal, cast
 
 from gptforge.data.readers import Document
+
+_Form = Literal["NFC", "NFD", "NFKC", "NFKD"]  # the forms `clean` accepts (checked where it is built)
 
 
 def normalize_text(text: str, form: str = "NFC") -> str:
@@ -28,8 +31,8 @@ def normalize_text(text: str, form: str = "NFC") -> str:
         text = text[1:]
     if "\r" in text:
         text = text.replace("\r\n", "\n").replace("\r", "\n")
-    if form and not unicodedata.is_normalized(form, text):
-        text = unicodedata.normalize(form, text)
+    if form and not unicodedata.is_normalized(cast(_Form, form), text):
+        text = unicodedata.normalize(cast(_Form, form), text)
     return text
 
 
@@ -158,9 +161,9 @@ class Clean:
             if new != text:
                 self.counts["whitespace_changed"] += 1
                 text = new
-        if self.form and not unicodedata.is_normalized(self.form, text):
+        if self.form and not unicodedata.is_normalized(cast(_Form, self.form), text):
             self.counts[f"{self.form}_changed"] += 1
-            text = unicodedata.normalize(self.form, text)
+            text = unicodedata.normalize(cast(_Form, self.form), text)
         if self.width:
             text, n = fold_width(text)
             if n:

@@ -38,7 +38,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
@@ -56,6 +56,9 @@ from gptforge.eval.metrics import (
 from gptforge.eval.scoring import encode_pair, make_units, score_units
 from gptforge.eval.tasks import Task, load_task
 from gptforge.progress import progress as show_progress
+
+if TYPE_CHECKING:
+    from gptforge.model.gpt import GPT
 
 DEFAULT_SEED = 1234
 """Few-shot seed (lm-evaluation-harness's default fewshot_random_seed)."""
@@ -189,7 +192,7 @@ def perplexity_metrics(nats: Sequence[float], n_bytes: Sequence[int], words: Seq
             "bits_per_byte": metric(per_byte / math.log(2), se_b / math.log(2), n)}
 
 
-def run_task(model: torch.nn.Module, tokenizer, task: Task | str | Path, device: torch.device | str = "cpu",
+def run_task(model: GPT, tokenizer, task: Task | str | Path, device: torch.device | str = "cpu",
              precision: str = "fp32", batch_size: int = 32, num_fewshot: int = 0, limit: int | None = None,
              seed: int = DEFAULT_SEED, padding_side: str = "right", progress: bool = False) -> TaskResult:
     """Score one task (its first `limit` examples; a larger limit is the whole task).
@@ -207,7 +210,7 @@ def run_task(model: torch.nn.Module, tokenizer, task: Task | str | Path, device:
     run = _TaskRun(model=model, tokenizer=tokenizer, task=task, examples=task.examples[:n],
                    contexts=[fewshot_contexts(task, i, num_fewshot, seed) for i in range(n)],
                    device=torch.device(device), precision=precision, batch_size=batch_size, progress=progress)
-    common = dict(name=task.name, type=task.type, format=task.format, path=str(task.path), sha256=task.sha256, n=n,
+    common: dict[str, Any] = dict(name=task.name, type=task.type, format=task.format, path=str(task.path), sha256=task.sha256, n=n,
                   num_fewshot=num_fewshot, seed=seed)
     scorer = {"perplexity": _score_perplexity, "generation": _score_generation}.get(task.type)
     if scorer is not None:
@@ -221,7 +224,7 @@ def run_task(model: torch.nn.Module, tokenizer, task: Task | str | Path, device:
 class _TaskRun:
     """What every scorer of `run_task` reads: the model, the examples and their few-shot contexts."""
 
-    model: torch.nn.Module
+    model: GPT
     tokenizer: Any
     task: Task
     examples: list
@@ -351,7 +354,7 @@ def aggregate(results: list[TaskResult]) -> dict | None:
     return {"core": centered_aggregate({r.name: (r.metrics[main_metric(r)], r.chance) for r in scored})}
 
 
-def evaluate_tasks(model: torch.nn.Module, tokenizer, tasks: list[Task | str | Path], device: torch.device | str = "cpu",
+def evaluate_tasks(model: GPT, tokenizer, tasks: Sequence[Task | str | Path], device: torch.device | str = "cpu",
                    precision: str = "fp32", batch_size: int = 32, num_fewshot: int = 0, limit: int | None = None,
                    seed: int = DEFAULT_SEED) -> dict[str, dict[str, float]]:
     """Score `tasks` and return {task name: {metric: value}} (plus "core" when several tasks).

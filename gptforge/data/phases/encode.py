@@ -316,11 +316,6 @@ def _run_encode(tasks: list[dict[str, Any]], enc: Path, pool: WorkerPool, progre
     run_tasks(_encode_any, tasks, lambda k: (enc / f"{tasks[k]['name']}.json").exists(), pool, progress, "tokenize")
 
 
-def _encode_any(task: dict[str, Any]) -> dict[str, Any]:
-    """`encode_task` or `encode_window_task`, as the task says (one pool phase runs both)."""
-    return encode_window_task(task) if task["fn"] == "window" else encode_task(task)
-
-
 @dataclass
 class Encoded:
     """The encode phase's output."""

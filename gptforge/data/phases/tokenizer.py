@@ -81,7 +81,7 @@ def run_tokenizer(given: Tokenizer | None, work: WorkFolder, masks: list, splits
         tokenizer = Tokenizer.from_file(path)
     else:
         # Sized for the bytes and characters the tokenizer is trained on (one counting pass).
-        n_bytes, counts = 0, Counter()
+        n_bytes, counts = 0, Counter[str]()
         for piece in train_texts(work, masks, splits, max_chars):
             n_bytes += len(piece.encode("utf-8"))
             counts.update(piece)
