@@ -36,7 +36,13 @@ def test_shard_batches_carry_the_mask_of_their_inputs(tiny_shards):
     src.close()
 
 
-def test_a_run_trains_with_the_document_mask(tiny_shards, tmp_path):
+def test_a_run_trains_with_the_document_mask_and_evaluate_uses_it(tiny_shards, tmp_path, capsys):
+    import json
+
+    from gptforge.cli import main
+    from gptforge.data.loader import TokenStream
+    from gptforge.eval.perplexity import evaluate_tokens
+    from gptforge.runtime.loading import load_for_inference
     from gptforge.train.loop import train
 
     cfg = RunConfig(model=ModelConfig(preset="gpt2-nano", block_size=64),
@@ -47,3 +53,14 @@ def test_a_run_trains_with_the_document_mask(tiny_shards, tmp_path):
     assert result.step == 3
     saved = yaml.safe_load((tmp_path / "run" / "config.yaml").read_text())
     assert saved["train"]["document_mask"] is True
+
+    assert main(["evaluate", str(tmp_path / "run"), "--data", str(tiny_shards), "--json"]) == 0
+    reported = json.loads(capsys.readouterr().out)
+    meta = load_meta(tiny_shards)
+    stream = TokenStream([tiny_shards / f for f in meta["splits"]["val"]["files"]], meta["dtype"])
+    tokens = stream.read(0, stream.num_tokens)
+    stream.close()
+    model = load_for_inference(tmp_path / "run", "cpu")[0]
+    masked = evaluate_tokens(model, tokens, document_mask_eos=meta["eos_id"])
+    plain = evaluate_tokens(model, tokens)
+    assert reported["total_nats"] == masked.total_nats != plain.total_nats
