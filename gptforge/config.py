@@ -231,6 +231,12 @@ class TrainConfig:
     muon_weight_decay: float = 0.0
     """muon: decoupled weight decay of the Muon matrices (the matrices shrink by
     lr_muon * muon_weight_decay per step); the AdamW parameters keep weight_decay."""
+    document_mask: bool = False
+    """Token shards only: attention stays inside each document of a packed training window (a
+    block-diagonal causal mask from the EOS positions, an EOS opening the document after it) and
+    positions restart at 0 at each EOS, so a document is modelled as if it were alone; validation
+    uses the same mask (gptforge.model.gpt.document_mask), as does `gptforge evaluate` of the run.
+    Not under pipeline parallelism. (Packed instruction data always masks per example.)"""
     precision: Literal["auto", "fp32", "bf16", "fp16", "fp8"] = "auto"
     """Autocast precision: auto (what is fast on the device: bf16 on GPUs that have it and on CPUs
     whose measured bf16 matmuls beat fp32, else fp32; the choice is frozen in config.yaml), fp32,

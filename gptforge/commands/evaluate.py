@@ -293,6 +293,7 @@ def _perplexity(opts: EvaluateOptions) -> int:
         stream.close()
         n_bytes = split["bytes"] if n == split["tokens"] else None
         source = f"{opts.data} [{opts.split}]"
+        eos_id = int(meta["eos_id"])
     else:
         if tok_path is None:
             raise MissingInputError(f"no tokenizer.json found for {ckpt}; evaluate with --data instead")
@@ -308,13 +309,16 @@ def _perplexity(opts: EvaluateOptions) -> int:
         text, normalization = _normalize_like_prepare(text, doc)
         tok = Tokenizer.from_file(tok_path)
         tokens = np.array(tok.encode(text), dtype=np.int64)
+        eos_id = tok.eos_id
         if opts.max_tokens is not None:
             tokens = tokens[: opts.max_tokens]
         n_bytes = len(text.encode("utf-8")) if opts.max_tokens is None else None
         source = str(path)
     try:
+        # A run trained with train.document_mask is scored under the same mask.
+        masked = bool((doc.get("train") or {}).get("document_mask"))
         result = evaluate_tokens(model, tokens, n_bytes=n_bytes, stride=opts.stride, batch_size=opts.batch_size or 8,
-                                 device=device, progress=True)
+                                 device=device, progress=True, document_mask_eos=eos_id if masked else None)
     except ValueError as e:  # stride out of range, fewer than 2 tokens
         raise InputError(f"{source}: {e}") from None
     out = dict(result.as_dict(), checkpoint=str(ckpt), source=source)

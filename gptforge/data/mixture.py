@@ -1,0 +1,251 @@
+"""A seeded, stratified sampler of training sequences from several weighted sources.
+
+Every optimizer step draws a global batch of `global_batch_size` sequences. How many come from
+each source is apportioned per step against the cumulative target: after step s, source i has
+given c_i sequences, where c_i is floor or ceil of w_i * G * (s + 1) (largest remainder on the
+cumulative quota, never taking back what an earlier step gave). So |c_i - w_i * G * (s + 1)| < 1
+at every step, and over any window of W steps the count of a source differs from w_i * G * W by
+less than 2 sequences: with sequences of one length, its token fraction is within 2 / (W * G) of
+w_i (under 1% absolute over 100 steps for any global batch of 2 sequences or more).
+
+The global batch of a step is a function of (sources, weights, G, seed, step) alone, never of the
+number of data-parallel ranks: rank r of dp takes the contiguous slice [r*G/dp, (r+1)*G/dp) of it.
+Within a step the sources' sequences are interleaved (each spread evenly over the batch), so
+every rank's slice is close to the mixture too.
+
+Each source keeps its own epoch counter and order: its c-th sequence is entry c mod N_i of a
+permutation of its N_i sequences, drawn anew for each epoch c // N_i from (seed, source name,
+epoch). The sampler's state (step and per-source counts) is a small JSON-able dict for an exact
+resume; any step can also be recomputed from step 0.
+
+Repetition: Muennighoff et al. 2023 (Scaling Data-Constrained Language Models) found up to about
+4 epochs of repeated data worth almost as much as new data, and rapidly less beyond:
+`repetition_warnings` names each source whose weight makes it repeat more than that.
+"""
+
+from __future__ import annotations
+
+import difflib
+import hashlib
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+MAX_USEFUL_EPOCHS = 4.0
+"""Epochs of one source beyond which repetition is flagged (Muennighoff et al. 2023)."""
+
+
+@dataclass(frozen=True)
+class MixtureBatch:
+    """The global batch of one optimizer step.
+
+    items: G (source name, sequence index) pairs in batch order; counts: sequences per source in
+    this step; epochs: each source's epoch (0-based) after this step's draws.
+    """
+
+    step: int
+    items: list[tuple[str, int]]
+    counts: dict[str, int]
+    epochs: dict[str, int]
+
+    def rank_slice(self, dp_rank: int, dp_size: int) -> list[tuple[str, int]]:
+        """Data-parallel rank `dp_rank`'s contiguous share of `items` (G / dp_size pairs).
+
+        Raises:
+            ValueError: G not divisible by dp_size, or dp_rank outside [0, dp_size).
+        """
+        g = len(self.items)
+        if dp_size < 1 or not 0 <= dp_rank < dp_size:
+            raise ValueError(f"dp_rank {dp_rank} is not a rank of dp_size {dp_size}")
+        if g % dp_size:
+            raise ValueError(f"global batch of {g} sequences does not split over {dp_size} data-parallel ranks; "
+                             "make train.global_batch_size a multiple of the number of ranks")
+        per = g // dp_size
+        return self.items[dp_rank * per : (dp_rank + 1) * per]
+
+
+def normalize_weights(weights: dict[str, float], sources: list[str]) -> dict[str, float]:
+    """Weights over exactly `sources`, each >= 0, scaled to sum to 1, in the order of `sources`.
+
+    Raises:
+        ValueError: a weight for an unknown source (naming the nearest source name), a source
+            without a weight, a negative or non-finite weight, or all weights 0.
+    """
+    for name in weights:
+        if name not in sources:
+            near = difflib.get_close_matches(name, sources, n=1)
+            hint = f" (did you mean {near[0]!r}?)" if near else ""
+            raise ValueError(f"data weight for unknown source {name!r}{hint}; the sources are {', '.join(sources)}")
+    missing = [s for s in sources if s not in weights]
+    if missing:
+        raise ValueError(f"no data weight for source(s) {', '.join(missing)}; give every source a weight "
+                         "(0 leaves a source out)")
+    for name, w in weights.items():
+        if not math.isfinite(w) or w < 0:
+            raise ValueError(f"data weight {name}={w!r}: must be a finite number >= 0")
+    total = sum(weights[s] for s in sources)
+    if total <= 0:
+        raise ValueError("every data weight is 0: give at least one source a positive weight")
+    return {s: weights[s] / total for s in sources}
+
+
+def proportional_weights(sizes: dict[str, int]) -> dict[str, float]:
+    """Weights proportional to each source's size (e.g. its train tokens), summing to 1.
+
+    Raises:
+        ValueError: no source, or every size 0.
+    """
+    total = sum(sizes.values())
+    if not sizes or total <= 0:
+        raise ValueError("proportional weights need at least one source with a positive size")
+    return {name: n / total for name, n in sizes.items()}
+
+
+def _name_key(name: str) -> int:
+    """A stable 64-bit key of a source name (not Python's per-process salted hash)."""
+    return int.from_bytes(hashlib.sha256(name.encode("utf-8")).digest()[:8], "little")
+
+
+class MixtureSampler:
+    """Deterministic stratified sampling of sequence indices from weighted sources.
+
+    Args:
+        sizes: sequences per epoch of each source (name -> N_i >= 1), in a fixed order.
+        weights: name -> weight >= 0 (normalized here; see `normalize_weights`).
+        global_batch_size: G, sequences per optimizer step over all data-parallel ranks.
+        seed: seeds every source's per-epoch order.
+
+    Raises:
+        ValueError: no source, a size < 1, G < 1, or bad weights (see `normalize_weights`).
+    """
+
+    def __init__(self, sizes: dict[str, int], weights: dict[str, float], global_batch_size: int, seed: int):
+        if not sizes:
+            raise ValueError("a mixture needs at least one source")
+        for name, n in sizes.items():
+            if int(n) < 1:
+                raise ValueError(f"source {name!r} has {n} sequences; each source needs at least one")
+        if global_batch_size < 1:
+            raise ValueError(f"global_batch_size must be >= 1, got {global_batch_size}")
+        self.names = list(sizes)
+        self.sizes = {k: int(v) for k, v in sizes.items()}
+        self.weights = normalize_weights(dict(weights), self.names)
+        self.global_batch_size, self.seed = int(global_batch_size), int(seed)
+        self._w = np.array([self.weights[s] for s in self.names], dtype=np.float64)
+        self._perms: dict[tuple[str, int], np.ndarray] = {}
+        self._last: MixtureBatch | None = None
+        self.step = 0
+        self.counts = {s: 0 for s in self.names}
+
+    # -- apportionment ------------------------------------------------------------------------
+
+    def _step_counts(self) -> np.ndarray:
+        """Sequences per source for step `self.step`, from the cumulative quota (module docstring)."""
+        g = self.global_batch_size
+        target = self._w * g * (self.step + 1)
+        have = np.array([self.counts[s] for s in self.names], dtype=np.int64)
+        after = np.maximum(have, np.floor(target + 1e-9).astype(np.int64))
+        left = g * (self.step + 1) - int(after.sum())
+        if left < 0:  # cannot happen while every count is floor or ceil of its quota
+            raise RuntimeError(f"mixture apportionment overflow at step {self.step}: {after.tolist()} > {target.tolist()}")
+        # Largest remainders first; ties to the earlier source, so the result is deterministic.
+        order = sorted(range(len(self.names)), key=lambda i: (-(target[i] - after[i]), i))
+        for i in order[:left]:
+            after[i] += 1
+        return after - have
+
+    def _interleave(self, per_source: np.ndarray) -> list[int]:
+        """Source positions of one step's G slots: each source's draws spread evenly over the batch."""
+        keys = []
+        for i, n in enumerate(per_source.tolist()):
+            keys += [((q + 0.5) / n, i) for q in range(n)]
+        return [i for _, i in sorted(keys)]
+
+    def _index(self, name: str, c: int) -> int:
+        """Sequence index of `name`'s c-th draw (0-based): entry c mod N of epoch c // N's order."""
+        n = self.sizes[name]
+        epoch = c // n
+        perm = self._perms.get((name, epoch))
+        if perm is None:
+            # Keep only the current epoch's order of each source.
+            self._perms = {k: v for k, v in self._perms.items() if k[0] != name}
+            rng = np.random.default_rng([self.seed & (2**63 - 1), _name_key(name), epoch])
+            perm = self._perms[(name, epoch)] = rng.permutation(n)
+        return int(perm[c % n])
+
+    def _draw(self) -> MixtureBatch:
+        per_source = self._step_counts()
+        next_q = {s: self.counts[s] for s in self.names}
+        items = []
+        for i in self._interleave(per_source):
+            name = self.names[i]
+            items.append((name, self._index(name, next_q[name])))
+            next_q[name] += 1
+        batch = MixtureBatch(step=self.step, items=items,
+                             counts={s: int(per_source[i]) for i, s in enumerate(self.names)},
+                             epochs={s: next_q[s] // self.sizes[s] for s in self.names})
+        self.counts, self.step, self._last = next_q, self.step + 1, batch
+        return batch
+
+    # -- public API ---------------------------------------------------------------------------
+
+    def global_batch(self, step: int) -> MixtureBatch:
+        """The global batch of optimizer step `step` (0-based).
+
+        Steps run forward from the sampler's state (skipping ahead draws the skipped steps); the
+        last step drawn can be asked for again; an earlier step is recomputed from step 0.
+
+        Raises:
+            ValueError: a negative step.
+        """
+        if step < 0:
+            raise ValueError(f"step must be >= 0, got {step}")
+        if self._last is not None and self._last.step == step:
+            return self._last
+        if step < self.step:
+            self.step, self.counts, self._last = 0, {s: 0 for s in self.names}, None
+        while self.step < step:
+            self._draw()
+        return self._draw()
+
+    def epochs(self) -> dict[str, int]:
+        """Each source's current epoch (0-based): completed passes over its sequences."""
+        return {s: self.counts[s] // self.sizes[s] for s in self.names}
+
+    def planned_epochs(self, max_steps: int) -> dict[str, float]:
+        """Epochs of each source that `max_steps` steps draw: w_i * G * max_steps / N_i."""
+        return {s: self.weights[s] * self.global_batch_size * max_steps / self.sizes[s] for s in self.names}
+
+    def repetition_warnings(self, max_steps: int) -> list[str]:
+        """One line per source that `max_steps` steps would repeat more than MAX_USEFUL_EPOCHS times."""
+        out = []
+        for name, e in self.planned_epochs(max_steps).items():
+            if e > MAX_USEFUL_EPOCHS:
+                out.append(f"WARNING: source {name!r} (weight {self.weights[name]:.3g}, {self.sizes[name]:,} sequences) "
+                           f"repeats {e:.1f} epochs in {max_steps:,} steps, more than {MAX_USEFUL_EPOCHS:g}: beyond "
+                           "about 4 epochs repeated data is worth much less than new data (Muennighoff et al. 2023); "
+                           "lower its weight or add data to it")
+        return out
+
+    def state_dict(self) -> dict:
+        """The position to resume from (JSON-able): next step, per-source draws, and what they mean."""
+        return {"step": self.step, "counts": dict(self.counts), "sizes": dict(self.sizes),
+                "weights": dict(self.weights), "global_batch_size": self.global_batch_size, "seed": self.seed}
+
+    def load_state_dict(self, state: dict) -> None:
+        """Continue from `state_dict()` output: the next `global_batch` calls give the batches the
+        saved sampler would have given.
+
+        Raises:
+            ValueError: the state belongs to other sources, sizes, weights, batch size or seed (names the field).
+        """
+        for key, mine in (("sizes", self.sizes), ("global_batch_size", self.global_batch_size), ("seed", self.seed)):
+            if state.get(key) != mine:
+                raise ValueError(f"mixture state: {key} {state.get(key)!r} differs from this run's {mine!r}; "
+                                 "resume with the data and batch the run started with")
+        saved_w = state.get("weights") or {}
+        if set(saved_w) != set(self.weights) or any(abs(saved_w[s] - self.weights[s]) > 1e-12 for s in saved_w):
+            raise ValueError(f"mixture state: weights {saved_w} differ from this run's {self.weights}")
+        counts = {s: int(state["counts"][s]) for s in self.names}
+        self.step, self.counts, self._last = int(state["step"]), counts, None
