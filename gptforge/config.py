@@ -231,8 +231,9 @@ class TrainConfig:
     muon_weight_decay: float = 0.0
     """muon: decoupled weight decay of the Muon matrices (the matrices shrink by
     lr_muon * muon_weight_decay per step); the AdamW parameters keep weight_decay."""
-    document_mask: bool = False
-    """Token shards only: attention stays inside each document of a packed training window (a
+    document_mask: bool | None = None
+    """None (default): off, resolved once (gptforge.train.resolve; on --resume the run's own value;
+    bench/RESULTS.md: it did not win at the quickstart size). True - token shards only: attention stays inside each document of a packed training window (a
     block-diagonal causal mask from the EOS positions, an EOS opening the document after it) and
     positions restart at 0 at each EOS, so a document is modelled as if it were alone; validation
     uses the same mask (gptforge.model.gpt.document_mask), as does `gptforge evaluate` of the run.

@@ -10,7 +10,7 @@ Two stages, each a plain function:
 - `resolve_run`: the user's config, the world (DistEnv), the data (its meta.json's vocabulary)
   and the probes' results (`Probes`) -> a frozen `ResolvedRun` in which no training field is
   optional: lr, min_lr, warmup_steps, muon_lr, global_batch_size, gradient_accumulation_steps,
-  precision, compile (a bool), max_steps (from max_minutes when set).
+  precision, compile (a bool), document_mask (a bool), max_steps (from max_minutes when set).
 
 `resolve_training` runs the probes between the two for the trainer. The ResolvedRun is written to
 config.yaml and is the only config the trainer, optimizer, scheduler, DeepSpeed JSON, planner and
@@ -90,9 +90,10 @@ class ResolvedRun:
         tc = self.train
         unset = [n for n in REQUIRED_TRAIN if getattr(tc, n) is None]
         if unset or tc.precision not in PRECISIONS or not isinstance(tc.compile, bool) \
-                or self.model.vocab_size is None:
+                or not isinstance(tc.document_mask, bool) or self.model.vocab_size is None:
             raise ValueError(f"ResolvedRun: unresolved fields {unset}, precision {tc.precision!r}, compile "
-                             f"{tc.compile!r}, model.vocab_size {self.model.vocab_size!r}")
+                             f"{tc.compile!r}, document_mask {tc.document_mask!r}, "
+                             f"model.vocab_size {self.model.vocab_size!r}")
 
     @property
     def zero_stage(self) -> int:
@@ -191,6 +192,7 @@ def resolve_run(cfg: RunConfig, env, data, probes: Probes, requested_parallel: P
             f"train.max_steps {steps}" + replaced)
         tc = dataclasses.replace(tc, max_steps=steps, max_minutes_steps=steps)
     tc = resolve_warmup_default(tc, probes.saved_train)
+    tc = dataclasses.replace(tc, document_mask=resolve_document_mask(tc.document_mask, probes.saved_train))
     line = describe_defaults(user, tc)
     if line:
         say(line)
@@ -204,9 +206,19 @@ def resolve_run(cfg: RunConfig, env, data, probes: Probes, requested_parallel: P
                        compile_probe=probes.compile_probe)
 
 
+def resolve_document_mask(asked: bool | None, saved_train: dict | None) -> bool:
+    """train.document_mask as the run trains: as asked when set; unset, the resumed run's own
+    value (its config.yaml), else False (bench/RESULTS.md: the mask did not win at the quickstart
+    size, so it is off by default)."""
+    if asked is not None:
+        return bool(asked)
+    return bool((saved_train or {}).get("document_mask") or False)
+
+
 def check_supported(cfg: RunConfig, env, deepspeed: bool) -> None:
     """Refuse, before anything is measured, combinations the trainer does not run: spike
-    rollback outside a single process / plain DDP, fp16 without a gradient scaler's layout.
+    rollback outside a single process / plain DDP, fp16 without a gradient scaler's layout,
+    train.document_mask under pipeline parallelism.
 
     Raises:
         InputError: naming the options and what to use instead.
@@ -218,6 +230,9 @@ def check_supported(cfg: RunConfig, env, deepspeed: bool) -> None:
                          "(parallel.dp_replicate) only: its mid-run reload is not tested under FSDP2/ZeRO, tp, "
                          "pp or DeepSpeed; use train.spike_action warn there, and after a spike resume from an "
                          "earlier checkpoint by hand")
+    if tc.document_mask and pc.pp > 1:
+        raise InputError("train.document_mask does not run under pipeline parallelism (parallel.pp > 1): "
+                         "its stages take no attention mask; turn one of them off")
     if tc.precision == "fp16" and not deepspeed and (pc.effective_zero_stage() in (2, 3) or pc.tp > 1 or pc.pp > 1):
         raise InputError("train.precision=fp16 needs a gradient scaler, which gptforge supports with a single "
                          "process, DDP and ZeRO-1 only; use bf16 with FSDP2/ZeRO-2/3, tp or pp")

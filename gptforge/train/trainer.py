@@ -261,9 +261,6 @@ class Trainer:
                 raise InputError("a custom training loss (distillation) does not run under pipeline parallelism")
             if not isinstance(self.source, ShardSource):
                 raise InputError("pipeline parallelism (parallel.pp > 1) takes token shards only, not instruction data")
-            if tc.document_mask:
-                raise InputError("train.document_mask does not run under pipeline parallelism (parallel.pp > 1): "
-                                 "its stages take no attention mask; turn one of them off")
             rows = tc.micro_batch_size * tc.gradient_accumulation_steps
             stream, offsets = self.source.val_stream, self.source.val_offsets
 
