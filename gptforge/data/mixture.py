@@ -115,12 +115,18 @@ class MixtureSampler:
         weights: name -> weight >= 0 (normalized here; see `normalize_weights`).
         global_batch_size: G, sequences per optimizer step over all data-parallel ranks.
         seed: seeds every source's per-epoch order.
+        stages: ordered (until_step, weights): steps below until_step (and at or above the stage
+            before's) draw with that stage's weights; steps after the last stage with `weights`.
+            The quota is cumulative over steps, each step adding its own weights x G, so the
+            counts stay within one sequence of it across a stage boundary too.
 
     Raises:
-        ValueError: no source, a size < 1, G < 1, or bad weights (see `normalize_weights`).
+        ValueError: no source, a size < 1, G < 1, bad weights (see `normalize_weights`), or stage
+            ends that do not increase.
     """
 
-    def __init__(self, sizes: dict[str, int], weights: dict[str, float], global_batch_size: int, seed: int):
+    def __init__(self, sizes: dict[str, int], weights: dict[str, float], global_batch_size: int, seed: int,
+                 stages: list[tuple[int, dict[str, float]]] | None = None):
         if not sizes:
             raise ValueError("a mixture needs at least one source")
         for name, n in sizes.items():
@@ -132,28 +138,54 @@ class MixtureSampler:
         self.sizes = {k: int(v) for k, v in sizes.items()}
         self.weights = normalize_weights(dict(weights), self.names)
         self.global_batch_size, self.seed = int(global_batch_size), int(seed)
+        self.stages = [(int(until), normalize_weights(dict(w), self.names)) for until, w in (stages or [])]
+        if any(b[0] <= a[0] for a, b in zip(self.stages, self.stages[1:])) or any(u < 1 for u, _ in self.stages):
+            raise ValueError(f"mixture stages must end at increasing steps >= 1, got {[u for u, _ in self.stages]}")
         self._w = np.array([self.weights[s] for s in self.names], dtype=np.float64)
+        self._stage_w = [np.array([w[s] for s in self.names], dtype=np.float64) for _, w in self.stages]
         self._perms: dict[tuple[str, int], np.ndarray] = {}
+        self._reset()
+
+    def _reset(self) -> None:
         self._last: MixtureBatch | None = None
         self.step = 0
         self.counts = {s: 0 for s in self.names}
+        self._target = np.zeros(len(self.names), dtype=np.float64)  # cumulative quota before self.step
+
+    def weights_at(self, step: int) -> dict[str, float]:
+        """The normalized weights of optimizer step `step`: its stage's, else `weights`."""
+        w = self._weights_array(step)
+        return {s: float(w[i]) for i, s in enumerate(self.names)}
+
+    def _weights_array(self, step: int) -> np.ndarray:
+        for (until, _), w in zip(self.stages, self._stage_w):
+            if step < until:
+                return w
+        return self._w
 
     # -- apportionment ------------------------------------------------------------------------
 
     def _step_counts(self) -> np.ndarray:
         """Sequences per source for step `self.step`, from the cumulative quota (module docstring)."""
         g = self.global_batch_size
-        target = self._w * g * (self.step + 1)
+        target = self._target + self._weights_array(self.step) * g
         have = np.array([self.counts[s] for s in self.names], dtype=np.int64)
         after = np.maximum(have, np.floor(target + 1e-9).astype(np.int64))
         left = g * (self.step + 1) - int(after.sum())
         if left < 0:  # cannot happen while every count is floor or ceil of its quota
             raise RuntimeError(f"mixture apportionment overflow at step {self.step}: {after.tolist()} > {target.tolist()}")
         # Largest remainders first; ties to the earlier source, so the result is deterministic.
-        order = sorted(range(len(self.names)), key=lambda i: (-(target[i] - after[i]), i))
+        order = sorted(range(len(self.names)), key=lambda i: (-round(float(target[i] - after[i]), 9), i))
         for i in order[:left]:
             after[i] += 1
-        return after - have
+        return after - have, target
+
+    def _advance(self) -> np.ndarray:
+        """Draw step `self.step`'s counts only (no indices): the fast path of skipping ahead."""
+        per_source, self._target = self._step_counts()
+        self.counts = {s: self.counts[s] + int(per_source[i]) for i, s in enumerate(self.names)}
+        self.step += 1
+        return per_source
 
     def _interleave(self, per_source: np.ndarray) -> list[int]:
         """Source positions of one step's G slots: each source's draws spread evenly over the batch."""
@@ -175,17 +207,17 @@ class MixtureSampler:
         return int(perm[c % n])
 
     def _draw(self) -> MixtureBatch:
-        per_source = self._step_counts()
-        next_q = {s: self.counts[s] for s in self.names}
+        next_q = dict(self.counts)
+        per_source = self._advance()
         items = []
         for i in self._interleave(per_source):
             name = self.names[i]
             items.append((name, self._index(name, next_q[name])))
             next_q[name] += 1
-        batch = MixtureBatch(step=self.step, items=items,
+        batch = MixtureBatch(step=self.step - 1, items=items,
                              counts={s: int(per_source[i]) for i, s in enumerate(self.names)},
                              epochs={s: next_q[s] // self.sizes[s] for s in self.names})
-        self.counts, self.step, self._last = next_q, self.step + 1, batch
+        self._last = batch
         return batch
 
     # -- public API ---------------------------------------------------------------------------
@@ -204,9 +236,9 @@ class MixtureSampler:
         if self._last is not None and self._last.step == step:
             return self._last
         if step < self.step:
-            self.step, self.counts, self._last = 0, {s: 0 for s in self.names}, None
+            self._reset()
         while self.step < step:
-            self._draw()
+            self._advance()
         return self._draw()
 
     def epochs(self) -> dict[str, int]:
@@ -214,15 +246,22 @@ class MixtureSampler:
         return {s: self.counts[s] // self.sizes[s] for s in self.names}
 
     def planned_epochs(self, max_steps: int) -> dict[str, float]:
-        """Epochs of each source that `max_steps` steps draw: w_i * G * max_steps / N_i."""
-        return {s: self.weights[s] * self.global_batch_size * max_steps / self.sizes[s] for s in self.names}
+        """Epochs of each source that `max_steps` steps draw: sum over steps of w_i(step) * G / N_i."""
+        total = np.zeros(len(self.names))
+        lo = 0
+        for (until, _), w in zip(self.stages, self._stage_w):
+            total += w * max(0, min(until, max_steps) - lo)
+            lo = until
+        total += self._w * max(0, max_steps - lo)
+        g = self.global_batch_size
+        return {s: float(total[i]) * g / self.sizes[s] for i, s in enumerate(self.names)}
 
     def repetition_warnings(self, max_steps: int) -> list[str]:
         """One line per source that `max_steps` steps would repeat more than MAX_USEFUL_EPOCHS times."""
         out = []
         for name, e in self.planned_epochs(max_steps).items():
             if e > MAX_USEFUL_EPOCHS:
-                out.append(f"WARNING: source {name!r} (weight {self.weights[name]:.3g}, {self.sizes[name]:,} sequences) "
+                out.append(f"WARNING: source {name!r} ({self.sizes[name]:,} sequences, weight {self.weights[name]:.3g}) "
                            f"repeats {e:.1f} epochs in {max_steps:,} steps, more than {MAX_USEFUL_EPOCHS:g}: beyond "
                            "about 4 epochs repeated data is worth much less than new data (Muennighoff et al. 2023); "
                            "lower its weight or add data to it")
@@ -230,8 +269,9 @@ class MixtureSampler:
 
     def state_dict(self) -> dict:
         """The position to resume from (JSON-able): next step, per-source draws, and what they mean."""
-        return {"step": self.step, "counts": dict(self.counts), "sizes": dict(self.sizes),
-                "weights": dict(self.weights), "global_batch_size": self.global_batch_size, "seed": self.seed}
+        return {"step": self.step, "counts": dict(self.counts), "target": [float(t) for t in self._target],
+                "sizes": dict(self.sizes), "weights": dict(self.weights), "stages": [[u, w] for u, w in self.stages],
+                "global_batch_size": self.global_batch_size, "seed": self.seed}
 
     def load_state_dict(self, state: dict) -> None:
         """Continue from `state_dict()` output: the next `global_batch` calls give the batches the
@@ -247,5 +287,8 @@ class MixtureSampler:
         saved_w = state.get("weights") or {}
         if set(saved_w) != set(self.weights) or any(abs(saved_w[s] - self.weights[s]) > 1e-12 for s in saved_w):
             raise ValueError(f"mixture state: weights {saved_w} differ from this run's {self.weights}")
+        if [[int(u), dict(w)] for u, w in state.get("stages") or []] != [[u, w] for u, w in self.stages]:
+            raise ValueError(f"mixture state: stages {state.get('stages')} differ from this run's {self.stages}")
         counts = {s: int(state["counts"][s]) for s in self.names}
         self.step, self.counts, self._last = int(state["step"]), counts, None
+        self._target = np.array(state["target"], dtype=np.float64)

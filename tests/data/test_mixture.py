@@ -104,3 +104,28 @@ def test_weights_are_checked_and_normalized():
         normalize_weights({"en": 0, "zh": 0}, ["en", "zh"])
     zero = MixtureSampler({"a": 5, "b": 5}, {"a": 1, "b": 0}, 4, seed=0)
     assert all(name == "a" for name, _ in zero.global_batch(3).items)
+
+
+def test_stages_change_the_weights_at_the_boundary_and_stay_exact():
+    stages = [(50, {"en": 0.2, "zh": 0.2, "code": 0.6})]
+    s = MixtureSampler(SIZES, WEIGHTS, 10, seed=1, stages=stages)
+    assert s.weights_at(49) == pytest.approx({"en": 0.2, "zh": 0.2, "code": 0.6})
+    assert s.weights_at(50) == pytest.approx(WEIGHTS)
+    counts = np.array([[s.global_batch(t).counts[n] for n in SIZES] for t in range(150)])
+    assert (counts.sum(1) == 10).all()
+    cum = counts.cumsum(0)
+    target = np.array([0.2, 0.2, 0.6]) * 10 * 50 + np.array(list(WEIGHTS.values())) * 10 * np.arange(1, 101)[:, None]
+    assert np.abs(cum[49] - np.array([100, 100, 300])).max() < 1
+    assert np.abs(cum[50:] - target).max() < 1  # within one sequence of the cumulative quota after the boundary
+    assert s.planned_epochs(150)["code"] == pytest.approx((0.6 * 500 + 0.1 * 1000) / 37)
+    # Resume across the boundary: a fresh sampler loaded at step 40 gives the same batches.
+    again = MixtureSampler(SIZES, WEIGHTS, 10, seed=1, stages=stages)
+    again.global_batch(39)
+    state = again.state_dict()
+    resumed = MixtureSampler(SIZES, WEIGHTS, 10, seed=1, stages=stages)
+    resumed.load_state_dict(state)
+    assert [resumed.global_batch(t).items for t in range(40, 70)] == [s.global_batch(t).items for t in range(40, 70)]
+    with pytest.raises(ValueError, match="stages"):
+        MixtureSampler(SIZES, WEIGHTS, 10, seed=1).load_state_dict(state)
+    with pytest.raises(ValueError, match="increasing"):
+        MixtureSampler(SIZES, WEIGHTS, 10, seed=1, stages=[(50, WEIGHTS), (50, WEIGHTS)])
