@@ -231,6 +231,17 @@ class TrainConfig:
     muon_weight_decay: float = 0.0
     """muon: decoupled weight decay of the Muon matrices (the matrices shrink by
     lr_muon * muon_weight_decay per step); the AdamW parameters keep weight_decay."""
+    data_weights: Optional[dict[str, float]] = None
+    """Mixture weights over the data's sources (several --data folders, or a folder prepared with
+    several --source): name=weight, normalized to sum to 1, 0 leaves a source out (shortcut
+    `--data-weights en=0.7,zh=0.3`). Unset: proportional to each source's train tokens (resolved
+    once; on --resume the run's own). Every optimizer step draws each source's share of its
+    global batch from a seeded stratified sampler (gptforge.data.mixture). One source: unused."""
+    stages: Optional[list[dict[str, Any]]] = None
+    """Mixture stages, in order: each {until_step: N or until_fraction: F (of max_steps),
+    data_weights: {name: weight}}; steps before a stage's end (and after the previous stage's)
+    draw with its weights, later steps with train.data_weights. The lr schedule stays one schedule
+    (a WSD decay can lie inside the last stage). Resolved once to until_step values."""
     document_mask: bool | None = None
     """None (default): off, resolved once (gptforge.train.resolve; on --resume the run's own value;
     bench/RESULTS.md: it did not win at the quickstart size). True - token shards only: attention stays inside each document of a packed training window (a

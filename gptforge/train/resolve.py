@@ -193,6 +193,7 @@ def resolve_run(cfg: RunConfig, env, data, probes: Probes, requested_parallel: P
         tc = dataclasses.replace(tc, max_steps=steps, max_minutes_steps=steps)
     tc = resolve_warmup_default(tc, probes.saved_train)
     tc = dataclasses.replace(tc, document_mask=resolve_document_mask(tc.document_mask, probes.saved_train))
+    tc = resolve_mixture(tc, getattr(data, "source_tokens", None), probes.saved_train, data.description, say)
     line = describe_defaults(user, tc)
     if line:
         say(line)
@@ -213,6 +214,59 @@ def resolve_document_mask(asked: bool | None, saved_train: dict | None) -> bool:
     if asked is not None:
         return bool(asked)
     return bool((saved_train or {}).get("document_mask") or False)
+
+
+def resolve_mixture(tc: TrainConfig, source_tokens: dict[str, int] | None, saved_train: dict | None,
+                    data_description: str = "the data", say: Callable[[str], None] = lambda m: None) -> TrainConfig:
+    """train.data_weights and train.stages as the run trains.
+
+    data_weights: as asked, else the resumed run's, else proportional to each source's train
+    tokens (`source_tokens`); normalized to sum to 1 (gptforge.data.mixture.normalize_weights).
+    stages: each until_fraction becomes until_step = round(fraction x max_steps); each stage's
+    weights are normalized. With one source (`source_tokens` None) both stay None.
+
+    Raises:
+        InputError: weights or stages for data of one source, a weight naming no source, a stage
+            without exactly one of until_step / until_fraction, or stage ends that do not increase.
+    """
+    from gptforge.data.mixture import normalize_weights, proportional_weights
+
+    saved = saved_train or {}
+    if source_tokens is None:
+        if tc.data_weights or tc.stages:
+            raise InputError(f"train.data_weights / train.stages need a mixture (several --data folders, or a folder "
+                             f"prepared with several --source); {data_description} is one source")
+        return tc
+    names = list(source_tokens)
+    how = "as given" if tc.data_weights else "the run's own (--resume)" if saved.get("data_weights") else None
+    try:
+        weights = normalize_weights(dict(tc.data_weights or saved.get("data_weights")
+                                         or proportional_weights(source_tokens)), names)
+        stages = [_resolve_stage(i, st, tc.max_steps, names) for i, st in enumerate(tc.stages or saved.get("stages")
+                                                                                       or [])]
+    except ValueError as e:
+        raise InputError(f"train.data_weights / train.stages: {e}") from None
+    ends = [st["until_step"] for st in stages]
+    if any(b <= a for a, b in zip(ends, ends[1:])) or any(e < 1 for e in ends):
+        raise InputError(f"train.stages: stage ends {ends} (steps) must increase and be >= 1")
+    say("data mixture: " + ", ".join(f"{n} {w:.3f}" for n, w in weights.items())
+        + f" ({how or 'proportional to train tokens'})"
+        + "".join(f"; stage {i + 1} until step {st['until_step']}: "
+                  + ", ".join(f"{n} {w:.3f}" for n, w in st["data_weights"].items()) for i, st in enumerate(stages)))
+    return dataclasses.replace(tc, data_weights=weights, stages=stages or None)
+
+
+def _resolve_stage(i: int, stage: dict, max_steps: int, names: list[str]) -> dict:
+    """One train.stages entry -> {until_step, data_weights (normalized)}; ValueError naming it."""
+    from gptforge.data.mixture import normalize_weights
+
+    unknown = set(stage) - {"until_step", "until_fraction", "data_weights"}
+    if unknown or ("until_step" in stage) == ("until_fraction" in stage) or "data_weights" not in stage:
+        raise ValueError(f"stage {i + 1} {stage}: give exactly one of until_step / until_fraction, and data_weights "
+                         f"(no other key{', not ' + ', '.join(sorted(unknown)) if unknown else ''})")
+    until = (int(stage["until_step"]) if "until_step" in stage
+             else int(round(float(stage["until_fraction"]) * max_steps)))
+    return {"until_step": until, "data_weights": normalize_weights(dict(stage["data_weights"]), names)}
 
 
 def check_supported(cfg: RunConfig, env, deepspeed: bool) -> None:

@@ -19,7 +19,10 @@ from gptforge.train.provenance import data_provenance
 
 
 class Batches(Protocol):
-    """The batches of a run on one data-parallel rank."""
+    """The batches of a run on one data-parallel rank.
+
+    Optional: `step_metrics(step) -> dict`, fields the trainer adds to that step's metrics row
+    (a mixture's tokens drawn and epoch per source, gptforge.train.mixture_source)."""
 
     global_batch_size: int
     """Sequences per optimizer step over all dp ranks."""
@@ -34,7 +37,10 @@ class Batches(Protocol):
 
 
 class BatchSource(Protocol):
-    """What the trainer reads data through."""
+    """What the trainer reads data through.
+
+    Optional: `val_metrics() -> dict`, fields the trainer adds to the row of each evaluation
+    (a mixture's val loss and bits per byte per source, gptforge.train.mixture_source)."""
 
     vocab_size: int
     """Token ids run below this."""
@@ -74,16 +80,21 @@ class ShardBatches:
         self.tokens_per_step = inner.global_batch_size * seq_len  # rows of seq_len, padding included
 
     def micro_batches(self, step: int):
-        pairs = self.inner.micro_batches(step)
-        if self.document_mask_eos is None:
-            return pairs
-        from gptforge.model.gpt import document_mask
+        return with_document_mask(self.inner.micro_batches(step), self.document_mask_eos)
 
-        out = []
-        for x, y in pairs:
-            position_ids, attn_mask = document_mask(x, self.document_mask_eos)
-            out.append({"input_ids": x, "labels": y, "position_ids": position_ids, "attn_mask": attn_mask})
-        return out
+
+def with_document_mask(pairs: list, eos_id: int | None) -> list:
+    """(x, y) micro-batches as they are without an EOS id; with one (train.document_mask), dicts
+    that add the position_ids (b, T) and attn_mask (b, 1, T, T) of `gptforge.model.gpt.document_mask`."""
+    if eos_id is None:
+        return pairs
+    from gptforge.model.gpt import document_mask
+
+    out = []
+    for x, y in pairs:
+        position_ids, attn_mask = document_mask(x, eos_id)
+        out.append({"input_ids": x, "labels": y, "position_ids": position_ids, "attn_mask": attn_mask})
+    return out
 
 
 class ShardSource:
