@@ -265,8 +265,10 @@ class TrainConfig:
     eval_tasks_limit: Optional[int] = None
     """Score only the first N examples of each train.eval_tasks task (None: all)."""
     best_metric: str = "val_loss"
-    """What picks the best checkpoint and drives early stopping: val_loss, or a task metric such
-    as eval/<task>/acc (higher is better for accuracies and F1, lower for perplexities)."""
+    """What picks the best checkpoint and drives early stopping: val_loss (of a mixture: the
+    token-weighted mean over the sources' val splits), val/<source>/loss (one source of a
+    mixture), or a task metric such as eval/<task>/acc (higher is better for accuracies and F1,
+    lower for perplexities)."""
     checkpoint_interval: int = 500
     """Write a checkpoint every N steps (and at the end); 0 writes only at the end."""
     keep_checkpoints: int = 2

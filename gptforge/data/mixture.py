@@ -27,10 +27,14 @@ from __future__ import annotations
 
 import difflib
 import hashlib
+import json
 import math
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
+
+from gptforge.errors import InputError
 
 MAX_USEFUL_EPOCHS = 4.0
 """Epochs of one source beyond which repetition is flagged (Muennighoff et al. 2023)."""
@@ -292,3 +296,28 @@ class MixtureSampler:
         counts = {s: int(state["counts"][s]) for s in self.names}
         self.step, self.counts, self._last = int(state["step"]), counts, None
         self._target = np.array(state["target"], dtype=np.float64)
+
+
+def mixture_folders(data: str | Path | list) -> dict[str, Path] | None:
+    """The sources of `data` (name -> shard folder), or None for one plain shard folder.
+
+    Several folders: named by their folder names. One folder whose meta.json lists `sources`
+    (`gptforge prepare --source`): those, each under the folder.
+
+    Raises:
+        InputError: two folders of the same name.
+    """
+    dirs = [Path(d) for d in (data if isinstance(data, (list, tuple)) else [data])]
+    if len(dirs) == 1:
+        meta = dirs[0] / "meta.json"
+        sources = json.loads(meta.read_text()).get("sources") if meta.is_file() else None
+        if not sources:
+            return None
+        return {s["name"]: dirs[0] / s.get("path", s["name"]) for s in sources}
+    out: dict[str, Path] = {}
+    for d in dirs:
+        if d.name in out:
+            raise InputError(f"--data: {out[d.name]} and {d} have the same folder name {d.name!r}, which names a "
+                             "source; rename one of them")
+        out[d.name] = d
+    return out

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 import torch
@@ -170,3 +171,47 @@ def evaluate_windows(model: torch.nn.Module, stream: TokenStream, offsets: np.nd
         count += t[:, 1:].numel()
     model.train(was_training)
     return total / count
+
+
+def evaluate_mixture(model: torch.nn.Module, folders: dict, split: str, n_windows: int, batch_size: int,
+                     device: torch.device, precision: str, document_mask: bool = False) -> dict:
+    """Per-source loss and bits per byte of a mixture's `split`, on the windows training scores.
+
+    Each source's split is scored on `gptforge.data.loader.eval_windows(stream, block_size,
+    n_windows)` (each once when it holds fewer) with `evaluate_windows`, as a training run's
+    validation does. Bits per byte of a source: loss / ln 2 x tokens / UTF-8 bytes of its split.
+    Overall: the token-weighted mean over the sources' splits, sum_i T_i L_i / sum_i T_i.
+
+    Args:
+        folders: source name -> shard folder. n_windows: windows per source (train.eval_steps x
+            micro_batch_size). document_mask: score under the run's document mask.
+
+    Returns: {"sources": {name: {"loss", "bits_per_byte", "tokens", "windows", "windows_asked"}},
+    "loss": overall, "tokens": all the split's tokens}.
+
+    Raises:
+        ValueError: a source's split holds less than one window (naming the folder).
+    """
+    from gptforge.data.loader import eval_windows
+    from gptforge.data.shards import load_meta
+
+    block = model.config.block_size
+    out, num, den = {}, 0.0, 0
+    for name, folder in folders.items():
+        meta = load_meta(folder)
+        sp = meta["splits"].get(split) or {}
+        if not sp.get("tokens"):
+            continue
+        stream = TokenStream([Path(folder) / f for f in sp["files"]], meta["dtype"])
+        try:
+            offsets = eval_windows(stream, block, n_windows)
+        except ValueError as e:
+            raise ValueError(f"{folder}: {e}") from None
+        eos = int(meta["eos_id"]) if document_mask else None
+        loss = evaluate_windows(model, stream, offsets, block, batch_size, device, precision, document_mask_eos=eos)
+        stream.close()
+        n_tok, n_bytes = int(sp["tokens"]), int(sp.get("bytes") or 0)
+        out[name] = {"loss": loss, "bits_per_byte": loss / math.log(2) * n_tok / n_bytes if n_bytes else None,
+                     "tokens": n_tok, "windows": len(offsets), "windows_asked": n_windows}
+        num, den = num + n_tok * loss, den + n_tok
+    return {"sources": out, "loss": num / den if den else None, "tokens": den}

@@ -16,7 +16,6 @@ L_i / ln 2 x T_i / B_i, with B_i the UTF-8 bytes of its val split (Gao et al. 20
 
 from __future__ import annotations
 
-import json
 import math
 from pathlib import Path
 from typing import Any
@@ -24,6 +23,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from gptforge.data.mixture import mixture_folders
 from gptforge.errors import InputError
 from gptforge.train.provenance import data_provenance
 from gptforge.train.sources import ShardSource, with_document_mask
@@ -48,31 +48,6 @@ def parse_data_weights(text: str) -> dict[str, float]:
             out[name.strip()] = float(value)
         except ValueError:
             raise InputError(f"--data-weights: {item!r} is not NAME=WEIGHT (e.g. en=0.7,zh=0.3)") from None
-    return out
-
-
-def mixture_folders(data: str | Path | list) -> dict[str, Path] | None:
-    """The sources of `data` (name -> shard folder), or None for one plain shard folder.
-
-    Several folders: named by their folder names. One folder whose meta.json lists `sources`
-    (`gptforge prepare --source`): those, each under the folder.
-
-    Raises:
-        InputError: two folders of the same name.
-    """
-    dirs = [Path(d) for d in (data if isinstance(data, (list, tuple)) else [data])]
-    if len(dirs) == 1:
-        meta = dirs[0] / "meta.json"
-        sources = json.loads(meta.read_text()).get("sources") if meta.is_file() else None
-        if not sources:
-            return None
-        return {s["name"]: dirs[0] / s.get("path", s["name"]) for s in sources}
-    out: dict[str, Path] = {}
-    for d in dirs:
-        if d.name in out:
-            raise InputError(f"--data: {out[d.name]} and {d} have the same folder name {d.name!r}, which names a "
-                             "source; rename one of them")
-        out[d.name] = d
     return out
 
 

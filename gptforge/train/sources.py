@@ -147,7 +147,12 @@ class ShardSource:
         val = self.meta["splits"].get("val")
         if tc.eval_interval > 0 and val and val.get("tokens", 0) > seq_len + 1:
             self.val_stream = TokenStream([self.data_dir / f for f in val["files"]], self.meta["dtype"])
-            self.val_offsets = eval_windows(self.val_stream, seq_len, self.eval_steps * self.micro_batch_size)
+            asked = self.eval_steps * self.micro_batch_size
+            self.val_offsets = eval_windows(self.val_stream, seq_len, asked)
+            if len(self.val_offsets) < asked and self.log is not None:
+                self.log(f"validation: the val split of {self.data_dir} holds {len(self.val_offsets)} windows of "
+                         f"{seq_len + 1} tokens, fewer than the {asked} asked (train.eval_steps x "
+                         "micro_batch_size): each is scored once")
         self.has_val = self.val_stream is not None
         if tc.eval_interval > 0 and not self.has_val and self.log is not None:
             n_val = (val or {}).get("tokens", 0)

@@ -181,12 +181,14 @@ class Trainer:
 
     def _early_stopping(self) -> EarlyStopping:
         metric = self.tc.best_metric
-        if metric != "val_loss" and not (metric.startswith("eval/") and self.tc.eval_tasks):
-            raise InputError(f"train.best_metric={metric!r}: use val_loss, or eval/<task>/<metric> of a task in "
-                             "train.eval_tasks")
+        per_source = [f"val/{n}/loss" for n in getattr(self.source, "source_tokens", None) or {}]
+        if metric != "val_loss" and metric not in per_source and not (metric.startswith("eval/") and self.tc.eval_tasks):
+            raise InputError(f"train.best_metric={metric!r}: use val_loss, "
+                             + "".join(f"{m}, " for m in per_source)
+                             + "or eval/<task>/<metric> of a task in train.eval_tasks")
         from gptforge.eval.runner import higher_is_better
 
-        return EarlyStopping(self.tc.patience, metric, metric != "val_loss" and higher_is_better(metric))
+        return EarlyStopping(self.tc.patience, metric, metric.startswith("eval/") and higher_is_better(metric))
 
     def _task_evaluator(self) -> TaskEvaluator:
         """train.eval_tasks, loaded once; scored on the whole model on every rank under FSDP (its
