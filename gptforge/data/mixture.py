@@ -45,13 +45,15 @@ class MixtureBatch:
     """The global batch of one optimizer step.
 
     items: G (source name, sequence index) pairs in batch order; counts: sequences per source in
-    this step; epochs: each source's epoch (0-based) after this step's draws.
+    this step; epochs: each source's epoch (0-based) after this step's draws; totals: sequences
+    per source drawn in steps 0..step.
     """
 
     step: int
     items: list[tuple[str, int]]
     counts: dict[str, int]
     epochs: dict[str, int]
+    totals: dict[str, int]
 
     def rank_slice(self, dp_rank: int, dp_size: int) -> list[tuple[str, int]]:
         """Data-parallel rank `dp_rank`'s contiguous share of `items` (G / dp_size pairs).
@@ -220,7 +222,7 @@ class MixtureSampler:
             next_q[name] += 1
         batch = MixtureBatch(step=self.step - 1, items=items,
                              counts={s: int(per_source[i]) for i, s in enumerate(self.names)},
-                             epochs={s: next_q[s] // self.sizes[s] for s in self.names})
+                             epochs={s: next_q[s] // self.sizes[s] for s in self.names}, totals=dict(next_q))
         self._last = batch
         return batch
 

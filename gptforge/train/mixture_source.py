@@ -89,13 +89,17 @@ class MixtureBatches:
         return with_document_mask(pairs, self.document_mask_eos)
 
     def step_metrics(self, step: int) -> dict[str, Any]:
-        """metrics.jsonl fields of step `step`: `data/NAME/tokens` drawn this step (all ranks) and
-        `data/NAME/epoch`, the source's epoch (0-based) after the step."""
+        """metrics.jsonl fields of step `step`: `data/NAME/tokens` drawn this step (all ranks),
+        `data/NAME/tokens_seen` in steps 0..step, `data/NAME/epoch`, the source's epoch (0-based)
+        after the step, and `data/stage` (0-based) when train.stages is set."""
         batch = self.sampler.global_batch(step)
         out: dict[str, Any] = {}
         for name in self.sampler.names:
             out[f"data/{name}/tokens"] = batch.counts[name] * self.seq_len
+            out[f"data/{name}/tokens_seen"] = batch.totals[name] * self.seq_len
             out[f"data/{name}/epoch"] = batch.epochs[name]
+        if self.sampler.stages:
+            out["data/stage"] = sum(step >= until for until, _ in self.sampler.stages)
         return out
 
 

@@ -134,3 +134,28 @@ def test_one_and_two_gloo_ranks_draw_the_same_batches(tiny_shards, second_source
     _check_proportions(rows2, WEIGHTS, 4 * 32, 32)
     # The same global batch each step: the same losses up to the order of the gradient sums.
     np.testing.assert_allclose(res["loss"], [r["loss"] for r in single.history], rtol=1e-4)
+
+
+def test_stages_change_weights_at_the_boundary_and_resume_exactly(tiny_shards, second_source, tmp_path):
+    import yaml
+
+    from gptforge.report.page import write_run_report
+
+    data = [str(tiny_shards), str(second_source)]
+    stages = [{"until_fraction": 0.5, "data_weights": {"data": 0.25, "b": 0.75}}]
+    cfg = dict(data_weights=WEIGHTS, stages=stages, checkpoint_interval=4, eval_interval=0)
+    train(_cfg(**cfg), data, tmp_path / "full", progress=False)
+    saved = yaml.safe_load((tmp_path / "full" / "config.yaml").read_text())["train"]
+    assert saved["stages"] == [{"until_step": 6, "data_weights": {"data": 0.25, "b": 0.75}}]  # 0.5 x 12 steps
+    rows = read_metrics(tmp_path / "full")
+    assert [r["data/stage"] for r in rows] == [0] * 6 + [1] * 6  # rows of steps 1..12: step indices 0..11
+    _check_proportions(rows[:6], {"data": 0.25, "b": 0.75}, 4 * 32, 32)
+    assert sum(r["data/b/tokens"] for r in rows[:6]) == 0.75 * 6 * 4 * 32
+    assert rows[-1]["data/b/tokens_seen"] == sum(r["data/b/tokens"] for r in rows)
+    # Cut inside stage 1 (step 4), resumed across the boundary to step 8 (inside stage 2), then to the end.
+    train(_cfg(**cfg, stop_at_step=4), data, tmp_path / "cut", progress=False)
+    train(_cfg(**cfg, stop_at_step=8), data, tmp_path / "cut", resume=True, progress=False)
+    train(_cfg(**cfg), data, tmp_path / "cut", resume=True, progress=False)
+    assert [r["loss"] for r in read_metrics(tmp_path / "cut")] == [r["loss"] for r in rows]
+    html = write_run_report(tmp_path / "full").read_text()
+    assert "stage 1 ends" in html and "Data mixture" in html and "token-weighted mean" in html
