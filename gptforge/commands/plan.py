@@ -53,6 +53,11 @@ class PlanOptions:
     measure: bool = False
     """Also run one training step under FakeTensorMode with MemTracker (no real memory) and print its
     tracked peak beside the formula's."""
+    data: Optional[list[str]] = None
+    """A mixture (several shard folders, or one prepared with several --source): print the
+    tokens and epochs per source of the planned training tokens (gptforge.plan.mixture)."""
+    data_weights: Optional[str] = None
+    """With --data: NAME=WEIGHT,... (default proportional to train tokens, as pretrain)."""
     list_gpus: bool = False
     """List known GPUs and exit."""
     fit: Optional[list[str]] = None
@@ -256,6 +261,13 @@ def main(argv: list[str]) -> int:
 
             with Console(stderr=True).status("running one fake-tensor training step ..."):
                 measured = measure_step(model, train, parallel)
+        budget = None
+        if ns.data:
+            from gptforge.plan.mixture import mixture_budget
+            from gptforge.train.mixture_source import parse_data_weights
+
+            weights = parse_data_weights(ns.data_weights) if ns.data_weights else None
+            budget = mixture_budget(ns.data if len(ns.data) > 1 else ns.data[0], weights, p.tokens)
         recs = None
         if ns.recommend:
             if p.gpu is None:
@@ -275,9 +287,15 @@ def main(argv: list[str]) -> int:
             d["measured"] = measured.to_dict()
         if recs is not None:
             d["recommendations"] = [c.to_dict() for c in recs]
+        if budget is not None:
+            d["mixture"] = [vars(r) for r in budget]
         print(json.dumps(d, indent=2, default=str))
         return 0
     print(format_plan(p, measured))
+    if budget is not None:
+        from gptforge.plan.mixture import format_budget
+
+        print("\n" + format_budget(budget))
     if recs is not None:
         print("")
         if not recs:

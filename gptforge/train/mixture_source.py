@@ -203,7 +203,8 @@ class MixtureSource:
         return {"path": path, "tokenizer_sha256": next(iter(subs.values()))["tokenizer_sha256"], "sources": subs}
 
     def check_resume(self, saved: dict[str, Any], checkpoint: Path) -> None:
-        """Refuse other sources, another tokenizer, or other weights / stages than the run's.
+        """Refuse other sources or another tokenizer than the run's. (Other weights or stages
+        continue from the resume step: gptforge.train.resolve.resolve_mixture.)
 
         Raises:
             InputError: naming the difference and the checkpoint's config.yaml.
@@ -216,15 +217,6 @@ class MixtureSource:
                              "resume with the same sources")
         for sub in self.subs.values():
             sub.check_resume(data, checkpoint)
-        train = saved.get("train") or {}
-        old = train.get("data_weights") or {}
-        if self.weights and any(abs(old.get(n, -1) - w) > 1e-9 for n, w in self.weights.items()):
-            raise InputError(f"--resume: train.data_weights {old} ({where}) differ from now {self.weights}: the "
-                             "batches already drawn would change; resume with the run's weights")
-        if (train.get("stages") or None) != ([{"until_step": u, "data_weights": w}
-                                               for u, w in self.sampler.stages] or None):
-            raise InputError(f"--resume: train.stages differ from the run's ({where}): {train.get('stages')}; "
-                             "resume with the run's stages")
 
     def close(self) -> None:
         for sub in self.subs.values():

@@ -60,6 +60,8 @@ class Probes:
     step_how: str = ""
     spent_seconds: float = 0.0
     saved_train: dict | None = None
+    resume_step: int | None = None
+    """The step of the checkpoint resumed from (None for a new run)."""
 
 
 @dataclass(frozen=True)
@@ -193,7 +195,8 @@ def resolve_run(cfg: RunConfig, env, data, probes: Probes, requested_parallel: P
         tc = dataclasses.replace(tc, max_steps=steps, max_minutes_steps=steps)
     tc = resolve_warmup_default(tc, probes.saved_train)
     tc = dataclasses.replace(tc, document_mask=resolve_document_mask(tc.document_mask, probes.saved_train))
-    tc = resolve_mixture(tc, getattr(data, "source_tokens", None), probes.saved_train, data.description, say)
+    tc = resolve_mixture(tc, getattr(data, "source_tokens", None), probes.saved_train, data.description, say,
+                         probes.resume_step)
     line = describe_defaults(user, tc)
     if line:
         say(line)
@@ -217,13 +220,20 @@ def resolve_document_mask(asked: bool | None, saved_train: dict | None) -> bool:
 
 
 def resolve_mixture(tc: TrainConfig, source_tokens: dict[str, int] | None, saved_train: dict | None,
-                    data_description: str = "the data", say: Callable[[str], None] = lambda m: None) -> TrainConfig:
+                    data_description: str = "the data", say: Callable[[str], None] = lambda m: None,
+                    resume_step: int | None = None) -> TrainConfig:
     """train.data_weights and train.stages as the run trains.
 
     data_weights: as asked, else the resumed run's, else proportional to each source's train
     tokens (`source_tokens`); normalized to sum to 1 (gptforge.data.mixture.normalize_weights).
     stages: each until_fraction becomes until_step = round(fraction x max_steps); each stage's
     weights are normalized. With one source (`source_tokens` None) both stay None.
+
+    On --resume at `resume_step` R with other weights or stages than the run's (as a changed
+    train.schedule_start starts a fresh schedule at a chosen step), the change applies from step
+    R on: the run's own weights of steps < R become stages ending at or before R (so the batches
+    already drawn are drawn again alike), followed by the new stages that end after R; this is
+    said and recorded in config.yaml.
 
     Raises:
         InputError: weights or stages for data of one source, a weight naming no source, a stage
@@ -249,11 +259,36 @@ def resolve_mixture(tc: TrainConfig, source_tokens: dict[str, int] | None, saved
     ends = [st["until_step"] for st in stages]
     if any(b <= a for a, b in zip(ends, ends[1:])) or any(e < 1 for e in ends):
         raise InputError(f"train.stages: stage ends {ends} (steps) must increase and be >= 1")
+    if resume_step and saved.get("data_weights"):
+        stages = _continue_mixture(saved, weights, stages, resume_step, say)
     say("data mixture: " + ", ".join(f"{n} {w:.3f}" for n, w in weights.items())
         + f" ({how or 'proportional to train tokens'})"
         + "".join(f"; stage {i + 1} until step {st['until_step']}: "
                   + ", ".join(f"{n} {w:.3f}" for n, w in st["data_weights"].items()) for i, st in enumerate(stages)))
     return dataclasses.replace(tc, data_weights=weights, stages=stages or None)
+
+
+def _continue_mixture(saved: dict, weights: dict, stages: list[dict], at: int, say) -> list[dict]:
+    """The stages of a resume at step `at` whose weights or stages differ from the run's `saved`
+    ones: the run's schedule before `at`, then `stages` ending after it (see resolve_mixture)."""
+    def same(a: dict, b: dict) -> bool:
+        return set(a) == set(b) and all(abs(float(a[k]) - float(b[k])) < 1e-12 for k in a)
+
+    old_stages = saved.get("stages") or []
+    old_w = saved["data_weights"]
+    if same(old_w, weights) and len(old_stages) == len(stages) and all(
+            a["until_step"] == b["until_step"] and same(a["data_weights"], b["data_weights"])
+            for a, b in zip(old_stages, stages)):
+        return stages
+    kept = [dict(st) for st in old_stages if st["until_step"] <= at]
+    if at > (kept[-1]["until_step"] if kept else 0):
+        current = next((st["data_weights"] for st in old_stages if at - 1 < st["until_step"]), old_w)
+        kept.append({"until_step": at, "data_weights": dict(current)})
+    merged = kept + [st for st in stages if st["until_step"] > at]
+    say(f"--resume at step {at}: train.data_weights / train.stages differ from the run's; steps before {at} keep "
+        f"the run's weights (recorded as stages ending by step {at} in config.yaml), the new ones apply from "
+        f"step {at}")
+    return merged
 
 
 def _resolve_stage(i: int, stage: dict, max_steps: int, names: list[str]) -> dict:
@@ -317,12 +352,13 @@ def resolve_training(cfg: RunConfig, env, data, run_dir: Path, resume: bool, log
     check_supported(cfg, env, deepspeed)
     precision = env.rank0_value(resolve_precision(cfg.train.precision, env.device, log))
     saved = saved_train_section(run_dir, resume)
+    resume_step = int(ckpt_lib.find_checkpoint(run_dir).name.removeprefix("step_")) if resume else None
     pre = pre_resolve(cfg, env.dp_size, int(data.vocab_size), precision, saved, data.description)
     chosen, probe = _probe_compile(pre, env, saved, log)
     pre = RunConfig(model=pre.model, train=dataclasses.replace(pre.train, compile=chosen), parallel=pre.parallel)
     step_s, how, spent = _probe_budget(pre, probe, env)
     probes = Probes(precision=precision, compile=chosen, compile_probe=probe, step_seconds=step_s, step_how=how,
-                    spent_seconds=spent, saved_train=saved)
+                    spent_seconds=spent, saved_train=saved, resume_step=resume_step)
     return resolve_run(cfg, env, data, probes, requested_parallel, log)
 
 

@@ -71,6 +71,8 @@ def test_parse_data_weights_and_a_tokenizer_mismatch(tiny_shards, tmp_path):
 
 
 def test_a_mixture_trains_with_exact_proportions_and_resumes_bit_exactly(tiny_shards, second_source, tmp_path):
+    import yaml
+
     data = [str(tiny_shards), str(second_source)]
     full = train(_cfg(data_weights=WEIGHTS, checkpoint_interval=4), data, tmp_path / "full", progress=False)
     rows = read_metrics(tmp_path / "full")
@@ -88,10 +90,20 @@ def test_a_mixture_trains_with_exact_proportions_and_resumes_bit_exactly(tiny_sh
     train(_cfg(data_weights=WEIGHTS, checkpoint_interval=4), data, tmp_path / "cut", resume=True, progress=False)
     assert [r["loss"] for r in read_metrics(tmp_path / "cut")] == [r["loss"] for r in rows]
     assert full.step == 12
-    # Other weights on resume are refused (the batches drawn so far would change).
-    with pytest.raises(InputError, match="data_weights"):
-        train(_cfg(data_weights={"data": 0.5, "b": 0.5}, max_steps=16), data, tmp_path / "cut", resume=True,
-              progress=False)
+    # Other weights on resume apply from the resume step on (as a changed schedule_start does):
+    # the steps before it keep the run's weights, recorded as a stage; the new quota continues.
+    train(_cfg(data_weights=WEIGHTS, checkpoint_interval=4, stop_at_step=4), data, tmp_path / "turn", progress=False)
+    said = []
+    train(_cfg(data_weights={"data": 0.5, "b": 0.5}, checkpoint_interval=4), data, tmp_path / "turn", resume=True,
+          progress=False, log=said.append)
+    assert any("--resume at step 4" in m for m in said)
+    turned = read_metrics(tmp_path / "turn")
+    assert [r["loss"] for r in turned[:4]] == [r["loss"] for r in rows[:4]]
+    saved = yaml.safe_load((tmp_path / "turn" / "config.yaml").read_text())["train"]
+    assert saved["stages"] == [{"until_step": 4, "data_weights": WEIGHTS}]
+    assert saved["data_weights"] == {"data": 0.5, "b": 0.5}
+    b_after = sum(r["data/b/tokens"] for r in turned[4:])
+    assert abs(sum(r["data/b/tokens"] for r in turned[:4]) - 0.25 * 4 * 128) < 32 and abs(b_after - 0.5 * 8 * 128) < 64
 
 
 def test_default_weights_are_proportional_and_recorded(tiny_shards, second_source, tmp_path):
