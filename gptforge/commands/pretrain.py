@@ -81,6 +81,11 @@ def main(argv: list[str]) -> int:
     if opts.sanity_overfit:
         from gptforge.train.sanity import sanity_overfit
 
+        if isinstance(data, list):
+            from gptforge.errors import InputError
+
+            raise InputError("--sanity-overfit takes one shard folder (--data DIR), not a mixture of several")
+
         check = sanity_overfit(cfg, data, opts.out, progress=not opts.quiet,
                                log=lambda m: console.print(m, highlight=False))
         console.print(check.summary(), highlight=False)
