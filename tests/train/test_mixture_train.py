@@ -171,3 +171,14 @@ def test_stages_change_weights_at_the_boundary_and_resume_exactly(tiny_shards, s
     assert [r["loss"] for r in read_metrics(tmp_path / "cut")] == [r["loss"] for r in rows]
     html = write_run_report(tmp_path / "full").read_text()
     assert "stage 1 ends" in html and "Data mixture" in html and "token-weighted mean" in html
+
+
+def test_the_run_warns_at_start_when_a_source_repeats_beyond_four_epochs(tiny_shards, second_source):
+    said = []
+    source = MixtureSource({"data": tiny_shards, "b": second_source}, log=said.append)
+    windows_b = (json.loads((second_source / "meta.json").read_text())["splits"]["train"]["tokens"] - 1) // 32
+    steps = 5 * windows_b  # weight 0.25 x 4 sequences per step: 5 epochs of "b"
+    source.batches(32, TrainConfig(**{**TRAIN, "data_weights": WEIGHTS, "max_steps": steps}), 0, 1)
+    (line,) = [m for m in said if "repeats" in m and "'b'" in m]
+    assert "5.0 epochs" in line and "Muennighoff" in line
+    source.close()
