@@ -17,6 +17,7 @@ import bisect
 import json
 import warnings
 from dataclasses import dataclass, field
+from itertools import pairwise
 from pathlib import Path
 from typing import Iterable, Iterator, Literal
 
@@ -112,7 +113,7 @@ def load_examples(path: str | Path, tok: ChatTokenizer, template: str | None = N
         with np.load(cache_path) as z:
             ids, target, offsets = z["ids"].tolist(), z["target"].astype(bool).tolist(), z["offsets"].tolist()
             cached_errors = z["errors"].tolist() if "errors" in z.files else []
-        examples = [Example(ids[a:b], target[a:b]) for a, b in zip(offsets[:-1], offsets[1:])]
+        examples = [Example(ids[a:b], target[a:b]) for a, b in pairwise(offsets)]
         _warn_skipped(path, cached_errors, len(examples))  # the cache remembers what it skipped
         return examples
     examples, errors = [], []
@@ -352,7 +353,7 @@ class InstructionBatches:
         """Row indices of the whole global batch of `step`: int64 (global_batch_size,)."""
         n = len(self.ds)
         g = step * self.global_batch_size + np.arange(self.global_batch_size, dtype=np.int64)
-        return np.array([self._perm(int(e))[int(r)] for e, r in zip(g // n, g % n)], dtype=np.int64)
+        return np.array([self._perm(int(e))[int(r)] for e, r in zip(g // n, g % n, strict=True)], dtype=np.int64)
 
     def micro_batches(self, step: int) -> list[dict[str, torch.Tensor | None]]:
         """This rank's `gradient_accumulation_steps` micro-batches for optimizer step `step`."""

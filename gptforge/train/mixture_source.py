@@ -126,7 +126,7 @@ class MixtureSource:
         self.subs = {name: ShardSource(d, eval_steps=eval_steps, micro_batch_size=micro_batch_size, log=log)
                      for name, d in folders.items()}
         first_name, first = next(iter(self.subs.items()))
-        for name, sub in self.subs.items():
+        for sub in self.subs.values():
             a, b = first.meta.get("tokenizer_sha256"), sub.meta.get("tokenizer_sha256")
             if a != b or first.meta["vocab_size"] != sub.meta["vocab_size"]:
                 raise InputError(f"--data: the sources were tokenized with different tokenizers: {first.data_dir} "

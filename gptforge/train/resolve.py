@@ -22,6 +22,7 @@ from __future__ import annotations
 import dataclasses
 import time
 from dataclasses import dataclass
+from itertools import pairwise
 from pathlib import Path
 from typing import Any, Callable
 
@@ -257,7 +258,7 @@ def resolve_mixture(tc: TrainConfig, source_tokens: dict[str, int] | None, saved
     except ValueError as e:
         raise InputError(f"train.data_weights / train.stages: {e}") from None
     ends = [st["until_step"] for st in stages]
-    if any(b <= a for a, b in zip(ends, ends[1:])) or any(e < 1 for e in ends):
+    if any(b <= a for a, b in pairwise(ends)) or any(e < 1 for e in ends):
         raise InputError(f"train.stages: stage ends {ends} (steps) must increase and be >= 1")
     if resume_step and saved.get("data_weights"):
         stages = _continue_mixture(saved, weights, stages, resume_step, say)
@@ -278,7 +279,7 @@ def _continue_mixture(saved: dict, weights: dict, stages: list[dict], at: int, s
     old_w = saved["data_weights"]
     if same(old_w, weights) and len(old_stages) == len(stages) and all(
             a["until_step"] == b["until_step"] and same(a["data_weights"], b["data_weights"])
-            for a, b in zip(old_stages, stages)):
+            for a, b in zip(old_stages, stages, strict=True)):
         return stages
     kept = [dict(st) for st in old_stages if st["until_step"] <= at]
     if at > (kept[-1]["until_step"] if kept else 0):
