@@ -116,7 +116,8 @@ def load_examples(path: str | Path, tok: ChatTokenizer, template: str | None = N
         examples = [Example(ids[a:b], target[a:b]) for a, b in pairwise(offsets)]
         _warn_skipped(path, cached_errors, len(examples))  # the cache remembers what it skipped
         return examples
-    examples, errors = [], []
+    examples = []
+    errors: list[str] = []
     with progress(f"tokenizing {path.name}", path.stat().st_size, "bytes") as bar:
         for where, row in read_jsonl(path, errors):
             # A bad row is skipped with a warning and counted, as prepare does with bad records.
@@ -240,7 +241,7 @@ class InstructionDataset:
                 self.rows = [[i] for i in range(len(self.sequences))]
 
     @classmethod
-    def from_examples(cls, examples: Iterable[Example], block_size: int, mode: str = "packed",
+    def from_examples(cls, examples: Iterable[Example], block_size: int, mode: Literal["packed", "padded"] = "packed",
                       pad_id: int | None = None) -> "InstructionDataset":
         """Shift, truncate (to block_size) and arrange examples; pad_id defaults to 0."""
         seqs, stats = [], {"examples": 0, "dropped_no_target": 0, "truncated": 0, "target_tokens": 0}
@@ -256,7 +257,8 @@ class InstructionDataset:
         return cls(seqs, block_size, mode, pad_id or 0, stats=stats)
 
     @classmethod
-    def from_jsonl(cls, path: str | Path, tokenizer: ChatTokenizer, block_size: int, mode: str = "packed",
+    def from_jsonl(cls, path: str | Path, tokenizer: ChatTokenizer, block_size: int, 
+                   mode: Literal["packed", "padded"] = "packed",
                    template: str | None = None, cache: bool = True) -> "InstructionDataset":
         """Read and tokenize a .jsonl of prompt/completion or messages rows (see `load_examples`
         for the cache beside it).

@@ -172,7 +172,7 @@ class MixtureSampler:
 
     # -- apportionment ------------------------------------------------------------------------
 
-    def _step_counts(self) -> np.ndarray:
+    def _step_counts(self) -> tuple[np.ndarray, np.ndarray]:
         """Sequences per source for step `self.step`, from the cumulative quota (module docstring)."""
         g = self.global_batch_size
         target = self._target + self._weights_array(self.step) * g

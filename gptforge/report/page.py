@@ -353,7 +353,7 @@ def _mixture_html(runs: list[RunData]) -> str:
         head = "".join(f"<th>stage {k + 1} (to step {st['until_step']:,})</th>" for k, st in enumerate(stages))
         rows = []
         for name, w in weights.items():
-            last = next((r for r in reversed(run.rows) if f"data/{name}/tokens_seen" in r), {})
+            last: dict[str, Any] = next((r for r in reversed(run.rows) if f"data/{name}/tokens_seen" in r), {})
             seen, epoch = int(last.get(f"data/{name}/tokens_seen") or 0), last.get(f"data/{name}/epoch")
             cells = "".join(f"<td>{st['data_weights'].get(name, 0):.3f}</td>" for st in stages)
             rows.append(f"<tr><td>{_e(name)}</td>{cells}<td>{w:.3f}</td><td>{seen:,}</td>"
