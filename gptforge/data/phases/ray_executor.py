@@ -26,7 +26,9 @@ waits for the tasks of a dead driver that are still finishing.
 Test hook: `GPTFORGE_FAULT_TASK=PHASE:SHARD` in the driver's environment (PHASE as the progress
 bar names it: `curate`, `count lines`, `tokenizer sample`, `tokenize`) kills the worker process
 (SIGKILL) running that shard's task at its first attempt (a marker file in the work folder
-remembers it); `PHASE:SHARD:always` kills it at every attempt.
+remembers it and holds its pid); `PHASE:SHARD:always` kills it at every attempt;
+`PHASE:SHARD:stall` makes it wait forever (its pid in the marker), for a test that kills the
+driver meanwhile. Several specs are separated by commas.
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ import logging
 import os
 import signal
 import socket
+import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -74,7 +77,7 @@ def describe_shard(task: dict[str, Any]) -> str:
     files = task.get("files") or []
     first = files[0]["path"] if files and isinstance(files[0], dict) else (files[0] if files else "")
     more = f" and {len(files) - 1} more file(s)" if len(files) > 1 else ""
-    what = f"work shard {task['index']}" if "name" not in task else f"work item {task['name']}"
+    what = f"work shard {task.get('shard', task['index'])}" + (f" (part {task['name']})" if "name" in task else "")
     return f"{what} ({first}{more})" if first else what
 
 
@@ -111,19 +114,24 @@ def probe_node(context: dict[str, Any]) -> tuple[str, list[str]]:
 
 
 def _fault(description: str, task: dict[str, Any], context: dict[str, Any]) -> None:
-    spec = context.get("fault") or ""
-    parts = spec.split(":")
-    if len(parts) < 2 or parts[0] != description or parts[1] != str(task.get("index")):
-        return
-    marker = Path(context["work"]) / f".fault-{description.replace(' ', '_')}-{task['index']:05d}"
-    if len(parts) > 2 and parts[2] == "always":
+    """The test hook of the module docstring (`FAULT_ENV`, forwarded by the driver)."""
+    for spec in filter(None, (context.get("fault") or "").split(",")):
+        phase, _, rest = spec.strip().partition(":")
+        shard, _, mode = rest.partition(":")
+        if phase != description or shard != str(task.get("index")):
+            continue
+        marker = Path(context["work"]) / f".fault-{description.replace(' ', '_')}-{task['index']:05d}"
+        if mode == "stall":  # for a test that kills the driver while a task runs
+            marker.write_text(str(os.getpid()))
+            while True:
+                time.sleep(1)
+        if mode != "always":
+            try:
+                with open(marker, "x") as f:
+                    f.write(str(os.getpid()))
+            except FileExistsError:
+                continue
         os.kill(os.getpid(), signal.SIGKILL)
-    try:
-        with open(marker, "x"):
-            pass
-    except FileExistsError:
-        return
-    os.kill(os.getpid(), signal.SIGKILL)
 
 
 def run_shard_task(fn: Callable[[dict[str, Any]], dict[str, Any]], task: dict[str, Any], description: str,
