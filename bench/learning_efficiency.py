@@ -34,8 +34,11 @@ that each of its evaluations (every 250 iterations, from its config) leaves a ch
 score on the whole val text afterwards. The seed: nanoGPT seeds with torch.manual_seed(1337); a
 wrapper adds (seed - 1) to that call (seed 1 is nanoGPT's own run).
 (b) --gpt2-preset with AdamW and `resolve_defaults`' lr/warmup; (c) --modern-preset with Muon
-(train.optimizer muon, resolve_defaults' lr and muon_lr). Both: one BPE tokenizer from
-`gptforge.data.prepare` (vocabulary by its size rule), the same block, batch and steps.
+(train.optimizer muon, resolve_defaults' lr and muon_lr); (d) --qwen3-preset with Muon likewise
+(Qwen3 blocks: QK-norm, SwiGLU, no logit cap; the exportable recipe). All: one BPE tokenizer from
+`gptforge.data.prepare` (vocabulary by its size rule), the same block, batch and steps. The
+summary also compares the recipes at equal CPU seconds: each curve's value at the smallest final
+CPU time of all runs (linear between evaluations).
 """
 
 from __future__ import annotations
@@ -152,6 +155,15 @@ def interpolated_reach(curve: list[tuple[float, float]], target: float) -> float
             return c0 + (cpu - c0) * (v0 - target) / (v0 - v)
         prev = (cpu, v)
     return float("nan")
+
+
+def value_at(curve: list[tuple[float, float]], cpu: float) -> float:
+    """Val bits per byte of a (cpu, bpb) curve at `cpu` CPU seconds, linear between evaluations;
+    nan outside the curve's range."""
+    for (c0, v0), (c1, v1) in zip(curve, curve[1:]):
+        if c0 <= cpu <= c1:
+            return v0 + (v1 - v0) * (cpu - c0) / (c1 - c0) if c1 > c0 else v1
+    return curve[-1][1] if curve and abs(curve[-1][0] - cpu) < 1e-9 else float("nan")
 
 
 def first_reach(curve: list[tuple[float, float]], target: float) -> float:
@@ -321,6 +333,7 @@ def main() -> None:
     ap.add_argument("--exclude", default="metadata.txt", help="file names that are not documents (comma-separated)")
     ap.add_argument("--gpt2-preset", default="gpt2-micro")
     ap.add_argument("--modern-preset", default="modern-micro")
+    ap.add_argument("--qwen3-preset", default="qwen3-micro")
     ap.add_argument("--block", type=int, default=128)
     ap.add_argument("--batch", type=int, default=16)
     ap.add_argument("--steps", type=int, default=600)
@@ -340,7 +353,7 @@ def main() -> None:
 
     import numpy as np
     import torch
-    from lr_sweep import cpu_name  # bench/ is on sys.path when this script runs
+    from machine import cpu_description  # bench/machine.py (bench/ is on sys.path when this script runs)
 
     from gptforge.config import ModelConfig
     from gptforge.data.prepare import PrepareConfig, prepare
@@ -358,7 +371,7 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     seeds = [int(s) for s in args.seeds.split(",")]
     recipes = args.recipes.split(",")
-    print(f"CPU: {cpu_name()}; torch {torch.__version__}; threads {args.threads}; load average at start "
+    print(f"CPU: {cpu_description()}; torch {torch.__version__}; threads {args.threads}; load average at start "
           f"{' '.join(f'{x:.1f}' for x in os.getloadavg())}", flush=True)
     docs = read_documents(Path(args.corpus), args.exclude)
     train_names, val_names = split_documents(docs, args.val_fraction, args.split_seed)
@@ -392,7 +405,7 @@ def main() -> None:
         elif "a" in recipes:
             print("(a) skipped: no --nanogpt-dir / NANOGPT_DIR")
 
-        if "b" in recipes or "c" in recipes:
+        if {"b", "c", "d"} & set(recipes):
             docs_dir = work / "train_docs"
             docs_dir.mkdir()
             for i, n in enumerate(train_names):
@@ -410,11 +423,12 @@ def main() -> None:
             val_tokens = np.asarray(tok.encode(val_text), dtype=np.int64)
             assert tok.decode(val_tokens.tolist()) == val_text, "the tokenizer does not round-trip the val text"
             rule = " (prepare's size rule)" if not args.vocab_size else ""
-            print(f"(b, c) BPE vocabulary {meta['vocab_size']}{rule}; "
+            print(f"(b, c, d) BPE vocabulary {meta['vocab_size']}{rule}; "
                   f"{meta['splits']['train']['tokens']:,} train tokens; val {len(val_tokens):,} tokens", flush=True)
             shape = dict(block_size=args.block, vocab_size=meta["vocab_size"])
             plan = [("b", f"{args.gpt2_preset} + AdamW", ModelConfig(preset=args.gpt2_preset, **shape), "adamw"),
-                    ("c", f"{args.modern_preset} + Muon", ModelConfig(preset=args.modern_preset, **shape), "muon")]
+                    ("c", f"{args.modern_preset} + Muon", ModelConfig(preset=args.modern_preset, **shape), "muon"),
+                    ("d", f"{args.qwen3_preset} + Muon", ModelConfig(preset=args.qwen3_preset, **shape), "muon")]
             for key, name, mc, opt in plan:
                 if key not in recipes:
                     continue
@@ -438,7 +452,7 @@ def main() -> None:
 def report(results: dict, args) -> None:
     """Print the summary table and the two targets."""
     names = {"a": "(a) nanoGPT README CPU recipe", "b": f"(b) {args.gpt2_preset} + AdamW, size-aware defaults",
-             "c": f"(c) {args.modern_preset} + Muon"}
+             "c": f"(c) {args.modern_preset} + Muon", "d": f"(d) {args.qwen3_preset} + Muon"}
     summ = {k: summarise(names[k], v) for k, v in results["runs"].items()}
     print("| recipe | final val bits/byte (mean ± sd; seeds) | CPU s per run (mean; seeds) |")
     print("|---|---|---|")
@@ -453,7 +467,13 @@ def report(results: dict, args) -> None:
             sd = statistics.stdev(vals) if len(vals) > 1 else 0.0
             points.append(f"{statistics.mean(cpus):.0f} s {statistics.mean(vals):.3f}±{sd:.3f}")
         print(f"curve {k} (mean CPU s, mean val bits/byte ± sd over seeds): " + "; ".join(points))
-    for fast, ref, bound in (("c", "b", 2 / 3), ("b", "a", 1 / 4)):
+    budget = min(r["curve"][-1][0] for runs in results["runs"].values() for r in runs)
+    for k, runs in results["runs"].items():
+        vals = [value_at(r["curve"], budget) for r in runs]
+        sd = statistics.stdev(vals) if len(vals) > 1 else 0.0
+        print(f"at equal CPU seconds ({budget:.1f} s, the shortest run): {summ[k]['recipe']} "
+              f"{statistics.mean(vals):.4f} ± {sd:.4f} ({', '.join(f'{x:.4f}' for x in vals)})")
+    for fast, ref, bound in (("c", "b", 2 / 3), ("d", "b", 2 / 3), ("b", "a", 1 / 4)):
         if fast not in summ or ref not in summ:
             continue
         target, ref_cpu = summ[ref]["bpb_mean"], summ[ref]["cpu_mean"]

@@ -1,24 +1,35 @@
-"""Generation and serving speed: gptforge against transformers on the same model, in one run.
+"""Generation and serving speed: gptforge against transformers, onnxruntime and llama.cpp on the
+same weights, in one run.
 
-    python bench/serve_throughput.py [--new-tokens 128] [--prompt-tokens 32] [--threads 1] [--write]
+    python bench/serve_throughput.py [--new-tokens 128] [--prompt-tokens 32] [--threads 1]
+        [--dtypes fp32,bf16] [--presets gpt2-mini llama-micro] [--write]
 
-For a gpt2-mini-shaped and a llama-micro-shaped model (random weights, fp32, vocabulary 1000 from
-a BPE trained on the standard library), exported as a Hugging Face folder and loaded back with
-`AutoModelForCausalLM`:
-1. single-stream greedy decode tokens/s: `gptforge.infer.generate.generate` vs transformers'
-   `generate` (KV cache on both, same prompt, same dtype, exactly --new-tokens tokens), best of 3;
+For each preset (random weights, vocabulary 1000 from a BPE trained on the standard library; GPT-2
+shapes with the tanh GELU that GPT-2 and llama.cpp's gpt2 graph use), exported as a Hugging Face
+folder (loaded back with `AutoModelForCausalLM`), an ONNX folder and GGUF files:
+1. single-stream greedy decode tokens/s, exactly --new-tokens tokens after the same prompt, best
+   of 3: `gptforge.infer.generate.generate` against transformers' `generate` (KV cache on both,
+   each --dtypes entry on both sides; gptforge also with `generate(compile=True)`, timed after its
+   compiling first call), onnxruntime f32 (`OnnxDecoder.greedy`) and llama.cpp
+   (llama-cpp-python, GGUF f32 and q8_0, greedy: top_k 1), each at --threads threads;
 2. aggregate tokens/s of the continuous-batching engine with 8 concurrent streams vs 1
    (in process), and transformers' `generate` on a batch of 8 as a reference;
-3. through HTTP (`gptforge serve`'s app on 127.0.0.1, max batch 8; --clients streaming clients x
-   --per-client requests, default 8 x 3): time to first token p50/p99 and aggregate tokens/s.
-Prints a Markdown table; --write appends it to bench/RESULTS.md with the command line.
+3. through HTTP (`gptforge serve`'s app on 127.0.0.1 in this process, max batch 8) with the load
+   generator in its own process (--clients streaming clients x --per-client requests, default
+   8 x 3): aggregate tokens/s against the in-process engine's at 8 streams, time to first token
+   p50/p99, the CPU seconds of the load generator and of the server process, and where the server's
+   time went (share of the wall time spent in engine steps, sequences decoded per step).
+Prints Markdown tables; --write appends them to bench/RESULTS.md with the command line.
 """
 
 from __future__ import annotations
 
 import argparse
+import copy
 import json
+import os
 import statistics
+import subprocess
 import sys
 import tempfile
 import threading
@@ -34,7 +45,11 @@ sys.path.insert(0, str(REPO))
 
 
 
+DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
+
+
 def build(preset: str, tok_dir: Path, out: Path):
+    """(gptforge GPT, the same weights in transformers, its ModelConfig), fp32, eval mode."""
     from transformers import AutoModelForCausalLM
 
     from gptforge.config import ModelConfig
@@ -42,7 +57,8 @@ def build(preset: str, tok_dir: Path, out: Path):
     from gptforge.model.hf_save import save_hf
 
     torch.manual_seed(0)
-    cfg = ModelConfig(preset=preset, vocab_size=1000).resolved()
+    extra = {"activation": "gelu_tanh"} if preset.startswith("gpt2") else {}
+    cfg = ModelConfig(preset=preset, vocab_size=1000, **extra).resolved()
     model = GPT(cfg).eval()
     save_hf(model, cfg, out, tokenizer_dir=tok_dir)
     hf = AutoModelForCausalLM.from_pretrained(out, dtype=torch.float32).eval()
@@ -60,15 +76,67 @@ def best_of(fn, n=3) -> float:
     return min(times)
 
 
-def single_stream(model, hf, prompt, n):
+def single_stream(model, hf, prompt, n, dtype: torch.dtype, compiled: bool):
+    """(gptforge, transformers, gptforge with `generate(compile=True)` or None) greedy tokens/s for
+    one prompt, all in `dtype`. The compiled figure is the best of 3 after a first, compiling call."""
     from gptforge.infer.generate import generate
 
+    model, hf = copy.deepcopy(model).to(dtype), copy.deepcopy(hf).to(dtype)
     idx = torch.tensor([prompt])
     with torch.no_grad():
         ours = best_of(lambda: generate(model, idx, n, temperature=0))
         theirs = best_of(lambda: hf.generate(idx, attention_mask=torch.ones_like(idx), max_new_tokens=n,
                                              min_new_tokens=n, do_sample=False, use_cache=True))
-    return n / ours, n / theirs
+        comp = None
+        if compiled:
+            generate(model, idx, n, temperature=0, compile=True)  # compiles
+            comp = n / best_of(lambda: generate(model, idx, n, temperature=0, compile=True))
+    return n / ours, n / theirs, comp
+
+
+def other_runtimes(model, tok_dir: Path, root: Path, prompt, n, threads: int) -> dict[str, float | str]:
+    """Greedy tokens/s of onnxruntime f32 and llama.cpp (GGUF f32, q8_0) on `model`'s weights; a
+    runtime that cannot run maps to the reason (a string)."""
+    out: dict[str, float | str] = {}
+    try:
+        import onnxruntime as ort
+
+        from gptforge.export.onnx import OnnxDecoder, export_onnx
+
+        export_onnx(model, {"tokenizer_dir": tok_dir, "hf_config": None, "generation_config": None},
+                    root / "onnx", overwrite=True)
+        dec = OnnxDecoder(root / "onnx")
+        opts = ort.SessionOptions()
+        opts.intra_op_num_threads = opts.inter_op_num_threads = threads  # as torch gets
+        dec.session = ort.InferenceSession(str(root / "onnx" / "model.onnx"), opts,
+                                           providers=["CPUExecutionProvider"])
+        out["onnxruntime f32"] = n / best_of(lambda: dec.greedy(prompt, n))
+    except ImportError as e:
+        out["onnxruntime f32"] = f"not importable ({e.name})"
+    try:
+        import llama_cpp
+    except ImportError:
+        llama_cpp = None
+    for q in ("f32", "q8_0"):
+        if llama_cpp is None:
+            out[f"llama.cpp {q}"] = "llama-cpp-python not installed"
+            continue
+        from gptforge.export.gguf import write_gguf
+
+        f = root / f"m-{q}.gguf"
+        write_gguf(model, tok_dir, f, dtype="f32", quantize=None if q == "f32" else q, warn=lambda m: None)
+        llm = llama_cpp.Llama(str(f), n_ctx=max(256, len(prompt) + n + 8), n_threads=threads,
+                              n_threads_batch=threads, verbose=False)
+
+        def run(llm=llm):
+            llm.reset()
+            it = llm.generate(prompt, top_k=1, top_p=1.0, min_p=0.0, temp=0.0, repeat_penalty=1.0, reset=True)
+            for _, _tok in zip(range(n), it):
+                pass
+
+        out[f"llama.cpp {q}"] = n / best_of(run)
+        llm.close()
+    return out
 
 
 def engine_rate(model, decode, prompts, n, batch):
@@ -91,33 +159,24 @@ def hf_batch_rate(hf, prompts, n):
     return len(prompts) * n / dt
 
 
-def http_load(model, tok_file, prompts, n, clients=8, per_client=3):
-    import socket
-
+def load_generator(spec: dict) -> dict:
+    """The HTTP clients, run in their own process (`--load-generator`, spec as JSON on stdin):
+    spec["clients"] threads, each sending spec["per_client"] streaming completions one after the
+    other. Returns TTFTs (s), completion token counts, the wall seconds and this process's CPU
+    seconds (user + system, all threads)."""
     import httpx
-    import uvicorn
 
-    from gptforge.serve.app import ServeConfig, create_app
-
-    app = create_app(model, tok_file, ServeConfig(model_name="bench", max_batch_size=min(clients, 8)))
-    sock = socket.socket()
-    sock.bind(("127.0.0.1", 0))
-    server = uvicorn.Server(uvicorn.Config(app, log_level="warning"))
-    th = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
-    th.start()
-    while not server.started:
-        time.sleep(0.02)
-    url = f"http://127.0.0.1:{sock.getsockname()[1]}/v1/completions"
     ttfts, tokens = [], []
 
     def client(c):
         with httpx.Client(timeout=300) as h:
-            for k in range(per_client):
-                body = {"model": "bench", "prompt": prompts[(c + k) % len(prompts)], "max_tokens": n,
+            for k in range(spec["per_client"]):
+                prompts = spec["prompts"]
+                body = {"model": "bench", "prompt": prompts[(c + k) % len(prompts)], "max_tokens": spec["n"],
                         "temperature": 0, "stream": True, "stream_options": {"include_usage": True}}
                 t0 = time.perf_counter()
                 first = None
-                with h.stream("POST", url, json=body) as r:
+                with h.stream("POST", spec["url"], json=body) as r:
                     for line in r.iter_lines():
                         if not line.startswith("data: {"):
                             continue
@@ -128,31 +187,141 @@ def http_load(model, tok_file, prompts, n, clients=8, per_client=3):
                             tokens.append(chunk["usage"]["completion_tokens"])
                 ttfts.append(first)
 
-    t = time.perf_counter()
-    threads = [threading.Thread(target=client, args=(c,)) for c in range(clients)]
+    cpu0, t = time.process_time(), time.perf_counter()
+    threads = [threading.Thread(target=client, args=(c,)) for c in range(spec["clients"])]
     for x in threads:
         x.start()
     for x in threads:
         x.join()
-    wall = time.perf_counter() - t
+    return {"ttfts": ttfts, "tokens": tokens, "wall": time.perf_counter() - t, "cpu": time.process_time() - cpu0}
+
+
+def http_load(model, tok_file, prompts, n, clients=8, per_client=3) -> dict:
+    """Serve `model` in this process and drive it from a load-generator process; returns its
+    figures (see the module docstring, item 3)."""
+    import socket
+
+    import uvicorn
+
+    from gptforge.serve.app import ServeConfig, create_app
+
+    app = create_app(model, tok_file, ServeConfig(model_name="bench", max_batch_size=min(clients, 8)))
+    engine = app.state.server.engine
+    busy = {"seconds": 0.0, "steps": 0, "rows": 0}
+    plain_step = engine.step
+
+    def timed_step():
+        t0 = time.perf_counter()
+        rows = len(engine.running)
+        did = plain_step()
+        busy["seconds"] += time.perf_counter() - t0
+        busy["steps"] += int(did)
+        busy["rows"] += rows
+        return did
+
+    engine.step = timed_step
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    server = uvicorn.Server(uvicorn.Config(app, log_level="warning"))
+    th = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
+    th.start()
+    while not server.started:
+        time.sleep(0.02)
+    spec = {"url": f"http://127.0.0.1:{sock.getsockname()[1]}/v1/completions", "prompts": prompts, "n": n,
+            "clients": clients, "per_client": per_client}
+    cpu0 = time.process_time()
+    proc = subprocess.run([sys.executable, __file__, "--load-generator"], input=json.dumps(spec),
+                          capture_output=True, text=True, env=dict(os.environ, OMP_NUM_THREADS="1"))
+    server_cpu = time.process_time() - cpu0
     server.should_exit = True
     th.join(10)
-    ttfts.sort()
-    p99 = ttfts[min(len(ttfts) - 1, int(round(0.99 * (len(ttfts) - 1))))]
-    if len(tokens) != clients * per_client:
-        raise RuntimeError(f"only {len(tokens)} of {clients * per_client} streamed requests completed")
-    return statistics.median(ttfts), p99, sum(tokens) / wall
+    if proc.returncode:
+        raise RuntimeError(f"load generator failed:\n{proc.stderr[-2000:]}")
+    r = json.loads(proc.stdout.splitlines()[-1])
+    if len(r["tokens"]) != clients * per_client:
+        raise RuntimeError(f"only {len(r['tokens'])} of {clients * per_client} streamed requests completed")
+    ttfts = sorted(r["ttfts"])
+    return {"p50": statistics.median(ttfts), "p99": ttfts[min(len(ttfts) - 1, int(round(0.99 * (len(ttfts) - 1))))],
+            "rate": sum(r["tokens"]) / r["wall"], "client_cpu": r["cpu"], "wall": r["wall"],
+            "server_cpu": server_cpu, "engine_share": busy["seconds"] / r["wall"],
+            "rows_per_step": busy["rows"] / max(busy["steps"], 1), "steps": busy["steps"]}
+def _ratio(ours: float, theirs) -> str:
+    return f"{theirs:.0f} tok/s | {ours / theirs:.2f}x" if isinstance(theirs, float) else f"{theirs} | -"
+
+
+def tables(rows: list[dict], args) -> str:
+    """The three Markdown tables of a run (decode against transformers, against the other runtimes,
+    engine and HTTP)."""
+    t1 = ["| model | dtype | gptforge generate | transformers generate | ratio | gptforge compiled | ratio |",
+          "|---|---|---:|---:|---:|---:|---:|"]
+    for r in rows:
+        for d, (ours, theirs, comp) in r["single"].items():
+            c = f"{comp:.0f} tok/s | {comp / theirs:.2f}x" if comp else "- | -"
+            t1.append(f"| {r['preset']} | {d} | {ours:.0f} tok/s | {theirs:.0f} tok/s | {ours / theirs:.2f}x | {c} |")
+    names = list(rows[0]["runtimes"])
+    # gptforge / runtime: the faster of gptforge's eager and compiled fp32 decode.
+    t2 = ["| model | gptforge fp32 (eager / compiled) | " + " | ".join(f"{n} | gptforge / {n}" for n in names) + " |",
+          "|---|---:|" + "---:|---:|" * len(names)]
+    for r in rows:
+        eager, _, comp = r["single"].get("fp32", (float("nan"), None, None))
+        ours = max(eager, comp or 0.0)
+        t2.append(f"| {r['preset']} | {eager:.0f} / {comp or 0:.0f} tok/s | "
+                  + " | ".join(_ratio(ours, r["runtimes"][n]) for n in names) + " |")
+    t3 = ["| model | engine 1 stream | engine 8 streams | 8 / 1 | transformers batch 8 | "
+          f"HTTP {args.clients}x{args.per_client} streams | HTTP / engine 8 | TTFT p50 / p99 | "
+          "load generator CPU | server process CPU | HTTP wall | engine busy | sequences per decode step |",
+          "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    for r in rows:
+        h = r.get("http")
+        if not h:
+            continue
+        t3.append(f"| {r['preset']} | {r['agg1']:.0f} tok/s | {r['agg8']:.0f} tok/s | {r['agg8'] / r['agg1']:.2f}x | "
+                  f"{r['hf8']:.0f} tok/s | {h['rate']:.0f} tok/s | {h['rate'] / r['agg8']:.2f}x | "
+                  f"{h['p50'] * 1e3:.0f} / {h['p99'] * 1e3:.0f} ms | {h['client_cpu']:.1f} s | "
+                  f"{h['server_cpu']:.1f} s | {h['wall']:.1f} s | {100 * h['engine_share']:.0f}% | "
+                  f"{h['rows_per_step']:.1f} |")
+    parts = (t1, t2, t3) if all(r.get("http") for r in rows) else (t1, t2)
+    return "\n\n".join("\n".join(t) for t in parts) + "\n"
+
+
+def measure(preset: str, tok, tmp: Path, args) -> dict:
+    """Every figure of one preset (see the module docstring)."""
+    model, hf = build(preset, tmp / "tok", tmp / preset)
+    g = torch.Generator().manual_seed(1)
+    prompts = [torch.randint(1, 1000, (args.prompt_tokens,), generator=g).tolist() for _ in range(8)]
+    r: dict = {"preset": preset, "single": {}}
+    for d in args.dtypes.split(","):
+        r["single"][d] = single_stream(model, hf, prompts[0], args.new_tokens, DTYPES[d], not args.no_compile)
+        print(f"{preset} {d}: gptforge {r['single'][d][0]:.0f} vs transformers {r['single'][d][1]:.0f} tok/s; "
+              f"compiled {r['single'][d][2]}", flush=True)
+    r["runtimes"] = other_runtimes(model, tmp / "tok", tmp / f"{preset}-x", prompts[0], args.new_tokens, args.threads)
+    print(f"{preset}: {r['runtimes']}", flush=True)
+    r["agg1"] = engine_rate(model, tok.decode, prompts[:1], args.new_tokens, 1)
+    r["agg8"] = engine_rate(model, tok.decode, prompts, args.new_tokens, 8)
+    r["hf8"] = hf_batch_rate(hf, prompts, args.new_tokens)
+    if not args.skip_http:
+        r["http"] = http_load(model, tmp / "tok" / "tokenizer.json", prompts, args.new_tokens, args.clients,
+                              args.per_client)
+        print(f"{preset}: engine 1={r['agg1']:.0f} 8={r['agg8']:.0f}; HF batch 8={r['hf8']:.0f}; HTTP {r['http']}",
+              flush=True)
+    return r
 
 
 def main() -> int:
+    if sys.argv[1:] == ["--load-generator"]:
+        print(json.dumps(load_generator(json.loads(sys.stdin.read()))))
+        return 0
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--new-tokens", type=int, default=128)
     ap.add_argument("--prompt-tokens", type=int, default=32)
-    ap.add_argument("--threads", type=int, default=1, help="torch threads (default 1: the machine is shared)")
+    ap.add_argument("--threads", type=int, default=1, help="threads of every runtime (default 1: the machine is shared)")
     ap.add_argument("--presets", nargs="+", default=["gpt2-mini", "llama-micro"])
+    ap.add_argument("--dtypes", default="fp32,bf16", help="dtypes of the gptforge / transformers decode (default fp32,bf16)")
     ap.add_argument("--clients", type=int, default=8, help="concurrent HTTP streaming clients (issue's full load: 32)")
     ap.add_argument("--per-client", type=int, default=3, help="requests per client (issue's full load: 10)")
-    ap.add_argument("--write", action="store_true", help="append the table to bench/RESULTS.md")
+    ap.add_argument("--no-compile", action="store_true", help="leave out gptforge's compiled decode")
+    ap.add_argument("--skip-http", action="store_true", help="no HTTP part (third table left out)")
+    ap.add_argument("--write", action="store_true", help="append the tables to bench/RESULTS.md")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     import transformers
@@ -160,43 +329,24 @@ def main() -> int:
     from gptforge.data.stdlib_corpus import stdlib_files
     from gptforge.data.tokenizer import train_bpe
 
+    load0 = os.getloadavg()
     texts = [p.read_text(errors="replace") for p in stdlib_files()[:60]]
     tok = train_bpe(texts, vocab_size=1000)
-    rows = []
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
         tok.save(tmp / "tok" / "tokenizer.json")
-        for preset in args.presets:
-            model, hf = build(preset, tmp / "tok", tmp / preset)
-            g = torch.Generator().manual_seed(1)
-            prompts = [torch.randint(1, 1000, (args.prompt_tokens,), generator=g).tolist() for _ in range(8)]
-            ours1, hf1 = single_stream(model, hf, prompts[0], args.new_tokens)
-            agg1 = engine_rate(model, tok.decode, prompts[:1], args.new_tokens, 1)
-            agg8 = engine_rate(model, tok.decode, prompts, args.new_tokens, 8)
-            hf8 = hf_batch_rate(hf, prompts, args.new_tokens)
-            p50, p99, http = http_load(model, tmp / "tok" / "tokenizer.json", prompts, args.new_tokens,
-                                       args.clients, args.per_client)
-            rows.append((preset, ours1, hf1, agg1, agg8, hf8, p50, p99, http))
-            print(f"{preset}: single {ours1:.0f} vs {hf1:.0f} tok/s; engine 1={agg1:.0f} 8={agg8:.0f}; "
-                  f"HF batch 8={hf8:.0f}; HTTP TTFT p50 {p50 * 1e3:.0f} ms p99 {p99 * 1e3:.0f} ms, {http:.0f} tok/s",
-                  flush=True)
-    head = (f"Machine: {cpu_description()}, torch {torch.__version__} ({args.threads} thread(s)), transformers "
-            f"{transformers.__version__}; shared and loaded by other jobs. Prompt {args.prompt_tokens} tokens, "
-            f"{args.new_tokens} new tokens, greedy, fp32, random weights, vocabulary 1000. Every one of the "
-            f"{args.clients * args.per_client} HTTP requests completed.")
-    table = ["| model | gptforge generate | transformers generate | ratio | engine 1 stream | engine 8 streams | "
-             f"8 / 1 | transformers batch 8 | HTTP {args.clients}x{args.per_client} streams | TTFT p50 / p99 |",
-             "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
-    for preset, ours1, hf1, agg1, agg8, hf8, p50, p99, http in rows:
-        table.append(f"| {preset} | {ours1:.0f} tok/s | {hf1:.0f} tok/s | {ours1 / hf1:.2f}x | {agg1:.0f} tok/s | "
-                     f"{agg8:.0f} tok/s | {agg8 / agg1:.2f}x | {hf8:.0f} tok/s | {http:.0f} tok/s | "
-                     f"{p50 * 1e3:.0f} / {p99 * 1e3:.0f} ms |")
-    text = head + "\n\n" + "\n".join(table) + "\n"
+        rows = [measure(preset, tok, tmp, args) for preset in args.presets]
+    loads = f"load average {load0[0]:.1f} at start, {os.getloadavg()[0]:.1f} at end"
+    head = (f"Machine: {cpu_description()}, torch {torch.__version__} ({args.threads} thread(s) for every runtime), "
+            f"transformers {transformers.__version__}; {loads}. Prompt {args.prompt_tokens} tokens, "
+            f"{args.new_tokens} new tokens, greedy, random weights, vocabulary 1000.")
+    text = head + "\n\n" + tables(rows, args)
     print("\n" + text)
     if args.write:
         cmd = "python bench/serve_throughput.py " + " ".join(sys.argv[1:])
         with open(REPO / "bench" / "RESULTS.md", "a") as f:
-            f.write(f"\n## Generation and serving (issue: serve)\n\nCommand: `{cmd.strip()}`. {text}")
+            f.write(f"\n## Decoding and serving against transformers, onnxruntime and llama.cpp (issue 29)\n\n"
+                    f"Command: `{cmd.strip()}`. {text}")
     return 0
 
 

@@ -98,12 +98,21 @@ def _label(variant) -> str:
     return ("compile" if variant else "eager") if isinstance(variant, bool) else variant
 
 
+def _mode(name: str) -> bool | str:
+    """A gptforge variant's compile mode: eager -> False, compile -> True, auto -> "auto"."""
+    if name not in ("eager", "compile", "auto"):
+        raise SystemExit(f"--variants: mode {name!r} is not eager, compile or auto")
+    return "auto" if name == "auto" else name == "compile"
+
+
 def load() -> str:
     return "load average " + " / ".join(f"{x:.1f}" for x in os.getloadavg())
 
 
-def run_gptforge(shards: Path, out: Path, c: dict, precision: str, compile: bool, steps: int, threads: int) -> dict:
-    cmd = [sys.executable, "-m", "gptforge.cli", "pretrain", "--data", str(shards), "--out", str(out),
+def run_gptforge(shards: Path, out: Path, c: dict, precision: str, compile: bool | str, steps: int,
+                 threads: int, activation: str | None = None) -> dict:
+    act = ["--model.activation", activation] if activation else []
+    cmd = [sys.executable, "-m", "gptforge.cli", "pretrain", *act, "--data", str(shards), "--out", str(out),
            "--model.arch", "gpt2", "--model.n_layer", str(c["n_layer"]), "--model.n_head", str(c["n_head"]),
            "--model.d_model", str(c["d_model"]), "--model.block_size", str(c["block_size"]),
            "--model.bias", "false", "--model.dropout", "0.0",
@@ -113,10 +122,18 @@ def run_gptforge(shards: Path, out: Path, c: dict, precision: str, compile: bool
            "--train.checkpoint_interval", str(steps // 2), "--train.warmup_steps", "5",
            "--train.num_threads", str(threads), "--train.lr", "1e-3", "--quiet"]
     env = dict(os.environ, OMP_NUM_THREADS=str(threads))  # as nanoGPT's run gets
+    env.pop("GPTFORGE_AUTO_COMPILE", None)  # auto measures
     proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, env=env)
     if proc.returncode:
         raise RuntimeError(f"gptforge failed:\n{proc.stderr[-2000:]}")
+    said = re.search(r"train.compile auto -> .*", proc.stdout + proc.stderr)
+    if compile == "auto":
+        import yaml
+
+        chose = (yaml.safe_load((out / "config.yaml").read_text()) or {}).get("train", {}).get("compile")
+        print(f"  {precision} train.compile auto chose {chose}" + (f": {said.group(0)}" if said else ""), flush=True)
     rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    rows = [r for r in rows if "tokens_per_second" in r]
     timed = rows[3:]  # skip warm-up steps (and compilation)
     return {
         "tokens_per_second": statistics.median(r["tokens_per_second"] for r in timed),
@@ -156,7 +173,9 @@ def main() -> int:
     ap.add_argument("--steps", type=int, default=40, help="Optimizer steps per run (default 40).")
     ap.add_argument("--configs", default="a,b", help="Which configurations (default a,b).")
     ap.add_argument("--variants", default="fp32:eager,fp32:compile,bf16:eager,bf16:compile",
-                    help="gptforge variants, precision:eager|compile (default all four).")
+                    help="gptforge variants, precision:eager|compile|auto[:activation] (auto: `--train.compile "
+                         "auto`, which prints its choice; default the four fixed ones with the gpt2 default "
+                         "activation); e.g. fp32:eager:gelu,fp32:eager:gelu_tanh compares exact and tanh GELU.")
     ap.add_argument("--nano-variants", default="eager,compile,eager-passive,compile-passive",
                     help="nanoGPT variants: eager, compile, and either with -passive: OMP_WAIT_POLICY=PASSIVE, "
                          "which gptforge's CLI sets by default (default all four).")
@@ -173,11 +192,11 @@ def main() -> int:
     text, source = corpus_text()
     print(f"CPU: {cpu_description()}; torch {torch.__version__}")
     print(f"corpus: {source}, {len(text):,} characters; {args.steps} steps per run; {args.threads} threads; {load()}")
-    ours = [(v.split(":")[0], v.split(":")[1] == "compile") for v in args.variants.split(",")]
+    ours = [(v.split(":")[0], _mode(v.split(":")[1]), (v.split(":") + [None])[2]) for v in args.variants.split(",")]
     theirs = [v for v in args.nano_variants.split(",")] if nano_dir else []
     # Interleaved order: nanoGPT eager, gptforge fp32 eager, nanoGPT compile, gptforge ..., so both
     # tools' runs alternate within each repeat.
-    order = [("nanoGPT", "fp32", c) for c in theirs]
+    order = [("nanoGPT", "fp32", c, None) for c in theirs]
     for i, o in enumerate(ours):
         order.insert(min(2 * i + 1, len(order)), ("gptforge", *o))
     with tempfile.TemporaryDirectory() as tmp:
@@ -190,24 +209,25 @@ def main() -> int:
             best: dict[tuple, dict] = {}
             loads = [load()]
             for rep in range(args.repeat):
-                for n, (tool, prec, comp) in enumerate(order):
+                for n, (tool, prec, comp, act) in enumerate(order):
                     work = tmp / f"{key}{rep}{n}"
                     r = (run_nanogpt(nano_dir, data_root, work, c, comp.startswith("compile"), args.steps, args.threads,
                                      passive=comp.endswith("-passive")) if tool == "nanoGPT"
-                         else run_gptforge(shards, work, c, prec, comp, args.steps, args.threads))
-                    k = (tool, prec, comp)
+                         else run_gptforge(shards, work, c, prec, comp, args.steps, args.threads, act))
+                    k = (tool, prec, comp, act)
                     if k not in best or r["tokens_per_second"] > best[k]["tokens_per_second"]:
                         best[k] = r
                     shutil.rmtree(work, ignore_errors=True)
                 loads.append(load())
-            ref_val = best.get(("gptforge", "fp32", False), {}).get("val_loss")
-            for (tool, prec, comp), r in best.items():
-                line = (f"{shape} {tool:>8} {prec} {_label(comp):>13}: "
+            ref_key = next((k for k in best if k[:3] == ("gptforge", "fp32", False)), None)
+            ref_val = best[ref_key]["val_loss"] if ref_key else None
+            for (tool, prec, comp, act), r in best.items():
+                line = (f"{shape} {tool:>8} {prec} {_label(comp):>13}{' ' + act if act else ''}: "
                         f"{r['tokens_per_second']:>8,.0f} tok/s, train loss (last 10) {r['train_loss']:.4f}")
                 if tool == "gptforge":
                     mfu = f"{100 * r['mfu']:.1f}%" if r["mfu"] is not None else "n/a"
                     line += f", MFU {mfu} of measured {prec} peak, val loss {r['val_loss']:.4f}"
-                    if ref_val is not None and (prec, comp) != ("fp32", False):
+                    if ref_val is not None and (tool, prec, comp, act) != ref_key:
                         line += f" (fp32 eager {r['val_loss'] - ref_val:+.4f})"
                 print(line, flush=True)
             g = {k: v for k, v in best.items() if k[0] == "gptforge"}
@@ -219,10 +239,10 @@ def main() -> int:
                 print(f"{shape} best vs best: gptforge {gk[1]} {_label(gk[2])} "
                       f"{g[gk]['tokens_per_second']:,.0f} / nanoGPT {nk[1]} {_label(nk[2])} "
                       f"{n[nk]['tokens_per_second']:,.0f} tok/s = {ratio:.2f}x")
-                a = g.get(("gptforge", "fp32", False))
+                a = g.get(ref_key)
                 for nv, what in (("eager", "nanoGPT's default environment"),
                                  ("eager-passive", "both OMP_WAIT_POLICY=PASSIVE")):
-                    b = n.get(("nanoGPT", "fp32", nv))
+                    b = n.get(("nanoGPT", "fp32", nv, None))
                     if a and b:
                         print(f"{shape} fp32 eager like for like ({what}): {a['tokens_per_second']:,.0f} / "
                               f"{b['tokens_per_second']:,.0f} tok/s = "

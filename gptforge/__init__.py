@@ -5,7 +5,7 @@ and nothing imports `gptforge.commands` (the CLI loads a command by name):
 
     base      gptforge (this file), atomic, config, presets, errors, progress
     model     the GPT module, LoRA / 4-bit layers, Hugging Face tensor mapping and writing
-    runtime   device and autocast, loss helpers, the checkpoint format, model loading
+    runtime   device and autocast, loss helpers, the checkpoint format, model loading, torchrun and Slurm launch
     data      readers, curation, tokenizer, token shards, batches
     plan      memory / FLOPs / time model, hardware table, layout search
     infer     generation

@@ -21,6 +21,7 @@ COMMANDS = {
     "prepare": "Read raw text (txt/md/jsonl/json/parquet, plain or compressed), train/load a tokenizer, write token shards.",
     "pretrain": "Train a GPT from scratch on prepared shards.",
     "evaluate": "Benchmark tasks (acc, acc_norm, F1, exact match; lm-eval conventions), or loss/perplexity/bits per byte.",
+    "vocab": "Print a tokenizer's vocabulary as text (byte pieces of characters shown as <0xNN>).",
     "generate": "Sample text from a run or checkpoint with a KV cache.",
     "distill": "Train a student to match a frozen teacher's next-token distribution (logit distillation).",
     "finetune": "Fine-tune a Hugging Face or gptforge model (full or LoRA) on instruction .jsonl or shards.",

@@ -28,8 +28,10 @@ class ModelConfig:
 
     preset: Optional[str] = None
     """Named shape (gpt2-nano, gpt2-micro, gpt2-mini, gpt2-small, gpt2-medium, gpt2-large, gpt2-xl,
-    modern-nano, modern-micro, modern-mini, modern-small, llama-nano, llama-micro, llama-60m, llama-160m, llama-2-7b, llama-2-13b, llama-2-70b,
-    llama-3-8b, llama-3-70b). Other model.* keys override it."""
+    qwen3-nano, qwen3-micro, qwen3-mini, qwen3-small (the recommended recipe: exports exactly to hf,
+    gguf and onnx), modern-nano, modern-micro, modern-mini, modern-small (opt-in, NOT exportable:
+    logit soft cap and relu2 MLP), llama-nano, llama-micro, llama-60m, llama-160m, llama-2-7b,
+    llama-2-13b, llama-2-70b, llama-3-8b, llama-3-70b). Other model.* keys override it."""
     arch: Optional[Literal["gpt2", "llama"]] = None
     """Block type: gpt2 (learned positions, LayerNorm, GELU) or llama (RoPE, RMSNorm, SwiGLU, GQA).
     Default gpt2."""
@@ -65,7 +67,9 @@ class ModelConfig:
     approximation of the original GPT-2 and Hugging Face's "gelu_new"); llama blocks use SwiGLU
     with either of those values. relu2, both families: down(relu(up(x))^2), no gate (squared
     ReLU, So et al. 2021 "Primer", section 3; the modded-nanogpt speedrun's MLP); d_ff then
-    defaults to 4*d_model. Default gelu (about twice as fast as gelu_tanh on CPUs)."""
+    defaults to 4*d_model (relu2 on llama blocks is not exportable). Default gelu (its forward and
+    backward measured 1.25x faster than gelu_tanh's in fp32 and 2.1x in bf16 on a 2-core AVX-512
+    CPU, bench/RESULTS.md; the gguf export writes it for llama.cpp's tanh GELU with a note)."""
     qk_norm: Optional[bool] = None
     """RMSNorm (learned gain, one per head dim) on each head's query and key before RoPE and the
     dot product (Henry et al. 2020 "Query-Key Normalization"; Dehghani et al. 2023, ViT-22B,
@@ -77,7 +81,7 @@ class ModelConfig:
     logit_softcap: Optional[float] = None
     """Soft cap c on the output logits: c * tanh(z / c), so |logit| < c (Gemma 2, Team 2024,
     section 2, final_logit_softcapping 30; modded-nanogpt uses 15 at GPT-2-small scale). 0 or
-    unset: off."""
+    unset: off. Not exportable (no hf / gguf architecture gptforge writes caps only the logits)."""
     value_embeddings: Optional[bool] = None
     """Value embeddings: every other block, counting back from the last, gets its own token
     embedding table (vocab_size, n_kv_head*head_dim) added to the attention values, v = v +

@@ -28,3 +28,28 @@ class DamagedFileError(GptforgeError, ValueError):
 
 class TrainingError(GptforgeError, RuntimeError):
     """Training stopped for a reason the run can explain (e.g. consecutive non-finite losses)."""
+
+
+class MissingExtraError(GptforgeError, ImportError):
+    """An optional package a command needs is not installed; the message names the pip extra."""
+
+
+def require_extra(what: str, extra: str, packages: dict[str, str]) -> None:
+    """Import each module of `packages` ({module: pip package}) or fail in one line.
+
+    what: who needs them, e.g. "gptforge serve". Only a module that is itself missing counts (a
+    broken installation of one keeps its own error).
+
+    Raises:
+        MissingExtraError: "<what> needs <package>: pip install 'gptforge[<extra>]'" for the first
+            missing module.
+    """
+    import importlib
+
+    for module, package in packages.items():
+        try:
+            importlib.import_module(module)
+        except ModuleNotFoundError as e:
+            if e.name is not None and module != e.name and not module.startswith(e.name + "."):
+                raise
+            raise MissingExtraError(f"{what} needs {package}: pip install 'gptforge[{extra}]'") from None

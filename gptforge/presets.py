@@ -13,6 +13,10 @@
 | modern-micro  | llama | 4       | 4      | 4         | 128     | 512    | 256        | data   | 1,043,840 at vocab 1000    |
 | modern-mini   | llama | 6       | 6      | 6         | 384     | 1536   | 256        | data   | 11,390,592 at vocab 1000   |
 | modern-small  | llama | 12      | 12     | 12        | 768     | 3072   | 1024       | 50257  | 162,150,144                |
+| qwen3-nano    | llama | 2       | 2      | 2         | 64      | 176    | 128        | data   | 228,800 at vocab 1000      |
+| qwen3-micro   | llama | 4       | 4      | 4         | 128     | 352    | 256        | data   | 1,060,224 at vocab 1000    |
+| qwen3-mini    | llama | 6       | 6      | 6         | 384     | 1024   | 256        | data   | 11,390,592 at vocab 1000   |
+| qwen3-small   | llama | 12      | 12     | 12        | 768     | 2048   | 1024       | 50257  | 162,150,144                |
 | llama-nano    | llama | 2       | 4      | 2         | 64      | 176    | 128        | data   | 220,480 at vocab 1000      |
 | llama-micro   | llama | 4       | 4      | 2         | 128     | 352    | 256        | data   | 994,432 at vocab 1000      |
 | llama-60m     | llama | 8       | 8      | 8         | 512     | 1376   | 1024       | 32000  | 58,073,600                 |
@@ -25,7 +29,11 @@
 
 GPT-2 shapes: Radford et al. 2019, table 2 (the released checkpoints). modern-*: the GPT-2 shapes
 with Llama blocks, untied head, relu2 MLP (d_ff 4*d_model), QK-norm, zero-initialised output
-projections and logit soft cap 15 (see `ModelConfig` for each option's source). llama-60m: the 60M shape of
+projections and logit soft cap 15 (see `ModelConfig` for each option's source). qwen3-*: the
+same shapes as Qwen3 blocks (Yang et al. 2025, Qwen3 technical report, section 2): Llama blocks
+with QK-norm and SwiGLU (d_ff 8/3*d_model, as many MLP parameters as relu2's 4*d_model), untied
+head, RMSNorm eps 1e-6, zero-initialised output projections and no logit cap, so they export
+exactly to Hugging Face (`Qwen3ForCausalLM`), GGUF (llama.cpp's `qwen3`) and ONNX. llama-60m: the 60M shape of
 Zhao et al. 2024 (GaLore), table 2; llama-160m: the shape of the public "llama-160m" draft model.
 Llama 2: Touvron et al. 2023, table 1 and the released configs; Llama 3: the released
 `config.json` files (GQA with 8 KV heads, RoPE theta 500000). Parameter counts are what
@@ -41,6 +49,10 @@ _LLAMA = dict(arch="llama", bias=False, tie_embeddings=False, norm_eps=1e-5, rop
 # projections, an untied head and a logit soft cap of 15. Value embeddings stay opt-in.
 _MODERN = dict(arch="llama", bias=False, tie_embeddings=False, norm_eps=1e-5, rope_theta=10000.0,
                activation="relu2", qk_norm=True, zero_init_proj=True, logit_softcap=15.0, value_embeddings=False)
+# Qwen3 blocks: the modern family without the two options no deployment target computes (the
+# logit soft cap, relu2 on Llama blocks). zero_init_proj changes only the initialisation.
+_QWEN3 = dict(arch="llama", bias=False, tie_embeddings=False, norm_eps=1e-6, rope_theta=10000.0,
+              qk_norm=True, zero_init_proj=True, logit_softcap=0.0, value_embeddings=False)
 
 PRESETS: dict[str, dict] = {
     # CPU-sized shapes for laptops, tests and the quickstart. vocab_size comes from the data.
@@ -52,13 +64,19 @@ PRESETS: dict[str, dict] = {
     "gpt2-medium": dict(_GPT2, n_layer=24, n_head=16, d_model=1024, block_size=1024, vocab_size=50257),
     "gpt2-large": dict(_GPT2, n_layer=36, n_head=20, d_model=1280, block_size=1024, vocab_size=50257),
     "gpt2-xl": dict(_GPT2, n_layer=48, n_head=25, d_model=1600, block_size=1024, vocab_size=50257),
-    # Modern family (from-scratch pretraining; pair with --train.optimizer muon). No Hugging Face
-    # export (the logit soft cap and the relu2 Llama MLP have no counterpart there): export refuses
-    # by option name; gptforge's own checkpoints, generation, evaluation and serving work.
+    # Modern family (opt-in, not exportable: the logit soft cap and the relu2 Llama MLP have no
+    # counterpart in transformers or llama.cpp, so export refuses by option name; gptforge's own
+    # checkpoints, generation, evaluation and serving work).
     "modern-nano": dict(_MODERN, n_layer=2, n_head=2, d_model=64, block_size=128),
     "modern-micro": dict(_MODERN, n_layer=4, n_head=4, d_model=128, block_size=256),
     "modern-mini": dict(_MODERN, n_layer=6, n_head=6, d_model=384, block_size=256),
     "modern-small": dict(_MODERN, n_layer=12, n_head=12, d_model=768, block_size=1024, vocab_size=50257),
+    # Qwen3-shaped family: the recommended recipe (pair with --train.optimizer muon). Every option
+    # has a counterpart in transformers, vLLM and llama.cpp, so hf, gguf and onnx exports are exact.
+    "qwen3-nano": dict(_QWEN3, n_layer=2, n_head=2, d_model=64, block_size=128),
+    "qwen3-micro": dict(_QWEN3, n_layer=4, n_head=4, d_model=128, block_size=256),
+    "qwen3-mini": dict(_QWEN3, n_layer=6, n_head=6, d_model=384, block_size=256),
+    "qwen3-small": dict(_QWEN3, n_layer=12, n_head=12, d_model=768, block_size=1024, vocab_size=50257),
     # Llama family.
     "llama-nano": dict(_LLAMA, n_layer=2, n_head=4, n_kv_head=2, d_model=64, d_ff=176, block_size=128),
     "llama-micro": dict(_LLAMA, n_layer=4, n_head=4, n_kv_head=2, d_model=128, d_ff=352, block_size=256),

@@ -34,15 +34,16 @@ class QuickstartResult:
     samples: list[str]
 
 
-def run_quickstart(out: Path, minutes: float = 10.0, vocab_size: int = 4096, preset: str = "modern-micro",
+def run_quickstart(out: Path, minutes: float = 10.0, vocab_size: int = 4096, preset: str = "qwen3-micro",
                    micro_batch_size: int = 16, block_size: int = 256, max_files: int | None = None,
                    workers: int = 0, steps: int | None = None, progress: bool = True,
                    log: Callable[[str], None] = print, optimizer: str = "muon") -> QuickstartResult:
     """Prepare the standard-library corpus, train `preset` for about `minutes`, evaluate, sample.
 
-    The default recipe (modern-micro + Muon, the size-aware learning rates of
-    gptforge.train.optim.resolve_defaults) is the one bench/learning_efficiency.py measured to
-    reach a given val bits per byte in the fewest CPU seconds (bench/RESULTS.md).
+    The default recipe (qwen3-micro + Muon, the size-aware learning rates of
+    gptforge.train.optim.resolve_defaults): Qwen3 blocks, which export exactly to hf, gguf and
+    onnx; bench/learning_efficiency.py compares it with modern-micro + Muon (not exportable) and
+    gpt2-micro + AdamW at equal CPU seconds ("Recommended recipe" in bench/RESULTS.md).
 
     Args:
         out: folder for `data/` (shards) and `run/` (the training run).

@@ -34,13 +34,17 @@ class DistillOptions:
     teacher_dtype: Optional[Literal["fp32", "bf16", "fp16"]] = None
     """Keep the teacher's weights in this dtype (default: as stored)."""
     resume: bool = False
-    """Continue from RUN_DIR/checkpoints/latest."""
+    """Continue from RUN_DIR/checkpoints/latest. `--resume auto`: continue when RUN_DIR holds a
+    run, start one otherwise (the same command line for the first start and every restart)."""
     quiet: bool = False
     """No progress bar."""
 
 
 def main(argv: list[str]) -> int:
     saved: dict = {}
+    from gptforge.train.resume import resume_auto_argv
+
+    argv = resume_auto_argv(argv, "gptforge distill")
     if "--resume" in argv:
         import yaml
 

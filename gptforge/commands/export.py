@@ -36,8 +36,10 @@ class ExportOptions:
     """Model name: the Triton model folder, the gguf file's general.name and file name."""
     tokenizer: Optional[str] = None
     """tokenizer.json or tokenizer folder (default: the one in the run directory or its data folder)."""
-    approximate_gelu: bool = False
-    """gguf: export a GPT-2 with exact GELU anyway (llama.cpp's gpt2 computes the tanh approximation)."""
+    approximate_gelu: bool = True
+    """gguf: write a GPT-2 trained with exact (erf) GELU for llama.cpp's gpt2 graph, which computes
+    the tanh approximation (logits then differ by about 1e-4; a one-line note says so).
+    --no-approximate-gelu: refuse such a model instead."""
     max_batch_size: int = 8
     """triton: max_batch_size of config.pbtxt (requests the dynamic batcher may group)."""
     instances: int = 1
@@ -84,7 +86,7 @@ def _tokenizer_dir(tokenizer: str | None) -> Path | None:
 def _gguf(opts: ExportOptions, model, tok_dir: Path | None) -> Path:
     """One .gguf file and an ollama Modelfile naming it, in the folder --out."""
     from gptforge.atomic import staged_dir
-    from gptforge.export.gguf import check_representable, gguf_filename, write_gguf
+    from gptforge.export.gguf import check_representable, gelu_note, gguf_filename, write_gguf
 
     check_representable(model.config, opts.approximate_gelu)  # before anything is written
     dtype = opts.dtype or "f16"
@@ -93,6 +95,9 @@ def _gguf(opts: ExportOptions, model, tok_dir: Path | None) -> Path:
     def warn(message: str) -> None:  # one line, as generate prints its warnings
         print(f"gptforge export: warning: {message}", file=sys.stderr)
 
+    note = gelu_note(model.config, opts.approximate_gelu)
+    if note:
+        print(f"gptforge export: note: {note}", file=sys.stderr)
     with staged_dir(opts.out, opts.overwrite) as tmp:
         write_gguf(model, tok_dir, tmp / fname, dtype=dtype, quantize=opts.quantize, name=opts.name,
                    approximate_gelu=opts.approximate_gelu, warn=warn)
@@ -111,8 +116,8 @@ def main(argv: list[str]) -> int:
     set_quiet(opts.quiet)
     import torch
 
-    from gptforge.errors import InputError
-    from gptforge.export.common import DTYPES, load_source
+    from gptforge.errors import InputError, require_extra
+    from gptforge.export.common import DTYPES, format_packages, load_source
 
     if opts.quantize is not None:
         allowed = {"gguf": ("q8_0", "q4_0"), "onnx": ("int8",), "triton": ("int8",)}.get(opts.format, ())
@@ -124,6 +129,7 @@ def main(argv: list[str]) -> int:
                          "bfloat16): use f32 or f16")
     if Path(opts.out).exists() and not opts.overwrite:
         raise InputError(f"{opts.out} exists; choose another --out or pass --overwrite")
+    require_extra(f"gptforge export --format {opts.format}", "export", format_packages(opts.format, opts.quantize))
     dtype = DTYPES[opts.dtype] if opts.dtype else None
     from gptforge.progress import progress
 

@@ -36,7 +36,8 @@ class FinetuneOptions:
     """Pretrained model: a Hugging Face folder (config.json + safetensors) or a gptforge run
     directory / checkpoint. With --resume: default the one the run started from."""
     resume: bool = False
-    """Continue from RUN_DIR/checkpoints/latest."""
+    """Continue from RUN_DIR/checkpoints/latest. `--resume auto`: continue when RUN_DIR holds a
+    run, start one otherwise (the same command line for the first start and every restart)."""
     quiet: bool = False
     """No progress bar."""
 
@@ -48,6 +49,9 @@ def build_parser():
 
 
 def main(argv: list[str]) -> int:
+    from gptforge.train.resume import resume_auto_argv
+
+    argv = resume_auto_argv(argv, "gptforge finetune")
     if "--resume" in argv:
         from gptforge.train.resume import saved_config_argv
 

@@ -1,5 +1,6 @@
 """`gptforge launch [--nproc-per-node N] [multi-node options] COMMAND ...`: run a gptforge command
-under torchrun (torch.distributed.run), printing the exact command line first."""
+under torchrun (torch.distributed.run), printing the exact command line first; the command line
+and its environment come from `gptforge.runtime.launch`."""
 
 from __future__ import annotations
 
@@ -7,11 +8,9 @@ import os
 import shlex
 import subprocess
 import sys
-from dataclasses import dataclass, field
-from typing import Optional
 
-from gptforge.errors import InputError
 from gptforge.options import command_parser, parse_command
+from gptforge.runtime.launch import LaunchOptions, launch_env, torchrun_command
 
 DESCRIPTION = """Start N processes per node with torchrun, each running `gptforge COMMAND ...`.
 
@@ -25,28 +24,6 @@ the command unread."""
 
 
 ERROR_EXIT = 2  # exit status of a refused launch
-
-
-@dataclass
-class LaunchOptions:
-    nproc_per_node: str = "gpu"
-    """Processes per node: a number, or gpu (one per visible GPU; 1 without CUDA)."""
-    nnodes: int = 1
-    """Number of nodes."""
-    node_rank: Optional[int] = None
-    """This node's rank; only with static rendezvous (--rdzv-backend static)."""
-    rdzv_endpoint: Optional[str] = None
-    """host:port every node can reach (multi-node). Without it on one node: --standalone."""
-    rdzv_id: str = "gptforge"
-    """Job id shared by all nodes."""
-    rdzv_backend: str = "c10d"
-    """Rendezvous backend: c10d or static."""
-    max_restarts: int = 0
-    """Restart the worker group this often on failure."""
-    dry_run: bool = False
-    """Print the command and exit without running it."""
-    command: list[str] = field(default_factory=list)
-    """The gptforge command and its options, e.g. pretrain ... (launch's own options may stand anywhere)."""
 
 
 def build_parser():
@@ -95,56 +72,10 @@ def split_launch_options(parser, argv: list[str]) -> LaunchOptions:
     return args
 
 
-def nproc(value: str) -> int:
-    """Processes per node from --nproc-per-node (a count, or `gpu`)."""
-    if value == "gpu":
-        import torch
-
-        return max(1, torch.cuda.device_count())
-    try:
-        n = int(value)
-    except ValueError:
-        raise InputError(f"--nproc-per-node {value!r}: give a number or gpu") from None
-    if n < 1:
-        raise InputError(f"--nproc-per-node must be >= 1 (got {n})")
-    return n
-
-
-def torchrun_command(args: LaunchOptions) -> list[str]:
-    """The torch.distributed.run command line for these options (a list of arguments).
-
-    Raises:
-        InputError: no gptforge command given, or several nodes without --rdzv-endpoint.
-    """
-    cmd = list(args.command)
-    if cmd and cmd[0] == "--":
-        cmd = cmd[1:]
-    if not cmd:
-        raise InputError("no command given: e.g. gptforge launch --nproc-per-node 2 pretrain --data DIR --out RUN")
-    if cmd[0] == "launch":
-        raise InputError("gptforge launch cannot launch itself")
-    out = [sys.executable, "-m", "torch.distributed.run"]
-    if args.nnodes == 1 and args.rdzv_endpoint is None:
-        out += ["--standalone"]
-    elif args.rdzv_endpoint is None:
-        raise InputError(f"--nnodes {args.nnodes} needs --rdzv-endpoint HOST:PORT (a host every node can reach)")
-    else:
-        out += ["--rdzv-backend", args.rdzv_backend, "--rdzv-endpoint", args.rdzv_endpoint, "--rdzv-id", args.rdzv_id]
-        if args.node_rank is not None:
-            out += ["--node-rank", str(args.node_rank)]
-    out += ["--nnodes", str(args.nnodes), "--nproc-per-node", str(nproc(args.nproc_per_node))]
-    if args.max_restarts:
-        out += ["--max-restarts", str(args.max_restarts)]
-    return out + ["-m", "gptforge.cli", *cmd]
-
-
 def main(argv: list[str]) -> int:
     args = split_launch_options(build_parser(), argv)
     cmd = torchrun_command(args)
     print(shlex.join(cmd), flush=True)
     if args.dry_run:
         return 0
-    env = dict(os.environ)
-    # One thread per rank unless asked otherwise: N ranks of all-core BLAS oversubscribe the CPU.
-    env.setdefault("OMP_NUM_THREADS", "1")
-    return subprocess.call(cmd, env=env)
+    return subprocess.call(cmd, env=launch_env(args, os.environ))

@@ -33,7 +33,8 @@ class PrepareOptions(PrepareConfig):
     out: Optional[str] = None
     """Shard folder to write (must not exist or be empty, unless --overwrite)."""
     show_recipe: Optional[str] = None
-    """Print a recipe (a built-in name or a YAML file) as YAML and exit."""
+    """Print a recipe (a built-in name or a YAML file) as YAML, with --languages applied and the Gopher/C4/FineWeb
+    parameters in force per language, and exit."""
     no_progress: bool = False
     """Do not draw progress bars (nor, when stderr is not a terminal, progress log lines)."""
     quiet: bool = False
@@ -53,7 +54,7 @@ def main(argv: list[str]) -> int:
     if opts.show_recipe:
         from gptforge.data.pipeline import show_recipe
 
-        print(show_recipe(opts.show_recipe), end="")
+        print(show_recipe(opts.show_recipe, opts.languages), end="")
         return 0
     if not opts.inputs or not opts.out:
         raise InputError("INPUT and --out are required (or --show-recipe NAME)")

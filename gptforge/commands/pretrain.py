@@ -24,7 +24,8 @@ class PretrainOptions:
     """Shard folder written by `gptforge prepare` (meta.json, *.bin). With --resume: default the
     one recorded in RUN_DIR/config.yaml."""
     resume: bool = False
-    """Continue from RUN_DIR/checkpoints/latest."""
+    """Continue from RUN_DIR/checkpoints/latest. `--resume auto`: continue when RUN_DIR holds a
+    run, start one otherwise (the same command line for the first start and every restart)."""
     quiet: bool = False
     """No progress bar."""
     backend: Optional[Literal["torch", "deepspeed"]] = None
@@ -41,6 +42,9 @@ def build_parser():
 
 
 def main(argv: list[str]) -> int:
+    from gptforge.train.resume import resume_auto_argv
+
+    argv = resume_auto_argv(argv, "gptforge pretrain")
     if "--resume" in argv:
         from gptforge.train.resume import saved_config_argv
 

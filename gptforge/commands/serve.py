@@ -6,8 +6,9 @@ from dataclasses import dataclass
 
 DESCRIPTION = """Serve a run directory, checkpoint or Hugging Face folder over the OpenAI HTTP API
 (/v1/models, /v1/completions, /v1/chat/completions, /tokenize, /detokenize, /tokenizer_info,
-/health, /metrics). Concurrent requests are decoded together; beyond --max-batch-size they wait
-in arrival order. Binds to 127.0.0.1 unless --host says otherwise."""
+/health, /metrics; the OpenAPI schema at /openapi.json). Concurrent requests are decoded together;
+beyond --max-batch-size they wait in arrival order, at most --max-queue of them. Binds to
+127.0.0.1 unless --host says otherwise."""
 
 
 @dataclass
@@ -24,6 +25,8 @@ class ServeOptions:
     """Sequences decoded together; further requests queue in arrival order."""
     max_model_len: int | None = None
     """Positions per sequence, prompt + generated (default and maximum: the model's block_size)."""
+    max_queue: int | None = None
+    """Sequences that may wait for a cache slot; a request needing more gets 429 + Retry-After (default: no bound)."""
     device: str = "auto"
     """auto, cpu, cuda, mps."""
     precision: str = "auto"
@@ -34,15 +37,22 @@ class ServeOptions:
     """`default` forces the default chat template; unset: the tokenizer's template, else the default."""
 
 
+SERVE_PACKAGES = {"fastapi": "fastapi", "uvicorn": "uvicorn", "prometheus_client": "prometheus-client"}
+"""The `serve` extra: {module: pip package}."""
+
+
 def main(argv: list[str]) -> int:
     from pathlib import Path
 
-    from gptforge.errors import InputError
+    from gptforge.errors import InputError, require_extra
     from gptforge.options import command_parser, parse_command
 
     opts, _ = parse_command(command_parser("gptforge serve", DESCRIPTION, ServeOptions, positional=("model",)), argv)
+    require_extra("gptforge serve", "serve", SERVE_PACKAGES)
     if opts.max_batch_size < 1:
         raise InputError(f"--max-batch-size must be >= 1, got {opts.max_batch_size}")
+    if opts.max_queue is not None and opts.max_queue < 0:
+        raise InputError(f"--max-queue must be >= 0, got {opts.max_queue}")
     if not 0 < opts.port < 65536:
         raise InputError(f"--port must be in 1..65535, got {opts.port}")
     if opts.chat_template not in (None, "default"):
@@ -58,7 +68,8 @@ def main(argv: list[str]) -> int:
         raise InputError(f"--max-model-len must be in 1..{block} (the model's block_size), got {opts.max_model_len}")
     name = opts.served_model_name or Path(opts.model).resolve().name
     cfg = ServeConfig(model_name=name, api_key=opts.api_key, max_batch_size=opts.max_batch_size,
-                      max_model_len=opts.max_model_len, chat_template=opts.chat_template or template)
+                      max_model_len=opts.max_model_len, chat_template=opts.chat_template or template,
+                      max_queue=opts.max_queue)
     app = create_app(model, tok, cfg)
     sock = bind_listening_socket(opts.host, opts.port)  # a busy port: one error line, not uvicorn's
     print(f"serving {name!r} on http://{opts.host}:{opts.port}/v1 (context {cfg.max_model_len or block}, "

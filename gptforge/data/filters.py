@@ -14,18 +14,29 @@ Sources:
 
 Word counts use `text_stats.words`, which counts each Chinese/Japanese character as a word, so
 these filters do not drop all CJK text; rules that only make sense for space-separated languages
-(mean word length, English stop words) are skipped for CJK-dominant documents.
+(mean word length, and whitespace-word stop words) are skipped for CJK-dominant documents.
+
+Each filter's `language` field ("en" by default) names the table of `gptforge.data.languages`
+whose sentence ends, terminal punctuation and stop-word unit it uses; a recipe gives each
+document the thresholds of its own language (`RuleFilter.__call__`).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from collections import Counter
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
+from gptforge.data.languages import (
+    count_sentences,
+    count_stop_words,
+    load_language,
+    options_in_force,
+    table_language,
+)
 from gptforge.data.readers import Document
 from gptforge.data.text_stats import is_cjk, mix64, tokens, words
 
@@ -34,8 +45,63 @@ ELLIPSES = ("...", "…")
 TERMINAL_PUNCT = (".", "!", "?", '"', "'", "”", "’", "。", "！", "？", "」", "』")
 
 
-def _keep_or(reason: str | None, doc: Document) -> Document | str:
-    return reason if reason else doc
+class RuleFilter:
+    """A `DocumentStep` whose `check(text)` names the first rule a document breaks (the reason it
+    is dropped for) or gives None (kept as it is), with each document's language's thresholds.
+
+    A filter's `language` (a table of `gptforge.data.languages`) is the language of the
+    thresholds it holds. A document labelled with another language that has a table
+    (`Document.language`, set by the langid step) is judged by a sibling filter of that language
+    (`for_language`): that language's table, then `recipe_options` (the options the recipe gave,
+    which apply to every language; without them, the fields that differ from this filter's own
+    table). Counts go to this filter's `counts`, plus "removed LANG" per document dropped.
+    """
+
+    recipe_options: dict | None = None
+
+    def check(self, text: str) -> str | None:
+        raise NotImplementedError(f"{type(self).__name__}.check")
+
+    def decide(self, doc: Document) -> Document | str:
+        """The document kept (possibly changed), or the drop reason, by this filter's own thresholds."""
+        return self.check(doc.text) or doc
+
+    def _explicit_options(self) -> dict:
+        if self.recipe_options is not None:
+            return dict(self.recipe_options)
+        base = type(self)(**options_in_force(self.name, {}, self.language))
+        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)
+                if f.init and f.name not in ("name", "counts", "line_examples", "language")
+                and getattr(self, f.name) != getattr(base, f.name)}
+
+    def for_language(self, language: str) -> RuleFilter:
+        """The filter judging documents of table `language` (this one for its own language)."""
+        if language == self.language:
+            return self
+        siblings = self.__dict__.setdefault("_siblings", {})
+        if language not in siblings:
+            opts = self._explicit_options()
+            sib = type(self)(**options_in_force(self.name, opts, language))
+            sib.recipe_options = opts
+            siblings[language] = sib
+        return siblings[language]
+
+    def __call__(self, doc: Document) -> Document | str:
+        lang = table_language(doc.language, self.language)
+        f = self.for_language(lang)
+        out = f.decide(doc)
+        if f is not self:
+            self.counts.update(f.counts)
+            f.counts.clear()
+            theirs = getattr(f, "line_examples", None)
+            if theirs:
+                for reason, lines in theirs.items():
+                    mine = self.line_examples.setdefault(reason, [])
+                    mine.extend(lines[:max(0, 3 - len(mine))])
+                theirs.clear()
+        if isinstance(out, str):
+            self.counts[f"removed {lang}"] += 1
+        return out
 
 
 # --------------------------------------------------------------------------------------------
@@ -110,14 +176,17 @@ def _joined_units(text: str) -> list[str]:
 
 
 @dataclass
-class GopherQuality:
+class GopherQuality(RuleFilter):
     """Gopher's quality rules (Rae et al. 2021, Appendix A.1.1).
 
     A document is dropped when it has fewer than `min_words` (50) or more than `max_words`
     (100,000) words; a mean word length outside [3, 10] characters; a hash-or-ellipsis to word
     ratio above 0.1; more than 90% of lines starting with a bullet; more than 30% of lines
     ending with an ellipsis; fewer than 80% of words holding an alphabetic character; or fewer
-    than 2 of the stop words "the, be, to, of, and, that, have, with".
+    than 2 of the stop words "the, be, to, of, and, that, have, with". With a `language` whose
+    words are characters (zh, ja) the stop words are counted as characters
+    (`languages.count_stop_words`); with a whitespace-word language the stop-word rule is
+    skipped for CJK-dominant text, as before.
     """
 
     min_words: int = 50
@@ -130,11 +199,9 @@ class GopherQuality:
     min_alpha_words_ratio: float = 0.8
     min_stop_words: int = 2
     stop_words: tuple[str, ...] = ("the", "be", "to", "of", "and", "that", "have", "with")
+    language: str = "en"
     name: str = "gopher_quality"
     counts: Counter = field(default_factory=Counter, repr=False)
-
-    def __call__(self, doc: Document) -> Document | str:
-        return _keep_or(self.check(doc["text"]), doc)
 
     def check(self, text: str) -> str | None:
         """The first rule `text` breaks, or None."""
@@ -163,7 +230,13 @@ class GopherQuality:
                 return "ellipsis_lines"
         if sum(any(c.isalpha() for c in t) for t in toks) / n < self.min_alpha_words_ratio:
             return "alpha_words_ratio"
-        if not cjk and self.min_stop_words:
+        if self.min_stop_words and load_language(self.language).words == "character":
+            params = load_language(self.language)
+            if self.stop_words != params.stop_words:
+                params = dataclasses.replace(params, stop_words=tuple(self.stop_words))
+            if count_stop_words(text, params, at_most=self.min_stop_words) < self.min_stop_words:
+                return "stop_words"
+        elif not cjk and self.min_stop_words:
             stop = set(self.stop_words)
             found = 0
             for w in ws:
@@ -266,7 +339,7 @@ class NgramStats:
 
 
 @dataclass
-class GopherRepetition:
+class GopherRepetition(RuleFilter):
     """Gopher's repetition rules (Rae et al. 2021, Table A1).
 
     Drop when duplicate lines are more than 30% of lines or 20% of characters; duplicate
@@ -283,14 +356,13 @@ class GopherRepetition:
     dup_ngram_max: dict[int, float] = field(default_factory=lambda: {5: 0.15, 6: 0.14, 7: 0.13, 8: 0.12,
                                                                      9: 0.11, 10: 0.10})
     #: CJK words are single characters here, and a Chinese word is about two characters long,
-    #: so n-gram windows are this many times longer in CJK-dominant documents (else common
-    #: multi-character words repeated twice would read as duplicated 5-grams).
-    cjk_ngram_scale: int = 2
+    #: so n-gram windows are round(n * this) characters in CJK-dominant documents (else common
+    #: multi-character words repeated twice would read as duplicated 5-grams). The Chinese
+    #: language table sets 1.75 (bench/zh_word_units.py: closest to jieba-word n-grams).
+    cjk_ngram_scale: float = 2
+    language: str = "en"
     name: str = "gopher_repetition"
     counts: Counter = field(default_factory=Counter, repr=False)
-
-    def __call__(self, doc: Document) -> Document | str:
-        return _keep_or(self.check(doc["text"]), doc)
 
     def check(self, text: str) -> str | None:
         """The first rule `text` breaks, or None."""
@@ -312,10 +384,10 @@ class GopherRepetition:
         grams = NgramStats(words(text))
         scale = self.cjk_ngram_scale if is_cjk(text) else 1
         for n, limit in sorted(self.top_ngram_max.items()):
-            if grams.top_fraction(int(n) * scale) > limit:
+            if grams.top_fraction(round(int(n) * scale)) > limit:
                 return f"top_{n}gram"
         for n, limit in sorted(self.dup_ngram_max.items()):
-            if grams.duplicate_fraction(int(n) * scale) > limit:
+            if grams.duplicate_fraction(round(int(n) * scale)) > limit:
                 return f"dup_{n}gram"
         return None
 
@@ -326,11 +398,10 @@ class GopherRepetition:
 
 _C4_POLICY = ("terms of use", "privacy policy", "cookie policy", "uses cookies", "use of cookies", "use cookies")
 _CITATION = re.compile(r"\[\d*\]|\[edit\]|\[citation needed\]", re.IGNORECASE)
-_SENTENCE_END = re.compile(r"[.!?。！？]+(?:\s|$)")
 
 
 @dataclass
-class C4Quality:
+class C4Quality(RuleFilter):
     """C4's line and page rules (Raffel et al. 2020, section 2.2).
 
     Lines (paragraphs, in hard-wrapped text: `text_units`) are removed when they do not end in
@@ -338,7 +409,8 @@ class C4Quality:
     contain "javascript", or mention cookie/terms-of-use policies; Wikipedia-style citation
     markers ("[1]", "[edit]") are removed from lines. The page is dropped when it contains
     "lorem ipsum" or a curly bracket (code), a word longer than 1000 characters, or when fewer
-    than 5 sentences remain.
+    than 5 sentences remain. Terminal punctuation and sentence ends are `language`'s
+    (`languages.count_sentences`: in Chinese and Japanese 。！？ end a sentence with no space after).
     """
 
     min_words_per_line: int = 3
@@ -349,6 +421,7 @@ class C4Quality:
     filter_lorem_ipsum: bool = True
     filter_curly_bracket: bool = True
     remove_citations: bool = True
+    language: str = "en"
     name: str = "c4"
     counts: Counter = field(default_factory=Counter, repr=False)
     #: a few removed lines per rule, for the report (collected by `pipeline.apply_steps`).
@@ -359,13 +432,15 @@ class C4Quality:
         if len(ex) < 3:
             ex.append(line)
 
-    def __call__(self, doc: Document) -> Document | str:
-        text = doc["text"]
+    def decide(self, doc: Document) -> Document | str:
+        text = doc.text
         lower = text.lower()
         if self.filter_lorem_ipsum and "lorem ipsum" in lower:
             return "lorem_ipsum"
         if self.filter_curly_bracket and "{" in text:
             return "curly_bracket"
+        params = load_language(self.language)
+        terminal = params.terminal_punctuation
         kept = []
         units = text_units(text)
         wrapped = any(len(u) > 1 for u in units)
@@ -381,7 +456,7 @@ class C4Quality:
             if any(len(w) > self.max_word_length for w in ws):
                 return "long_word"
             reason = None
-            if not stripped.endswith(TERMINAL_PUNCT) or stripped.endswith(ELLIPSES):
+            if not stripped.endswith(terminal) or stripped.endswith(ELLIPSES):
                 reason = "line_no_terminal_punct"
             elif len(words(stripped)) < self.min_words_per_line:
                 reason = "line_few_words"
@@ -395,9 +470,9 @@ class C4Quality:
             else:
                 kept.append("\n".join(unit))
         new_text = ("\n\n" if wrapped else "\n").join(kept)
-        if len(_SENTENCE_END.findall(new_text)) < self.min_sentences:
+        if count_sentences(new_text, params) < self.min_sentences:
             return "few_sentences"
-        return {**doc, "text": new_text}
+        return replace(doc, text=new_text)
 
 
 # --------------------------------------------------------------------------------------------
@@ -406,29 +481,28 @@ class C4Quality:
 
 
 @dataclass
-class FineWebQuality:
+class FineWebQuality(RuleFilter):
     """FineWeb's custom filters (Penedo et al. 2024, section 3.5).
 
     Drop when at most 12% of the lines end with punctuation, when at least 10% of the
     characters are in lines that duplicate earlier lines, or when at least 67% of the lines
-    are shorter than 30 characters.
+    are shorter than 30 characters. Terminal punctuation is `language`'s.
     """
 
     min_punct_line_ratio: float = 0.12
     max_dup_line_char_ratio: float = 0.1
     short_line_length: int = 30
     max_short_line_ratio: float = 0.67
+    language: str = "en"
     name: str = "fineweb"
     counts: Counter = field(default_factory=Counter, repr=False)
-
-    def __call__(self, doc: Document) -> Document | str:
-        return _keep_or(self.check(doc["text"]), doc)
 
     def check(self, text: str) -> str | None:
         lines = _joined_units(text)  # paragraphs of hard-wrapped text, else lines
         if not lines:
             return "empty"
-        if sum(ln.endswith(TERMINAL_PUNCT) for ln in lines) / len(lines) <= self.min_punct_line_ratio:
+        terminal = load_language(self.language).terminal_punctuation
+        if sum(ln.endswith(terminal) for ln in lines) / len(lines) <= self.min_punct_line_ratio:
             return "punct_line_ratio"
         _, dup_chars = _duplicates(lines)
         if dup_chars / max(1, sum(map(len, lines))) >= self.max_dup_line_char_ratio:
@@ -453,7 +527,7 @@ class LengthFilter:
     counts: Counter = field(default_factory=Counter, repr=False)
 
     def __call__(self, doc: Document) -> Document | str:
-        n = len(doc["text"])
+        n = len(doc.text)
         if n < self.min_chars:
             return "too_short"
         if self.max_chars and n > self.max_chars:
@@ -517,11 +591,10 @@ class Blocklist:
         return None
 
     def __call__(self, doc: Document) -> Document | str:
-        hit = self.match(doc["text"])
+        hit = self.match(doc.text)
         if hit is None:
             return doc
         if self.action == "drop":
             return "blocked"
         self.counts["flagged"] += 1
-        meta: dict[str, Any] = {**doc.get("meta", {}), "blocklist": hit}
-        return {**doc, "meta": meta}
+        return replace(doc, metadata={**doc.metadata, "blocklist": hit})

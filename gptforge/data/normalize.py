@@ -12,11 +12,12 @@ Documents empty (or only whitespace) after normalization are dropped and counted
 
 from __future__ import annotations
 
+import os
 import re
 import unicodedata
 from collections import Counter
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from gptforge.data.readers import Document
 
@@ -58,13 +59,13 @@ def normalize_documents(docs: Iterable[Document], stats: NormalizeStats | None =
     stats = stats if stats is not None else NormalizeStats()
     for doc in docs:
         stats.documents_in += 1
-        text = normalize_text(doc["text"], form)
+        text = normalize_text(doc.text, form)
         if not text.strip():
             stats.drop("empty")
             continue
         stats.documents_out += 1
         stats.characters_out += len(text)
-        yield {**doc, "text": text}
+        yield replace(doc, text=text)
 
 
 # --------------------------------------------------------------------------------------------
@@ -97,16 +98,25 @@ class Clean:
       one blank line. Indentation and spaces inside lines are kept (source code needs them).
     - `form`: "NFKC" applies compatibility normalization on top of the reader's NFC
       (full-width letters, ligatures and superscripts become plain forms); None keeps NFC.
+    - `width`: full-width digits, Latin letters and @ . - _ become ASCII (`fold_width`), all
+      other full-width and CJK punctuation keeps its width; counts `width_changed` (documents)
+      and `width_characters`. Off by default.
+    - `opencc`: Traditional <-> Simplified Chinese through OpenCC's bundled configuration of
+      that name (`OPENCC_CONFIGS`: t2s, s2t, tw2sp, s2twp, hk2s; `convert_chinese`); counts
+      `opencc_changed` (documents) and `opencc_characters`. None (default): no conversion.
 
     Raises:
-        ValueError: an unknown `form`.
-        ImportError: `fix_mojibake` without the `ftfy` package (pip install ftfy).
+        ValueError: an unknown `form` or `opencc` configuration.
+        ImportError: `fix_mojibake` without the `ftfy` package (pip install ftfy), `opencc`
+            without the `opencc` package.
     """
 
     fix_mojibake: bool = True
     control_chars: bool = True
     whitespace: bool = False
     form: str | None = None
+    width: bool = False
+    opencc: str | None = None
     name: str = "clean"
     counts: Counter = field(default_factory=Counter, repr=False)
 
@@ -121,6 +131,15 @@ class Clean:
                 raise ImportError("the clean step's fix_mojibake needs ftfy: pip install ftfy "
                                   "(or set fix_mojibake: false in the recipe)") from e
             self._ftfy = ftfy
+        self._opencc = opencc_converter(self.opencc) if self.opencc else None
+
+    def __getstate__(self) -> dict:
+        # ftfy (a module) and the OpenCC converter (a C++ object) do not pickle: rebuilt on load.
+        return {k: v for k, v in self.__dict__.items() if k not in ("_ftfy", "_opencc")}
+
+    def __setstate__(self, state: dict) -> None:
+        self.__dict__.update(state)
+        self.__post_init__()
 
     def clean(self, text: str) -> str:
         """The cleaned text (see the class docstring)."""
@@ -142,15 +161,108 @@ class Clean:
         if self.form and not unicodedata.is_normalized(self.form, text):
             self.counts[f"{self.form}_changed"] += 1
             text = unicodedata.normalize(self.form, text)
+        if self.width:
+            text, n = fold_width(text)
+            if n:
+                self.counts["width_changed"] += 1
+                self.counts["width_characters"] += n
+        if self._opencc is not None:
+            text, n = convert_chinese(text, self._opencc)
+            if n:
+                self.counts["opencc_changed"] += 1
+                self.counts["opencc_characters"] += n
         return text
 
     def __call__(self, doc: Document) -> Document | str:
-        text = self.clean(doc["text"])
-        if text is doc["text"]:
+        text = self.clean(doc.text)
+        if text is doc.text:
             return doc
         if not text.strip():
             return "empty_after_clean"
-        return {**doc, "text": text}
+        return replace(doc, text=text)
+
+
+# --------------------------------------------------------------------------------------------
+# Chinese: character width and Traditional <-> Simplified script
+# --------------------------------------------------------------------------------------------
+
+#: full-width digits (U+FF10-FF19), Latin capitals (U+FF21-FF3A) and small letters
+#: (U+FF41-FF5A), and full-width @ . - _, to their ASCII forms. Every other full-width form
+#: (，。！？：；（）「」 ...) is Chinese punctuation and keeps its width.
+WIDTH_MAP = {**{0xFF10 + i: 0x30 + i for i in range(10)}, **{0xFF21 + i: 0x41 + i for i in range(26)},
+             **{0xFF41 + i: 0x61 + i for i in range(26)}, **{ord(f): ord(h) for f, h in zip("＠．－＿", "@.-_")}}
+_WIDE = re.compile("[\uff10-\uff19\uff21-\uff3a\uff41-\uff5a＠．－＿]")
+
+
+def fold_width(text: str) -> tuple[str, int]:
+    """(`text` with the characters of `WIDTH_MAP` made half-width, how many were changed).
+
+    "ＧＰＴ－４，共１２８ｋ。" -> ("GPT-4，共128k。", 9): the comma and full stop stay full-width.
+    The same object comes back when nothing changed.
+    """
+    n = len(_WIDE.findall(text))
+    return (text.translate(WIDTH_MAP), n) if n else (text, 0)
+
+
+#: OpenCC's bundled configurations that `Clean(opencc=...)` accepts.
+OPENCC_CONFIGS = {"t2s": "Traditional to Simplified", "s2t": "Simplified to Traditional",
+                  "tw2sp": "Traditional (Taiwan) to Simplified, with Mainland phrases",
+                  "s2twp": "Simplified to Traditional (Taiwan), with Taiwanese phrases",
+                  "hk2s": "Traditional (Hong Kong) to Simplified"}
+
+
+def opencc_converter(config: str):
+    """An `opencc.OpenCC` converter for one of `OPENCC_CONFIGS` (BYVoid's OpenCC, PyPI `opencc`).
+
+    Raises:
+        ValueError: `config` is not one of `OPENCC_CONFIGS`.
+        ImportError: the `opencc` package is missing, or the module of that name is
+            `opencc-python-reimplemented` (same import name, other configurations and results).
+    """
+    if config not in OPENCC_CONFIGS:
+        raise ValueError(f"clean: opencc must be one of {', '.join(OPENCC_CONFIGS)}, got {config!r}")
+    try:
+        import opencc
+    except ImportError:
+        raise ImportError("the clean step's opencc option needs OpenCC: pip install opencc "
+                          "(or pip install 'gptforge[zh]')") from None
+    if not hasattr(opencc, "clib"):  # OpenCC's own binding ships its C++ library as opencc.clib
+        raise ImportError("the installed 'opencc' module is not OpenCC's own package (opencc-python-reimplemented?): "
+                          "pip uninstall opencc-python-reimplemented && pip install opencc")
+    return opencc.OpenCC(config)
+
+
+def changed_characters(before: str, after: str) -> int:
+    """Characters a conversion changed: position by position when the lengths are equal, else
+    the longer of the two stretches between the common prefix and the common suffix (an upper
+    bound; OpenCC's phrase conversions such as 內存 -> 記憶體 change the length)."""
+    if len(before) == len(after):
+        return sum(a != b for a, b in zip(before, after))
+    p = len(os.path.commonprefix([before, after]))
+    s = len(os.path.commonprefix([before[p:][::-1], after[p:][::-1]]))
+    return max(len(before), len(after)) - p - s
+
+
+def convert_chinese(text: str, converter) -> tuple[str, int]:
+    """(`text` converted by an `opencc_converter`, `changed_characters` of the conversion).
+
+    Line by line, so that the count stays local to the lines that changed. Only lines holding
+    a Han character are handed to OpenCC; the same object comes back when nothing changed.
+    """
+    if not _HAN.search(text):
+        return text, 0
+    lines = text.split("\n")
+    n = 0
+    for i, line in enumerate(lines):
+        if _HAN.search(line):
+            new = converter.convert(line)
+            if new != line:
+                n += changed_characters(line, new)
+                lines[i] = new
+    return ("\n".join(lines), n) if n else (text, 0)
+
+
+_HAN = re.compile("[\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\U00020000-\U0002ffff]")
 
 
 def prepared_normalization(meta: dict | None) -> str | None:

@@ -20,6 +20,11 @@ meta.json::
 denominator of bits per byte). A split with no documents has `"files": []`: empty files are not
 written because an empty file cannot be memory-mapped.
 
+`prepare` records in `prepare_config` its options and recipe and, among others, `val_languages`
+(per langid label of the val split, "und" without one: documents, characters, bytes, tokens,
+bytes_per_token, characters_per_token; EOS not counted) and, with a dedup step, `near_dedup` (the
+shingle unit, n, LSH bands and rows, and the similarity threshold in force).
+
 The folder is written under a temporary name beside DIR and renamed into place when complete
 (meta.json written last inside it), so a killed `prepare` never leaves a DIR that looks valid.
 Like nanoGPT's `train.bin` and Megatron's `.bin`, the shards read with `numpy.memmap` alone.

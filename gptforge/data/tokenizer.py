@@ -18,7 +18,7 @@ Two encode paths:
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 
 from tokenizers import Tokenizer as _HFTokenizer
@@ -193,3 +193,172 @@ def train_bpe(texts: Iterable[str], vocab_size: int = 32000, *, min_frequency: i
                                   show_progress=show_progress)
     hf.train_from_iterator(texts, trainer, length=length)
     return Tokenizer(hf)
+
+
+# ---- vocabulary size for any script ---------------------------------------------------------
+
+AUTO_VOCAB_MIN, AUTO_VOCAB_MAX = 512, 32768
+#: the share of non-ASCII character occurrences whose characters the vocabulary must leave room
+#: to merge into single tokens.
+CHARACTER_COVERAGE = 0.999
+
+
+def covering_merges(char_counts: Mapping[str, int], coverage: float = CHARACTER_COVERAGE) -> int:
+    """Merges that would make the most frequent non-ASCII characters single tokens: the sum of
+    (UTF-8 length - 1) over the fewest characters that cover `coverage` of the non-ASCII
+    occurrences in `char_counts` (character -> occurrences). 0 for ASCII-only text; a Han
+    character takes 2 (three bytes), so 1,300 covering Han characters need 2,600 merges."""
+    counts = sorted(((n, c) for c, n in char_counts.items() if ord(c) > 127 and n > 0), reverse=True)
+    total = sum(n for n, _ in counts)
+    merges = covered = 0
+    for n, c in counts:
+        if covered >= coverage * total:
+            break
+        covered += n
+        merges += len(c.encode("utf-8")) - 1
+    return merges
+
+
+def vocab_size_rule(n_bytes: int, char_counts: Mapping[str, int] | None = None, n_special: int = 1) -> int:
+    """Vocabulary size for BPE training text of `n_bytes` UTF-8 bytes in any script.
+
+    by_bytes = 4 * sqrt(n_bytes); by_characters = 2 * (256 + n_special + covering_merges(char_counts));
+    target = max(by_bytes, min(by_characters, 2 * by_bytes)), rounded to the nearest power of two
+    and clamped to [512, 32768].
+
+    - The first term sizes the vocabulary by bytes, not characters, so that a byte of Chinese
+      (a third of a character) weighs what a byte of English weighs; on ASCII text bytes are
+      characters, so English keeps the sizes of the character rule it replaces (100 kB -> 1024,
+      1 MB -> 4096, 16 MB -> 16384, 64 MB and more -> 32768). 4 * sqrt grows sublinearly, like
+      the compute-optimal vocabularies of Tao et al. 2024 ("Scaling Laws with Vocabulary"), so
+      every merge is still seen often.
+    - The second term leaves room to merge the characters covering 99.9% of the non-ASCII
+      occurrences into single tokens, and as many merges again for words: a few thousand
+      distinct Han characters otherwise fill a small vocabulary with their byte pieces. It
+      adds at most a factor of two to the first term, so that a small corpus with many
+      distinct characters does not get a vocabulary its text cannot fill.
+
+    Evidence (bench/vocab_rule.py, figures in bench/RESULTS.md): on 2.5 MB of Chinese technical
+    prose (991 k characters), the old character rule gives 4096 (held-out 1.55 characters per
+    token, 64% of the 1,292 covering characters single tokens), this rule 8192 (1.71, 78%), the
+    same size it gives 2.5 MB of English.
+
+    Args:
+        n_bytes: UTF-8 bytes of the tokenizer's training text.
+        char_counts: character -> occurrences in that text (None: the first term only).
+        n_special: special tokens the vocabulary holds besides the 256 bytes.
+    """
+    import math
+
+    target = by_bytes = 4.0 * math.sqrt(max(1, n_bytes))
+    if char_counts:
+        by_characters = 2.0 * (256 + n_special + covering_merges(char_counts))
+        target = max(by_bytes, min(by_characters, 2.0 * by_bytes))
+    return int(min(AUTO_VOCAB_MAX, max(AUTO_VOCAB_MIN, 2 ** round(math.log2(target)))))
+
+
+# ---- readable vocabulary ------------------------------------------------------------------------
+
+
+def _byte_level_decoder() -> dict[str, int]:
+    """Byte-level BPE's character -> byte table (GPT-2): the printable bytes ! to ~, ¡ to ¬ and
+    ® to ÿ stand for themselves; the other 68 bytes are U+0100 onwards, in byte order."""
+    printable = [*range(0x21, 0x7F), *range(0xA1, 0xAD), *range(0xAE, 0x100)]
+    table = {chr(b): b for b in printable}
+    others = [b for b in range(256) if b not in set(printable)]
+    table.update({chr(0x100 + i): b for i, b in enumerate(others)})
+    return table
+
+
+def token_bytes(token: str) -> bytes | None:
+    """The bytes a byte-level BPE token string stands for, or None when it is not one."""
+    table = _BYTE_LEVEL
+    try:
+        return bytes(table[c] for c in token)
+    except KeyError:
+        return None
+
+
+_BYTE_LEVEL = _byte_level_decoder()
+
+
+def _show_bytes(raw: bytes) -> tuple[str, bool]:
+    """(`raw` as text with every byte outside a whole UTF-8 character as <0xNN>, all whole?)."""
+    parts: list[str] = []
+    whole = True
+    i = 0
+    while i < len(raw):
+        for n in (1, 2, 3, 4):
+            try:
+                ch = raw[i:i + n].decode("utf-8")
+            except UnicodeDecodeError:
+                continue
+            parts.append(ch if ch.isprintable() or ch == " " else repr(ch)[1:-1])
+            i += n
+            break
+        else:
+            parts.append(f"<0x{raw[i]:02X}>")
+            whole = False
+            i += 1
+    return "".join(parts), whole
+
+
+def readable_vocab(tok: Tokenizer) -> list[dict]:
+    """Every token of `tok` as {"id", "kind", "text"}, in id order.
+
+    kind "special": an added special token, shown by name; "text": a token whose bytes are
+    whole UTF-8 text, shown as that text (non-printable characters escaped as `repr` does:
+    a newline shows as "\\n"; a space stays a space); "bytes": a token holding a piece of a
+    multi-byte character, its whole characters shown as text and the other bytes as "<0xE4>"
+    ("我们<0xE6>"). Tokenizers that are not byte-level show their token strings as they are.
+    """
+    hf = tok._hf
+    special = {t.content for t in hf.get_added_tokens_decoder().values()}
+    out = []
+    for i in range(tok.vocab_size):
+        s = hf.id_to_token(i)
+        if s is None:
+            continue
+        if s in special:
+            out.append({"id": i, "kind": "special", "text": s})
+            continue
+        raw = token_bytes(s)
+        if raw is None:
+            out.append({"id": i, "kind": "text", "text": s})
+            continue
+        text, whole = _show_bytes(raw)
+        out.append({"id": i, "kind": "text" if whole else "bytes", "text": text})
+    return out
+
+
+def vocab_listing(path: str | Path, kinds: Sequence[str] = (), limit: int | None = None, as_json: bool = False) -> str:
+    """The vocabulary of a tokenizer as text: one token a line, "ID<TAB>KIND<TAB>TEXT" after a
+    summary line (tokens per kind), or JSON lines of `readable_vocab`'s dicts with `as_json`.
+
+    Args:
+        path: a tokenizer.json, or a folder holding one (a shard folder, an exported model).
+        kinds: list only tokens of these kinds ("text", "bytes", "special"); () lists all.
+        limit: list the first `limit` matching tokens only.
+
+    Raises:
+        FileNotFoundError: no tokenizer.json at `path`.
+        ValueError: an unknown kind.
+    """
+    import json
+
+    path = Path(path)
+    file = path / "tokenizer.json" if path.is_dir() else path
+    if not file.is_file():
+        raise FileNotFoundError(f"no tokenizer.json at {str(path)!r}: give the file, a shard folder or an exported "
+                                "model folder")
+    bad = set(kinds) - {"text", "bytes", "special"}
+    if bad:
+        raise ValueError(f"unknown token kind(s) {sorted(bad)}; known: text, bytes, special")
+    rows = readable_vocab(Tokenizer.from_file(file))
+    per_kind = {k: sum(r["kind"] == k for r in rows) for k in ("text", "bytes", "special")}
+    shown = [r for r in rows if not kinds or r["kind"] in kinds][:limit]
+    if as_json:
+        return "\n".join(json.dumps(r, ensure_ascii=False) for r in shown)
+    head = (f"{file}: {len(rows):,} tokens ({per_kind['text']:,} text, {per_kind['bytes']:,} with partial "
+            f"characters as <0xNN> bytes, {per_kind['special']:,} special)")
+    return "\n".join([head] + [f"{r['id']}\t{r['kind']}\t{r['text']}" for r in shown])

@@ -38,6 +38,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
@@ -201,54 +202,92 @@ def run_task(model: torch.nn.Module, tokenizer, task: Task | str | Path, device:
     """
     if isinstance(task, (str, Path)):
         task = load_task(task)
-    device = torch.device(device)
     t0 = time.perf_counter()
     n = len(task.examples) if limit is None else min(limit, len(task.examples))
-    examples = task.examples[:n]
-    contexts = [fewshot_contexts(task, i, num_fewshot, seed) for i in range(n)]
-    block = model.config.block_size
+    run = _TaskRun(model=model, tokenizer=tokenizer, task=task, examples=task.examples[:n],
+                   contexts=[fewshot_contexts(task, i, num_fewshot, seed) for i in range(n)],
+                   device=torch.device(device), precision=precision, batch_size=batch_size, progress=progress)
     common = dict(name=task.name, type=task.type, format=task.format, path=str(task.path), sha256=task.sha256, n=n,
                   num_fewshot=num_fewshot, seed=seed)
-    if task.type == "perplexity":
-        from gptforge.eval.perplexity import evaluate_tokens
-        from gptforge.runtime.device import AUTOCAST_DTYPES
+    scorer = {"perplexity": _score_perplexity, "generation": _score_generation}.get(task.type)
+    if scorer is not None:
+        fields = scorer(run)
+    else:
+        fields = _score_choices(run, padding_side)
+    return TaskResult(**common, **fields, seconds=time.perf_counter() - t0)
 
-        preds = []
-        with show_progress(f"scoring {task.name}", n, "documents", enabled=progress) as bar:
-            for e in examples:
-                toks = np.array([tokenizer.eos_id] + tokenizer.encode(e.answers[0]), dtype=np.int64)
-                r = evaluate_tokens(model, toks, stride=block, batch_size=batch_size, device=device,
-                                    autocast_dtype=AUTOCAST_DTYPES.get(precision))
-                preds.append({"line": e.line, "nats": r.total_nats, "tokens": r.tokens,
-                              "bytes": len(e.answers[0].encode("utf-8")), "words": len(re.split(r"\s+", e.answers[0]))})
-                bar.advance()
-        metrics = perplexity_metrics([p["nats"] for p in preds], [p["bytes"] for p in preds],
-                                     [p["words"] for p in preds])
-        return TaskResult(**common, truncated=0, metrics=metrics, seconds=time.perf_counter() - t0, predictions=preds)
-    if task.type == "generation":
-        if task.max_new_tokens >= block:
-            raise InputError(f"{task.path}: max_new_tokens {task.max_new_tokens} leaves no room for the prompt in "
-                             f"the model's context of {block} tokens")
-        keep = block - task.max_new_tokens
-        prompts = [tokenizer.encode(c[0]) or [tokenizer.eos_id] for c in contexts]
-        truncated = sum(len(p) > keep for p in prompts)
-        prompts = [p[-keep:] for p in prompts]
-        was_training = model.training
-        model.eval()
-        try:
-            with show_progress(f"scoring {task.name}", n, "examples", enabled=progress) as bar:
-                outs = _generate(model, tokenizer, prompts, task.max_new_tokens, task.stop, batch_size, device,
-                                 precision, bar)
-        finally:
-            model.train(was_training)
-        em = [exact_match(o, e.answers) for o, e in zip(outs, examples)]
-        f1 = [token_f1(o, e.answers) for o, e in zip(outs, examples)]
-        return TaskResult(**common, truncated=truncated,
-                          metrics={"exact_match": mean_metric(em), "f1": mean_metric(f1)},
-                          seconds=time.perf_counter() - t0,
-                          predictions=[{"line": e.line, "output": o} for e, o in zip(examples, outs)])
+
+@dataclass
+class _TaskRun:
+    """What every scorer of `run_task` reads: the model, the examples and their few-shot contexts."""
+
+    model: torch.nn.Module
+    tokenizer: Any
+    task: Task
+    examples: list
+    contexts: list
+    device: torch.device
+    precision: str
+    batch_size: int
+    progress: bool
+
+    @property
+    def block(self) -> int:
+        return self.model.config.block_size
+
+    def bar(self, total: int, unit: str):
+        return show_progress(f"scoring {self.task.name}", total, unit, enabled=self.progress)
+
+
+def _score_perplexity(run: _TaskRun) -> dict:
+    """Rolling log-likelihood of each `{"text"}` row (disjoint windows, EOS first), lm-eval's way."""
+    from gptforge.eval.perplexity import evaluate_tokens
+    from gptforge.runtime.device import AUTOCAST_DTYPES
+
+    tok = run.tokenizer
+    preds = []
+    with run.bar(len(run.examples), "documents") as bar:
+        for e in run.examples:
+            toks = np.array([tok.eos_id] + tok.encode(e.answers[0]), dtype=np.int64)
+            r = evaluate_tokens(run.model, toks, stride=run.block, batch_size=run.batch_size, device=run.device,
+                                autocast_dtype=AUTOCAST_DTYPES.get(run.precision))
+            preds.append({"line": e.line, "nats": r.total_nats, "tokens": r.tokens,
+                          "bytes": len(e.answers[0].encode("utf-8")), "words": len(re.split(r"\s+", e.answers[0]))})
+            bar.advance()
+    metrics = perplexity_metrics([p["nats"] for p in preds], [p["bytes"] for p in preds], [p["words"] for p in preds])
+    return dict(truncated=0, metrics=metrics, predictions=preds)
+
+
+def _score_generation(run: _TaskRun) -> dict:
+    """Greedy generation per example, scored by exact match and token F1 (SQuAD normalisation)."""
+    task, tok, model = run.task, run.tokenizer, run.model
+    if task.max_new_tokens >= run.block:
+        raise InputError(f"{task.path}: max_new_tokens {task.max_new_tokens} leaves no room for the prompt in "
+                         f"the model's context of {run.block} tokens")
+    keep = run.block - task.max_new_tokens
+    prompts = [tok.encode(c[0]) or [tok.eos_id] for c in run.contexts]
+    truncated = sum(len(p) > keep for p in prompts)
+    prompts = [p[-keep:] for p in prompts]
+    was_training = model.training
+    model.eval()
+    try:
+        with run.bar(len(run.examples), "examples") as bar:
+            outs = _generate(model, tok, prompts, task.max_new_tokens, task.stop, run.batch_size, run.device,
+                             run.precision, bar)
+    finally:
+        model.train(was_training)
+    em = [exact_match(o, e.answers) for o, e in zip(outs, run.examples)]
+    f1 = [token_f1(o, e.answers) for o, e in zip(outs, run.examples)]
+    return dict(truncated=truncated, metrics={"exact_match": mean_metric(em), "f1": mean_metric(f1)},
+                predictions=[{"line": e.line, "output": o} for e, o in zip(run.examples, outs)])
+
+
+def _score_choices(run: _TaskRun, padding_side: str) -> dict:
+    """Log-likelihood of every (context, continuation) request; multiple choice, classification
+    and cloze metrics from them (`_choice_metrics`)."""
+    task, tok, examples, block = run.task, run.tokenizer, run.examples, run.block
     requests, owner = [], []
-    for k, (ex, ctxs) in enumerate(zip(examples, contexts)):
+    for k, (ex, ctxs) in enumerate(zip(examples, run.contexts)):
         for j, cont in enumerate(ex.continuations):
             requests.append((ctxs[j] if len(ctxs) > 1 else ctxs[0], cont))
             owner.append(k)
@@ -256,29 +295,29 @@ def run_task(model: torch.nn.Module, tokenizer, task: Task | str | Path, device:
 
     def encode(s: str) -> list[int]:
         if s not in cache:
-            cache[s] = tokenizer.encode(s)
+            cache[s] = tok.encode(s)
         return cache[s]
 
-    pairs = [encode_pair(encode, c, x, tokenizer.eos_id) for c, x in requests]
+    pairs = [encode_pair(encode, c, x, tok.eos_id) for c, x in requests]
     for (_, cont), (_, text), k in zip(pairs, requests, owner):
         if not cont or len(cont) > block:
             why = "encodes to no tokens after the context" if not cont else \
                 f"is {len(cont)} tokens, longer than the model's context of {block}"
             raise InputError(f"{task.path}, line {examples[k].line}: the continuation {text!r} {why}")
     units, truncated = make_units(pairs, block)
-    with show_progress(f"scoring {task.name}", len(units), "requests", enabled=progress) as bar:
-        ll, greedy = score_units(model, units, len(requests), batch_size, device, precision, padding_side,
-                                 on_batch=bar.advance)
-    lls: list[list[float]] = [[] for _ in range(n)]
-    grs: list[list[bool]] = [[] for _ in range(n)]
+    with run.bar(len(units), "requests") as bar:
+        ll, greedy = score_units(run.model, units, len(requests), run.batch_size, run.device, run.precision,
+                                 padding_side, on_batch=bar.advance)
+    lls: list[list[float]] = [[] for _ in examples]
+    grs: list[list[bool]] = [[] for _ in examples]
     for r, k in enumerate(owner):
         lls[k].append(ll[r])
         grs[k].append(greedy[r])
     metrics, confusion, preds = _choice_metrics(task, examples, lls, grs)
     for p, x in zip(preds, lls):
         p["loglikelihoods"] = x
-    return TaskResult(**common, truncated=truncated, metrics=metrics, seconds=time.perf_counter() - t0,
-                      confusion_matrix=confusion, chance=task.chance, predictions=preds)
+    return dict(truncated=truncated, metrics=metrics, confusion_matrix=confusion, chance=task.chance,
+                predictions=preds)
 
 
 def subset_metrics(task: Task, result: TaskResult, keep: list[int]) -> dict[str, dict]:

@@ -8,6 +8,7 @@ A task is a file; its format is recognised from its rows (every row must be in t
 | `hellaswag`   | HellaSwag jsonl `{"ctx_a", "ctx_b", "endings", "label", "activity_label"}` | multiple_choice |
 | `arc`         | ARC jsonl `{"question": {"stem", "choices": [{"text", "label"}]}, "answerKey"}` | multiple_choice |
 | `mmlu`        | MMLU csv without header: question, A, B, C, D, answer letter | multiple_choice |
+| `cmmlu`, `ceval` | CMMLU / C-Eval csv with their headers (`gptforge.eval.tasks_zh`) | multiple_choice |
 | `piqa`        | `{"goal", "sol1", "sol2", "label"}`                         | multiple_choice |
 | `winogrande`  | `{"sentence" with one "_", "option1", "option2", "answer": "1"/"2"}` | multiple_choice |
 | `classification` | `{"text", "label"}`                                      | classification  |
@@ -49,20 +50,23 @@ import json
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from gptforge.atomic import file_sha256
 from gptforge.errors import InputError, MissingInputError
+from gptforge.eval import tasks_zh
 
 TASK_TYPES = ("multiple_choice", "classification", "generation", "cloze", "perplexity")
 
 FORMAT_TYPE = {"mc": "multiple_choice", "hellaswag": "multiple_choice", "arc": "multiple_choice",
-               "mmlu": "multiple_choice", "piqa": "multiple_choice", "winogrande": "multiple_choice",
+               "mmlu": "multiple_choice", "cmmlu": "multiple_choice", "ceval": "multiple_choice", "piqa": "multiple_choice", "winogrande": "multiple_choice",
                "classification": "classification", "generation": "generation", "cloze": "cloze",
                "perplexity": "perplexity"}
 
 FORMAT_FIELDS = {"mc": ("context", "choices", "label"),
                  "hellaswag": ("ctx_a", "ctx_b", "endings", "label", "activity_label"),
-                 "arc": ("question", "answerKey"), "piqa": ("goal", "sol1", "sol2", "label"),
+                 "arc": ("question", "answerKey"), "cmmlu": tuple(tasks_zh.HEADERS["cmmlu"]),
+                 "ceval": (*tasks_zh.HEADERS["ceval"], "answer"), "piqa": ("goal", "sol1", "sol2", "label"),
                  "winogrande": ("sentence", "option1", "option2", "answer"),
                  "classification": ("text", "label"), "generation": ("prompt", "answer"), "cloze": ("text",),
                  "perplexity": ("text",)}
@@ -251,6 +255,136 @@ def _format_prompt(path: Path, line: int, template: str, row: dict) -> str:
         raise _err(path, line, f"the prompt template {template!r} cannot be filled ({e})") from None
 
 
+@dataclass
+class _Row:
+    """One task-file row being turned into an Example, with what every format's reader needs."""
+
+    path: Path
+    line: int
+    row: Any
+    delim: str
+    prompt: str | None
+    labels: list[str]
+    verbal: list[str]
+
+    def get(self, key: str, types=str):
+        return _get(self.path, self.line, self.row, key, types)
+
+    def err(self, message: str) -> InputError:
+        return _err(self.path, self.line, message)
+
+    def label(self, choices: list[str]) -> int:
+        return _label_index(self.path, self.line, "label", self.get("label", (int, str)), choices)
+
+    def context(self, default: str) -> str:
+        return _format_prompt(self.path, self.line, self.prompt, self.row) if self.prompt else default
+
+
+def _mmlu_example(r: _Row) -> Example:
+    if len(r.row) != 6:
+        raise r.err(f"an MMLU row has 6 columns (question, A, B, C, D, answer), got {len(r.row)}")
+    q, *choices, ans = r.row
+    if ans.strip() not in "ABCD" or not ans.strip():
+        raise r.err(f"column 6 (answer) = {ans!r}; expected A, B, C or D")
+    ctx = (q.strip() + "\n" + "".join(f"{k}. {c}\n" for k, c in zip("ABCD", choices)) + "Answer:")
+    return _mc([ctx], list("ABCD"), "ABCD".index(ans.strip()), r.delim, r.line)
+
+
+def _mc_example(r: _Row) -> Example:
+    ctx = r.get("context")
+    choices = _choices(r.path, r.line, "choices", r.get("choices", list))
+    return _mc([r.context(ctx)], choices, r.label(choices), r.delim, r.line)
+
+
+def _hellaswag_example(r: _Row) -> Example:
+    for k in ("ctx_a", "ctx_b", "activity_label"):
+        r.get(k)
+    endings = _choices(r.path, r.line, "endings", r.get("endings", list))
+    label = r.label(endings)
+    row = r.row
+    ctx = _hellaswag_clean(row["activity_label"] + ": " + row["ctx_a"] + " " + row["ctx_b"].capitalize())
+    return _mc([ctx], [_hellaswag_clean(e) for e in endings], label, r.delim, r.line)
+
+
+def _arc_example(r: _Row) -> Example:
+    q = r.get("question", dict)
+    stem = q.get("stem")
+    if not isinstance(stem, str):
+        raise r.err("missing field 'question.stem'")
+    items = q.get("choices")
+    if not isinstance(items, list) or not items:
+        raise r.err("field 'question.choices' must be a non-empty list of {text, label}")
+    for i, c in enumerate(items):
+        if not isinstance(c, dict) or not isinstance(c.get("text"), str) or "label" not in c:
+            raise r.err(f"field 'question.choices[{i}]' needs a string 'text' and a 'label'")
+    keys = [str(c["label"]) for c in items]
+    ans = str(r.get("answerKey", (str, int)))
+    if ans not in keys:
+        raise r.err(f"field 'answerKey' = {ans!r} is not one of the choice labels {keys}")
+    return _mc([f"Question: {stem}\nAnswer:"], [c["text"] for c in items], keys.index(ans), r.delim, r.line)
+
+
+def _piqa_example(r: _Row) -> Example:
+    goal = r.get("goal")
+    choices = [r.get("sol1"), r.get("sol2")]
+    return _mc([f"Question: {goal}\nAnswer:"], choices, r.label(choices), r.delim, r.line)
+
+
+def _winogrande_example(r: _Row) -> Example:
+    sentence = r.get("sentence")
+    options = [r.get("option1"), r.get("option2")]
+    ans = str(r.get("answer", (str, int)))
+    if ans not in ("1", "2"):
+        raise r.err(f"field 'answer' = {ans!r}; expected \"1\" or \"2\"")
+    if sentence.count("_") != 1:
+        raise r.err("field 'sentence' must hold exactly one '_' (the blank)")
+    cut = sentence.index("_")
+    contexts = [sentence[:cut] + o for o in options]
+    return _mc(contexts, options, int(ans) - 1, r.delim, r.line, shared_continuation=sentence[cut + 1:].strip())
+
+
+def _classification_example(r: _Row) -> Example:
+    text = r.get("text")
+    label = r.get("label", (str, int))
+    if str(label) not in r.labels:
+        raise r.err(f"field 'label' = {label!r} is not one of the task's labels {r.labels}")
+    ctx = r.context(text)
+    conts = [r.delim + v for v in r.verbal]
+    gold = r.labels.index(str(label))
+    return Example([ctx], conts, [len(v) for v in r.verbal], gold, [], ctx + conts[gold], r.line)
+
+
+def _generation_example(r: _Row) -> Example:
+    p = r.get("prompt")
+    key = "answer" if "answer" in r.row else "answers"
+    ans = r.get(key, (str, list))
+    answers = [ans] if isinstance(ans, str) else _choices(r.path, r.line, key, ans)
+    ctx = r.context(p)
+    return Example([ctx], [], [], None, answers, ctx + r.delim + answers[0], r.line)
+
+
+def _perplexity_example(r: _Row) -> Example:
+    text = r.get("text")
+    if not text:
+        raise r.err("field 'text' is empty")
+    return Example([], [], [], None, [text], text, r.line)
+
+
+def _cloze_example(r: _Row) -> Example:
+    text = r.get("text").rstrip()
+    if " " not in text:
+        raise r.err("field 'text' needs at least two words (the last one is predicted)")
+    ctx, word = text.rsplit(" ", 1)
+    # LAMBADA in lm-eval: the target carries its own space, the delimiter is empty.
+    return Example([ctx], [" " + word], [len(word)], 0, [word], text, r.line)
+
+
+_EXAMPLE_READERS = {"mmlu": _mmlu_example, "mc": _mc_example, "hellaswag": _hellaswag_example, "arc": _arc_example,
+                    "piqa": _piqa_example, "winogrande": _winogrande_example,
+                    "classification": _classification_example, "generation": _generation_example,
+                    "perplexity": _perplexity_example, "cloze": _cloze_example}
+
+
 def rows_to_examples(path: Path, rows: list[tuple[int, object]], fmt: str, opts: dict) -> list[Example]:
     """Examples of `rows`, all in format `fmt`; `opts` are the YAML settings (see the module doc).
 
@@ -273,89 +407,11 @@ def rows_to_examples(path: Path, rows: list[tuple[int, object]], fmt: str, opts:
                                        f"of the {fmt!r} format of the first row")
             raise _err(path, line, f"mixed formats: this row is {got!r} but the first row is {fmt!r}; "
                                    "one task file holds one format")
-        if fmt == "mmlu":
-            if len(row) != 6:
-                raise _err(path, line, f"an MMLU row has 6 columns (question, A, B, C, D, answer), got {len(row)}")
-            q, *choices, ans = row
-            if ans.strip() not in "ABCD" or not ans.strip():
-                raise _err(path, line, f"column 6 (answer) = {ans!r}; expected A, B, C or D")
-            ctx = (q.strip() + "\n" + "".join(f"{k}. {c}\n" for k, c in zip("ABCD", choices)) + "Answer:")
-            out.append(_mc([ctx], list("ABCD"), "ABCD".index(ans.strip()), delim, line))
-        elif fmt == "mc":
-            ctx = _get(path, line, row, "context")
-            choices = _choices(path, line, "choices", _get(path, line, row, "choices", list))
-            label = _label_index(path, line, "label", _get(path, line, row, "label", (int, str)), choices)
-            ctx = _format_prompt(path, line, prompt, row) if prompt else ctx
-            out.append(_mc([ctx], choices, label, delim, line))
-        elif fmt == "hellaswag":
-            for k in ("ctx_a", "ctx_b", "activity_label"):
-                _get(path, line, row, k)
-            endings = _choices(path, line, "endings", _get(path, line, row, "endings", list))
-            label = _label_index(path, line, "label", _get(path, line, row, "label", (int, str)), endings)
-            ctx = _hellaswag_clean(row["activity_label"] + ": " + row["ctx_a"] + " " + row["ctx_b"].capitalize())
-            out.append(_mc([ctx], [_hellaswag_clean(e) for e in endings], label, delim, line))
-        elif fmt == "arc":
-            q = _get(path, line, row, "question", dict)
-            stem = q.get("stem")
-            if not isinstance(stem, str):
-                raise _err(path, line, "missing field 'question.stem'")
-            items = q.get("choices")
-            if not isinstance(items, list) or not items:
-                raise _err(path, line, "field 'question.choices' must be a non-empty list of {text, label}")
-            for i, c in enumerate(items):
-                if not isinstance(c, dict) or not isinstance(c.get("text"), str) or "label" not in c:
-                    raise _err(path, line, f"field 'question.choices[{i}]' needs a string 'text' and a 'label'")
-            keys = [str(c["label"]) for c in items]
-            ans = str(_get(path, line, row, "answerKey", (str, int)))
-            if ans not in keys:
-                raise _err(path, line, f"field 'answerKey' = {ans!r} is not one of the choice labels {keys}")
-            ctx = f"Question: {stem}\nAnswer:"
-            out.append(_mc([ctx], [c["text"] for c in items], keys.index(ans), delim, line))
-        elif fmt == "piqa":
-            goal = _get(path, line, row, "goal")
-            choices = [_get(path, line, row, "sol1"), _get(path, line, row, "sol2")]
-            label = _label_index(path, line, "label", _get(path, line, row, "label", (int, str)), choices)
-            out.append(_mc([f"Question: {goal}\nAnswer:"], choices, label, delim, line))
-        elif fmt == "winogrande":
-            sentence = _get(path, line, row, "sentence")
-            options = [_get(path, line, row, "option1"), _get(path, line, row, "option2")]
-            ans = str(_get(path, line, row, "answer", (str, int)))
-            if ans not in ("1", "2"):
-                raise _err(path, line, f"field 'answer' = {ans!r}; expected \"1\" or \"2\"")
-            if sentence.count("_") != 1:
-                raise _err(path, line, "field 'sentence' must hold exactly one '_' (the blank)")
-            cut = sentence.index("_")
-            contexts = [sentence[:cut] + o for o in options]
-            out.append(_mc(contexts, options, int(ans) - 1, delim, line,
-                           shared_continuation=sentence[cut + 1:].strip()))
-        elif fmt == "classification":
-            text = _get(path, line, row, "text")
-            label = _get(path, line, row, "label", (str, int))
-            if str(label) not in labels:
-                raise _err(path, line, f"field 'label' = {label!r} is not one of the task's labels {labels}")
-            ctx = _format_prompt(path, line, prompt, row) if prompt else text
-            conts = [delim + v for v in verbal]
-            gold = labels.index(str(label))
-            out.append(Example([ctx], conts, [len(v) for v in verbal], gold, [], ctx + conts[gold], line))
-        elif fmt == "generation":
-            p = _get(path, line, row, "prompt")
-            key = "answer" if "answer" in row else "answers"
-            ans = _get(path, line, row, key, (str, list))
-            answers = [ans] if isinstance(ans, str) else _choices(path, line, key, ans)
-            ctx = _format_prompt(path, line, prompt, row) if prompt else p
-            out.append(Example([ctx], [], [], None, answers, ctx + delim + answers[0], line))
-        elif fmt == "perplexity":
-            text = _get(path, line, row, "text")
-            if not text:
-                raise _err(path, line, "field 'text' is empty")
-            out.append(Example([], [], [], None, [text], text, line))
-        elif fmt == "cloze":
-            text = _get(path, line, row, "text").rstrip()
-            if " " not in text:
-                raise _err(path, line, "field 'text' needs at least two words (the last one is predicted)")
-            ctx, word = text.rsplit(" ", 1)
-            # LAMBADA in lm-eval: the target carries its own space, the delimiter is empty.
-            out.append(Example([ctx], [" " + word], [len(word)], 0, [word], text, line))
+        reader = _EXAMPLE_READERS.get(fmt)
+        if reader is None:  # CMMLU / C-Eval rows are read from their csv header (`_read_examples`)
+            raise _err(path, line, f"the {fmt!r} format is read from a csv file with its header row; "
+                                   "write the task as csv")
+        out.append(reader(_Row(path, line, row, delim, prompt, labels, verbal)))
     return out
 
 
@@ -377,6 +433,16 @@ def _read_examples(path: Path, opts: dict, want_type: str | None) -> tuple[str, 
     rows = read_rows(path)
     if not rows:
         raise _err(path, None, "the task file has no rows")
+    fmt = tasks_zh.header_format(rows[0][1]) if isinstance(rows[0][1], list) else None
+    if fmt is not None:  # CMMLU / C-Eval: a header names the columns
+        rows = tasks_zh.header_rows(path, rows, fmt)
+        if not rows:
+            raise _err(path, None, "the task file has a header but no rows")
+        if want_type is not None and want_type != "multiple_choice":
+            raise _err(path, None, f"type: {want_type} but the rows are in the {fmt!r} format (multiple_choice)")
+        delim = opts.get("target_delimiter", " ")
+        pairs = [(line, tasks_zh.question_and_answer(path, line, row, fmt)) for line, row in rows]
+        return fmt, [_mc([ctx], list("ABCD"), gold, delim, line) for line, (ctx, gold) in pairs]
     fmt = detect_format(rows[0][1])
     if fmt is None:
         raise _err(path, rows[0][0], f"row matches no task format; fields found {sorted(rows[0][1])} "
@@ -438,6 +504,12 @@ def load_task(path: str | Path) -> Task:
             desc = f"The following are multiple choice questions (with answers) about {subject.replace('_', ' ')}.\n\n"
         # MMLU's published layout: data/test/X_test.csv with its 5 dev questions in data/dev/X_dev.csv.
         dev = data.parent.parent / "dev" / f"{subject}_dev.csv"
+        if pool is None and dev.is_file() and dev.resolve() != data.resolve():
+            _, pool = _read_examples(dev, opts, "multiple_choice")
+            sampler = "first_n"
+    elif fmt in ("cmmlu", "ceval"):
+        desc = desc or tasks_zh.description(data, fmt)
+        dev = tasks_zh.dev_file(data, fmt)
         if pool is None and dev.is_file() and dev.resolve() != data.resolve():
             _, pool = _read_examples(dev, opts, "multiple_choice")
             sampler = "first_n"

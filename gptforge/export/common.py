@@ -22,6 +22,20 @@ DTYPES = {"f32": torch.float32, "f16": torch.float16, "bf16": torch.bfloat16}
 """`--dtype` spellings of the export command -> torch dtypes."""
 
 
+def format_packages(fmt: str, quantize: str | None = None) -> dict[str, str]:
+    """The packages of the `export` extra that writing `fmt` imports: {module: pip package}.
+
+    onnx / triton: onnx and onnxscript (torch's ONNX exporter), onnxruntime for --quantize int8;
+    gguf: gguf (llama.cpp's writer); hf: none (safetensors is a core dependency).
+    """
+    if fmt in ("onnx", "triton"):
+        out = {"onnx": "onnx", "onnxscript": "onnxscript"}
+        if quantize:
+            out["onnxruntime"] = "onnxruntime"
+        return out
+    return {"gguf": "gguf"} if fmt == "gguf" else {}
+
+
 def dtype_name(dtype: torch.dtype) -> str:
     """The `--dtype` spelling of a torch dtype (f32, f16, bf16)."""
     return {v: k for k, v in DTYPES.items()}[dtype]
@@ -65,14 +79,15 @@ def tokenizer_files(tokenizer_dir: Path | None, block_size: int) -> dict[str, by
     Hugging Face tokenizer files in `tokenizer_dir` (see `gptforge.model.hf_save.TOKENIZER_FILES`)
     are copied as they are; a bare tokenizer.json (gptforge's own) gets the tokenizer_config.json
     and special_tokens_map.json `save_hf` writes for it, so `AutoTokenizer.from_pretrained` loads
-    the folder.
+    the folder; a chat_template.jinja is also written into tokenizer_config.json
+    (`carry_chat_template`).
 
     Raises:
         MissingInputError: no tokenizer_dir, or no tokenizer files in it.
     """
     import json
 
-    from gptforge.model.hf_save import TOKENIZER_FILES, bare_tokenizer_config
+    from gptforge.model.hf_save import TOKENIZER_FILES, bare_tokenizer_config, carry_chat_template
 
     if tokenizer_dir is None:
         raise MissingInputError("no tokenizer in the checkpoint, its run directory or its data folder; "
@@ -88,6 +103,6 @@ def tokenizer_files(tokenizer_dir: Path | None, block_size: int) -> dict[str, by
             raise InputError(str(e)) from None
         files["tokenizer_config.json"] = (json.dumps(cfg, indent=2, sort_keys=True) + "\n").encode()
         files["special_tokens_map.json"] = (json.dumps(smap, indent=2, sort_keys=True) + "\n").encode()
-    return files
+    return carry_chat_template(files)
 
 

@@ -2,8 +2,11 @@
 
 A gptforge GPT becomes one `.gguf` file:
 
-- architecture `llama` (RoPE, RMSNorm, SwiGLU, grouped-query attention, tied or untied head) or
-  `gpt2` (learned positions, LayerNorm, tanh-GELU MLP, q/k/v fused into `attn_qkv`);
+- architecture `llama` (RoPE, RMSNorm, SwiGLU, grouped-query attention, tied or untied head),
+  `qwen3` (the same with model.qk_norm: per-head RMSNorm `attn_q_norm` / `attn_k_norm` on q and
+  k before RoPE, no biases; Yang et al. 2025, Qwen3 technical report, section 2) or `gpt2`
+  (learned positions, LayerNorm, tanh-GELU MLP, q/k/v fused into `attn_qkv`); the head width
+  (`attention.key_length` / `value_length`) is written, so a pruned head_size loads;
 - weights in f32, f16 or bf16, or quantized to q8_0 / q4_0 (blocks of 32 values, one f16 scale per
   block; llama.cpp's `ggml-quants.c` formats as gguf-py implements them). Norms, biases and
   RoPE factors stay f32, as llama.cpp's own converter keeps them; a matrix whose rows are not a
@@ -18,7 +21,8 @@ A gptforge GPT becomes one `.gguf` file:
 gptforge keeps q/k in the Hugging Face layout (rotate the first half of the head dim against the
 second); llama.cpp's `llama` rotates adjacent pairs. Rows of q and k are permuted per head from
 (half, pair) order to (pair, half) order, as llama.cpp's convert_hf_to_gguf.py does (with the KV
-head count for k), so both compute the same attention.
+head count for k), so both compute the same attention. Its `qwen3` rotates halves (NeoX RoPE), as
+gptforge does: q and k are written as they are.
 """
 
 from __future__ import annotations
@@ -46,14 +50,23 @@ def permute_rope_rows(w: torch.Tensor, n_head: int) -> torch.Tensor:
     return w.reshape(n_head, 2, w.shape[0] // n_head // 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape)
 
 
-def check_representable(cfg, approximate_gelu: bool = False) -> None:
-    """Refuse what llama.cpp's `llama` / `gpt2` graphs cannot compute, naming every such option.
+def gguf_arch(cfg) -> str:
+    """The llama.cpp architecture that computes `cfg`: gpt2, qwen3 (llama blocks with qk_norm) or llama."""
+    if cfg.arch == "gpt2":
+        return "gpt2"
+    return "qwen3" if cfg.qk_norm else "llama"
 
-    Not representable: logit_softcap (neither graph caps the final logits), value_embeddings,
-    qk_norm (neither graph normalises q/k per head), relu2 (llama.cpp's llama uses SwiGLU, its
-    gpt2 GELU), exact GELU in a GPT-2 (llama.cpp's gpt2 uses the tanh approximation; pass
-    approximate_gelu to accept it), a rope_scaling type other than linear / llama3.
-    (zero_init_proj only changes the initialisation: representable.)
+
+def check_representable(cfg, approximate_gelu: bool = True) -> None:
+    """Refuse what llama.cpp's `llama` / `qwen3` / `gpt2` graphs cannot compute, naming every such option.
+
+    Not representable: logit_softcap (no graph caps the final logits), value_embeddings,
+    qk_norm on gpt2 blocks, qk_norm with biases or llama3 RoPE scaling (llama.cpp's qwen3 has
+    neither), relu2 (llama.cpp's llama and qwen3 use SwiGLU, its gpt2 GELU), exact GELU in a
+    GPT-2 when approximate_gelu is False (llama.cpp's gpt2 uses the tanh approximation; the
+    default accepts it, see `gelu_note`), a
+    rope_scaling type other than linear / llama3. (zero_init_proj only changes the
+    initialisation: representable.)
 
     Raises:
         InputError: one message naming each `model.<option>=<value>` and why.
@@ -65,23 +78,45 @@ def check_representable(cfg, approximate_gelu: bool = False) -> None:
                     "final logits"))
     if cfg.value_embeddings:
         bad.append(("model.value_embeddings=True", f"llama.cpp's {cfg.arch} graph has no value embeddings"))
-    if cfg.qk_norm:
-        bad.append(("model.qk_norm=True", f"llama.cpp's {cfg.arch} graph has no per-head q/k norm"))
+    scaling = cfg.rope_scaling or {}
+    kind = scaling.get("rope_type", scaling.get("type", "default"))
+    if cfg.qk_norm and cfg.arch == "gpt2":
+        bad.append(("model.qk_norm=True", "llama.cpp's gpt2 graph has no per-head q/k norm (llama blocks with "
+                    "qk_norm export as qwen3)"))
+    elif cfg.qk_norm and (cfg.bias or cfg.qkv_bias):
+        bad.append(("model.qk_norm=True with biases", "llama.cpp's qwen3 graph (QK-norm) has no biases: it needs "
+                    "model.bias=False and model.qkv_bias=False"))
+    elif cfg.qk_norm and kind == "llama3":
+        bad.append(("model.qk_norm=True with rope_scaling llama3", "llama.cpp's qwen3 graph applies no per-frequency "
+                    "RoPE factors"))
     if cfg.activation == "relu2":
         mlp = "a SwiGLU" if cfg.arch == "llama" else "a GELU"
         bad.append(("model.activation=relu2", f"llama.cpp's {cfg.arch} graph computes {mlp} MLP"))
     if cfg.arch == "gpt2" and cfg.activation == "gelu" and not approximate_gelu:
         bad.append(("model.activation=gelu (exact, erf)", "llama.cpp's gpt2 graph computes the tanh approximation "
-                    "(model.activation=gelu_tanh); pass --approximate-gelu to export anyway (logits then differ "
-                    "slightly)"))
-    if cfg.arch == "llama" and cfg.rope_scaling:
-        kind = cfg.rope_scaling.get("rope_type", cfg.rope_scaling.get("type", "default"))
-        if kind not in ("default", "linear", "llama3"):
-            bad.append((f"model.rope_scaling.rope_type={kind}", "linear and llama3 can"))
+                    "(model.activation=gelu_tanh); drop --no-approximate-gelu to export it anyway (logits then "
+                    "differ by about 1e-4)"))
+    if cfg.arch == "llama" and kind not in ("default", "linear", "llama3"):
+        bad.append((f"model.rope_scaling.rope_type={kind}", "linear and llama3 can"))
     if bad:
         raise InputError("; ".join(f"{opt} cannot be represented in the gguf format: {why}" for opt, why in bad)
                          + ". A model trained with it stays in gptforge's format (generate, evaluate and serve "
                          "use it)")
+
+
+def gelu_note(cfg, approximate_gelu: bool = True) -> str | None:
+    """The one-line note for a GPT-2 with exact GELU written for llama.cpp's tanh-GELU graph, or None.
+
+    The tanh approximation (Hendrycks & Gimpel 2016, section 2) differs from erf-GELU by at most
+    4.7e-4 per activation (at |x| = 2.7); on a gpt2-nano run llama.cpp's logits moved by at most
+    2e-4 (bench/RESULTS.md).
+    """
+    cfg = cfg.resolved()
+    if cfg.arch == "gpt2" and cfg.activation == "gelu" and approximate_gelu:
+        return ("model.activation=gelu (exact, erf) is written for llama.cpp's gpt2 graph, which computes the tanh "
+                "approximation: its logits differ from gptforge's by about 1e-4 (train with --model.activation "
+                "gelu_tanh for an exact gguf)")
+    return None
 
 
 def read_tokenizer(tokenizer_json: Path, vocab_size: int) -> dict:
@@ -142,7 +177,9 @@ def gguf_tensors(model: torch.nn.Module) -> list[tuple[str, torch.Tensor]]:
     """(GGUF name, tensor in GGUF row order) for every weight of GPT `model`, in file order.
 
     llama: token_embd, blk.N.{attn_norm, attn_q, attn_k, attn_v, attn_output, ffn_norm, ffn_gate,
-    ffn_up, ffn_down}, output_norm, output (absent when tied), rope_freqs (llama3 scaling).
+    ffn_up, ffn_down}, output_norm, output (absent when tied), rope_freqs (llama3 scaling); q and k
+    rows permuted (`permute_rope_rows`). qwen3: the same plus blk.N.{attn_q_norm, attn_k_norm}
+    (head_dim,), q and k unpermuted.
     gpt2: token_embd, position_embd, blk.N.{attn_norm, attn_qkv, attn_output, ffn_norm, ffn_up,
     ffn_down} (+ .bias each; zeros where the model has none, as llama.cpp's gpt2 reads them),
     output_norm, output (absent when tied). Shapes as in torch: (out_features, in_features).
@@ -152,7 +189,8 @@ def gguf_tensors(model: torch.nn.Module) -> list[tuple[str, torch.Tensor]]:
     cfg = model.config
     sd = {k: v.detach().float().cpu() for k, v in model.state_dict().items()}
     out: list[tuple[str, torch.Tensor]] = [("token_embd.weight", sd["wte.weight"])]
-    gpt2 = cfg.arch == "gpt2"
+    gpt2, qwen3 = cfg.arch == "gpt2", gguf_arch(cfg) == "qwen3"
+    rows = (lambda w, heads: w) if qwen3 else permute_rope_rows
     if gpt2:
         out.append(("position_embd.weight", sd["wpe.weight"]))
 
@@ -178,13 +216,17 @@ def gguf_tensors(model: torch.nn.Module) -> list[tuple[str, torch.Tensor]]:
             out.append((b + "ffn_down.bias", bias(p + "mlp.down_proj.bias", cfg.d_model)))
             continue
         out.append((b + "attn_norm.weight", sd[p + "norm_1.weight"]))
-        out.append((b + "attn_q.weight", permute_rope_rows(q, cfg.n_head)))
-        out.append((b + "attn_k.weight", permute_rope_rows(k, cfg.n_kv_head)))
+        out.append((b + "attn_q.weight", rows(q, cfg.n_head)))
+        if qwen3:
+            out.append((b + "attn_q_norm.weight", sd[p + "attn.q_norm.weight"]))
+        out.append((b + "attn_k.weight", rows(k, cfg.n_kv_head)))
+        if qwen3:
+            out.append((b + "attn_k_norm.weight", sd[p + "attn.k_norm.weight"]))
         out.append((b + "attn_v.weight", v))
         for x, heads in (("q", cfg.n_head), ("k", cfg.n_kv_head), ("v", None)):
             key = p + f"attn.{x}_proj.bias"
             if key in sd:
-                out.append((b + f"attn_{x}.bias", sd[key] if heads is None else permute_rope_rows(sd[key], heads)))
+                out.append((b + f"attn_{x}.bias", sd[key] if heads is None else rows(sd[key], heads)))
         out.append((b + "attn_output.weight", sd[p + "attn.o_proj.weight"]))
         out.append((b + "ffn_norm.weight", sd[p + "norm_2.weight"]))
         out.append((b + "ffn_gate.weight", sd[p + "mlp.gate_proj.weight"]))
@@ -231,7 +273,7 @@ def file_type(dtype: str, quantize: str | None):
 
 
 def write_gguf(model: torch.nn.Module, tokenizer_dir: Path | None, path: str | Path, dtype: str = "f16",
-               quantize: str | None = None, name: str = "gptforge", approximate_gelu: bool = False,
+               quantize: str | None = None, name: str = "gptforge", approximate_gelu: bool = True,
                warn=None) -> Path:
     """Write GPT `model` and its tokenizer as the GGUF file `path`.
 
@@ -261,31 +303,9 @@ def write_gguf(model: torch.nn.Module, tokenizer_dir: Path | None, path: str | P
     tok = read_tokenizer(tokenizer_dir / "tokenizer.json", cfg.vocab_size)
 
     path = Path(path)
-    w = gguf.GGUFWriter(str(path), cfg.arch)
+    w = gguf.GGUFWriter(str(path), gguf_arch(cfg))
     w.add_name(name)
-    w.add_context_length(cfg.block_size)
-    w.add_embedding_length(cfg.d_model)
-    w.add_block_count(cfg.n_layer)
-    w.add_feed_forward_length(cfg.d_ff)
-    w.add_head_count(cfg.n_head)
-    w.add_head_count_kv(cfg.n_kv_head)
-    w.add_vocab_size(cfg.vocab_size)
-    if cfg.arch == "llama":
-        w.add_layer_norm_rms_eps(cfg.norm_eps)
-        w.add_rope_dimension_count(cfg.head_dim)
-        w.add_rope_freq_base(cfg.rope_theta)
-        scaling = cfg.rope_scaling or {}
-        kind = scaling.get("rope_type", scaling.get("type"))
-        if kind == "linear":
-            w.add_rope_scaling_type(gguf.RopeScalingType.LINEAR)
-            w.add_rope_scaling_factor(float(scaling["factor"]))
-        # llama3: only the rope_freqs tensor. A rope.scaling.factor key would make llama.cpp
-        # apply linear scaling on top (its default scaling type is linear).
-    else:
-        w.add_layer_norm_eps(cfg.norm_eps)
-    w.add_file_type(file_type(dtype, quantize))
-    if quantize:
-        w.add_quantization_version(gguf.GGML_QUANT_VERSION)
+    _add_hparams(w, cfg, dtype, quantize)
 
     w.add_tokenizer_model("gpt2")
     w.add_tokenizer_pre("gpt-2")
@@ -328,6 +348,37 @@ def write_gguf(model: torch.nn.Module, tokenizer_dir: Path | None, path: str | P
         w.close()
         bar.advance()
     return path
+
+
+def _add_hparams(w, cfg, dtype: str, quantize: str | None) -> None:
+    """The model's shape, norm, RoPE and file-type keys of GGUF writer `w` (see the module docstring)."""
+    import gguf
+
+    w.add_context_length(cfg.block_size)
+    w.add_embedding_length(cfg.d_model)
+    w.add_block_count(cfg.n_layer)
+    w.add_feed_forward_length(cfg.d_ff)
+    w.add_head_count(cfg.n_head)
+    w.add_head_count_kv(cfg.n_kv_head)
+    w.add_vocab_size(cfg.vocab_size)
+    if cfg.arch == "llama":
+        w.add_layer_norm_rms_eps(cfg.norm_eps)
+        w.add_key_length(cfg.head_dim)
+        w.add_value_length(cfg.head_dim)
+        w.add_rope_dimension_count(cfg.head_dim)
+        w.add_rope_freq_base(cfg.rope_theta)
+        scaling = cfg.rope_scaling or {}
+        kind = scaling.get("rope_type", scaling.get("type"))
+        if kind == "linear":
+            w.add_rope_scaling_type(gguf.RopeScalingType.LINEAR)
+            w.add_rope_scaling_factor(float(scaling["factor"]))
+        # llama3: only the rope_freqs tensor. A rope.scaling.factor key would make llama.cpp
+        # apply linear scaling on top (its default scaling type is linear).
+    else:
+        w.add_layer_norm_eps(cfg.norm_eps)
+    w.add_file_type(file_type(dtype, quantize))
+    if quantize:
+        w.add_quantization_version(gguf.GGML_QUANT_VERSION)
 
 
 def kept_f16_message(kept: list[tuple[str, tuple[int, ...]]], quantize: str, n_tensors: int) -> str:

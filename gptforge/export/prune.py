@@ -21,7 +21,12 @@ Grouped-query attention stays consistent: either every KV head is kept and each 
 same number of its best query heads (`heads_per_layer` a multiple of n_kv_head), or whole groups
 (a KV head and its query heads) go, ranked by the summed scores of their heads
 (`heads_per_layer` a multiple of the group size n_head / n_kv_head). The head width is kept, so
-after pruning heads and embedding channels separately the config records `head_size`.
+after pruning heads and embedding channels separately a Llama-family config records `head_size`
+(exported as Hugging Face `head_dim` and GGUF `attention.key_length`). GPT-2 blocks have no
+separate head width in any export format (n_head x head width = d_model there): pruning their
+d_model sets the head count to d_model / head width, and a d_model that is not a multiple of it,
+or a head count that disagrees, is refused. QK-norm gains (one per head dimension) are kept
+whole; a value embedding keeps the columns of the kept KV heads.
 
 Kept structures stay in their original order, so pruning to the model's own shape is the
 identity: the same weights and bit-for-bit the same outputs.
@@ -190,13 +195,30 @@ def pruned_config(cfg: ModelConfig, shape: PruneShape) -> ModelConfig:
         want = getattr(shape, name)
         if want is not None and not 1 <= want <= have:
             raise InputError(f"--{name.replace('_', '-')} {want}: must be between 1 and the model's {have}")
-    heads = shape.heads_per_layer or cfg.n_head
-    n_kv, _ = head_plan(cfg, heads)
     d_model = shape.d_model or cfg.d_model
+    heads = shape.heads_per_layer or (gpt2_heads(cfg, d_model) if cfg.arch == "gpt2" else cfg.n_head)
+    if cfg.arch == "gpt2" and heads * cfg.head_dim != d_model:
+        raise InputError(f"--heads-per-layer {heads} with --d-model {d_model}: GPT-2 blocks need n_head x head width "
+                         f"({cfg.head_dim}) = d_model; use --heads-per-layer {d_model // cfg.head_dim or 1} and "
+                         f"--d-model {(d_model // cfg.head_dim or 1) * cfg.head_dim}")
+    n_kv, _ = head_plan(cfg, heads)
     head_size = None if heads * cfg.head_dim == d_model else cfg.head_dim
     return dataclasses.replace(cfg, preset=None, n_layer=shape.n_layer or cfg.n_layer, n_head=heads,
                                n_kv_head=n_kv, d_ff=shape.d_ff or cfg.d_ff, d_model=d_model,
                                head_size=head_size).resolved()
+
+
+def gpt2_heads(cfg: ModelConfig, d_model: int) -> int:
+    """The head count a GPT-2 of width `d_model` keeps: d_model / head width.
+
+    Raises:
+        InputError: d_model is not a multiple of the head width (names --d-model).
+    """
+    if d_model % cfg.head_dim:
+        lo = max(cfg.head_dim, d_model // cfg.head_dim * cfg.head_dim)
+        raise InputError(f"--d-model {d_model}: GPT-2 blocks need n_head x head width = d_model, and the head width "
+                         f"is {cfg.head_dim}; choose a multiple of {cfg.head_dim} (e.g. {lo})")
+    return d_model // cfg.head_dim
 
 
 def count_params(cfg: ModelConfig) -> int:
@@ -223,9 +245,10 @@ def shape_for_params(cfg: ModelConfig, target: int) -> PruneShape:
 
     def shape(r: float) -> PruneShape:
         heads = min(allowed, key=lambda h: (abs(h - r * cfg.n_head), -h))
-        step = 2 if cfg.arch == "llama" else 1
+        if cfg.arch == "gpt2":  # the width follows the heads (n_head x head width = d_model)
+            return PruneShape(heads_per_layer=heads, d_ff=max(1, round(r * cfg.d_ff)), d_model=heads * cfg.head_dim)
         return PruneShape(heads_per_layer=heads, d_ff=max(1, round(r * cfg.d_ff)),
-                          d_model=max(step, round(r * cfg.d_model / step) * step))
+                          d_model=max(2, round(r * cfg.d_model / 2) * 2))
 
     lo, hi, best = 0.0, 1.0, None
     for _ in range(40):
@@ -285,6 +308,11 @@ def prune_model(model: GPT, imp: Importance, shape: PruneShape) -> tuple[GPT, di
             out[dst + mod + ".weight"] = take(src + mod + ".weight", rows, cols)
             if src + mod + ".bias" in sd:
                 out[dst + mod + ".bias"] = take(src + mod + ".bias", rows)
+        for name in ("attn.q_norm.weight", "attn.k_norm.weight"):  # per head dimension: kept whole
+            if src + name in sd:
+                out[dst + name] = take(src + name)
+        if src + "attn.v_embed.weight" in sd:
+            out[dst + "attn.v_embed.weight"] = take(src + "attn.v_embed.weight", cols=kv_rows)
         for norm in ("norm_1", "norm_2"):
             for p in ("weight", "bias"):
                 if f"{src}{norm}.{p}" in sd:

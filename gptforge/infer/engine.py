@@ -204,6 +204,7 @@ class Engine:
         self._cv = threading.Condition()
         self._thread: threading.Thread | None = None
         self._stop = False
+        self._paused = False
         self.steps = 0
 
     # ---- requests -----------------------------------------------------------------------------
@@ -272,10 +273,17 @@ class Engine:
             return False
         self.steps += 1
         events: list[tuple[Request, Event]] = []
-        for seq in admitted:
-            events += self._prefill(seq)
-        if decoding:
-            events += self._decode(decoding)
+        try:
+            for seq in admitted:
+                events += self._prefill(seq)
+            if decoding:
+                events += self._decode(decoding)
+        except BaseException:
+            # The caller's error handler frees and answers every running sequence: the ones admitted
+            # in this step must be among them, or their slots leak and their clients wait forever.
+            with self._cv:
+                self.running += admitted
+            raise
         with self._cv:
             self.running += admitted
             for seq in self.running:
@@ -390,10 +398,22 @@ class Engine:
             seq.finished = True
             seq.on_event(Event(finish_reason="cancelled"))
 
+    def pause(self) -> None:
+        """Hold the background thread before its next step until `resume()`: submitted requests stay
+        waiting (a step already running finishes). Tests fill the queue with it deterministically."""
+        with self._cv:
+            self._paused = True
+
+    def resume(self) -> None:
+        """Let the background thread step again after `pause()`."""
+        with self._cv:
+            self._paused = False
+            self._cv.notify()
+
     def _loop(self) -> None:
         while True:
             with self._cv:
-                while not self._stop and not self.waiting and not self.running:
+                while not self._stop and (self._paused or not (self.waiting or self.running)):
                     self._cv.wait()
                 if self._stop:
                     return

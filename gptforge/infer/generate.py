@@ -11,6 +11,7 @@ the two paths give the same logits (up to float rounding) however long the gener
 from __future__ import annotations
 
 import warnings
+import weakref
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
@@ -96,6 +97,28 @@ def padded_batch(rows: Sequence[Sequence[int]], device) -> tuple[torch.Tensor, t
     return idx, position_ids, mask[:, None], pads
 
 
+_COMPILED: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+"""model -> its `torch.compile(model, dynamic=True)` wrapper, built once per model (not a
+submodule, so it never enters the model's state_dict)."""
+
+
+def compiled_forward(model: GPT) -> Callable[..., torch.Tensor]:
+    """`model`'s forward compiled by torch.compile with dynamic shapes, cached per model.
+
+    One graph serves every cache length (the KV cache's filled length and the position ids are
+    symbolic); the prefill (T > 1) and the one-token decode step are two graphs (Dynamo
+    specialises sizes 0 and 1). The first call of each traces and builds it (seconds to a minute
+    on a CPU, cached on disk by Inductor); later calls run the fused kernels with less Python
+    and dispatcher overhead per token than eager, which dominates the decode of small models.
+    The wrapper reads the model's current weights: training or loading new weights between calls
+    needs no rebuild.
+    """
+    fn = _COMPILED.get(model)
+    if fn is None:
+        fn = _COMPILED[model] = torch.compile(model, dynamic=True)
+    return fn
+
+
 @dataclass
 class Generation:
     """One row's result of `generate_batch`.
@@ -121,7 +144,7 @@ def find_stop(text: str, stop: Sequence[str]) -> int | None:
 def generate_batch(model: GPT, prompts: Sequence[Sequence[int]], max_new_tokens: int, temperature: float = 1.0,
                    top_k: int | None = None, top_p: float | None = None, seed: int | None = None,
                    use_cache: bool = True, eos_id: int | None = None, stop: Sequence[str] = (),
-                   decode: Callable[[list[int]], str] | None = None) -> list[Generation]:
+                   decode: Callable[[list[int]], str] | None = None, compile: bool = False) -> list[Generation]:
     """Continue each prompt (lists of ids, any lengths) by up to `max_new_tokens` tokens, as one batch.
 
     Prompts of different lengths are left-padded (`padded_batch`): each row's position ids start
@@ -130,7 +153,9 @@ def generate_batch(model: GPT, prompts: Sequence[Sequence[int]], max_new_tokens:
     `use_cache` the prompts are prefilled once and each step feeds one token per row; without it
     every step recomputes the whole window. Past the context, both follow `slide_window`.
     A row stops at `eos_id` or when its decoded continuation contains one of the `stop` strings
-    (needs `decode`, ids -> text); the batch stops when every row has stopped.
+    (needs `decode`, ids -> text); the batch stops when every row has stopped. `compile` runs the
+    forward passes through `compiled_forward` (same logits up to float rounding; a first-call
+    compile cost per model).
 
     Returns: one Generation per prompt, in order.
 
@@ -150,6 +175,7 @@ def generate_batch(model: GPT, prompts: Sequence[Sequence[int]], max_new_tokens:
         gen = torch.Generator(device=device)
         gen.manual_seed(seed)
     block = model.config.block_size
+    forward = compiled_forward(model) if compile else model
     tokens = [list(p) for p in prompts]
     starts = [cut_prompt(len(p), block, f"prompt {i}" if len(prompts) > 1 else "the prompt")
               for i, p in enumerate(prompts)]
@@ -163,7 +189,7 @@ def generate_batch(model: GPT, prompts: Sequence[Sequence[int]], max_new_tokens:
             idx, pos, mask, pads = padded_batch([t[s:] for s, t in zip(starts, tokens)], device)
             if use_cache:
                 caches = model.make_caches(len(tokens))
-            logits = model(idx, position_ids=pos, attn_mask=mask, caches=caches, last_only=True)
+            logits = forward(idx, position_ids=pos, attn_mask=mask, caches=caches, last_only=True)
         else:
             last = torch.tensor([[t[-1]] for t in tokens], dtype=torch.long, device=device)
             pos = mask = None
@@ -173,7 +199,7 @@ def generate_batch(model: GPT, prompts: Sequence[Sequence[int]], max_new_tokens:
                 S = caches[0].pos + 1
                 pad = torch.tensor(pads, device=device)[:, None]
                 mask = (torch.arange(S, device=device)[None, :] >= pad)[:, None, None, :]  # (B, 1, 1, S)
-            logits = model(last, position_ids=pos, attn_mask=mask, caches=caches, last_only=True)
+            logits = forward(last, position_ids=pos, attn_mask=mask, caches=caches, last_only=True)
         nxt = sample_next(logits[:, -1, :], temperature, top_k, top_p, gen)[:, 0].tolist()
         for b, t in enumerate(nxt):
             tokens[b].append(t)
@@ -201,7 +227,7 @@ def generate_batch(model: GPT, prompts: Sequence[Sequence[int]], max_new_tokens:
 @torch.no_grad()
 def generate(model: GPT, idx: torch.Tensor, max_new_tokens: int, temperature: float = 1.0,
              top_k: int | None = None, top_p: float | None = None, seed: int | None = None,
-             use_cache: bool = True, eos_id: int | None = None) -> torch.Tensor:
+             use_cache: bool = True, eos_id: int | None = None, compile: bool = False) -> torch.Tensor:
     """Continue each row of `idx` (B, T) by up to `max_new_tokens` tokens: returns (B, T + n).
 
     With `use_cache`, the prompt is run once (prefill) and each new token attends to cached
@@ -209,14 +235,16 @@ def generate(model: GPT, idx: torch.Tensor, max_new_tokens: int, temperature: fl
     with and without the cache, also past the model's context (`slide_window`: one rule for both
     paths). A prompt longer than block_size keeps its last block_size tokens, with a warning.
     Generation stops early when every row has produced `eos_id`; rows that stopped earlier are
-    filled with `eos_id`. For prompts of different lengths and stop strings, see `generate_batch`.
+    filled with `eos_id`. For prompts of different lengths and stop strings, see `generate_batch`;
+    for `compile`, `compiled_forward`.
 
     Raises:
         ValueError: an empty prompt.
     """
     if idx.size(1) == 0:
         raise ValueError("the prompt is empty: give at least one token")
-    res = generate_batch(model, idx.tolist(), max_new_tokens, temperature, top_k, top_p, seed, use_cache, eos_id)
+    res = generate_batch(model, idx.tolist(), max_new_tokens, temperature, top_k, top_p, seed, use_cache, eos_id,
+                         compile=compile)
     n = max(len(r.tokens) for r in res)
     fill = eos_id if eos_id is not None else 0
     new = torch.tensor([r.tokens + [fill] * (n - len(r.tokens)) for r in res], dtype=torch.long, device=idx.device)

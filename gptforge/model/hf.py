@@ -9,8 +9,8 @@ Supported `model_type`s (the `config.json` field):
 | mistral    | llama         | sliding_window must be null or >= the context used (block_size)  |
 | qwen2      | llama         | q/k/v biases (qkv_bias=True), no o_proj/MLP biases               |
 
-Anything that changes the maths and has no gptforge counterpart (another activation, a head_dim
-that is not d_model/n_head, yarn/dynamic RoPE, alternating sliding-window layers, cross
+A Llama-family `head_dim` other than hidden_size / num_attention_heads becomes `head_size`.
+Anything that changes the maths and has no gptforge counterpart (another activation, yarn/dynamic RoPE, alternating sliding-window layers, cross
 attention, ...) raises `UnsupportedHFConfig` naming the config field, rather than converting
 to a model that silently computes something else.
 
@@ -133,8 +133,10 @@ def config_from_hf(hf: dict, where: str = "config.json", block_size: int | None 
         raise _unsupported(where, "hidden_act", act, "gptforge's Llama MLP is SwiGLU with SiLU")
     d, n_head = hf["hidden_size"], hf["num_attention_heads"]
     head_dim = hf.get("head_dim")
-    if head_dim not in (None, d // n_head):
-        raise _unsupported(where, "head_dim", head_dim, f"gptforge needs head_dim = hidden_size/num_attention_heads = {d // n_head}")
+    if head_dim is not None and (head_dim < 1 or head_dim % 2):
+        raise _unsupported(where, "head_dim", head_dim, "RoPE needs an even head_dim >= 2")
+    # A head_dim other than hidden_size / num_attention_heads (Qwen3, Gemma, pruned models) is head_size.
+    head_size = head_dim if head_dim is not None and head_dim * n_head != d else None
     max_pos = hf.get("max_position_embeddings", 2048)
     ctx = block_size or max_pos
     if model_type in ("qwen2", "qwen3"):
@@ -167,7 +169,7 @@ def config_from_hf(hf: dict, where: str = "config.json", block_size: int | None 
         n_kv_head=hf.get("num_key_value_heads") or n_head, d_model=d, d_ff=hf["intermediate_size"],
         block_size=ctx, vocab_size=hf["vocab_size"], dropout=0.0, bias=bias, qkv_bias=qkv_bias,
         tie_embeddings=bool(hf.get("tie_word_embeddings", False)), norm_eps=float(hf.get("rms_norm_eps", 1e-6)),
-        rope_theta=theta, rope_scaling=scaling, qk_norm=model_type == "qwen3",
+        rope_theta=theta, rope_scaling=scaling, qk_norm=model_type == "qwen3", head_size=head_size,
     )
     return cfg.resolved()
 

@@ -43,6 +43,17 @@ def tokenizer_special_ids(tokenizer_json: Path) -> dict[str, int]:
     return {t["content"]: t["id"] for t in data.get("added_tokens", []) if t.get("special", False)}
 
 
+def carry_chat_template(files: dict[str, bytes]) -> dict[str, bytes]:
+    """{name: bytes} of tokenizer files with tokenizer_config.json's `chat_template` set to the text
+    of chat_template.jinja when both are there (readers that look only at tokenizer_config.json,
+    older transformers and vLLM among them, then see the template the folder's jinja file holds)."""
+    if "chat_template.jinja" not in files or "tokenizer_config.json" not in files:
+        return files
+    config = json.loads(files["tokenizer_config.json"])
+    config["chat_template"] = files["chat_template.jinja"].decode()
+    return {**files, "tokenizer_config.json": _json_bytes(config)}
+
+
 def bare_tokenizer_config(tokenizer_json: Path, model_max_length: int) -> tuple[dict, dict]:
     """(tokenizer_config.json, special_tokens_map.json) for a tokenizer.json that has neither.
 
@@ -125,6 +136,7 @@ def save_hf(
             specials = tokenizer_special_ids(tokenizer_dir / "tokenizer.json")
             bos = bos if bos is not None else specials[tcfg["bos_token"]]
             eos = eos if eos is not None else specials[tcfg["eos_token"]]
+        tok_files = carry_chat_template(tok_files)
     hf_config = config_to_hf(cfg, dtype=dtype, bos_token_id=bos, eos_token_id=eos, base=base_config)
     if generation_config is None:
         generation_config = {

@@ -37,6 +37,7 @@ import math
 from dataclasses import asdict, dataclass, field
 
 from gptforge.config import ModelConfig, ParallelConfig, TrainConfig
+from gptforge.plan.activations import act_bytes, layer_activation_bytes, recompute_split
 from gptforge.plan.params import (
     block_param_count,
     block_param_shapes,
@@ -57,11 +58,6 @@ NCCL_BYTES = 512 * MiB
 ALLOCATOR_MARGIN_FRACTION = 0.07
 DDP_BUCKET_BYTES = 25 * MiB  # torch DDP bucket_cap_mb default
 PIPELINE_VIRTUAL_STAGES = 2  # interleaved 1F1B: model chunks per rank assumed when not configured
-
-
-def act_bytes(precision: str) -> int:
-    """Bytes per element of activations saved in the compute dtype (fp32: 4; bf16/fp16/fp8: 2)."""
-    return 4 if precision == "fp32" else 2
 
 
 def optimizer_state_bytes(cfg: ModelConfig, optimizer: str, shapes=None) -> int:
@@ -131,137 +127,6 @@ def zero_paper_model_state_bytes(n_params: float, dp: int, stage: int, k: float 
     if stage == 3:
         return (4 + k) * n_params / dp
     raise ValueError(f"parallel.zero_stage must be 0, 1, 2 or 3, got {stage}")
-
-
-def korthikanti_bytes_per_layer(s: int, b: int, h: int, a: int, t: int = 1, sequence_parallel: bool = False,
-                                recompute: str = "none") -> float:
-    """Activation bytes per transformer layer, Korthikanti et al. 2022, table 2 (16-bit activations,
-    dropout masks of 1 byte, GELU MLP of width 4h, softmax materialised).
-
-    recompute none:      sbh(10 + 24/t + 5as/(ht))       (t=1: sbh(34 + 5as/h))
-                         with sequence parallel: sbh(34/t + 5as/(ht))
-    recompute selective: sbh(10 + 24/t); with sequence parallel sbh(34/t)
-    recompute full:      2sbh (only the layer input is kept)
-
-    Example (section 5, GPT-3 175B, s=2048, h=12288, a=96, t=8): tensor parallel only 23*sbh;
-    tensor + sequence parallel with selective recompute 4.25*sbh.
-    """
-    sbh = s * b * h
-    attn_quadratic = 5.0 * a * s / (h * t)
-    if recompute == "full":
-        return 2.0 * sbh
-    if recompute == "selective":
-        attn_quadratic = 0.0
-    elif recompute != "none":
-        raise ValueError(f"recompute must be none, selective or full, got {recompute!r}")
-    linear = 34.0 / t if sequence_parallel else 10.0 + 24.0 / t
-    return sbh * (linear + attn_quadratic)
-
-
-@dataclass
-class LayerActivations:
-    """Bytes one transformer block keeps for backward, by part (one micro-batch, one rank)."""
-
-    norms: int = 0
-    """Block input and post-attention residual (fp32) saved by the two norms, their statistics,
-    RMSNorm's normalised input, and in fp32 the norm outputs."""
-    linear_inputs: int = 0
-    """Inputs saved by the linear layers: under autocast each linear casts its input separately."""
-    attention: int = 0
-    """Q, K, V, the attention output and logsumexp (SDPA); with eager attention also the (s, s)
-    probabilities; the o_proj input when it is a copy."""
-    mlp: int = 0
-    """MLP inner activations (GELU: up output and GELU output; SwiGLU: gate, silu, up, product)."""
-    dropout_masks: int = 0
-    """1-byte masks of the residual and MLP dropouts (and attention dropout under eager attention)."""
-
-    @property
-    def total(self) -> int:
-        return self.norms + self.linear_inputs + self.attention + self.mlp + self.dropout_masks
-
-
-def layer_activation_bytes(cfg: ModelConfig, precision: str, micro_batch_size: int, seq_len: int | None = None,
-                           tp: int = 1, sequence_parallel: bool = True) -> LayerActivations:
-    """Bytes gptforge's Block keeps for backward without recomputation (Korthikanti table 2, adapted).
-
-    Shapes: activations (b, s, h), MLP (b, s, d_ff), attention probabilities (b, a, s, s). With
-    tensor parallelism t, heads and d_ff are split over t (Megatron column/row split), norms and the
-    residual stream over the sequence when `sequence_parallel` (Korthikanti sec. 4.2.2); the input
-    each linear saves after the sequence all-gather stays full size, as DTensor's ColwiseParallel
-    keeps it (Megatron instead re-gathers in backward).
-
-    Raises:
-        ValueError: t does not divide n_head or d_ff.
-    """
-    b = micro_batch_size
-    s = seq_len or cfg.block_size
-    h, a, f = cfg.d_model, cfg.n_head, cfg.d_ff
-    if a % tp or f % tp or cfg.n_kv_head % tp and tp % cfg.n_kv_head:
-        raise ValueError(f"parallel.tp={tp} must divide model.n_head ({a}) and model.d_ff ({f})")
-    e = act_bytes(precision)
-    autocast = precision != "fp32"
-    llama = cfg.arch == "llama"
-    gated = llama and cfg.activation != "relu2"  # SwiGLU (relu2 blocks have no gate)
-    bs, sbh = b * s, b * s * h
-    seq_shard = tp if sequence_parallel else 1
-    out = LayerActivations()
-
-    # Norm regions (the residual stream is fp32 under autocast: embeddings and params are fp32).
-    n_consumers = (3, 2 if gated else 1)  # attention norm feeds q,k,v; MLP norm feeds up (+gate)
-    for consumers in n_consumers:
-        region = 4 * sbh + 2 * 4 * bs  # input x + mean/rstd (LayerNorm) or x + rsqrt (RMSNorm)
-        if llama:
-            region = 4 * sbh + 4 * bs + 4 * sbh  # x, rsqrt, normalised x (saved by "* weight")
-        if not autocast:
-            region += 4 * sbh  # norm output, shared by the linears (no casts in fp32)
-        out.norms += region // seq_shard
-        if autocast:
-            lin_e = 1 if precision == "fp8" else e
-            out.linear_inputs += consumers * lin_e * sbh
-    # Attention: q, k, v as SDPA sees them. The model repeats K/V heads for grouped-query
-    # attention before SDPA, so K and V are saved at full width.
-    qkv = 3 * e * sbh // tp
-    if cfg.attention == "eager":
-        probs = b * (a // tp) * s * s
-        att = probs * 4 + (probs * e if e != 4 else 0) + s * s  # fp32 softmax, cast for @V, bool mask
-        out.attention += qkv + att + e * sbh // tp  # + the (b, a, s, hd) output
-        out.attention += e * sbh // tp  # transpose+reshape of a (b,a,s,hd)-contiguous output copies
-        if cfg.dropout > 0:
-            out.dropout_masks += probs
-    else:
-        out.attention += qkv + e * sbh // tp + 4 * b * (a // tp) * s  # + output, + logsumexp (fp32)
-        if llama:
-            # RoPE's torch.cat leaves q in (b, a, s, hd) layout, so the output follows it and the
-            # reshape for o_proj copies.
-            out.attention += e * sbh // tp
-    if cfg.qk_norm:
-        # RMSNorm over each head's q and k in fp32: the input, the normalised value, one rsqrt
-        # per head and position.
-        kv_w = cfg.n_kv_head * cfg.head_dim
-        out.attention += (2 * 4 * (sbh + b * s * kv_w) + 4 * bs * (a + cfg.n_kv_head)) // tp
-    # MLP: SwiGLU keeps gate, up, silu(gate) and their product; gelu/relu2 the up output and the
-    # activation's output.
-    bsf = b * s * f // tp
-    out.mlp += (4 if gated else 2) * e * bsf
-    if cfg.dropout > 0:
-        out.dropout_masks += 2 * sbh // seq_shard
-    return out
-
-
-def _recompute_split(n_layer: int, mode: str) -> tuple[int, int]:
-    """(layers checkpointed, layers stored) for activation_checkpointing none/selective/full.
-
-    selective: every other block checkpointed, blocks 0, 2, 4, ... (torchtitan's per-layer
-    selective AC with frequency 2), i.e. ceil(L/2) of them.
-    """
-    if mode == "none":
-        return 0, n_layer
-    if mode == "full":
-        return n_layer, 0
-    if mode == "selective":
-        k = (n_layer + 1) // 2
-        return k, n_layer - k
-    raise ValueError(f"train.activation_checkpointing: unknown value {mode!r}; choose none, selective or full")
 
 
 @dataclass
@@ -354,90 +219,129 @@ def validate(model: ModelConfig, train: TrainConfig, parallel: ParallelConfig) -
 
 
 
-def estimate_memory(model: ModelConfig, train: TrainConfig, parallel: ParallelConfig | None = None,
-                    capacity_bytes: int = 0, fused_optimizer: bool = True,
-                    logits_kept: bool = True, states: dict | None = None) -> MemoryEstimate:
-    """Per-GPU memory of one training step (the rank holding the most), in bytes.
+@dataclass(frozen=True)
+class _Job:
+    """The shape of one training step as the memory terms see it (resolved model, planning layout)."""
 
-    model: resolved or not (resolved here). capacity_bytes: the GPU's memory, for `fits`.
-    fused_optimizer: fused AdamW (no per-parameter temporaries); False models the single-tensor
-    loop, whose largest temporary is one parameter's worth of fp32. logits_kept: the training loop
-    holds the logits tensor until backward finishes (as `logits = model(x); loss = ...;
-    loss.backward()` does).
+    cfg: ModelConfig
+    train: TrainConfig
+    parallel: ParallelConfig
 
-    Peak = max over four phases of live tensor bytes:
-      loss backward:   states + stored activations + lm_head copy + logits, log-softmax and their grads
-      block backward:  states + stored activations + one block's recompute and backward temporaries
-      end of backward: states + all gradients
-      optimizer step:  weights + gradients + optimizer states + optimizer temporaries
-    then total = peak + comm buckets + CUDA context + allocator margin.
+    @property
+    def precision(self) -> str:
+        return self.train.precision
 
-    Raises:
-        ValueError: inconsistent layout (see `validate`), unknown optimizer or precision.
+    @property
+    def autocast(self) -> bool:
+        return self.train.precision != "fp32"
+
+    @property
+    def e(self) -> int:
+        """Bytes per activation element under the job's precision."""
+        return act_bytes(self.train.precision)
+
+    @property
+    def t(self) -> int:
+        return self.parallel.tp
+
+    @property
+    def p(self) -> int:
+        return self.parallel.pp
+
+    @property
+    def stage(self) -> int:
+        return self.parallel.effective_zero_stage()
+
+    @property
+    def bsh(self) -> int:
+        """Elements of one (b, s, h) activation on this tensor-parallel rank."""
+        return self.train.micro_batch_size * self.cfg.block_size * self.cfg.d_model // self.t
+
+    @property
+    def wte(self) -> int:
+        return self.cfg.vocab_size * self.cfg.d_model
+
+    @property
+    def layers_per_stage(self) -> int:
+        return math.ceil(self.cfg.n_layer / self.p)
+
+
+@dataclass
+class _ModelStates:
+    weights: int
+    gradients: int
+    optimizer_states: int
+    cpu_offload: int
+
+
+def model_state_bytes(job: _Job) -> _ModelStates:
+    """fp32 weights, fp32 gradients and optimizer states on the busiest rank, in bytes, after ZeRO
+    sharding (Rajbhandari et al. 2020, sec. 5: stage 1 shards optimizer states, 2 adds gradients,
+    3 adds weights) and CPU offload.
+
+    Blocks are split over pp stages and tp; embeddings and head are vocab-parallel under tp; with
+    pp the first stage holds the embedding, the last the head (a tied embedding is held by both).
     """
-    cfg = model.resolved() if model.n_layer is None or model.d_ff is None else model
-    parallel = planning_layout(parallel or ParallelConfig())
-    train = planning_train(train)
-    validate(cfg, train, parallel)
-    precision = train.precision
-    if precision not in ("fp32", "bf16", "fp16", "fp8"):
-        raise ValueError(f"train.precision: unknown precision {precision!r}; choose fp32, bf16, fp16 or fp8")
-    e = act_bytes(precision)
-    autocast = precision != "fp32"
-    L, h, V = cfg.n_layer, cfg.d_model, cfg.vocab_size
-    b, s = train.micro_batch_size, cfg.block_size
-    t, p = parallel.tp, parallel.pp
-    stage = parallel.effective_zero_stage()
-    nd = parallel.shard_degree() if stage > 0 else 1
-    offload = parallel.offload
-    assumptions: list[str] = []
-
+    cfg, t, p = job.cfg, job.t, job.p
     shapes = param_shapes(cfg)
     n_total = param_count(cfg)
     n_block = block_param_count(cfg)
-    block_matrix = sum(x.numel for x in block_param_shapes(cfg) if x.is_matrix)
     n_embed = sum(x.numel for x in shapes if x.role == "embedding")
     n_head_only = sum(x.numel for x in shapes if x.role == "head")
     n_final = sum(x.numel for x in shapes if x.role == "final_norm")
-
-    # Parameters on the busiest rank: blocks split over pp stages and tp; embeddings and head are
-    # vocab-parallel under tp; with pp the first stage holds the embedding, the last the head (a
-    # tied embedding is held by both).
-    layers_per_stage = math.ceil(L / p)
-    wte = V * h
+    lps = job.layers_per_stage
     if p == 1:
-        local = layers_per_stage * n_block / t + n_embed / t + n_head_only / t + n_final
+        local = lps * n_block / t + n_embed / t + n_head_only / t + n_final
     else:
-        first = layers_per_stage * n_block / t + n_embed / t
-        last = layers_per_stage * n_block / t + (n_head_only or wte) / t + n_final
+        first = lps * n_block / t + n_embed / t
+        last = lps * n_block / t + (n_head_only or job.wte) / t + n_final
         local = max(first, last)
     local = int(local)
-    opt_full = optimizer_state_bytes(cfg, train.optimizer, shapes) * local // max(n_total, 1)
-
-    weights = 4 * local
-    grads = 4 * local
-    opt = opt_full
+    opt = optimizer_state_bytes(cfg, job.train.optimizer, shapes) * local // max(n_total, 1)
+    weights, grads = 4 * local, 4 * local
+    stage = job.stage
+    nd = job.parallel.shard_degree() if stage > 0 else 1
     if stage >= 1:
-        opt = opt_full // nd
+        opt = opt // nd
     if stage >= 2:
         grads = grads // nd
     if stage >= 3:
         weights = weights // nd
     cpu = 0
+    offload = job.parallel.offload
     if offload in ("optimizer", "optimizer+params"):
         cpu += opt
         opt = 0
     if offload == "optimizer+params":
         cpu += weights + grads
         weights, grads = 0, 0
+    return _ModelStates(weights, grads, opt, cpu)
 
-    # Activations of one block, stored per checkpointing mode.
-    per_layer = layer_activation_bytes(cfg, precision, b, s, tp=t, sequence_parallel=t > 1)
-    layer_input = 4 * b * s * h // t  # fp32 residual kept by a checkpointed block
-    n_ckpt, n_stored = _recompute_split(layers_per_stage, train.activation_checkpointing)
-    stack = n_ckpt * layer_input + n_stored * per_layer.total
-    # Pipeline: micro-batches in flight on the first stage (Korthikanti sec. 4.2.3; Narayanan et
-    # al. 2021 for 1F1B and interleaving).
+
+@dataclass
+class _BlockActivations:
+    per_layer: int
+    """One block's saved activations, no recomputation."""
+    layer_input: int
+    """The fp32 residual a checkpointed block keeps."""
+    n_checkpointed: int
+    n_stored: int
+    stack: int
+    """All blocks of one stage for one micro-batch."""
+    in_flight: int
+    """`stack` times the pipeline micro-batches in flight."""
+
+
+def block_activation_bytes(job: _Job, assumptions: list[str]) -> _BlockActivations:
+    """Stored activations of the blocks on the first stage, in bytes, under the chosen activation
+    checkpointing, times the pipeline micro-batches in flight (Korthikanti et al. 2022, sec. 4.2.3;
+    Narayanan et al. 2021 for 1F1B and interleaving)."""
+    cfg, train, parallel, t, p = job.cfg, job.train, job.parallel, job.t, job.p
+    b, s, h = train.micro_batch_size, cfg.block_size, cfg.d_model
+    per_layer = layer_activation_bytes(cfg, job.precision, b, s, tp=t, sequence_parallel=t > 1).total
+    layer_input = 4 * b * s * h // t
+    n_ckpt, n_stored = recompute_split(job.layers_per_stage, train.activation_checkpointing)
+    stack = n_ckpt * layer_input + n_stored * per_layer
     m = parallel.pp_microbatches or max(train.gradient_accumulation_steps, p)
     in_flight = 1.0
     if p > 1:
@@ -448,145 +352,208 @@ def estimate_memory(model: ModelConfig, train: TrainConfig, parallel: ParallelCo
         else:
             in_flight = min(p, m) * (1 + (p - 1) / (p * PIPELINE_VIRTUAL_STAGES))
             assumptions.append(f"interleaved 1F1B with {PIPELINE_VIRTUAL_STAGES} model chunks per rank")
-    activations = int(stack * in_flight)
+    return _BlockActivations(per_layer, layer_input, n_ckpt, n_stored, stack, int(stack * in_flight))
 
-    # Outside the blocks: embedding output (saved by block 0's norm, counted there), final norm
-    # and the lm_head input, RoPE tables.
-    bsh = b * s * h // t
+
+def other_activation_bytes(job: _Job) -> int:
+    """Activations outside the blocks, in bytes: final norm and the lm_head input (its 16-bit cast
+    under autocast), RoPE's cos/sin tables for Llama blocks. The embedding output is saved by block
+    0's norm and counted there."""
+    cfg, b, s, bsh, e = job.cfg, job.train.micro_batch_size, job.cfg.block_size, job.bsh, job.e
+    cast = e if job.autocast else 4
     if cfg.arch == "llama":
-        final = 4 * bsh + 4 * b * s + 4 * bsh + (e if autocast else 4) * bsh
-        final += 2 * s * cfg.head_dim * 4  # cos, sin (s, hd/2) gathered per step
-    else:
-        final = 4 * bsh + 8 * b * s + (e if autocast else 4) * bsh
-    other = int(final)
+        return int(4 * bsh + 4 * b * s + 4 * bsh + cast * bsh + 2 * s * cfg.head_dim * 4)
+    return int(4 * bsh + 8 * b * s + cast * bsh)
 
-    # Autocast keeps a 16-bit copy of every weight matrix it casts (blocks and lm_head; the
-    # embedding lookup is not cast). FSDP2 with a bf16 MixedPrecisionPolicy gathers bf16 weights
-    # instead, counted in comm_buckets.
-    # A checkpointed block's forward runs without saving anything, so its copies are dropped.
-    copies = 0
-    copy_block = 2 * block_matrix // t if autocast and stage < 3 else 0
-    if autocast and stage < 3:
-        copies = int(n_stored * copy_block + 2 * wte / t)
 
-    # Logits and loss (last stage). Cross-entropy on logits.float(): the log-softmax output is
-    # saved (fp32); in backward the gradient of the log-softmax and of the logits exist together.
-    bsv = b * s * V // t
-    logits_kept_bytes = (e if autocast else 4) * bsv if logits_kept else 0
-    logits_loss = logits_kept_bytes + 4 * bsv + 8 * bsv
-    if cfg.logit_softcap:
-        logits_loss += 4 * bsv  # tanh's fp32 output, saved for its backward
+def autocast_copy_bytes(job: _Job, n_stored: int) -> tuple[int, int]:
+    """(all copies, one block's copies) in bytes: autocast keeps a 16-bit copy of every weight
+    matrix it casts (blocks and lm_head; the embedding lookup is not cast); a checkpointed block's
+    forward saves nothing, so its copies are dropped. FSDP2 with a bf16 MixedPrecisionPolicy gathers
+    16-bit weights instead, counted in the communication buffers."""
+    if not job.autocast or job.stage >= 3:
+        return 0, 0
+    block_matrix = sum(x.numel for x in block_param_shapes(job.cfg) if x.is_matrix)
+    copy_block = 2 * block_matrix // job.t
+    return int(n_stored * copy_block + 2 * job.wte / job.t), copy_block
 
-    # Transients of one block's backward: gradients of its activations, and with recomputation
-    # the recomputed forward of that block.
-    f_local = b * s * cfg.d_ff // t
-    bw_temp = 2 * 4 * bsh + (3 if cfg.arch == "llama" and cfg.activation != "relu2" else 2) * e * f_local
-    if n_ckpt:
-        bw_temp += per_layer.total + copy_block
 
-    # Optimizer temporaries.
-    opt_temp = 0
-    if not fused_optimizer and train.optimizer in ("adamw", "sgd"):
-        largest = max(x.numel for x in shapes)
-        opt_temp = 4 * largest // t
-    if train.optimizer == "muon":
-        # torch.optim.Muon works one matrix at a time: the fp32 Nesterov update, its bf16
-        # Newton-Schulz iterate and next iterate, and two bf16 (min dim)^2 Gram products.
+def logits_loss_bytes(job: _Job, logits_kept: bool) -> tuple[int, int]:
+    """(logits kept by the loop, logits and loss at the start of backward) in bytes on the last
+    stage: cross-entropy on logits.float() saves the fp32 log-softmax; in backward the gradients of
+    the log-softmax and of the logits exist together; a logit soft cap saves tanh's fp32 output."""
+    bsv = job.train.micro_batch_size * job.cfg.block_size * job.cfg.vocab_size // job.t
+    kept = (job.e if job.autocast else 4) * bsv if logits_kept else 0
+    total = kept + 4 * bsv + 8 * bsv
+    if job.cfg.logit_softcap:
+        total += 4 * bsv
+    return kept, total
+
+
+def backward_temp_bytes(job: _Job, acts: _BlockActivations, copy_block: int) -> int:
+    """Transients of one block's backward, in bytes: gradients of its activations and, with
+    recomputation, that block's recomputed forward (and its autocast copies)."""
+    cfg = job.cfg
+    f_local = job.train.micro_batch_size * cfg.block_size * cfg.d_ff // job.t
+    gated = cfg.arch == "llama" and cfg.activation != "relu2"
+    temp = 2 * 4 * job.bsh + (3 if gated else 2) * job.e * f_local
+    if acts.n_checkpointed:
+        temp += acts.per_layer + copy_block
+    return temp
+
+
+def optimizer_temp_bytes(job: _Job, fused_optimizer: bool) -> int:
+    """Transient bytes of the optimizer step: one parameter's fp32 worth for the single-tensor
+    AdamW/SGD loop (0 fused); for torch.optim.Muon, working one matrix at a time, the fp32 Nesterov
+    update, its bf16 Newton-Schulz iterate and next iterate, and two bf16 (min dim)^2 Gram products."""
+    shapes = param_shapes(job.cfg)
+    temp = 0
+    if not fused_optimizer and job.train.optimizer in ("adamw", "sgd"):
+        temp = 4 * max(x.numel for x in shapes) // job.t
+    if job.train.optimizer == "muon":
         mats = [x for x in shapes if is_muon_param(x)]
         if mats:
             big = max(mats, key=lambda x: x.numel)
-            opt_temp = (4 * big.numel + 2 * 2 * big.numel + 2 * 2 * min(big.shape) ** 2) // t
+            temp = (4 * big.numel + 2 * 2 * big.numel + 2 * 2 * min(big.shape) ** 2) // job.t
+    return temp
 
-    # Fine-tuning with frozen base weights (gptforge.plan.finetune_memory): its model states
-    # replace full training's, and the frozen head gets no gradient.
-    frozen_head = states is not None
-    if states is not None:
-        weights, grads, opt = states["weights"], states["gradients"], states["optimizer_states"]
-    # Gradients resident during backward: with accumulation, earlier micro-batches' gradients.
-    grads_during = grads if (train.gradient_accumulation_steps > 1 or p > 1) else 0
-    # lm_head's weight gradient exists once the loss backward is done.
-    head_grad = 0 if frozen_head else 4 * wte // t
-    # Tied embeddings: the embedding's dense gradient arrives after lm_head's and is summed into a
-    # new tensor, so two more (V, h) fp32 buffers exist at the very end of backward.
-    tied_grad_temp = 2 * head_grad if cfg.tie_embeddings else 0
-    base = {"weights": weights, "optimizer_states": opt}
-    phase_parts = {
-        "loss backward": {**base, "gradients": grads_during, "activations": activations,
-                          "other_activations": other, "autocast_weight_copies": copies,
-                          "logits_and_loss": logits_loss},
-        "block backward": {**base, "gradients": grads_during or head_grad, "activations": activations,
-                           "other_activations": other, "autocast_weight_copies": copies,
-                           "logits_and_loss": logits_kept_bytes, "backward_temp": bw_temp},
-        "end of backward": {**base, "gradients": grads, "other_activations": other,
-                            "logits_and_loss": logits_kept_bytes, "backward_temp": bw_temp + tied_grad_temp},
-        "optimizer step": {**base, "gradients": grads, "optimizer_temp": opt_temp},
-    }
-    if p > 1:
-        # The loss lives on the last stage, which holds one micro-batch in flight; the first stage
-        # holds the most micro-batches but no logits.
-        phase_parts["loss backward"]["activations"] = int(stack)
-        phase_parts["block backward"]["logits_and_loss"] = 0
-    phase_parts = {k: {n: int(v) for n, v in parts.items()} for k, parts in phase_parts.items()}
-    phases = {k: sum(parts.values()) for k, parts in phase_parts.items()}
-    peak_phase = max(phases, key=phases.get)
-    peak = int(phases[peak_phase])
 
-    # Communication buffers.
+def comm_buffer_bytes(job: _Job, assumptions: list[str]) -> int:
+    """Communication buffers in bytes: FSDP2's gathered blocks and reduce-scatter inputs, DDP's
+    gradient buckets, tensor/pipeline parallel (b, s, h) buffers."""
     comm = 0
-    if stage == 3:
-        comm += int(2 * n_block / t * e) + int(2 * n_block / t * 4)
-        comm += int(wte / t * e)
+    t = job.t
+    if job.stage == 3:
+        n_block = block_param_count(job.cfg)
+        comm += int(2 * n_block / t * job.e) + int(2 * n_block / t * 4)
+        comm += int(job.wte / t * job.e)
         assumptions.append("FSDP2 (ZeRO-3): two blocks gathered at a time (current + prefetch) in the compute "
                            "dtype, two blocks' fp32 gradients awaiting reduce-scatter, the embedding gathered")
-    elif parallel.dp > 1:
+    elif job.parallel.dp > 1:
         comm += 2 * DDP_BUCKET_BYTES
         assumptions.append("data parallel gradient buckets: 2 x 25 MiB in flight (DDP bucket_cap_mb default, "
                            "gradient_as_bucket_view=True)")
-    if t > 1 or p > 1:
-        comm += 2 * 4 * bsh
+    if t > 1 or job.p > 1:
+        comm += 2 * 4 * job.bsh
         assumptions.append("tensor/pipeline parallel: two (b, s, h) fp32 communication buffers")
-    world = parallel.world_size
+    return comm
+
+
+def _phase_parts(job: _Job, ms: _ModelStates, acts: _BlockActivations, other: int, copies: int,
+                 logits: tuple[int, int], bw_temp: int, opt_temp: int, frozen_head: bool) -> dict[str, dict[str, int]]:
+    """Live tensor bytes by part at each candidate peak phase (see `estimate_memory`)."""
+    kept, logits_loss = logits
+    grads = ms.gradients
+    # Gradients resident during backward: with accumulation, earlier micro-batches' gradients.
+    grads_during = grads if (job.train.gradient_accumulation_steps > 1 or job.p > 1) else 0
+    head_grad = 0 if frozen_head else 4 * job.wte // job.t  # lm_head's weight gradient after the loss backward
+    # Tied embeddings: the embedding's dense gradient arrives after lm_head's and is summed into a
+    # new tensor, so two more (V, h) fp32 buffers exist at the very end of backward.
+    tied_grad_temp = 2 * head_grad if job.cfg.tie_embeddings else 0
+    base = {"weights": ms.weights, "optimizer_states": ms.optimizer_states}
+    parts = {
+        "loss backward": {**base, "gradients": grads_during, "activations": acts.in_flight,
+                          "other_activations": other, "autocast_weight_copies": copies,
+                          "logits_and_loss": logits_loss},
+        "block backward": {**base, "gradients": grads_during or head_grad, "activations": acts.in_flight,
+                           "other_activations": other, "autocast_weight_copies": copies,
+                           "logits_and_loss": kept, "backward_temp": bw_temp},
+        "end of backward": {**base, "gradients": grads, "other_activations": other,
+                            "logits_and_loss": kept, "backward_temp": bw_temp + tied_grad_temp},
+        "optimizer step": {**base, "gradients": grads, "optimizer_temp": opt_temp},
+    }
+    if job.p > 1:
+        # The loss lives on the last stage, which holds one micro-batch in flight; the first stage
+        # holds the most micro-batches but no logits.
+        parts["loss backward"]["activations"] = int(acts.stack)
+        parts["block backward"]["logits_and_loss"] = 0
+    return {k: {n: int(v) for n, v in ps.items()} for k, ps in parts.items()}
+
+
+def _closing_assumptions(job: _Job, logits_kept: bool) -> list[str]:
+    cfg, train, precision = job.cfg, job.train, job.precision
+    out = []
+    if job.autocast:
+        out.append(f"{precision} autocast: fp32 parameters, gradients and optimizer states; fp32 residual "
+                   "stream; each linear layer saves its own 16-bit input cast")
+    if cfg.n_kv_head < cfg.n_head:
+        out.append("grouped-query attention: K/V heads are repeated before SDPA, so saved at full width")
+    if train.activation_checkpointing == "selective":
+        out.append("selective checkpointing = every other block recomputed (blocks 0, 2, 4, ...)")
+    if precision == "fp8":
+        out.append("fp8: linear inputs saved in 1 byte, other activations in bf16 (torchao float8 style)")
+    out.append("loss: cross_entropy(logits.float()); the loop holds the logits until backward ends"
+               if logits_kept else "loss: cross_entropy(logits.float())")
+    return out
+
+
+def _planning_job(model: ModelConfig, train: TrainConfig, parallel: ParallelConfig | None) -> _Job:
+    cfg = model.resolved() if model.n_layer is None or model.d_ff is None else model
+    parallel = planning_layout(parallel or ParallelConfig())
+    train = planning_train(train)
+    validate(cfg, train, parallel)
+    if train.precision not in ("fp32", "bf16", "fp16", "fp8"):
+        raise ValueError(f"train.precision: unknown precision {train.precision!r}; choose fp32, bf16, fp16 or fp8")
+    return _Job(cfg, train, parallel)
+
+
+def estimate_memory(model: ModelConfig, train: TrainConfig, parallel: ParallelConfig | None = None,
+                    capacity_bytes: int = 0, fused_optimizer: bool = True,
+                    logits_kept: bool = True, states: dict | None = None) -> MemoryEstimate:
+    """Per-GPU memory of one training step (the rank holding the most), in bytes.
+
+    model: resolved or not (resolved here). capacity_bytes: the GPU's memory, for `fits`.
+    fused_optimizer: fused AdamW (no per-parameter temporaries); False models the single-tensor
+    loop, whose largest temporary is one parameter's worth of fp32. logits_kept: the training loop
+    holds the logits tensor until backward finishes (as `logits = model(x); loss = ...;
+    loss.backward()` does). states: model-state bytes ({"weights", "gradients",
+    "optimizer_states"}) that replace full training's, for fine-tuning with a frozen base
+    (`gptforge.plan.finetune_memory`); the frozen head then gets no gradient.
+
+    Peak = max over four phases of live tensor bytes:
+      loss backward:   states + stored activations + lm_head copy + logits, log-softmax and their grads
+      block backward:  states + stored activations + one block's recompute and backward temporaries
+      end of backward: states + all gradients
+      optimizer step:  weights + gradients + optimizer states + optimizer temporaries
+    then total = peak + comm buckets + CUDA context + allocator margin. Each term is one function
+    of this module (`model_state_bytes`, `block_activation_bytes`, ...), with its source.
+
+    Raises:
+        ValueError: inconsistent layout (see `validate`), unknown optimizer or precision.
+    """
+    job = _planning_job(model, train, parallel)
+    assumptions: list[str] = []
+    ms = model_state_bytes(job)
+    cpu = ms.cpu_offload
+    acts = block_activation_bytes(job, assumptions)
+    other = other_activation_bytes(job)
+    copies, copy_block = autocast_copy_bytes(job, acts.n_stored)
+    logits = logits_loss_bytes(job, logits_kept)
+    bw_temp = backward_temp_bytes(job, acts, copy_block)
+    opt_temp = optimizer_temp_bytes(job, fused_optimizer)
+    if states is not None:
+        ms = _ModelStates(states["weights"], states["gradients"], states["optimizer_states"], ms.cpu_offload)
+    phase_parts = _phase_parts(job, ms, acts, other, copies, logits, bw_temp, opt_temp, frozen_head=states is not None)
+    phases = {k: sum(parts.values()) for k, parts in phase_parts.items()}
+    peak_phase = max(phases, key=phases.get)
+    peak = int(phases[peak_phase])
+    comm = comm_buffer_bytes(job, assumptions)
+    world = job.parallel.world_size
     context = CUDA_CONTEXT_BYTES + (NCCL_BYTES if world > 1 else 0)
     assumptions.append(f"CUDA context and library handles: {CUDA_CONTEXT_BYTES // MiB} MiB per process"
                        + (f", NCCL buffers {NCCL_BYTES // MiB} MiB" if world > 1 else ""))
     margin = int(ALLOCATOR_MARGIN_FRACTION * (peak + comm))
     assumptions.append(f"caching allocator margin: {ALLOCATOR_MARGIN_FRACTION:.0%} of allocated bytes "
                        "(block rounding and fragmentation)")
-    if autocast:
-        assumptions.append(f"{precision} autocast: fp32 parameters, gradients and optimizer states; fp32 residual "
-                           "stream; each linear layer saves its own 16-bit input cast")
-    if cfg.n_kv_head < cfg.n_head:
-        assumptions.append("grouped-query attention: K/V heads are repeated before SDPA, so saved at full width")
-    if train.activation_checkpointing == "selective":
-        assumptions.append("selective checkpointing = every other block recomputed (blocks 0, 2, 4, ...)")
-    if precision == "fp8":
-        assumptions.append("fp8: linear inputs saved in 1 byte, other activations in bf16 (torchao float8 style)")
-    assumptions.append("loss: cross_entropy(logits.float()); the loop holds the logits until backward ends"
-                       if logits_kept else "loss: cross_entropy(logits.float())")
+    assumptions += _closing_assumptions(job, logits_kept)
     total = peak + comm + context + margin
+    stored = (acts.layer_input if acts.n_stored == 0 else acts.per_layer) if job.layers_per_stage else 0
     return MemoryEstimate(
-        param_count=n_total,
-        weights=weights,
-        gradients=grads,
-        optimizer_states=opt,
-        activations_per_layer=per_layer.total,
-        activations_per_layer_stored=(layer_input if n_stored == 0 else per_layer.total) if layers_per_stage else 0,
-        activations=activations,
-        other_activations=other,
-        autocast_weight_copies=copies,
-        logits_and_loss=logits_loss,
-        backward_temp=bw_temp,
-        optimizer_temp=opt_temp,
-        comm_buckets=comm,
-        cuda_context=context,
-        allocator_margin=margin,
-        peak_tensor_bytes=peak,
-        total=total,
-        peak_phase=peak_phase,
-        phases=phases,
-        peak_parts=phase_parts[peak_phase],
-        capacity=capacity_bytes,
-        fits=(total <= capacity_bytes) if capacity_bytes else None,
-        cpu_offload_bytes=cpu,
-        assumptions=assumptions,
+        param_count=param_count(job.cfg), weights=ms.weights, gradients=ms.gradients,
+        optimizer_states=ms.optimizer_states, activations_per_layer=acts.per_layer,
+        activations_per_layer_stored=stored, activations=acts.in_flight, other_activations=other,
+        autocast_weight_copies=copies, logits_and_loss=logits[1], backward_temp=bw_temp, optimizer_temp=opt_temp,
+        comm_buckets=comm, cuda_context=context, allocator_margin=margin, peak_tensor_bytes=peak, total=total,
+        peak_phase=peak_phase, phases=phases, peak_parts=phase_parts[peak_phase], capacity=capacity_bytes,
+        fits=(total <= capacity_bytes) if capacity_bytes else None, cpu_offload_bytes=cpu, assumptions=assumptions,
     )

@@ -54,15 +54,21 @@ import torch
 import torch.distributed as dist
 
 from gptforge.atomic import atomic_write_text, file_sha256, fsync_dir
+from gptforge.runtime.consolidated import (  # noqa: F401  (re-exported: part of this module's API)
+    CONSOLIDATED_FILE,
+    CONSOLIDATED_FORMAT,
+    STATE_FILE,
+    consolidated_problem,
+    read_consolidated,
+    tensor_bytes,
+    whole_signature,
+    write_consolidated,
+)
 
 # torch.distributed.checkpoint is imported inside the functions that use it: it costs 0.7-1.4 s
 # of start-up (DTensor, sympy), which inference from a consolidated file does without.
 
-STATE_FILE = "trainer_state.pt"
 STATE_CHECKSUM_FILE = "trainer_state.sha256"
-CONSOLIDATED_FILE = "model.safetensors"
-CONSOLIDATED_FORMAT = "gptforge.consolidated/1"
-"""`format` in the consolidated file's safetensors metadata."""
 
 log = logging.getLogger("gptforge")
 
@@ -190,7 +196,6 @@ def save_checkpoint(ckpt_root: Path, step: int, model: torch.nn.Module, optimize
     ckpt_root = Path(ckpt_root)
     final = ckpt_root / step_dir_name(step)
     tmp = ckpt_root / f".tmp_{step_dir_name(step)}"
-    rank = dist.get_rank() if dist.is_initialized() else 0
     if _is_main():
         ckpt_root.mkdir(parents=True, exist_ok=True)
         remove_partial_files(ckpt_root)
@@ -203,12 +208,27 @@ def save_checkpoint(ckpt_root: Path, step: int, model: torch.nn.Module, optimize
         if _is_main():
             shutil.rmtree(tmp, ignore_errors=True)
         raise
-    # RNG states differ per rank; everything else is identical, so rank 0's copy is kept. The
-    # weights' signature rides along: equal on every rank means rank 0 holds them all (DDP); and
-    # the optimizer state's bytes, to judge whether one more copy of the weights is cheap.
+    rng, whole = _gather_rank_facts(saved, consolidated)
+    if _is_main():
+        _publish(tmp, final, dict(trainer_state, rng_per_rank=rng), config_yaml,
+                 saved["model"] if whole else None, step)
+        if mark_best:
+            atomic_write_text(ckpt_root / "best", final.name + "\n")
+        _prune(ckpt_root, keep)
+    _barrier()
+    return final
+
+
+def _gather_rank_facts(saved: dict[str, Any], consolidated: bool | None) -> tuple[list, bool]:
+    """(every rank's RNG state, whether to write the consolidated weights) after the DCP write.
+
+    RNG states differ per rank; everything else is identical, so rank 0's copy is kept. The
+    weights' signature rides along: equal on every rank means rank 0 holds them all (DDP); and
+    the optimizer state's bytes, to judge whether one more copy of the weights is cheap.
+    """
     model_sd = saved["model"]
-    signature = _whole_signature(model_sd) if consolidated is not False else None
-    mine = (rng_state(), signature, _tensor_bytes(saved.get("optim", {})))
+    signature = whole_signature(model_sd) if consolidated is not False else None
+    mine = (rng_state(), signature, tensor_bytes(saved.get("optim", {})))
     gathered = [None] * (dist.get_world_size() if dist.is_initialized() else 1)
     if dist.is_initialized():
         dist.all_gather_object(gathered, mine)
@@ -217,40 +237,39 @@ def save_checkpoint(ckpt_root: Path, step: int, model: torch.nn.Module, optimize
     rng = [g[0] for g in gathered]
     whole = signature is not None and all(g[1] == signature for g in gathered)
     if whole and consolidated is None:  # cheap: at most half again the DCP data
-        whole = sum(g[2] for g in gathered) >= _tensor_bytes(model_sd)
-    if _is_main():
-        payload = dict(trainer_state, rng_per_rank=rng)
-        with open(tmp / STATE_FILE, "wb") as f:
-            torch.save(payload, f)
-            f.flush()
-            os.fsync(f.fileno())
-        state_sha = file_sha256(tmp / STATE_FILE)
-        atomic_write_text(tmp / STATE_CHECKSUM_FILE, state_sha + "\n")
-        atomic_write_text(tmp / "config.yaml", config_yaml)
-        if whole:
-            try:
-                write_consolidated(tmp / CONSOLIDATED_FILE, model_sd, step, state_sha)
-            except BaseException:
-                shutil.rmtree(tmp, ignore_errors=True)
-                raise
-        for p in sorted(tmp.rglob("*")):
-            if p.is_file():
-                with open(p, "rb") as f:
-                    os.fsync(f.fileno())
-            elif p.is_dir():
-                fsync_dir(p)
-        fsync_dir(tmp)
-        if final.exists():
-            shutil.rmtree(final)
-        os.replace(tmp, final)
-        fsync_dir(ckpt_root)
-        atomic_write_text(ckpt_root / "latest", final.name + "\n")
-        if mark_best:
-            atomic_write_text(ckpt_root / "best", final.name + "\n")
-        _prune(ckpt_root, keep)
-    del rank
-    _barrier()
-    return final
+        whole = sum(g[2] for g in gathered) >= tensor_bytes(model_sd)
+    return rng, whole
+
+
+def _publish(tmp: Path, final: Path, payload: dict[str, Any], config_yaml: str,
+             consolidated_sd: dict[str, Any] | None, step: int) -> None:
+    """Rank 0: write trainer_state.pt, its checksum, config.yaml (and the consolidated weights when
+    given) into `tmp`, fsync every file and folder, rename `tmp` to `final` and point `latest` at it."""
+    with open(tmp / STATE_FILE, "wb") as f:
+        torch.save(payload, f)
+        f.flush()
+        os.fsync(f.fileno())
+    state_sha = file_sha256(tmp / STATE_FILE)
+    atomic_write_text(tmp / STATE_CHECKSUM_FILE, state_sha + "\n")
+    atomic_write_text(tmp / "config.yaml", config_yaml)
+    if consolidated_sd is not None:
+        try:
+            write_consolidated(tmp / CONSOLIDATED_FILE, consolidated_sd, step, state_sha)
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
+    for p in sorted(tmp.rglob("*")):
+        if p.is_file():
+            with open(p, "rb") as f:
+                os.fsync(f.fileno())
+        elif p.is_dir():
+            fsync_dir(p)
+    fsync_dir(tmp)
+    if final.exists():
+        shutil.rmtree(final)
+    os.replace(tmp, final)
+    fsync_dir(final.parent)
+    atomic_write_text(final.parent / "latest", final.name + "\n")
 
 
 def _write_checkpoint(tmp: Path, model, optimizer, model_state, extra) -> dict[str, Any]:
@@ -267,62 +286,6 @@ def _write_checkpoint(tmp: Path, model, optimizer, model_state, extra) -> dict[s
     if extra is not None:
         extra(tmp)
     return state
-
-
-def _tensor_bytes(sd: dict[str, Any]) -> int:
-    return sum(t.numel() * t.element_size() for t in sd.values() if isinstance(t, torch.Tensor))
-
-
-def _whole_signature(model_sd: dict[str, Any]) -> tuple | None:
-    """(name, shape, dtype) of every tensor when all are plain whole tensors, else None.
-
-    None for an empty state dict (DeepSpeed's other ranks), a DTensor (FSDP2, tensor parallel),
-    a tensor subclass or non-tensor value (4-bit or quantized layers with their own state).
-    """
-    if not model_sd:
-        return None
-    sig = []
-    for name, t in model_sd.items():
-        if type(t) not in (torch.Tensor, torch.nn.Parameter) or name.endswith(".weight_4bit"):
-            return None
-        sig.append((name, tuple(t.shape), str(t.dtype)))
-    return tuple(sorted(sig))
-
-
-def write_consolidated(path: Path, model_sd: dict[str, torch.Tensor], step: int, trainer_state_sha256: str) -> None:
-    """Write whole weights `model_sd` (name -> tensor, any device) to the safetensors file `path`.
-
-    Names that alias an earlier tensor (tied embeddings: the same storage, offset, shape and
-    strides) are stored once and listed in the metadata's `aliases` (JSON {name: stored name}).
-    Metadata: `format` (CONSOLIDATED_FORMAT), `step`, `trainer_state_sha256` (of the
-    trainer_state.pt saved with it). The caller makes the write atomic (save_checkpoint writes it
-    inside the temp folder that is renamed into place).
-    """
-    import json
-
-    from safetensors.torch import save_file
-
-    tensors: dict[str, torch.Tensor] = {}
-    aliases: dict[str, str] = {}
-    seen: dict[tuple, str] = {}
-    storages: set[int] = set()
-    for name, t in model_sd.items():
-        t = t.detach()
-        key = (t.untyped_storage().data_ptr(), t.storage_offset(), tuple(t.shape), t.stride(), t.dtype) \
-            if t.numel() else None
-        if key is not None and key in seen:
-            aliases[name] = seen[key]
-            continue
-        if key is not None:
-            seen[key] = name
-        shared = t.numel() and t.untyped_storage().data_ptr() in storages
-        if t.numel():
-            storages.add(t.untyped_storage().data_ptr())
-        # safetensors refuses tensors that share memory: a view into another tensor's storage is copied.
-        tensors[name] = t.to("cpu").contiguous() if not shared else t.to("cpu").clone()
-    meta = {"format": CONSOLIDATED_FORMAT, "step": str(int(step)), "trainer_state_sha256": trainer_state_sha256,
-            "aliases": json.dumps(aliases, sort_keys=True)}
-    save_file(tensors, str(path), metadata=meta)
 
 
 def remove_partial_files(ckpt_root: Path) -> list[Path]:
@@ -587,119 +550,5 @@ def load_model_weights(ckpt: Path, model: torch.nn.Module) -> None:
         with quiet_single_process_dcp():
             dcp.load({"model": sd}, checkpoint_id=str(ckpt))
     model.load_state_dict(sd)
-
-
-_SAFETENSORS_DTYPES = {"F64": torch.float64, "F32": torch.float32, "F16": torch.float16, "BF16": torch.bfloat16,
-                       "I64": torch.int64, "I32": torch.int32, "I16": torch.int16, "I8": torch.int8,
-                       "U8": torch.uint8, "BOOL": torch.bool}
-
-
-def _consolidated_header(path: Path) -> tuple[dict, str | None]:
-    """(safetensors header dict, problem or None) of `path`, read without loading a tensor."""
-    import json
-    import struct
-
-    size = path.stat().st_size
-    with open(path, "rb") as f:
-        raw = f.read(8)
-        if len(raw) < 8:
-            return {}, f"{size} bytes, shorter than a safetensors header"
-        n = struct.unpack("<Q", raw)[0]
-        if 8 + n > size:
-            return {}, f"its header claims {n:,} bytes but the file is {size:,} bytes (truncated)"
-        try:
-            header = json.loads(f.read(n))
-        except (UnicodeDecodeError, ValueError) as e:
-            return {}, f"its header does not read ({e})"
-    if not isinstance(header, dict):
-        return {}, "its header is not a JSON object"
-    try:
-        end = max((int(v["data_offsets"][1]) for k, v in header.items() if k != "__metadata__"), default=0)
-    except (KeyError, IndexError, TypeError, ValueError):
-        return {}, "its header lists a tensor without data offsets"
-    if 8 + n + end != size:
-        return header, f"{size:,} bytes where its header describes {8 + n + end:,} (truncated or changed)"
-    return header, None
-
-
-def consolidated_problem(ckpt: str | Path) -> str | None:
-    """What makes checkpoint folder `ckpt`'s model.safetensors unusable, or None when it is sound.
-
-    Checks, reading only its header and trainer_state.pt: the file exists; its header reads and
-    describes exactly the file's length; its metadata has gptforge's `format`, a `step` equal to
-    the folder's (step_N), and the `trainer_state_sha256` of the trainer_state.pt beside it (so it
-    was written by the same save as the DCP files, not copied in from another checkpoint).
-    """
-    ckpt = Path(ckpt)
-    path = ckpt / CONSOLIDATED_FILE
-    if not path.is_file():
-        return "missing"
-    header, problem = _consolidated_header(path)
-    if problem is not None:
-        return problem
-    meta = header.get("__metadata__") or {}
-    if meta.get("format") != CONSOLIDATED_FORMAT:
-        return f"not a gptforge consolidated file (format {meta.get('format')!r})"
-    if ckpt.name.startswith("step_") and ckpt.name[5:].isdigit() and meta.get("step") != str(int(ckpt.name[5:])):
-        return f"written at step {meta.get('step')}, in the folder of step {int(ckpt.name[5:])}"
-    if not (ckpt / STATE_FILE).is_file() or file_sha256(ckpt / STATE_FILE) != meta.get("trainer_state_sha256"):
-        return f"written with another {STATE_FILE} than the one beside it"
-    return None
-
-
-class ConsolidatedWeights:
-    """The tensor names and dtypes of a sound consolidated file (`read_consolidated`), and `fill`.
-
-    names: stored name -> torch dtype, aliases included (a tied name maps to its target's dtype).
-    aliases: name -> the stored name holding its values.
-    """
-
-    def __init__(self, path: Path, header: dict):
-        import json
-
-        self.path = path
-        meta = header.get("__metadata__") or {}
-        self.aliases: dict[str, str] = json.loads(meta.get("aliases") or "{}")
-        self._shapes = {k: tuple(v["shape"]) for k, v in header.items() if k != "__metadata__"}
-        self.names: dict[str, torch.dtype] = {k: _SAFETENSORS_DTYPES.get(v["dtype"], torch.uint8)
-                                              for k, v in header.items() if k != "__metadata__"}
-        for name, target in self.aliases.items():
-            self.names[name] = self.names[target]
-            self._shapes[name] = self._shapes[target]
-
-    def fill(self, target: dict[str, torch.Tensor]) -> None:
-        """Copy the stored tensor of each name (or of the name it aliases) into `target[name]` in
-        place, converting dtype.
-
-        Raises:
-            DamagedFileError: a stored shape differs from the target's (the model config and
-                the weights disagree), naming the tensor.
-        """
-        from safetensors import safe_open
-
-        from gptforge.errors import DamagedFileError
-
-        with safe_open(str(self.path), framework="pt") as f:
-            for name, t in target.items():
-                stored = self.aliases.get(name, name)
-                if self._shapes[stored] != tuple(t.shape):
-                    raise DamagedFileError(f"{self.path}: tensor {stored} has shape {list(self._shapes[stored])}, "
-                                           f"the model built from config.yaml expects {list(t.shape)}")
-                with torch.no_grad():
-                    t.copy_(f.get_tensor(stored))
-
-
-def read_consolidated(ckpt: str | Path) -> ConsolidatedWeights | None:
-    """The consolidated weights of checkpoint folder `ckpt` when sound (`consolidated_problem`);
-    None when there is none or it is unusable (a warning says why; callers then read DCP)."""
-    ckpt = Path(ckpt)
-    path = ckpt / CONSOLIDATED_FILE
-    if not path.is_file():
-        return None
-    problem = consolidated_problem(ckpt)
-    if problem is not None:
-        log.warning(f"{path}: {problem}; reading the weights from the DCP files instead")
-        return None
-    return ConsolidatedWeights(path, _consolidated_header(path)[0])
 
 

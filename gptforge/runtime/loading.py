@@ -16,13 +16,8 @@ from pathlib import Path
 import torch
 
 from gptforge.atomic import atomic_write_text, staged_dir
-from gptforge.runtime.checkpoint import (
-    find_checkpoint,
-    load_model_weights,
-    read_consolidated,
-    refuse_quantized,
-    save_checkpoint,
-)
+from gptforge.runtime.checkpoint import find_checkpoint, load_model_weights, refuse_quantized, save_checkpoint
+from gptforge.runtime.consolidated import read_consolidated
 
 
 class _SkipRandomInit(torch.overrides.TorchFunctionMode):

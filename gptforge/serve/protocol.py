@@ -1,5 +1,5 @@
-"""Request bodies of the OpenAI-compatible API (OpenAI API reference: Completions, Chat) as
-pydantic models, and the OpenAI error object.
+"""Request and response bodies of the OpenAI-compatible API (OpenAI API reference: Completions,
+Chat) as pydantic models, and the OpenAI error object; the server's OpenAPI schema is built from them.
 
 Unknown fields are refused (400, naming them); OpenAI fields gptforge does not implement are
 accepted by name and refused with a 400 naming the field when set (`UNSUPPORTED`); `user` is
@@ -8,21 +8,28 @@ accepted and ignored. `top_k` is an extension (as in vLLM): 0 or -1 means off.
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, StrictInt, WithJsonSchema
 
 
 class APIError(Exception):
     """An error answered as OpenAI's `{"error": {"message", "type", "param", "code"}}` with `status`."""
 
     def __init__(self, status: int, message: str, param: str | None = None, code: str | None = None,
-                 type: str = "invalid_request_error"):
+                 type: str = "invalid_request_error", headers: dict[str, str] | None = None):
         super().__init__(message)
         self.status, self.message, self.param, self.code, self.type = status, message, param, code, type
+        self.headers = headers
 
     def body(self) -> dict:
         return {"error": {"message": self.message, "type": self.type, "param": self.param, "code": self.code}}
+
+
+Unsupported = Annotated[Any, WithJsonSchema({
+    "type": "null", "description": "Not supported by this server: only null (another value is a 400 "
+                                   "unsupported_parameter)"})]
+"""An OpenAI field gptforge does not implement: accepted by name, refused when set (`UNSUPPORTED`)."""
 
 
 class _Strict(BaseModel):
@@ -49,20 +56,21 @@ class _Sampling(_Strict):
     presence_penalty: float = Field(0.0, ge=-2.0, le=2.0)
     frequency_penalty: float = Field(0.0, ge=-2.0, le=2.0)
     user: str | None = None
-    logit_bias: dict[str, float] | None = None
+    logit_bias: Unsupported = None
     best_of: int | None = None
-    service_tier: Any = None
-    metadata: Any = None
-    store: Any = None
+    service_tier: Unsupported = None
+    metadata: Unsupported = None
+    store: Unsupported = None
 
 
 class CompletionRequest(_Sampling):
     """POST /v1/completions."""
 
-    prompt: str | list[str] | list[int] | list[list[int]]
+    prompt: str | list[str] | list[StrictInt] | list[list[StrictInt]]
+    """Text, texts, token ids or lists of token ids (ids are JSON integers: true/false are refused)."""
     echo: bool = False
     logprobs: int | None = Field(None, ge=0, le=20)
-    suffix: str | None = None
+    suffix: Unsupported = None
 
 
 class ContentPart(_Strict):
@@ -73,7 +81,7 @@ class ContentPart(_Strict):
 class ChatMessage(BaseModel):
     model_config = ConfigDict(extra="allow")
     role: Literal["system", "user", "assistant", "developer"]
-    content: str | list[ContentPart] | None = None
+    content: str | list[ContentPart]
     name: str | None = None
 
 
@@ -84,16 +92,16 @@ class ChatRequest(_Sampling):
     max_completion_tokens: int | None = None
     logprobs: bool = False
     top_logprobs: int | None = Field(None, ge=0, le=20)
-    tools: Any = None
-    tool_choice: Any = None
-    functions: Any = None
-    function_call: Any = None
-    response_format: Any = None
-    parallel_tool_calls: Any = None
-    modalities: Any = None
-    audio: Any = None
-    prediction: Any = None
-    reasoning_effort: Any = None
+    tools: Unsupported = None
+    tool_choice: Unsupported = None
+    functions: Unsupported = None
+    function_call: Unsupported = None
+    response_format: Unsupported = None
+    parallel_tool_calls: Unsupported = None
+    modalities: Unsupported = None
+    audio: Unsupported = None
+    prediction: Unsupported = None
+    reasoning_effort: Unsupported = None
 
 
 # OpenAI fields that are accepted by name and refused (400 naming them) when set to a value.
@@ -112,4 +120,190 @@ class TokenizeRequest(_Strict):
 
 class DetokenizeRequest(_Strict):
     model: str | None = None
+    tokens: list[StrictInt]
+
+
+# ---- responses (OpenAI API reference: the Completion, Chat Completion and chunk objects) ---------
+
+FinishReason = Literal["stop", "length", "cancelled"]
+""""length": max_tokens or the end of the context; "stop": a stop string or the end-of-text token;
+"cancelled": the server stopped before the sequence finished."""
+
+
+class ErrorBody(BaseModel):
+    message: str
+    type: str
+    param: str | None
+    code: str | None
+
+
+class ErrorResponse(BaseModel):
+    """Every 4xx/5xx answer, and the SSE event sent when generation fails mid-stream."""
+
+    error: ErrorBody
+
+
+class Usage(BaseModel):
+    prompt_tokens: int
+    completion_tokens: int
+    total_tokens: int
+
+
+class ModelCard(BaseModel):
+    id: str
+    object: Literal["model"] = "model"
+    created: int
+    """Unix seconds when the server started."""
+    owned_by: str
+    max_model_len: int
+
+
+class ModelList(BaseModel):
+    """GET /v1/models."""
+
+    object: Literal["list"] = "list"
+    data: list[ModelCard]
+
+
+class CompletionLogprobs(BaseModel):
+    """Per token of a choice's text: its text, log p in nats (None for the first prompt token), the
+    top alternatives (text -> log p; None where there is no prediction) and its offset in the text."""
+
+    tokens: list[str]
+    token_logprobs: list[float | None]
+    top_logprobs: list[dict[str, float] | None]
+    text_offset: list[int]
+
+
+class CompletionChoice(BaseModel):
+    index: int
+    """prompt index * n + choice number."""
+    text: str
+    logprobs: CompletionLogprobs | None
+    finish_reason: FinishReason
+
+
+class Completion(BaseModel):
+    """POST /v1/completions without `stream`."""
+
+    id: str
+    object: Literal["text_completion"] = "text_completion"
+    created: int
+    model: str
+    choices: list[CompletionChoice]
+    usage: Usage
+
+
+class CompletionChunkChoice(BaseModel):
+    index: int
+    text: str
+    logprobs: CompletionLogprobs | None
+    finish_reason: FinishReason | None
+
+
+class CompletionChunk(BaseModel):
+    """One `data:` event of POST /v1/completions with `stream`; `usage` only with
+    stream_options.include_usage (null on every chunk but the last, whose choices are empty)."""
+
+    id: str
+    object: Literal["text_completion"] = "text_completion"
+    created: int
+    model: str
+    choices: list[CompletionChunkChoice]
+    usage: Usage | None = None
+
+
+class TopLogprob(BaseModel):
+    token: str
+    logprob: float
+    bytes: list[int]
+    """The token's UTF-8 bytes."""
+
+
+class ChatTokenLogprob(TopLogprob):
+    top_logprobs: list[TopLogprob]
+
+
+class ChatLogprobs(BaseModel):
+    content: list[ChatTokenLogprob]
+
+
+class ChatCompletionMessage(BaseModel):
+    role: Literal["assistant"] = "assistant"
+    content: str
+
+
+class ChatChoice(BaseModel):
+    index: int
+    message: ChatCompletionMessage
+    logprobs: ChatLogprobs | None
+    finish_reason: FinishReason
+
+
+class ChatCompletion(BaseModel):
+    """POST /v1/chat/completions without `stream`."""
+
+    id: str
+    object: Literal["chat.completion"] = "chat.completion"
+    created: int
+    model: str
+    choices: list[ChatChoice]
+    usage: Usage
+
+
+class ChatDelta(BaseModel):
+    """The role on a choice's first chunk, text on the next ones, nothing on its last."""
+
+    role: Literal["assistant"] | None = None
+    content: str | None = None
+
+
+class ChatChunkChoice(BaseModel):
+    index: int
+    delta: ChatDelta
+    logprobs: ChatLogprobs | None
+    finish_reason: FinishReason | None
+
+
+class ChatCompletionChunk(BaseModel):
+    """One `data:` event of POST /v1/chat/completions with `stream` (`usage` as in CompletionChunk)."""
+
+    id: str
+    object: Literal["chat.completion.chunk"] = "chat.completion.chunk"
+    created: int
+    model: str
+    choices: list[ChatChunkChoice]
+    usage: Usage | None = None
+
+
+class TokenizeResponse(BaseModel):
+    """POST /tokenize."""
+
+    count: int
+    max_model_len: int
     tokens: list[int]
+
+
+class DetokenizeResponse(BaseModel):
+    """POST /detokenize."""
+
+    prompt: str
+
+
+class TokenizerInfo(BaseModel):
+    """GET /tokenizer_info (the fields lm-eval's remote tokenizer reads)."""
+
+    tokenizer_class: str
+    vocab_size: int
+    eos_token: str
+    eos_token_id: int
+    max_model_len: int
+    model_max_length: int
+    chat_template: str | None
+    bos_token: str | None
+    add_bos_token: bool
+
+
+REQUEST_MODELS = (CompletionRequest, ChatRequest, TokenizeRequest, DetokenizeRequest)
+RESPONSE_MODELS = (ErrorResponse, ModelList, Completion, CompletionChunk, ChatCompletion, ChatCompletionChunk,
+                   TokenizeResponse, DetokenizeResponse, TokenizerInfo)

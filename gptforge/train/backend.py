@@ -55,6 +55,8 @@ class TorchBackend:
         self.env = env
         self.autocast_precision = precision
         self.params = [p for p in par.core.parameters() if p.requires_grad]
+        self.loss_scale: float | None = None
+        """The fp16 loss scale the last step's backward used (None without a scaler)."""
 
     @property
     def module(self) -> torch.nn.Module | None:
@@ -88,6 +90,8 @@ class TorchBackend:
         """Optimizer step unless the loss or gradient norm is not finite (under fp16 the scaler
         decides). Returns True when the step counts as skipped."""
         if self.scaler is not None:
+            # The scale this step's gradients were multiplied by (update() below changes it).
+            self.loss_scale = float(self.scaler.get_scale())
             self.scaler.step(self.optimizer)  # skips the step itself on inf/nan gradients
             self.scaler.update()
         elif finite:
@@ -189,6 +193,7 @@ class DeepSpeedBackend:
         self.autocast_precision = "fp32"
         self._skipped_before = 0
         self._norm_before_step = float("nan")
+        self._scale_used: float | None = None
 
     @property
     def module(self) -> torch.nn.Module:
@@ -214,6 +219,8 @@ class DeepSpeedBackend:
     def backward(self, loss: torch.Tensor, is_last: bool) -> None:
         if is_last:
             self._skipped_before = self.engine.skipped_steps
+            scale = getattr(self.engine.optimizer, "cur_scale", None) if self.has_loss_scaler else None
+            self._scale_used = float(scale) if scale is not None else None  # engine.step() may change it
         self.engine.backward(loss, scale_wrt_gas=False)
         if is_last and self.zero_stage == 0:
             # Without ZeRO, DeepSpeed's fp32 step does not record the norm: take it from the
@@ -234,6 +241,12 @@ class DeepSpeedBackend:
         """The update already ran inside engine.step(); returns whether DeepSpeed skipped it
         (fp16 overflow) or the loss/norm was not finite."""
         return self.engine.skipped_steps > self._skipped_before or not finite
+
+    @property
+    def loss_scale(self) -> float | None:
+        """The fp16 loss scale (DeepSpeed's optimizer's `cur_scale`) the last step's backward used,
+        read before its engine.step(); None without fp16."""
+        return self._scale_used
 
     def full_state_dict(self) -> dict[str, torch.Tensor]:
         """The GPT's state dict with full fp32 tensors (the master weights under fp16/bf16 and

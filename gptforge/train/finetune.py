@@ -246,6 +246,17 @@ def write_export_inputs(run_dir: Path, source: dict, chat_template: Path | None 
         atomic_write_text(run_dir / "generation_config.json", json.dumps(source["generation_config"], indent=2) + "\n")
 
 
+def write_builtin_template(run_dir: Path, tok, fc: FinetuneConfig) -> None:
+    """Write the built-in instruction format as run_dir/chat_template.jinja
+    (`gptforge.data.instruct.default_chat_template`) when this run trains with it
+    (finetune.chat_template default, or auto with a tokenizer that has no template), so that the
+    hf, gguf, onnx and Triton exports and `serve` carry the format the model learned."""
+    from gptforge.data.instruct import default_chat_template
+
+    if fc.chat_template == "default" or (fc.chat_template == "auto" and not tok.chat_template):
+        atomic_write_text(run_dir / "chat_template.jinja", default_chat_template(tok.add_bos))
+
+
 def load_chat_tokenizer(folder: Path, chat_template: Path | None = None):
     """ChatTokenizer of the model's tokenizer folder, with a custom template file if given."""
     from gptforge.data.instruct import ChatTokenizer
@@ -303,6 +314,8 @@ def finetune(fc: FinetuneConfig, cfg: RunConfig, source: str | Path | None, data
             raise FileNotFoundError(f"{source}: no tokenizer.json beside the model; instruction data needs the "
                                     "model's tokenizer")
         tok = load_chat_tokenizer(Path(tok_dir), chat_template if not resume else None)
+        if not resume and int(os.environ.get("RANK", "0")) == 0:
+            write_builtin_template(run_dir, tok, fc)
         source_data = InstructionData(data, tok, seq_len, fc, cfg.train.seed)
     else:
         tok_json = Path(tok_dir) / "tokenizer.json" if tok_dir is not None else None

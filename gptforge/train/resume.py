@@ -18,6 +18,38 @@ def out_dir_of(argv: list[str]) -> str | None:
     return None
 
 
+def resume_auto_argv(argv: list[str], prog: str) -> list[str]:
+    """`argv` with `--resume auto` (or `--resume=auto`) decided: `--resume` when the --out folder
+    holds a run (its config.yaml), dropped otherwise, so one command line starts a run and, run
+    again (a scheduler's requeue, torchrun's --max-restarts), continues it from its newest
+    complete checkpoint. A run folder whose first checkpoint never completed is resumed too: the
+    trainer then starts it fresh (see Trainer._nothing_to_resume).
+
+    Every rank decides before the process group forms, hence before rank 0 writes anything into
+    the folder, so all ranks decide alike. Prints the decision once (on rank 0) with `prog`.
+    Returns argv unchanged when it has no `--resume auto`.
+    """
+    import os
+
+    for i, a in enumerate(argv):
+        if a == "--resume" and i + 1 < len(argv) and argv[i + 1] == "auto":
+            rest = argv[:i] + argv[i + 2:]
+            break
+        if a == "--resume=auto":
+            rest = argv[:i] + argv[i + 1:]
+            break
+    else:
+        return argv
+    out = out_dir_of(rest)
+    holds_run = out is not None and (Path(out) / "config.yaml").is_file()
+    if os.environ.get("RANK", "0") == "0":
+        restart = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")
+        after = f" (torchrun restart {restart})" if restart != "0" else ""
+        print(f"{prog}: --resume auto{after}: " + (f"{out} holds a run: resuming it" if holds_run else
+                                                  f"no run in {out} yet: starting one"), flush=True)
+    return [*rest, "--resume"] if holds_run else rest
+
+
 def saved_config_argv(argv: list[str], sections, prog: str) -> list[str]:
     """`argv` with `--config SAVED.yaml` in front: the run directory's saved sections (`sections`,
     e.g. model/train/parallel) come first, so the user's own options override them.

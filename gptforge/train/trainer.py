@@ -437,6 +437,8 @@ class Trainer:
             "tokens_seen": self.state["tokens_seen"], "step_seconds": dt,
             "elapsed_seconds": self.state["elapsed_seconds"], "skipped": skipped,
         }
+        if getattr(self.engine, "loss_scale", None) is not None:  # fp16: the scale this step used
+            row["loss_scale"] = self.engine.loss_scale
         if self.env.world_size > 1:
             row["tokens_per_second_rank_min"] = min(r[0] for r in stats)
             row["tokens_per_second_rank_max"] = max(r[0] for r in stats)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from gptforge.data.stdlib_corpus import stdlib_files
@@ -27,3 +29,16 @@ def small_tokenizer(stdlib_texts):
     """A byte-level BPE with a 512-token vocabulary trained on `stdlib_texts`."""
     extra = ["你好，世界。我们测试中文。", "emoji 🎉🚀 ok", "Ελληνικά και русский текст"] * 5
     return train_bpe(stdlib_texts + extra, vocab_size=512)
+
+
+#: the project's shared Chinese guides, beside the repository (never copied into it).
+ZH_GUIDES = Path(__file__).resolve().parents[2].parent / "shared" / "data" / "zh_guides"
+
+
+@pytest.fixture(scope="session")
+def zh_guides() -> list[str]:
+    """The texts of the two Chinese guides in ../shared/data/zh_guides (skips when absent)."""
+    files = sorted(ZH_GUIDES.glob("*.txt")) if ZH_GUIDES.is_dir() else []
+    if not files:
+        pytest.skip(f"the Chinese guides are not at {ZH_GUIDES}")
+    return [f.read_text(encoding="utf-8") for f in files]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import pickle
 
@@ -87,3 +88,43 @@ def test_bad_tokenizer_inputs(tmp_path):
         Tokenizer.from_file(bad)
     with pytest.raises(ValueError, match="minimum 257"):
         train_bpe(["x"], vocab_size=100)
+
+
+# ---- readable vocabulary ------------------------------------------------------------------------
+
+
+def test_readable_vocab_shows_text_bytes_and_special(tmp_path):
+    from gptforge.data.tokenizer import readable_vocab, token_bytes
+
+    tok = train_bpe(["你好，世界。我们测试中文。 hello world\n"] * 50, vocab_size=300)
+    rows = readable_vocab(tok)
+    assert [r["id"] for r in rows] == list(range(tok.vocab_size))
+    assert rows[tok.eos_id] == {"id": tok.eos_id, "kind": "special", "text": "<|endoftext|>"}
+    by_text = {r["text"]: r for r in rows}
+    assert by_text["你好"]["kind"] == "text" and by_text[" hello"]["kind"] == "text"
+    # Every token's shown form is its bytes: text decodes them, <0xNN> spells the rest.
+    for r in rows:
+        if r["kind"] == "special":
+            continue
+        raw = token_bytes(tok.id_to_token(r["id"]))
+        if r["kind"] == "bytes":
+            assert "<0x" in r["text"] and raw.decode("utf-8", errors="replace") != raw.decode("utf-8", errors="ignore")
+        else:
+            assert raw.decode("utf-8") == r["text"] or "\\" in r["text"]
+    # A lone lead byte of a Han character is a byte token; the newline is escaped.
+    assert by_text["<0xE4>"]["kind"] == "bytes" and "\\n" in by_text
+
+
+def test_vocab_command(tmp_path, capsys):
+    from gptforge.cli import main
+
+    tok = train_bpe(["你好，世界。我们测试中文。"] * 50, vocab_size=300)
+    tok.save(tmp_path / "tokenizer.json")
+    assert main(["vocab", str(tmp_path), "--kind", "special"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].startswith(f"{tmp_path / 'tokenizer.json'}: {tok.vocab_size} tokens (")
+    assert out[1:] == [f"{tok.eos_id}\tspecial\t<|endoftext|>"]
+    assert main(["vocab", str(tmp_path / "tokenizer.json"), "--json", "--limit", "2"]) == 0
+    assert [json.loads(x)["id"] for x in capsys.readouterr().out.splitlines()] == [0, 1]
+    assert main(["vocab", str(tmp_path / "missing")]) == 1
+    assert "gptforge vocab: error: no tokenizer.json at" in capsys.readouterr().err

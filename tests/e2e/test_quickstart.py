@@ -8,8 +8,8 @@ from gptforge.quickstart import run_quickstart
 @pytest.mark.slow
 def test_quickstart_learns_beyond_unigram(tmp_path):
     lines = []
-    # The default recipe's family (modern blocks + Muon), at the smallest shape.
-    r = run_quickstart(tmp_path / "qs", vocab_size=384, preset="modern-nano", micro_batch_size=16, block_size=64,
+    # The default recipe's family (Qwen3 blocks + Muon), at the smallest shape.
+    r = run_quickstart(tmp_path / "qs", vocab_size=384, preset="qwen3-nano", micro_batch_size=16, block_size=64,
                        max_files=40, workers=1, steps=150, progress=False, log=lines.append)
     assert r.steps == 150
     assert (r.run_dir / "checkpoints" / "latest").exists() and (r.data_dir / "meta.json").exists()
@@ -18,3 +18,12 @@ def test_quickstart_learns_beyond_unigram(tmp_path):
     assert len(r.samples) == 3 and all(s.startswith(p) for s, p in zip(r.samples, ["def ", "class ", '"""']))
     text = "\n".join(lines)
     assert "unigram entropy" in text and "tensorboard --logdir" in text
+
+    # What the quickstart trains exports as the README's next steps say.
+    from gptforge.cli import main
+
+    assert main(["export", str(r.run_dir), "--format", "hf", "--out", str(tmp_path / "hf"), "--quiet"]) == 0
+    pytest.importorskip("gguf")
+    assert main(["export", str(r.run_dir), "--format", "gguf", "--out", str(tmp_path / "gguf"), "--quiet"]) == 0
+    pytest.importorskip("onnxscript")
+    assert main(["export", str(r.run_dir), "--format", "onnx", "--out", str(tmp_path / "onnx"), "--quiet"]) == 0

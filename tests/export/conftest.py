@@ -12,6 +12,8 @@ MODELS = {
     # GQA (4 query heads, 2 KV heads), untied head, RMSNorm, SwiGLU, RoPE with llama3 scaling.
     "llama": dict(preset="llama-nano", d_model=32, n_head=4, n_kv_head=2, d_ff=96, block_size=64,
                   rope_scaling=LLAMA3_SCALING),
+    # The recommended recipe (Qwen3 blocks): QK-norm, SwiGLU, untied head, no logit cap.
+    "qwen3": dict(preset="qwen3-nano", d_model=32, n_head=2, block_size=64),
     # Learned positions, LayerNorm with biases, tanh GELU, tied embeddings.
     "gpt2": dict(preset="gpt2-nano", d_model=32, n_head=2, block_size=64, activation="gelu_tanh"),
 }
@@ -19,7 +21,7 @@ MODELS = {
 
 @pytest.fixture(scope="session")
 def trained_runs(tiny_shards, tmp_path_factory):
-    """{"llama": run_dir, "gpt2": run_dir}, each trained 40 steps (about a second each)."""
+    """{"llama": run_dir, "qwen3": run_dir, "gpt2": run_dir}, each trained 40 steps (about a second each)."""
     from gptforge.config import ModelConfig, RunConfig, TrainConfig
     from gptforge.train.loop import train
 

@@ -32,7 +32,7 @@ def _field(reader, key):
     return reader.fields[key].contents()
 
 
-@pytest.mark.parametrize("arch", ["llama", "gpt2"])
+@pytest.mark.parametrize("arch", ["llama", "qwen3", "gpt2"])
 def test_gguf_metadata_and_f32_tensors(arch, trained_runs, tmp_path):
     model, _ = load_model_checkpoint(trained_runs[arch])
     cfg = model.config
@@ -42,6 +42,9 @@ def test_gguf_metadata_and_f32_tensors(arch, trained_runs, tmp_path):
     assert _field(reader, f"{arch}.block_count") == 2
     assert _field(reader, f"{arch}.attention.head_count") == cfg.n_head
     assert _field(reader, f"{arch}.attention.head_count_kv") == cfg.n_kv_head
+    if arch != "gpt2":
+        assert _field(reader, f"{arch}.attention.key_length") == cfg.head_dim
+        assert _field(reader, f"{arch}.attention.value_length") == cfg.head_dim
     tok = Tokenizer.from_file(trained_runs[arch] / "tokenizer.json")
     tokens = _field(reader, "tokenizer.ggml.tokens")
     assert len(tokens) == cfg.vocab_size == tok.vocab_size
@@ -74,6 +77,16 @@ def test_gguf_metadata_and_f32_tensors(arch, trained_runs, tmp_path):
         assert torch.equal(permute_rope_rows(k, cfg.n_kv_head).reshape(cfg.n_kv_head, hd, -1)[1],
                            torch.from_numpy(got_k.copy()).reshape(cfg.n_kv_head, hd, -1)[1])
         assert "rope_freqs.weight" in tensors and "output.weight" in tensors
+    elif arch == "qwen3":
+        # llama.cpp's qwen3 rotates halves (NeoX RoPE) as gptforge does: q and k as they are.
+        attn = model.blocks[1].attn
+        for x in "qk":
+            got = np.asarray(tensors[f"blk.1.attn_{x}.weight"].data)
+            np.testing.assert_array_equal(got.reshape(-1), getattr(attn, f"{x}_proj").weight.detach().reshape(-1).numpy())
+            norm = np.asarray(tensors[f"blk.1.attn_{x}_norm.weight"].data)
+            assert norm.shape == (cfg.head_dim,)
+            np.testing.assert_array_equal(norm, getattr(attn, f"{x}_norm").weight.detach().numpy())
+        assert "output.weight" in tensors and "rope_freqs.weight" not in tensors
     else:
         assert "blk.0.attn_qkv.weight" in tensors and "output.weight" not in tensors  # tied
 
@@ -148,11 +161,16 @@ def test_gguf_refuses_what_it_cannot_represent(trained_runs, tiny_shards, tmp_pa
     train(RunConfig(model=ModelConfig(preset="gpt2-nano", d_model=32, block_size=32),
                     train=TrainConfig(max_steps=1, micro_batch_size=2, eval_interval=0, tensorboard=False)),
           tiny_shards, exact, progress=False)
-    assert main(["export", str(exact), "--format", "gguf", "--out", str(tmp_path / "o")]) == 1
+    # Exact GELU: written for llama.cpp's tanh-GELU graph by default, with a one-line note.
+    assert main(["export", str(exact), "--format", "gguf", "--out", str(tmp_path / "n")]) == 0
+    notes = [ln for ln in capsys.readouterr().err.splitlines() if ln.startswith("gptforge export: note:")]
+    assert len(notes) == 1 and "model.activation=gelu (exact, erf)" in notes[0] and "tanh" in notes[0]
+    assert main(["export", str(exact), "--format", "gguf", "--no-approximate-gelu", "--out",
+                 str(tmp_path / "o")]) == 1
     err = capsys.readouterr().err
-    assert "model.activation=gelu" in err and "gguf format" in err and "--approximate-gelu" in err
+    assert "model.activation=gelu" in err and "gguf format" in err and "--no-approximate-gelu" in err
     assert not (tmp_path / "o").exists() and not list(tmp_path.glob(".o.tmp*"))
-    assert main(["export", str(exact), "--format", "gguf", "--approximate-gelu", "--out", str(tmp_path / "o")]) == 0
+    assert main(["export", str(exact), "--format", "gguf", "--out", str(tmp_path / "o")]) == 0
     assert main(["export", str(exact), "--format", "gguf", "--quantize", "int8", "--out", str(tmp_path / "p")]) == 1
     assert "--quantize int8 cannot be written in the gguf format" in capsys.readouterr().err
 
@@ -166,7 +184,7 @@ def _llama(path, n_ctx=64):
                            type_k=0, type_v=0, seed=0)
 
 
-@pytest.mark.parametrize("arch", ["llama", "gpt2"])
+@pytest.mark.parametrize("arch", ["llama", "qwen3", "gpt2"])
 def test_llama_cpp_logits_greedy_and_tokenizer(arch, trained_runs, tiny_shards, tmp_path):
     pytest.importorskip("llama_cpp")
     run = trained_runs[arch]
@@ -205,7 +223,9 @@ def test_llama_cpp_logits_greedy_and_tokenizer(arch, trained_runs, tiny_shards, 
     dict(preset="llama-nano", bias=True, qkv_bias=True),  # biases everywhere, tied head
     dict(preset="llama-nano", rope_scaling={"rope_type": "linear", "factor": 2.0}, n_kv_head=1),  # MQA
     dict(preset="gpt2-nano", activation="gelu_tanh", bias=False, n_kv_head=1),  # no biases: zeros written
-], ids=["llama-biases", "llama-linear-rope-mqa", "gpt2-no-bias-mqa"])
+    dict(preset="gpt2-nano"),  # exact GELU, written for llama.cpp's tanh GELU by default: still within 1e-3
+    dict(preset="qwen3-nano", n_kv_head=1, tie_embeddings=True),  # QK-norm with MQA and a tied head
+], ids=["llama-biases", "llama-linear-rope-mqa", "gpt2-no-bias-mqa", "gpt2-exact-gelu", "qwen3-mqa-tied"])
 def test_llama_cpp_logits_for_other_block_options(extra, tiny_shards, tmp_path):
     pytest.importorskip("llama_cpp")
     from gptforge.config import ModelConfig
@@ -213,7 +233,8 @@ def test_llama_cpp_logits_for_other_block_options(extra, tiny_shards, tmp_path):
     from gptforge.model.gpt import GPT
 
     torch.manual_seed(0)
-    tie = extra["preset"] == "llama-nano" and extra.get("bias", False)
+    extra = dict(extra)
+    tie = extra.pop("tie_embeddings", None) or (extra["preset"] == "llama-nano" and extra.get("bias", False))
     model = GPT(ModelConfig(vocab_size=384, d_model=32, block_size=64, tie_embeddings=tie or None, **extra)).eval()
     with torch.no_grad():
         for p in model.parameters():

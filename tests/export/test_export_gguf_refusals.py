@@ -23,9 +23,10 @@ def test_gguf_refuses_modern_options_by_name_without_writing(tiny_shards, tmp_pa
     err = capsys.readouterr().err
     lines = [ln for ln in err.splitlines() if ln.startswith("gptforge export: error:")]
     assert len(lines) == 1 and "Traceback" not in err and "KeyError" not in err
-    for option in ("model.logit_softcap=15.0", "model.qk_norm=True", "model.activation=relu2"):
+    for option in ("model.logit_softcap=15.0", "model.activation=relu2"):
         assert option in lines[0]
-    assert "zero_init_proj" not in lines[0]  # only the initialisation: nothing to refuse
+    # zero_init_proj is only the initialisation, and QK-norm on Llama blocks is llama.cpp's qwen3.
+    assert "zero_init_proj" not in lines[0] and "qk_norm" not in lines[0]
     assert not out.exists()
     assert not list(tmp_path.glob(".g.tmp*"))  # no staging folder left
 
@@ -41,3 +42,23 @@ def test_gguf_kept_f16_is_one_warning_line(tiny_shards, tmp_path, capsys, recwar
     assert len(warn) == 1 and warn[0].startswith("gptforge export: warning: --quantize q4_0: 2 of")
     assert "blk.0.ffn_down.weight [32, 48]" in warn[0]
     assert "UserWarning" not in err and not [w for w in recwarn if "kept in f16" in str(w.message)]
+
+
+def test_gguf_refuses_qk_norm_where_qwen3_has_no_counterpart():
+    import re
+
+    import pytest
+
+    from gptforge.config import ModelConfig
+    from gptforge.errors import InputError
+    from gptforge.export.gguf import check_representable, gguf_arch
+
+    assert gguf_arch(ModelConfig(preset="qwen3-nano").resolved()) == "qwen3"
+    check_representable(ModelConfig(preset="qwen3-nano"))
+    for extra, words in ((dict(arch="gpt2"), "gpt2 graph has no per-head"),
+                         (dict(qkv_bias=True), "qwen3 graph (QK-norm) has no biases"),
+                         (dict(rope_scaling={"rope_type": "llama3", "factor": 2.0, "low_freq_factor": 1.0,
+                                             "high_freq_factor": 4.0, "original_max_position_embeddings": 64}),
+                          "per-frequency")):
+        with pytest.raises(InputError, match=re.escape(words)):
+            check_representable(ModelConfig(preset="qwen3-nano", **extra))

@@ -18,7 +18,7 @@ from gptforge.runtime.loading import load_model_checkpoint  # noqa: E402
 
 from .conftest import val_tokens  # noqa: E402
 
-ARCHS = ["llama", "gpt2"]
+ARCHS = ["llama", "qwen3", "gpt2"]
 
 
 def _torch_model(run):

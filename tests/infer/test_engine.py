@@ -126,3 +126,41 @@ def test_a_request_longer_than_the_context_is_refused(trained):
         eng.submit(list(range(1, 21)), SamplingParams(max_tokens=13), lambda ev: None)
     with pytest.raises(ValueError, match="block_size 64"):
         Engine(model, tok.decode, max_model_len=65)
+
+
+def test_a_failed_prefill_answers_its_request_and_frees_the_slot(trained, monkeypatch):
+    import threading
+
+    model, tok = trained
+    eng = Engine(model, tok.decode, max_batch_size=1)
+    real_prefill = eng._prefill
+    calls = {"n": 0}
+
+    def failing_once(seq):
+        calls["n"] += 1
+        if calls["n"] == 1:
+            raise RuntimeError("injected prefill failure")
+        return real_prefill(seq)
+
+    monkeypatch.setattr(eng, "_prefill", failing_once)
+    done = [threading.Event(), threading.Event()]
+    events: list[list] = [[], []]
+
+    def on_event(i):
+        def cb(ev):
+            events[i].append(ev)
+            if ev.finish_reason:
+                done[i].set()
+        return cb
+
+    eng.start()
+    try:
+        eng.submit(tok.encode("import"), SamplingParams(max_tokens=3, temperature=0), on_event(0))
+        assert done[0].wait(60), "the request whose prefill failed was never answered"
+        assert events[0][-1].finish_reason == "error" and "injected prefill failure" in events[0][-1].error
+        eng.submit(tok.encode("import"), SamplingParams(max_tokens=3, temperature=0), on_event(1))
+        assert done[1].wait(60), "the slot of the failed request was not freed"
+        assert events[1][-1].finish_reason == "length"
+    finally:
+        eng.stop()
+    assert eng.free_slots == [0] and not eng.running

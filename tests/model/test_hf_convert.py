@@ -177,7 +177,7 @@ def test_dtype_kept_and_cast(tmp_path):
     "model_type, change, field",
     [
         ("llama", {"hidden_act": "gelu"}, "hidden_act"),
-        ("llama", {"head_dim": 16}, "head_dim"),
+        ("llama", {"head_dim": 15}, "head_dim"),  # odd: RoPE rotates pairs (another even width is head_size)
         ("llama", {"rope_scaling": {"rope_type": "yarn", "factor": 4.0}}, "rope_scaling.rope_type"),
         ("llama", {"attention_bias": True, "mlp_bias": False}, "mlp_bias"),
         ("mistral", {"sliding_window": 16}, "sliding_window"),

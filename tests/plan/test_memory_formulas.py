@@ -3,10 +3,9 @@
 import pytest
 
 from gptforge.config import ModelConfig, ParallelConfig, TrainConfig
+from gptforge.plan.activations import korthikanti_bytes_per_layer, layer_activation_bytes
 from gptforge.plan.memory import (
     estimate_memory,
-    korthikanti_bytes_per_layer,
-    layer_activation_bytes,
     optimizer_state_bytes,
     zero_paper_model_state_bytes,
 )

@@ -125,16 +125,16 @@ def test_unsound_consolidated_file_is_ignored_for_dcp(runs, tmp_path, caplog):
 
 def test_whole_signature_refuses_what_is_not_whole():
     t = torch.zeros(2, 3)
-    assert ck._whole_signature({"a": t, "b": torch.nn.Parameter(t)}) == (("a", (2, 3), "torch.float32"),
+    assert ck.whole_signature({"a": t, "b": torch.nn.Parameter(t)}) == (("a", (2, 3), "torch.float32"),
                                                                         ("b", (2, 3), "torch.float32"))
-    assert ck._whole_signature({}) is None  # DeepSpeed's other ranks
-    assert ck._whole_signature({"a": t, "x": b"bytes"}) is None
-    assert ck._whole_signature({"blocks.0.mlp.fc.weight_4bit": t.to(torch.uint8)}) is None  # QLoRA
+    assert ck.whole_signature({}) is None  # DeepSpeed's other ranks
+    assert ck.whole_signature({"a": t, "x": b"bytes"}) is None
+    assert ck.whole_signature({"blocks.0.mlp.fc.weight_4bit": t.to(torch.uint8)}) is None  # QLoRA
 
     class Sub(torch.Tensor):
         pass
 
-    assert ck._whole_signature({"a": t.as_subclass(Sub)}) is None  # DTensor is a subclass too
+    assert ck.whole_signature({"a": t.as_subclass(Sub)}) is None  # DTensor is a subclass too
 
 
 def test_inference_start_imports_neither_dcp_nor_sympy(runs, tmp_path):

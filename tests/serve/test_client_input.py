@@ -14,6 +14,8 @@ COMPLETIONS = [
     ({"prompt": "x", "top_k": 100000, "max_tokens": 2, "temperature": 1}, 200),
     ({"prompt": "x", "n": 2, "best_of": 2, "max_tokens": 2}, 200),
     ({"prompt": "<|endoftext|>", "max_tokens": 2}, 200),
+    ({"prompt": "x", "top_p": 1e-300, "max_tokens": 2, "temperature": 1}, 200),  # 0 in float32
+    ({"prompt": "x", "temperature": 5e-324, "max_tokens": 2}, 200),  # logits / T overflow
     ({"prompt": "x", "max_tokens": 2, "presence_penalty": 2, "frequency_penalty": -2, "temperature": 0.5}, 200),
     ({"prompt": "x", "stop": [1, 2], "max_tokens": 2}, 400),
     ({"prompt": [1, "a"], "max_tokens": 2}, 400),

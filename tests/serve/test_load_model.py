@@ -40,3 +40,5 @@ def test_serve_command_errors_are_one_line(tmp_path, trained_run, capsys):
     assert "--max-model-len must be in 1..64" in capsys.readouterr().err
     assert main(["serve", str(trained_run), "--max-batch-size", "0"]) == 1
     assert "--max-batch-size must be >= 1" in capsys.readouterr().err
+    assert main(["serve", str(trained_run), "--max-queue", "-1"]) == 1
+    assert "--max-queue must be >= 0, got -1" in capsys.readouterr().err

@@ -173,7 +173,7 @@ def test_muon_under_ddp_matches_one_process_and_fsdp_is_refused(tiny_shards, tmp
 
 
 def test_planner_activations_follow_the_mlp_and_qk_norm():
-    from gptforge.plan.memory import layer_activation_bytes
+    from gptforge.plan.activations import layer_activation_bytes
 
     base = dict(arch="llama", n_layer=2, n_head=4, d_model=64, d_ff=256, block_size=64, vocab_size=100)
     swiglu = layer_activation_bytes(ModelConfig(**base).resolved(), "fp32", 2)

@@ -1,0 +1,114 @@
+"""POST /v1/chat/completions (OpenAI API reference: Chat), streamed or whole.
+
+The conversation is rendered with the run's chat template (or the default `### User:` template)
+and generation stops at the template's end of turn or the end-of-text token. The first streamed
+chunk of each choice carries `delta.role`, the last one its finish_reason and an empty delta.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+
+from fastapi import APIRouter, Request
+from fastapi.responses import Response
+
+from gptforge.infer.engine import Event
+from gptforge.serve.openapi import route_doc
+from gptforge.serve.protocol import ChatCompletion, ChatCompletionChunk, ChatRequest
+from gptforge.serve.server import Server, Submission, sse, sse_error, usage
+
+router = APIRouter()
+ENDPOINT = "/v1/chat/completions"
+
+
+class ChatCall:
+    """One /v1/chat/completions request after validation: its jobs and how its answer is shaped."""
+
+    def __init__(self, srv: Server, req: ChatRequest):
+        self.srv, self.req = srv, req
+        self.ids = ids = srv.chat_ids(req.messages)
+        max_tokens = req.max_completion_tokens if req.max_completion_tokens is not None else req.max_tokens
+        top = req.top_logprobs if req.top_logprobs is not None else 0
+        stop_ids = sorted({srv.chat.eos_id, srv.tok.eos_id})
+        self.jobs = [(ids, srv.params(req, len(ids), max_tokens, False, stop_ids, top if req.logprobs else None,
+                                      None, c)) for c in range(req.n)]
+        self.rid, self.created = f"chatcmpl-{uuid.uuid4().hex}", int(time.time())
+        self.include_usage = bool(req.stream_options and req.stream_options.include_usage)
+
+    def content_logprob(self, ev: Event) -> dict:
+        """OpenAI's logprobs.content entry of one generated token."""
+        piece = self.srv.piece
+        lp, text = ev.logprob, piece(ev.token_id)
+        return {"token": text, "logprob": lp.logprob, "bytes": list(text.encode("utf-8")),
+                "top_logprobs": [{"token": piece(t), "logprob": v, "bytes": list(piece(t).encode())}
+                                 for t, v in lp.top]}
+
+    def chunk(self, choices: list, **extra) -> str:
+        c = {"id": self.rid, "object": "chat.completion.chunk", "created": self.created,
+             "model": self.srv.cfg.model_name, "choices": choices, **extra}
+        if self.include_usage and "usage" not in c:
+            c["usage"] = None
+        return sse(c)
+
+    async def stream(self, request: Request, sub: Submission, start: float):
+        """The SSE events of the answer (ChatCompletionChunk per event, then [DONE])."""
+        metrics, req = self.srv.metrics, self.req
+        completion_tokens = 0
+        started: set[int] = set()
+        last: dict[int, float] = {}
+        async for j, ev in sub.events(request):
+            now = time.monotonic()
+            if not last:
+                metrics.ttft.observe(now - start)
+            elif j in last:
+                metrics.tpot.observe(now - last[j])
+            last[j] = now
+            if ev.finish_reason == "error":
+                yield sse_error(ev.error)
+                return
+            if j not in started:
+                started.add(j)
+                yield self.chunk([{"index": j, "delta": {"role": "assistant", "content": ""}, "logprobs": None,
+                                   "finish_reason": None}])
+            if ev.token_id is not None:
+                completion_tokens += 1
+            lp = None
+            if req.logprobs and ev.token_id is not None:
+                lp = {"content": [self.content_logprob(ev)]}
+            if ev.text or lp is not None:
+                yield self.chunk([{"index": j, "delta": {"content": ev.text}, "logprobs": lp, "finish_reason": None}])
+            if ev.finish_reason:
+                yield self.chunk([{"index": j, "delta": {}, "logprobs": None, "finish_reason": ev.finish_reason}])
+        if self.include_usage:
+            yield self.chunk([], usage=usage(len(self.ids), completion_tokens))
+        metrics.requests.labels(ENDPOINT, "200").inc()
+        yield "data: [DONE]\n\n"
+
+    async def respond(self, request: Request, sub: Submission, start: float) -> Response:
+        """The whole answer (a ChatCompletion), or 499 when the client went away first."""
+        req = self.req
+        lps: list[list] = [[] for _ in self.jobs]
+
+        def gather(j, ev):
+            if req.logprobs and ev.token_id is not None:
+                lps[j].append(self.content_logprob(ev))
+
+        done = await self.srv.collect(request, sub, start, gather)
+        if done is None:
+            return Response(status_code=499)
+        texts, counts, reasons = done
+        choices = [{"index": j, "message": {"role": "assistant", "content": texts[j]},
+                    "logprobs": {"content": lps[j]} if req.logprobs else None, "finish_reason": reasons[j]}
+                   for j in range(len(self.jobs))]
+        return self.srv.ok(ENDPOINT, ChatCompletion.model_validate({
+            "id": self.rid, "created": self.created, "model": self.srv.cfg.model_name, "choices": choices,
+            "usage": usage(len(self.ids), sum(counts))}))
+
+
+@router.post(ENDPOINT, response_class=Response, summary="Answer a conversation",
+             **route_doc(ChatRequest, ChatCompletion, ChatCompletionChunk, errors=(400, 404, 413, 429, 500)))
+async def chat_completions(request: Request) -> Response:
+    """The assistant's next message, `n` choices; with `stream`, server-sent ChatCompletionChunks."""
+    srv: Server = request.app.state.server
+    return await srv.answer(request, ChatRequest, ChatCall)

@@ -1,0 +1,437 @@
+"""The state behind the HTTP routes: tokenizer, engine, metrics, request admission.
+
+`Server` turns validated request bodies into engine jobs (prompt ids + `SamplingParams`), admits
+them against the queue bound, and hands their events back to the route as an async stream
+(`Submission`). The routes (`gptforge.serve.completions`, `.chat`, `.info`) shape the answers.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import math
+import time
+import weakref
+from dataclasses import dataclass
+from pathlib import Path
+
+from fastapi import Request
+from fastapi.responses import Response
+from pydantic import ValidationError
+
+from gptforge.infer.engine import Engine, Event, SamplingParams
+from gptforge.serve.protocol import UNSUPPORTED, APIError
+
+# Temperatures below this sample greedily, as vLLM's SamplingParams does (_SAMPLING_EPS): dividing
+# the logits by a subnormal temperature overflows them to inf, and softmax then gives NaN.
+MIN_TEMPERATURE = 1e-5
+# Smaller top_p values are raised to this: in float32 a top_p under ~1e-45 is 0, which drops every token
+# (softmax of all -inf is NaN). Any top_p below the best token's probability (>= 1/vocab_size > 1e-7)
+# keeps that token alone, so the answer is the same.
+MIN_TOP_P = 1e-7
+
+
+@dataclass
+class ServeConfig:
+    """What `create_app` serves and how."""
+
+    model_name: str = "gptforge"
+    """The model id clients name (GET /v1/models lists it; another name is a 404)."""
+    api_key: str | None = None
+    """When set, every request except /health, /metrics and /openapi.json needs `Authorization: Bearer KEY`."""
+    max_batch_size: int = 8
+    """Sequences decoded together; more wait in arrival order."""
+    max_model_len: int | None = None
+    """Positions per sequence (prompt + generated); default the model's block_size."""
+    chat_template: str | None = None
+    """None: the tokenizer's chat template when it has one, else the default; "default": always the default."""
+    max_body_bytes: int = 4 * 2**20
+    """Largest accepted request body (bytes); larger ones get 413."""
+    max_queue: int | None = None
+    """Sequences that may wait for a cache slot beyond those being decoded; a request that would
+    queue more gets 429 with Retry-After. None: no bound."""
+
+
+class Metrics:
+    """Prometheus metrics of one server, in their own registry (several apps may share a process)."""
+
+    def __init__(self, engine: Engine):
+        from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+        r = self.registry = CollectorRegistry()
+        self.requests = Counter("gptforge_requests", "HTTP requests answered", ["endpoint", "status"], registry=r)
+        self.prompt_tokens = Counter("gptforge_prompt_tokens", "Prompt tokens processed", registry=r)
+        self.generation_tokens = Counter("gptforge_generation_tokens", "Tokens generated", registry=r)
+        Gauge("gptforge_queue_length", "Sequences waiting for a cache slot", registry=r).set_function(
+            lambda: engine.num_waiting)
+        Gauge("gptforge_running_sequences", "Sequences being decoded", registry=r).set_function(
+            lambda: engine.num_running)
+        buckets = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30)
+        self.ttft = Histogram("gptforge_time_to_first_token_seconds", "Time from request to its first token",
+                              buckets=buckets, registry=r)
+        self.tpot = Histogram("gptforge_time_per_output_token_seconds", "Time between successive tokens",
+                              buckets=buckets, registry=r)
+
+
+def _err(status: int, message: str, param: str | None = None, code: str | None = None) -> APIError:
+    return APIError(status, message, param, code)
+
+
+def _is_union_tag(part) -> bool:
+    # pydantic names the member of a union it tried in the error location ("str", "list[int]", "ContentPart").
+    return isinstance(part, str) and (part in ("str", "int", "float", "bool") or "[" in part or part[:1].isupper())
+
+
+def validation_error(e: ValidationError) -> APIError:
+    """The 400 for a body that does not validate, naming its first bad field."""
+    first = e.errors()[0]
+    loc = ".".join(str(p) for p in first["loc"] if not _is_union_tag(p))
+    if first["type"] == "extra_forbidden":
+        return _err(400, f"unrecognized request argument supplied: {loc}", loc, "invalid_field")
+    return _err(400, f"{loc}: {first['msg']} (got {first.get('input')!r})"[:500], loc, "invalid_value")
+
+
+def _max_token_chars(hf_tokenizer) -> int:
+    """The most characters of input text one token can stand for: its longest vocabulary string
+    (byte-level BPE writes one character per byte, SentencePiece writes the space as one '▁'),
+    doubled when a normalizer runs, since a normalizer may compose several characters into one."""
+    longest = max(len(s) for s in hf_tokenizer.get_vocab(with_added_tokens=True))
+    return longest * (2 if hf_tokenizer.normalizer is not None else 1)
+
+
+class Submission:
+    """The engine sequences of one request, submitted together; `events` streams what they produce.
+
+    Sequences still running when the request ends (done, error, client gone) or when the
+    submission is garbage-collected without being streamed are cancelled, which frees their slots.
+    """
+
+    def __init__(self, srv: Server, jobs: list[tuple[list[int], SamplingParams]]):
+        loop = asyncio.get_running_loop()
+        self.srv, self.n = srv, len(jobs)
+        self.queue: asyncio.Queue = asyncio.Queue()
+        self.seqs = []
+        self._cancel = weakref.finalize(self, _cancel_all, srv.engine, self.seqs)
+        queue = self.queue  # the callbacks must not hold `self`, or the finalizer never runs
+
+        def sink(i):
+            def on_event(ev: Event):
+                try:
+                    loop.call_soon_threadsafe(queue.put_nowait, (i, ev))
+                except RuntimeError:  # the event loop has closed: the server is shutting down
+                    pass
+            return on_event
+
+        try:
+            for i, (prompt, params) in enumerate(jobs):
+                self.seqs.append(srv.engine.submit(prompt, params, sink(i)))
+        except BaseException:
+            self._cancel()
+            raise
+
+    async def events(self, request: Request):
+        """Yield (job index, Event) as they come until every job has finished or the client has gone."""
+        started: dict[int, float] = {}
+        left = self.n
+        try:
+            while left:
+                try:
+                    i, ev = await asyncio.wait_for(self.queue.get(), timeout=0.5)
+                except asyncio.TimeoutError:
+                    if await request.is_disconnected():
+                        return
+                    continue
+                started.setdefault(i, time.monotonic())
+                if ev.token_id is not None:
+                    self.srv.metrics.generation_tokens.inc()
+                if ev.finish_reason:
+                    left -= 1
+                    self.srv.observe_slot_seconds(time.monotonic() - started[i])
+                yield i, ev
+        finally:
+            self._cancel()
+
+
+def _cancel_all(engine: Engine, seqs) -> None:
+    for s in seqs:
+        if not s.finished:
+            engine.cancel(s)
+
+
+class Server:
+    """The state behind the routes: tokenizer, engine, metrics. Build with `create_app`."""
+
+    def __init__(self, model, tokenizer_file: Path, cfg: ServeConfig):
+        from gptforge.data.instruct import DEFAULT_TEMPLATE, ChatTokenizer
+        from gptforge.data.tokenizer import Tokenizer
+
+        self.cfg = cfg
+        self.tok = Tokenizer.from_file(tokenizer_file)
+        self.chat = ChatTokenizer.from_dir(tokenizer_file)
+        self.template = DEFAULT_TEMPLATE if cfg.chat_template == "default" else None
+        self.engine = Engine(model, self.tok.decode, cfg.max_batch_size, cfg.max_model_len)
+        self.max_model_len = self.engine.max_model_len
+        self.max_prompt_chars = self.max_model_len * _max_token_chars(self.chat.tokenizer)
+        self.metrics = Metrics(self.engine)
+        self.created = int(time.time())
+        self.slot_seconds = 1.0  # running mean of the seconds a sequence holds a cache slot (Retry-After)
+        self._piece_cache: dict[int, str] = {}
+
+    # ---- request bodies -----------------------------------------------------------------------
+
+    async def parse(self, request: Request, cls):
+        """The body of `request` validated as pydantic model `cls`.
+
+        Raises:
+            APIError: 413 over max_body_bytes; 400 for invalid JSON, a non-object, or a field that does
+                not validate (naming it).
+        """
+        limit = self.cfg.max_body_bytes
+        raw = await request.body()
+        if len(raw) > limit:
+            raise APIError(413, f"request body of {len(raw)} bytes is over the limit of {limit} bytes",
+                           code="request_too_large")
+        try:
+            data = json.loads(raw)
+        except (ValueError, UnicodeDecodeError) as e:
+            raise _err(400, f"the request body is not valid JSON ({e})", None, "invalid_json") from None
+        if not isinstance(data, dict):
+            raise _err(400, "the request body must be a JSON object", None, "invalid_json")
+        try:
+            return cls.model_validate(data)
+        except ValidationError as e:
+            raise validation_error(e) from None
+
+    def ok(self, endpoint: str, payload):
+        """`payload` (a pydantic response model, or a Response) as the 200 answer of `endpoint`, counted."""
+        self.metrics.requests.labels(endpoint, "200").inc()
+        if isinstance(payload, Response):
+            return payload
+        return Response(payload.model_dump_json(), media_type="application/json")
+
+    def check_model(self, name: str | None) -> None:
+        if name is not None and name != self.cfg.model_name:
+            raise _err(404, f"The model `{name}` does not exist; this server serves `{self.cfg.model_name}`",
+                       "model", "model_not_found")
+
+    def check_unsupported(self, req) -> None:
+        for name in UNSUPPORTED:
+            if getattr(req, name, None) is not None:
+                raise _err(400, f"`{name}` is not supported by this server", name, "unsupported_parameter")
+        best_of = getattr(req, "best_of", None)
+        if best_of is not None and best_of != req.n:
+            raise _err(400, "`best_of` other than n is not supported by this server", "best_of",
+                       "unsupported_parameter")
+
+    # ---- prompts ------------------------------------------------------------------------------
+
+    def piece(self, token_id: int) -> str:
+        """The text of one token (as logprobs name it)."""
+        s = self._piece_cache.get(token_id)
+        if s is None:
+            s = self._piece_cache[token_id] = self.tok.decode([token_id])
+        return s
+
+    def encode(self, text: str) -> list[int]:
+        """Ids of a prompt string; special-token spellings in it ("<|endoftext|>") are those tokens, as in
+        OpenAI's and vLLM's completions (chat message contents, by contrast, are always plain text)."""
+        return self.chat.encode_template(text)
+
+    def check_prompt_chars(self, chars: int, what: str, param: str) -> None:
+        """Refuse a prompt of `chars` characters that cannot fit in the context, before tokenizing it.
+
+        No token stands for more than `max_prompt_chars / max_model_len` characters (`_max_token_chars`),
+        so such a text has more tokens than the context holds; a 10^6-token prompt costs no tokenization.
+
+        Raises:
+            APIError: 400 context_length_exceeded.
+        """
+        if chars > self.max_prompt_chars:
+            raise _err(400, f"{what} has {chars} characters: more than the model's context of {self.max_model_len} "
+                            f"tokens holds (one token covers at most {self.max_prompt_chars // self.max_model_len} "
+                            "characters here); shorten it", param, "context_length_exceeded")
+
+    def prompt_ids(self, prompt) -> list[list[int]]:
+        """A completions prompt (str, [str], [int], [[int]]) -> lists of token ids.
+
+        Raises:
+            APIError: 400 for an empty prompt, a token id outside the vocabulary, or a prompt longer
+                than the context (checked before the text is tokenized).
+        """
+        if isinstance(prompt, str):
+            prompt = [prompt]
+        elif prompt and all(isinstance(p, int) for p in prompt):
+            prompt = [prompt]
+        if not prompt:
+            raise _err(400, "prompt is an empty list", "prompt", "invalid_value")
+        prompts = []
+        for i, p in enumerate(prompt):
+            if isinstance(p, str):
+                self.check_prompt_chars(len(p), f"prompt {i}", "prompt")
+                p = self.encode(p)
+            if not p:
+                raise _err(400, f"prompt {i} is empty (no tokens)", "prompt", "invalid_value")
+            if len(p) > self.max_model_len:
+                raise _err(400, f"prompt {i} has {len(p)} tokens: more than the model's context of "
+                                f"{self.max_model_len} tokens", "prompt", "context_length_exceeded")
+            bad = next((t for t in p if not 0 <= t < self.tok.vocab_size), None)
+            if bad is not None:
+                raise _err(400, f"prompt {i}: token id {bad} is outside the vocabulary [0, {self.tok.vocab_size})",
+                           "prompt", "invalid_value")
+            prompts.append(list(p))
+        return prompts
+
+    def chat_ids(self, messages, bounded: bool = True) -> list[int]:
+        """Ids of a conversation rendered with the chat template, ending with the assistant's header.
+        bounded: refuse contents longer than the context holds before rendering (`check_prompt_chars`).
+
+        Raises:
+            APIError: 400 for a conversation the template refuses, or one too long (when bounded).
+        """
+        from gptforge.data.instruct import prompt_ids
+
+        rendered = []
+        for j, m in enumerate(messages):
+            content = m.content
+            if isinstance(content, list):
+                content = "".join(p.text for p in content)
+            rendered.append({"role": "system" if m.role == "developer" else m.role, "content": content})
+        if bounded:
+            self.check_prompt_chars(sum(len(m["content"]) for m in rendered), "the conversation", "messages")
+        try:
+            return prompt_ids(self.chat, rendered, self.template)
+        except ValueError as e:
+            raise _err(400, str(e), "messages", "invalid_value") from None
+
+    def params(self, req, prompt_len: int, max_tokens: int | None, allow_zero: bool, stop_ids: list[int],
+               logprobs: int | None, prompt_logprobs: int | None, choice: int) -> SamplingParams:
+        """The engine's SamplingParams of choice `choice` of `req` for a prompt of `prompt_len` tokens.
+
+        Raises:
+            APIError: 400 when max_tokens is below 1 (0 only when allow_zero) or the prompt and
+                max_tokens do not fit in the context (context_length_exceeded, giving both counts).
+        """
+        room = self.max_model_len - prompt_len
+        if max_tokens is None:
+            if room < 1:
+                raise _err(400, f"the prompt has {prompt_len} tokens: no room left in the model's context of "
+                                f"{self.max_model_len} tokens", "prompt", "context_length_exceeded")
+            max_tokens = room
+        elif max_tokens < 0 or (max_tokens == 0 and not allow_zero):
+            raise _err(400, f"max_tokens must be at least 1{' (0 only with echo)' if allow_zero is False else ''}, "
+                            f"got {max_tokens}", "max_tokens", "invalid_value")
+        elif max_tokens > room:
+            raise _err(400, f"the prompt has {prompt_len} tokens and max_tokens is {max_tokens}: together "
+                            f"{prompt_len + max_tokens}, more than the model's context of {self.max_model_len} "
+                            "tokens", "max_tokens", "context_length_exceeded")
+        stop = [req.stop] if isinstance(req.stop, str) else list(req.stop or [])
+        temperature = req.temperature if req.temperature >= MIN_TEMPERATURE else 0.0
+        return SamplingParams(
+            max_tokens=max_tokens, temperature=temperature, top_k=max(req.top_k, 0), top_p=max(req.top_p, MIN_TOP_P),
+            seed=None if req.seed is None else (req.seed + choice) % 2**64, stop=stop, stop_token_ids=stop_ids,
+            logprobs=logprobs, prompt_logprobs=prompt_logprobs, presence_penalty=req.presence_penalty,
+            frequency_penalty=req.frequency_penalty)
+
+    async def answer(self, request: Request, cls, make_call) -> Response:
+        """Parse the body as `cls`, check its model and unsupported fields, build the endpoint's
+        call object with `make_call(self, req)` (it has `jobs`, `stream()` and `respond()`), admit
+        its jobs and answer: server-sent events when `stream` is set, else one JSON response.
+
+        Raises:
+            APIError: a bad body or model, an unsupported field, or a full queue (see `submit`).
+        """
+        from fastapi.responses import StreamingResponse
+
+        req = await self.parse(request, cls)
+        self.check_model(req.model)
+        self.check_unsupported(req)
+        call = make_call(self, req)
+        start = time.monotonic()
+        sub = self.submit(call.jobs)
+        if req.stream:
+            return StreamingResponse(call.stream(request, sub, start), media_type="text/event-stream",
+                                     headers={"Cache-Control": "no-cache"})
+        return await call.respond(request, sub, start)
+
+    # ---- admission and results ----------------------------------------------------------------
+
+    def submit(self, jobs: list[tuple[list[int], SamplingParams]]) -> Submission:
+        """Admit `jobs` against the queue bound and submit them to the engine at once (no await
+        between the check and the submission, so concurrent requests cannot both pass it).
+
+        Raises:
+            APIError: 429 with Retry-After when the jobs would queue more than max_queue sequences;
+                400 when the request alone has more sequences than max_batch_size + max_queue.
+        """
+        q = self.cfg.max_queue
+        if q is not None:
+            n, batch = len(jobs), self.engine.max_batch_size
+            if n > batch + q:
+                raise _err(400, f"the request has {n} sequences (prompts x n): more than this server takes at once "
+                                f"({batch} decoded + {q} queued); send fewer prompts or a smaller n", "n",
+                           "invalid_value")
+            free = len(self.engine.free_slots)  # read first: a step admitting in between lowers the count
+            waiting = len(self.engine.waiting)
+            queued = waiting + n - free  # sequences of the queue once this request's have taken the free slots
+            if queued > q:
+                wait = self.retry_after(queued - q)
+                raise APIError(429, f"the server is busy: {waiting} sequences already wait for one of {batch} "
+                                    f"cache slots (at most {q} may wait); retry after {wait} s",
+                               code="queue_full", type="server_busy", headers={"Retry-After": str(wait)})
+        sub = Submission(self, jobs)
+        self.metrics.prompt_tokens.inc(sum(len(p) for p, _ in jobs))
+        return sub
+
+    def retry_after(self, excess: int) -> int:
+        """Whole seconds (1..60) until `excess` more sequences could queue: the queue drains
+        max_batch_size sequences per mean slot time, so ceil(excess / max_batch_size) slot times."""
+        waves = math.ceil(excess / self.engine.max_batch_size)
+        return int(min(60, max(1, math.ceil(waves * self.slot_seconds))))
+
+    def observe_slot_seconds(self, seconds: float) -> None:
+        """Fold one finished sequence's time in its slot into the running mean (weight 0.2)."""
+        self.slot_seconds += 0.2 * (seconds - self.slot_seconds)
+
+    async def collect(self, request: Request, sub: Submission, start: float, on_event=None):
+        """Run a submission to the end for a non-streaming response: (texts, completion token counts,
+        finish reasons), one entry per job, or None when the client went away before every job
+        finished. Observes the time to first token from `start` (time.monotonic() seconds);
+        `on_event(j, ev)` sees every event first (logprob collection).
+
+        Raises:
+            APIError: 500 when generation failed inside the engine.
+        """
+        n = sub.n
+        texts, counts, reasons = [""] * n, [0] * n, [None] * n
+        first = True
+        async for j, ev in sub.events(request):
+            if first:
+                self.metrics.ttft.observe(time.monotonic() - start)
+                first = False
+            if ev.finish_reason == "error":
+                raise APIError(500, f"generation failed: {ev.error}", type="server_error")
+            if on_event is not None:
+                on_event(j, ev)
+            if ev.token_id is not None:
+                counts[j] += 1
+            texts[j] += ev.text
+            reasons[j] = ev.finish_reason or reasons[j]
+        if any(r is None for r in reasons):
+            return None
+        return texts, counts, reasons
+
+
+def usage(prompt_tokens: int, completion_tokens: int) -> dict:
+    """OpenAI's usage object."""
+    return {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
+            "total_tokens": prompt_tokens + completion_tokens}
+
+
+def sse(obj) -> str:
+    """One server-sent event carrying `obj` as compact JSON."""
+    return f"data: {json.dumps(obj, ensure_ascii=False, separators=(',', ':'))}\n\n"
+
+
+def sse_error(message: str) -> str:
+    """The SSE event sent when generation fails after the stream has started (OpenAI's error object)."""
+    return sse({"error": {"message": message, "type": "server_error", "param": None, "code": None}})
