@@ -166,7 +166,7 @@ def dedup_agreement(docs: list[dict], tmp: Path) -> dict:
         minhash_signatures,
     )
 
-    texts = [d["text"] for d in docs]
+    texts = [d.text for d in docs]
     ours_exact, _ = duplicate_mask(exact=np.array([exact_hash(t) for t in texts], dtype=np.uint64))
     ours_near, _ = duplicate_mask(bands=band_hashes(minhash_signatures(texts)))
     shutil.rmtree(tmp, ignore_errors=True)
@@ -405,7 +405,7 @@ def main() -> None:
                 print(f"  our banding and union-find on datatrove's signatures: "
                       f"{100 * a['clusters_on_datatrove_signatures']:.2f}% agreement (same keep rule); noise floor, "
                       f"datatrove seed 1 vs seed 2: {100 * a['datatrove_seed_1_vs_2']:.2f}%", flush=True)
-            e = encode_speed(tmp / "tok.json", [d["text"] for d in docs])
+            e = encode_speed(tmp / "tok.json", [d.text for d in docs])
             print(f"encode: ours {e['ours_tokens_per_second']:,.0f} tokens/s, HF tokenizers encode_batch "
                   f"{e['hf_tokens_per_second']:,.0f} tokens/s ({e['tokens']:,} vs {e['tokens_hf']:,} tokens)",
                   flush=True)

@@ -62,6 +62,31 @@ def atomic_write_bytes(path: str | Path, data: bytes) -> None:
     fsync_dir(path.parent)
 
 
+@contextlib.contextmanager
+def atomic_path(path: str | Path):
+    """Yield a temporary path beside `path` for a writer that wants a file name (Arrow, numpy);
+    on a clean exit the file is fsynced, renamed onto `path` and the folder fsynced; on an
+    exception it is removed and `path` is left as it was."""
+    path = Path(path)
+    tmp = _tmp_name(path)
+    try:
+        yield tmp
+        fsync_file(tmp)
+        os.replace(tmp, path)
+    finally:
+        if tmp.exists():
+            tmp.unlink()
+    fsync_dir(path.parent)
+
+
+def atomic_save_npy(path: str | Path, array: Any) -> None:
+    """`numpy.save` of `array` to `path` (the name is kept as given) through `atomic_path`."""
+    import numpy as np
+
+    with atomic_path(path) as tmp, open(tmp, "wb") as f:
+        np.save(f, array)
+
+
 def atomic_write_text(path: str | Path, text: str) -> None:
     """UTF-8 text version of `atomic_write_bytes`."""
     atomic_write_bytes(path, text.encode("utf-8"))

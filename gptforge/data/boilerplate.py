@@ -18,12 +18,16 @@ from __future__ import annotations
 import hashlib
 from collections import Counter
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from gptforge.data.readers import Document
+
+if TYPE_CHECKING:
+    from gptforge.data.phases.work import WorkFolder
 
 
 def line_key(line: str) -> int:
@@ -41,17 +45,10 @@ def count_lines(texts: Iterable[str], min_line_chars: int = 10) -> tuple[np.ndar
 
     Returns (keys uint64 (K,) sorted, counts int64 (K,), number of documents seen).
     """
-    counter: Counter = Counter()
-    n = 0
-    for text in texts:
-        n += 1
-        counter.update(document_line_keys(text, min_line_chars))
-    if not counter:
-        return np.zeros(0, np.uint64), np.zeros(0, np.int64), n
-    keys = np.fromiter(counter.keys(), dtype=np.uint64, count=len(counter))
-    counts = np.fromiter(counter.values(), dtype=np.int64, count=len(counter))
-    order = np.argsort(keys)
-    return keys[order], counts[order], n
+    counter = LineCounter(min_line_chars)
+    counter.add(texts)
+    a = counter.arrays()
+    return a["keys"], a["counts"], counter.documents
 
 
 def merge_frequent(parts: Sequence[tuple[Path, Path]], min_count: int, ranges: int = 16) -> np.ndarray:
@@ -102,7 +99,7 @@ class BoilerplateLines:
     def __call__(self, doc: Document) -> Document | str:
         if not self.keys:
             return doc
-        lines = doc["text"].split("\n")
+        lines = doc.text.split("\n")
         kept = [ln for ln in lines if len(ln.strip()) < self.min_line_chars or line_key(ln) not in self.keys]
         if len(kept) == len(lines):
             return doc
@@ -110,4 +107,66 @@ class BoilerplateLines:
         text = "\n".join(kept)
         if not text.strip():
             return "only_boilerplate"
-        return {**doc, "text": text}
+        return replace(doc, text=text)
+
+
+class LineCounter:
+    """`KeyCounter` of the boilerplate step: document frequencies of one shard's lines."""
+
+    def __init__(self, min_line_chars: int):
+        self.min_line_chars = min_line_chars
+        self.counter: Counter = Counter()
+        self.documents = 0
+
+    def add(self, texts: Iterable[str]) -> None:
+        for text in texts:
+            self.documents += 1
+            self.counter.update(document_line_keys(text, self.min_line_chars))
+
+    def arrays(self) -> dict[str, np.ndarray]:
+        """{"keys": uint64 (K,) sorted, "counts": int64 (K,)}."""
+        if not self.counter:
+            keys, counts = np.zeros(0, np.uint64), np.zeros(0, np.int64)
+        else:
+            keys = np.fromiter(self.counter.keys(), dtype=np.uint64, count=len(self.counter))
+            counts = np.fromiter(self.counter.values(), dtype=np.int64, count=len(self.counter))
+            order = np.argsort(keys)
+            keys, counts = keys[order], counts[order]
+        return {"keys": keys, "counts": counts}
+
+
+@dataclass
+class BoilerplateConfig:
+    """The boilerplate-line step, a `CorpusStep` (`gptforge.data.steps`).
+
+    A line (at least `min_line_chars` long) held by at least max(`min_documents`,
+    `min_fraction` * documents) documents is removed everywhere: the steps before it are run in a
+    key pass that counts line document frequencies per shard (`LineCounter`), `decide` merges them
+    into `boilerplate/keys.npy`, and `BoilerplateLines` removes those lines in the step's place.
+    """
+
+    min_documents: int = 10
+    min_fraction: float = 0.001
+    min_line_chars: int = 10
+    name: str = field(default="boilerplate", init=False, repr=False)
+    drops_by_mask: bool = field(default=False, init=False, repr=False)
+    key_pass: str = field(default="count lines", init=False, repr=False)
+
+    def threshold(self, documents: int) -> int:
+        """Documents a line must appear in to count as boilerplate."""
+        return max(int(self.min_documents), int(-(-self.min_fraction * documents // 1)))
+
+    def key_counter(self) -> LineCounter:
+        return LineCounter(self.min_line_chars)
+
+    def decide(self, work: WorkFolder, keys: list[dict[str, Path]], documents: list[int]) -> dict[str, Any]:
+        """Merge the shards' line counts into the boilerplate keys; returns the report's counts."""
+        n_docs = sum(documents)
+        threshold = self.threshold(n_docs)
+        frequent = merge_frequent([(k["keys"], k["counts"]) for k in keys], threshold)
+        work.save_npy(work.step_dir(self.name) / "keys.npy", frequent)
+        return {"documents_counted": n_docs, "threshold_documents": threshold, "boilerplate_lines": int(frequent.size)}
+
+    def applier(self, work: WorkFolder) -> BoilerplateLines:
+        keys = np.load(work.step_dir(self.name) / "keys.npy")
+        return BoilerplateLines(frozenset(int(k) for k in keys), self.min_line_chars)

@@ -40,10 +40,17 @@ import hashlib
 import re
 import unicodedata
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from gptforge.data.steps import StepStats
 from gptforge.data.text_stats import CJK_CLASS, mix64, words
+
+if TYPE_CHECKING:
+    from gptforge.data.phases.work import WorkFolder
 
 _MASK64 = (1 << 64) - 1
 #: MinHash value of the empty set (the minimum over nothing).
@@ -369,3 +376,107 @@ def cluster_sizes(roots: Iterable[int]) -> dict[int, int]:
     sizes = counts[counts > 1]
     values, freq = np.unique(sizes, return_counts=True)
     return {int(v): int(f) for v, f in zip(values, freq)}
+
+
+class DedupKeys:
+    """`KeyCounter` of the dedup step: exact hashes and MinHash band keys of one shard's documents."""
+
+    def __init__(self, cfg: DedupConfig):
+        self.cfg = cfg
+        self.exact: list[int] = []
+        self.bands: list[np.ndarray] = []
+
+    def add(self, texts: Sequence[str]) -> None:
+        cfg = self.cfg
+        if cfg.exact:
+            self.exact.extend(exact_hash(t) for t in texts)
+        if cfg.near:
+            sig = minhash_signatures(texts, cfg.bands * cfg.rows, cfg.ngram, cfg.seed, cfg.simplify, cfg.skip_short)
+            self.bands.append(band_hashes(sig, cfg.bands, cfg.rows))
+
+    def arrays(self) -> dict[str, np.ndarray]:
+        """{"exact": uint64 (N,) or (0,), "bands": uint64 (N, bands) or (0, 0) without near dedup}."""
+        width = self.cfg.bands if self.cfg.near else 0
+        return {"exact": np.array(self.exact, dtype=np.uint64),
+                "bands": np.concatenate(self.bands) if self.bands else np.zeros((0, width), np.uint64)}
+
+
+@dataclass
+class DedupConfig:
+    """The deduplication step, a `CorpusStep` (`gptforge.data.steps`; FineWeb's defaults).
+
+    `simplify`: shingle FineWeb's simplified text (lower case, numbers to 0, no punctuation or
+    symbols, whitespace normalized, no diacritics; `dedup_words`) instead of the lower-cased
+    words. `skip_short`: documents with fewer than `ngram` words get no MinHash signature and are
+    never near-duplicates (FineWeb/datatrove), instead of one shingle of all their words. Exact
+    dedup is unaffected by both. Its verdict is a drop mask per curated shard (`dedup/NNNNN.npy`),
+    so it is the last step of a recipe.
+    """
+
+    exact: bool = True
+    near: bool = True
+    ngram: int = 5
+    bands: int = 14
+    rows: int = 8
+    seed: int = 1
+    simplify: bool = True
+    skip_short: bool = True
+    name: str = field(default="dedup", init=False, repr=False)
+    drops_by_mask: bool = field(default=True, init=False, repr=False)
+    key_pass: str = field(default="", init=False, repr=False)
+
+    def key_counter(self) -> DedupKeys:
+        return DedupKeys(self)
+
+    def applier(self, work: WorkFolder) -> None:
+        return None
+
+    def decide(self, work: WorkFolder, keys: list[dict[str, Path]], documents: list[int]) -> dict[str, Any]:
+        """Drop masks for exact and near duplicates over all shards, keeping the first of each cluster.
+
+        The kept document of a cluster is the one with the smallest global position (shard order,
+        then position in shard), so the result does not depend on the worker count. Writes
+        `dedup/NNNNN.npy` (bool drop mask per shard); returns the stats, cluster sizes and
+        candidate pair counts.
+        """
+        offsets = np.concatenate([[0], np.cumsum(documents)]).astype(np.int64)
+        n = int(offsets[-1])
+        uf = UnionFind(n)
+        exact_edges = near_edges = 0
+        if self.exact and n:
+            exact_edges = union_equal_keys(uf, np.concatenate([np.load(k["exact"]) for k in keys]))
+        exact_roots = uf.roots() if n else np.zeros(0, np.int64)
+        if self.near and n:
+            maps = [np.load(k["bands"], mmap_mode="r") for k in keys]
+            for b in range(self.bands):
+                near_edges += union_equal_keys(uf, np.concatenate([np.asarray(m[:, b]) for m in maps]), bands=True)
+        roots = uf.roots() if n else np.zeros(0, np.int64)
+        idx = np.arange(n)
+        drop = roots != idx
+        out = work.step_dir(self.name)
+        for i in range(len(keys)):
+            work.save_npy(out / f"{i:05d}.npy", drop[offsets[i]:offsets[i + 1]])
+        stats = self._stats(work, offsets, roots, drop, exact_roots != idx)
+        return {"step": stats.to_dict(), "cluster_sizes": {str(k): v for k, v in cluster_sizes(roots).items()},
+                "exact_candidate_pairs": exact_edges, "near_candidate_pairs": near_edges, "documents": n}
+
+    def _stats(self, work: WorkFolder, offsets: np.ndarray, roots: np.ndarray, drop: np.ndarray,
+               exact_dup: np.ndarray) -> StepStats:
+        """Counts, characters and examples (the first few dropped of each kind, with the id kept)."""
+        stats = StepStats(self.name)
+        stats.documents_in = int(offsets[-1])
+        stats.documents_out = int((~drop).sum())
+        reasons = np.where(exact_dup, 1, np.where(drop, 2, 0))
+        want = {1: "exact_duplicate", 2: "near_duplicate"}
+        for code, reason in want.items():
+            stats.dropped[reason] = int((reasons == code).sum())
+        example_pos = sorted(int(p) for code in want for p in np.flatnonzero(reasons == code)[:3])
+        needed = {int(p) for p in example_pos} | {int(roots[p]) for p in example_pos}
+        ids = work.documents_at(offsets, needed)
+        for p in example_pos:
+            stats.add_example(want[int(reasons[p])], f"[{ids[p][0]} duplicates {ids[int(roots[p])][0]}] {ids[p][1]}")
+        for i in range(len(offsets) - 1):
+            lens = work.text_lengths(i)
+            stats.characters_in += int(lens.sum())
+            stats.characters_out += int(lens[~drop[offsets[i]:offsets[i + 1]]].sum())
+        return stats

@@ -21,8 +21,7 @@ from __future__ import annotations
 
 import re
 from collections import Counter
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -34,8 +33,15 @@ ELLIPSES = ("...", "…")
 TERMINAL_PUNCT = (".", "!", "?", '"', "'", "”", "’", "。", "！", "？", "」", "』")
 
 
-def _keep_or(reason: str | None, doc: Document) -> Document | str:
-    return reason if reason else doc
+class RuleFilter:
+    """A `DocumentStep` whose `check(text)` names the first rule a document breaks (the reason it
+    is dropped for) or gives None (kept as it is)."""
+
+    def check(self, text: str) -> str | None:
+        raise NotImplementedError(f"{type(self).__name__}.check")
+
+    def __call__(self, doc: Document) -> Document | str:
+        return self.check(doc.text) or doc
 
 
 # --------------------------------------------------------------------------------------------
@@ -110,7 +116,7 @@ def _joined_units(text: str) -> list[str]:
 
 
 @dataclass
-class GopherQuality:
+class GopherQuality(RuleFilter):
     """Gopher's quality rules (Rae et al. 2021, Appendix A.1.1).
 
     A document is dropped when it has fewer than `min_words` (50) or more than `max_words`
@@ -132,9 +138,6 @@ class GopherQuality:
     stop_words: tuple[str, ...] = ("the", "be", "to", "of", "and", "that", "have", "with")
     name: str = "gopher_quality"
     counts: Counter = field(default_factory=Counter, repr=False)
-
-    def __call__(self, doc: Document) -> Document | str:
-        return _keep_or(self.check(doc["text"]), doc)
 
     def check(self, text: str) -> str | None:
         """The first rule `text` breaks, or None."""
@@ -266,7 +269,7 @@ class NgramStats:
 
 
 @dataclass
-class GopherRepetition:
+class GopherRepetition(RuleFilter):
     """Gopher's repetition rules (Rae et al. 2021, Table A1).
 
     Drop when duplicate lines are more than 30% of lines or 20% of characters; duplicate
@@ -288,9 +291,6 @@ class GopherRepetition:
     cjk_ngram_scale: int = 2
     name: str = "gopher_repetition"
     counts: Counter = field(default_factory=Counter, repr=False)
-
-    def __call__(self, doc: Document) -> Document | str:
-        return _keep_or(self.check(doc["text"]), doc)
 
     def check(self, text: str) -> str | None:
         """The first rule `text` breaks, or None."""
@@ -360,7 +360,7 @@ class C4Quality:
             ex.append(line)
 
     def __call__(self, doc: Document) -> Document | str:
-        text = doc["text"]
+        text = doc.text
         lower = text.lower()
         if self.filter_lorem_ipsum and "lorem ipsum" in lower:
             return "lorem_ipsum"
@@ -397,7 +397,7 @@ class C4Quality:
         new_text = ("\n\n" if wrapped else "\n").join(kept)
         if len(_SENTENCE_END.findall(new_text)) < self.min_sentences:
             return "few_sentences"
-        return {**doc, "text": new_text}
+        return replace(doc, text=new_text)
 
 
 # --------------------------------------------------------------------------------------------
@@ -406,7 +406,7 @@ class C4Quality:
 
 
 @dataclass
-class FineWebQuality:
+class FineWebQuality(RuleFilter):
     """FineWeb's custom filters (Penedo et al. 2024, section 3.5).
 
     Drop when at most 12% of the lines end with punctuation, when at least 10% of the
@@ -420,9 +420,6 @@ class FineWebQuality:
     max_short_line_ratio: float = 0.67
     name: str = "fineweb"
     counts: Counter = field(default_factory=Counter, repr=False)
-
-    def __call__(self, doc: Document) -> Document | str:
-        return _keep_or(self.check(doc["text"]), doc)
 
     def check(self, text: str) -> str | None:
         lines = _joined_units(text)  # paragraphs of hard-wrapped text, else lines
@@ -453,7 +450,7 @@ class LengthFilter:
     counts: Counter = field(default_factory=Counter, repr=False)
 
     def __call__(self, doc: Document) -> Document | str:
-        n = len(doc["text"])
+        n = len(doc.text)
         if n < self.min_chars:
             return "too_short"
         if self.max_chars and n > self.max_chars:
@@ -517,11 +514,10 @@ class Blocklist:
         return None
 
     def __call__(self, doc: Document) -> Document | str:
-        hit = self.match(doc["text"])
+        hit = self.match(doc.text)
         if hit is None:
             return doc
         if self.action == "drop":
             return "blocked"
         self.counts["flagged"] += 1
-        meta: dict[str, Any] = {**doc.get("meta", {}), "blocklist": hit}
-        return {**doc, "meta": meta}
+        return replace(doc, metadata={**doc.metadata, "blocklist": hit})

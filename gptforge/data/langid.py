@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import os
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from gptforge.data.readers import Document
@@ -98,10 +98,10 @@ class LanguageID:
         load_model()
 
     def __call__(self, doc: Document) -> Document | str:
-        lang, score = detect(doc["text"], self.max_chars)
+        lang, score = detect(doc.text, self.max_chars)
         if self.languages:
             if lang not in self.languages or score < self.min_score:
                 self.counts[f"{lang} dropped"] += 1
                 return "language_not_kept" if lang not in self.languages else "language_score_low"
         self.counts[f"{lang} kept"] += 1
-        return {**doc, "meta": {**doc.get("meta", {}), "language": lang, "language_score": round(score, 4)}}
+        return replace(doc, language=lang, metadata={**doc.metadata, "language_score": round(score, 4)})

@@ -16,7 +16,7 @@ import re
 import unicodedata
 from collections import Counter
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from gptforge.data.readers import Document
 
@@ -58,13 +58,13 @@ def normalize_documents(docs: Iterable[Document], stats: NormalizeStats | None =
     stats = stats if stats is not None else NormalizeStats()
     for doc in docs:
         stats.documents_in += 1
-        text = normalize_text(doc["text"], form)
+        text = normalize_text(doc.text, form)
         if not text.strip():
             stats.drop("empty")
             continue
         stats.documents_out += 1
         stats.characters_out += len(text)
-        yield {**doc, "text": text}
+        yield replace(doc, text=text)
 
 
 # --------------------------------------------------------------------------------------------
@@ -145,12 +145,12 @@ class Clean:
         return text
 
     def __call__(self, doc: Document) -> Document | str:
-        text = self.clean(doc["text"])
-        if text is doc["text"]:
+        text = self.clean(doc.text)
+        if text is doc.text:
             return doc
         if not text.strip():
             return "empty_after_clean"
-        return {**doc, "text": text}
+        return replace(doc, text=text)
 
 
 def prepared_normalization(meta: dict | None) -> str | None:

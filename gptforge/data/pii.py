@@ -13,7 +13,7 @@ from __future__ import annotations
 import ipaddress
 import re
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from gptforge.data.readers import Document
 
@@ -118,8 +118,8 @@ class PIIRedactor:
         return out if changed else text  # the same object: callers test `is` for "unchanged"
 
     def __call__(self, doc: Document) -> Document:
-        text = self.redact(doc["text"])
-        return doc if text is doc["text"] else {**doc, "text": text}
+        text = self.redact(doc.text)
+        return doc if text is doc.text else replace(doc, text=text)
 
 
 def _valid_card(s: str) -> bool:

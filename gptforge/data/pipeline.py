@@ -14,10 +14,10 @@ on reading: NFC (default), NFKC or none) and a list of steps, each a one-key map
       - pii: {kinds: [email, ip_address]}
       - dedup: {exact: true, near: true, ngram: 5, bands: 14, rows: 8}
 
-Per-document steps (every name in `STEPS`) run in order on each document, in any worker. Two
-steps are global, because they need the whole corpus: `boilerplate` (line document
-frequencies; the steps before it run in a counting pass first) and `dedup` (every document's
-hashes; it must be the last step). Built-in recipes: `none`, `default`, `web` and `code`
+Per-document steps (`STEPS`, `gptforge.data.steps.DocumentStep`) run in order on each document,
+in any worker. Corpus steps (`CORPUS_STEPS`, `gptforge.data.steps.CorpusStep`) need the whole
+corpus: `boilerplate` (line document frequencies; the steps before it run in a key pass first)
+and `dedup` (every document's hashes; its verdict is a drop mask, so it must be the last step). Built-in recipes: `none`, `default`, `web` and `code`
 (`RECIPES`; `gptforge prepare --show-recipe NAME` prints them).
 """
 
@@ -28,12 +28,14 @@ import dataclasses
 import difflib
 from collections import Counter
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import yaml
 
+from gptforge.data.boilerplate import BoilerplateConfig
+from gptforge.data.dedup import DedupConfig
 from gptforge.data.filters import (
     Blocklist,
     C4Quality,
@@ -46,6 +48,7 @@ from gptforge.data.langid import LanguageID
 from gptforge.data.normalize import Clean
 from gptforge.data.pii import PIIRedactor
 from gptforge.data.readers import Document
+from gptforge.data.steps import CorpusStep, DocumentStep, StepStats
 
 #: per-document steps by recipe name.
 STEPS: dict[str, type] = {
@@ -59,46 +62,10 @@ STEPS: dict[str, type] = {
     "fineweb": FineWebQuality,
     "pii": PIIRedactor,
 }
+#: corpus steps (`gptforge.data.steps.CorpusStep`) by recipe name.
+CORPUS_STEPS: dict[str, type] = {"boilerplate": BoilerplateConfig, "dedup": DedupConfig}
 _TUPLE_OPTIONS = ("kinds", "stop_words", "languages")
 TOP_LEVEL_KEYS = ("normalization", "steps", "description")
-
-
-@dataclass
-class DedupConfig:
-    """The global deduplication step (see `gptforge.data.dedup`; FineWeb's defaults).
-
-    `simplify`: shingle FineWeb's simplified text (lower case, numbers to 0, no punctuation or
-    symbols, whitespace normalized, no diacritics; `dedup.dedup_words`) instead of the
-    lower-cased words. `skip_short`: documents with fewer than `ngram` words get no MinHash
-    signature and are never near-duplicates (FineWeb/datatrove), instead of one shingle of all
-    their words. Exact dedup is unaffected by both.
-    """
-
-    exact: bool = True
-    near: bool = True
-    ngram: int = 5
-    bands: int = 14
-    rows: int = 8
-    seed: int = 1
-    simplify: bool = True
-    skip_short: bool = True
-
-
-@dataclass
-class BoilerplateConfig:
-    """The global boilerplate-line step (see `gptforge.data.boilerplate`).
-
-    A line (at least `min_line_chars` long) held by at least max(`min_documents`,
-    `min_fraction` * documents) documents is removed everywhere.
-    """
-
-    min_documents: int = 10
-    min_fraction: float = 0.001
-    min_line_chars: int = 10
-
-    def threshold(self, documents: int) -> int:
-        """Documents a line must appear in to count as boilerplate."""
-        return max(int(self.min_documents), int(-(-self.min_fraction * documents // 1)))
 
 
 _DEDUP = {"dedup": {}}
@@ -149,31 +116,58 @@ def show_recipe(name_or_path: str) -> str:
 
 @dataclass
 class Recipe:
-    """A checked recipe: where each part runs.
+    """A checked recipe: the Unicode normalization form and the chain of steps in run order.
 
-    `before` are the per-document steps ahead of the boilerplate step (all of them when there
-    is none), `after` the ones behind it; `steps` is before + after.
+    `chain` holds `DocumentStep`s and `CorpusStep`s (`gptforge.data.steps`); at most one corpus
+    step drops by mask, and it is last.
     """
 
     normalization: str | None
-    before: list[Any]
-    boilerplate: BoilerplateConfig | None
-    after: list[Any]
-    dedup: DedupConfig | None
+    chain: list[DocumentStep | CorpusStep]
 
     @property
-    def steps(self) -> list[Any]:
-        return self.before + self.after
+    def steps(self) -> list[DocumentStep]:
+        """The per-document steps, in run order."""
+        return [s for s in self.chain if not isinstance(s, CorpusStep)]
+
+    @property
+    def corpus_steps(self) -> list[CorpusStep]:
+        """The corpus steps, in run order."""
+        return [s for s in self.chain if isinstance(s, CorpusStep)]
+
+    @property
+    def mask_step(self) -> CorpusStep | None:
+        """The last step when it is a corpus step whose verdict is a drop mask, else None."""
+        last = self.chain[-1] if self.chain else None
+        return last if isinstance(last, CorpusStep) and last.drops_by_mask else None
 
     def step_names(self) -> list[str]:
-        """Every step's name in run order (global steps included)."""
-        names = [s.name for s in self.before]
-        if self.boilerplate is not None:
-            names.append("boilerplate")
-        names += [s.name for s in self.after]
-        if self.dedup is not None:
-            names.append("dedup")
-        return names
+        """Every step's name in run order (corpus steps included)."""
+        return [s.name for s in self.chain]
+
+
+#: every step a recipe can name: per-document steps, then corpus steps.
+ALL_STEPS: dict[str, type] = {**STEPS, **CORPUS_STEPS}
+
+
+def _recipe_step(i: int, entry: Any) -> DocumentStep | CorpusStep:
+    """The step of recipe entry `i` (0-based), checked (see `build_recipe`)."""
+    if isinstance(entry, str):
+        entry = {entry: {}}
+    if not isinstance(entry, dict) or len(entry) != 1:
+        raise ValueError(f"recipe step {i + 1}: expected a one-key mapping like {{c4: {{}}}}, got {entry!r}")
+    (name, options), = entry.items()
+    options = options or {}
+    if not isinstance(options, dict):
+        raise ValueError(f"recipe step {name!r}: options must be a mapping, got {options!r}")
+    cls = ALL_STEPS.get(name)
+    if cls is None:
+        raise ValueError(f"recipe step {i + 1}: unknown step {name!r}{_hint(name, ALL_STEPS)}")
+    known = {f.name for f in dataclasses.fields(cls) if f.init and f.name not in ("name", "counts")}
+    for key in options:
+        if key not in known:
+            raise ValueError(f"recipe step {name!r}: unknown option {key!r}{_hint(key, known)}")
+    return cls(**{k: tuple(v) if isinstance(v, list) and k in _TUPLE_OPTIONS else v for k, v in options.items()})
 
 
 def build_recipe(recipe: dict[str, Any]) -> Recipe:
@@ -181,7 +175,7 @@ def build_recipe(recipe: dict[str, Any]) -> Recipe:
 
     Raises:
         ValueError: an unknown key, step or option (the message names it and the nearest valid
-            name), a second boilerplate/dedup step, or dedup not last.
+            name), a corpus step named twice, or a step after one that drops by mask (dedup).
     """
     for key in recipe:
         if key not in TOP_LEVEL_KEYS:
@@ -191,40 +185,16 @@ def build_recipe(recipe: dict[str, Any]) -> Recipe:
         form = None
     elif form not in ("NFC", "NFKC"):
         raise ValueError(f"recipe: normalization must be NFC, NFKC or none, got {form!r}")
-    before: list[Any] = []
-    after: list[Any] = []
-    boilerplate: BoilerplateConfig | None = None
-    dedup: DedupConfig | None = None
-    entries = recipe.get("steps") or []
-    for i, entry in enumerate(entries):
-        if isinstance(entry, str):
-            entry = {entry: {}}
-        if not isinstance(entry, dict) or len(entry) != 1:
-            raise ValueError(f"recipe step {i + 1}: expected a one-key mapping like {{c4: {{}}}}, got {entry!r}")
-        (name, options), = entry.items()
-        options = options or {}
-        if not isinstance(options, dict):
-            raise ValueError(f"recipe step {name!r}: options must be a mapping, got {options!r}")
-        if dedup is not None:
-            raise ValueError(f"recipe step {i + 1} ({name!r}) comes after dedup; dedup must be the last step")
-        cls = {"dedup": DedupConfig, "boilerplate": BoilerplateConfig}.get(name) or STEPS.get(name)
-        if cls is None:
-            raise ValueError(f"recipe step {i + 1}: unknown step {name!r}"
-                             f"{_hint(name, list(STEPS) + ['boilerplate', 'dedup'])}")
-        known = {f.name for f in dataclasses.fields(cls) if f.name not in ("name", "counts")}
-        for key in options:
-            if key not in known:
-                raise ValueError(f"recipe step {name!r}: unknown option {key!r}{_hint(key, known)}")
-        options = {k: tuple(v) if isinstance(v, list) and k in _TUPLE_OPTIONS else v for k, v in options.items()}
-        if name == "dedup":
-            dedup = DedupConfig(**options)
-        elif name == "boilerplate":
-            if boilerplate is not None:
-                raise ValueError(f"recipe step {i + 1}: a second boilerplate step")
-            boilerplate = BoilerplateConfig(**options)
-        else:
-            (after if boilerplate is not None else before).append(cls(**options))
-    return Recipe(form, before, boilerplate, after, dedup)
+    chain: list[DocumentStep | CorpusStep] = []
+    for i, entry in enumerate(recipe.get("steps") or []):
+        if chain and isinstance(chain[-1], CorpusStep) and chain[-1].drops_by_mask:
+            last, name = chain[-1].name, next(iter(entry)) if isinstance(entry, dict) and entry else entry
+            raise ValueError(f"recipe step {i + 1} ({name!r}) comes after {last}; {last} must be the last step")
+        step = _recipe_step(i, entry)
+        if isinstance(step, CorpusStep) and any(type(s) is type(step) for s in chain):
+            raise ValueError(f"recipe step {i + 1}: a second {step.name} step")
+        chain.append(step)
+    return Recipe(form, chain)
 
 
 def _hint(name: str, choices: Iterable[str]) -> str:
@@ -232,48 +202,7 @@ def _hint(name: str, choices: Iterable[str]) -> str:
     return f" (did you mean {close[0]!r}?)" if close else ""
 
 
-EXAMPLE_CHARS = 200
-EXAMPLES_PER_REASON = 3
-
-
-@dataclass
-class StepStats:
-    """Documents and characters in/out of one step, drop reasons with counts and examples."""
-
-    name: str
-    documents_in: int = 0
-    documents_out: int = 0
-    characters_in: int = 0
-    characters_out: int = 0
-    dropped: Counter = field(default_factory=Counter)
-    examples: dict[str, list[str]] = field(default_factory=dict)
-    counts: Counter = field(default_factory=Counter)  # step-specific (lines removed, PII by kind)
-
-    def add_example(self, reason: str, text: str) -> None:
-        ex = self.examples.setdefault(reason, [])
-        if len(ex) < EXAMPLES_PER_REASON:
-            ex.append(text[:EXAMPLE_CHARS] + ("…" if len(text) > EXAMPLE_CHARS else ""))
-
-    def merge(self, other: StepStats) -> None:
-        self.documents_in += other.documents_in
-        self.documents_out += other.documents_out
-        self.characters_in += other.characters_in
-        self.characters_out += other.characters_out
-        self.dropped.update(other.dropped)
-        self.counts.update(other.counts)
-        for reason, texts in other.examples.items():
-            for t in texts:
-                ex = self.examples.setdefault(reason, [])
-                if len(ex) < EXAMPLES_PER_REASON:
-                    ex.append(t)
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"name": self.name, "documents_in": self.documents_in, "documents_out": self.documents_out,
-                "characters_in": self.characters_in, "characters_out": self.characters_out,
-                "dropped": dict(self.dropped), "examples": self.examples, "counts": dict(self.counts)}
-
-
-def apply_steps(docs: Iterable[Document], steps: list[Any], stats: list[StepStats] | None = None) -> Iterator[Document]:
+def apply_steps(docs: Iterable[Document], steps: list[DocumentStep], stats: list[StepStats] | None = None) -> Iterator[Document]:
     """Run per-document `steps` over `docs`, filling one `StepStats` per step (created if absent).
 
     A step returns the document (possibly changed) to keep it, or a reason string to drop it.
@@ -285,15 +214,15 @@ def apply_steps(docs: Iterable[Document], steps: list[Any], stats: list[StepStat
     for doc in docs:
         for step, st in zip(steps, stats):
             st.documents_in += 1
-            st.characters_in += len(doc["text"])
+            st.characters_in += len(doc.text)
             out = step(doc)
             if isinstance(out, str):
                 st.dropped[out] += 1
-                st.add_example(out, doc["text"])
+                st.add_example(out, doc.text)
                 break
             doc = out
             st.documents_out += 1
-            st.characters_out += len(doc["text"])
+            st.characters_out += len(doc.text)
         else:
             yield doc
     for step, st in zip(steps, stats):

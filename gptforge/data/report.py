@@ -45,13 +45,18 @@ def recount_output(shard_dir: Path, meta: dict[str, Any]) -> dict[str, dict[str,
     return out
 
 
-def build_report(*, cfg, recipe, files, shards, read, normalize, steps, dedup, boilerplate, encoded, meta,
+def build_report(*, cfg, recipe, files, shards, read, normalize, steps, corpus, passes, encoded, meta,
                  recount, timings, seconds, hist_edges, resumed, pieces_added: int = 0) -> dict[str, Any]:
     """Assemble the report dict (see module docstring for what is checked).
 
+    corpus: {corpus step name: its verdict's report entry}; every corpus step kind a recipe can
+    name (`pipeline.CORPUS_STEPS`) gets a key, empty when the recipe has no such step.
+    passes: the timing names of the phases that read every document (rates per document and MB).
     pieces_added: documents made by cutting a document into train/val/test pieces (a split by
     position inside a document), which the written count holds on top of the documents read.
     """
+    from gptforge.data.pipeline import CORPUS_STEPS
+
     hist_tokens = np.sum([e["hist_tokens"] for e in encoded], axis=0).tolist() if encoded else []
     hist_chars = np.sum([e["hist_characters"] for e in encoded], axis=0).tolist() if encoded else []
     chain = [{"name": "read + normalize", "documents_in": read.documents, "documents_out": normalize.documents_out,
@@ -63,7 +68,7 @@ def build_report(*, cfg, recipe, files, shards, read, normalize, steps, dedup, b
     links_ok = all(a["documents_out"] == b["documents_in"] for a, b in zip(chain, chain[1:]))
     mb = read.input_bytes / 1e6
     throughput = {name: {"seconds": round(sec, 3)} for name, sec in timings.items()}
-    for name in ("count_lines", "curate"):
+    for name in passes:
         if timings.get(name):
             throughput[name]["documents_per_second"] = round(read.documents / timings[name], 1)
             throughput[name]["input_mb_per_second"] = round(mb / timings[name], 3)
@@ -79,8 +84,7 @@ def build_report(*, cfg, recipe, files, shards, read, normalize, steps, dedup, b
         "read": read.to_dict(),
         "warnings": read.warnings,
         "steps": chain,
-        "boilerplate": boilerplate,
-        "dedup": {k: v for k, v in dedup.items() if k != "step"},
+        **{name: {k: v for k, v in corpus.get(name, {}).items() if k != "step"} for name in CORPUS_STEPS},
         "splits": meta["splits"],
         "output_recounted": recount,
         "histograms": {"edges": hist_edges, "characters_per_document": hist_chars, "tokens_per_document": hist_tokens},

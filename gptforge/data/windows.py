@@ -29,12 +29,13 @@ _RUN_START = re.compile(rb"(?<![ \n\t\r])[ \n\t\r]")
 
 
 class ShardText:
-    """Zero-copy access to the UTF-8 bytes of a curated shard's texts (`curate/NNNNN.arrow`)."""
+    """Zero-copy access to the UTF-8 bytes of a curated shard's texts (`WorkFolder.curated`, an
+    Arrow IPC file of id and text)."""
 
-    def __init__(self, work: Path, index: int):
+    def __init__(self, path: Path):
         import pyarrow as pa
 
-        self._source = pa.memory_map(str(Path(work) / "curate" / f"{index:05d}.arrow"))
+        self._source = pa.memory_map(str(path))
         reader = pa.ipc.open_file(self._source)
         self._batches = [reader.get_batch(b) for b in range(reader.num_record_batches)]
         self._starts = np.cumsum([0] + [b.num_rows for b in self._batches]).tolist()
@@ -61,9 +62,9 @@ class ShardText:
         parts = [np.diff(self._text_column(b)[0]) for b in range(len(self._batches))]
         return np.concatenate(parts).astype(np.int64) if parts else np.zeros(0, np.int64)
 
-    def ids(self) -> list[str]:
-        """Every document's id, in shard order."""
-        return [i for b in self._batches for i in b.column("id").to_pylist()]
+    def keys(self) -> list[str]:
+        """Every document's split key, in shard order."""
+        return [i for b in self._batches for i in b.column("key").to_pylist()]
 
 
 def snap_to_whitespace(data: memoryview, target: int, end: int, limit: int) -> int:
@@ -109,7 +110,7 @@ def plan_encode_windows(text: ShardText, mask: np.ndarray | None, split_of: Call
     A shard is windowed when its kept documents hold more than 2 * `window_bytes` UTF-8 bytes,
     into ceil(bytes / `window_bytes`) windows of equal size (so that the last round of tasks is
     not one small window).
-    `split_of(id)` is a document's split; `cuts` the position splits ({id: [[0, "train"], [char,
+    `split_of(key)` is a document's split; `cuts` the position splits ({split key: [[0, "train"], [char,
     "val"], ...]}, character offsets, see `prepare.cut_pieces`). Each window is a list of spans
     `[pos, piece_start, start, end, piece_end, split]` (byte offsets in document `pos`): the
     piece [piece_start, piece_end) is one text of the output (a whole document or a split piece
@@ -122,18 +123,18 @@ def plan_encode_windows(text: ShardText, mask: np.ndarray | None, split_of: Call
     if total <= 2 * window_bytes:
         return None
     window_bytes = -(-total // -(-total // window_bytes))  # windows of equal size: no small last one
-    ids = text.ids()
+    keys = text.keys()
     windows: list[list[list]] = [[]]
     size = 0
     for pos in np.flatnonzero(kept).tolist():
         n = int(sizes[pos])
-        doc_id = ids[pos]
-        if doc_id in cuts:
-            chars = [int(c) for c, _ in cuts[doc_id]]
+        doc_key = keys[pos]
+        if doc_key in cuts:
+            chars = [int(c) for c, _ in cuts[doc_key]]
             starts = char_to_byte_offsets(text.text_bytes(pos), chars) if n > 0 else [0] * len(chars)
-            pieces = [(split, b, e) for (_, split), b, e in zip(cuts[doc_id], starts, starts[1:] + [n])]
+            pieces = [(split, b, e) for (_, split), b, e in zip(cuts[doc_key], starts, starts[1:] + [n])]
         else:
-            pieces = [(split_of(doc_id), 0, n)]
+            pieces = [(split_of(doc_key), 0, n)]
         data = None
         for split, p0, p1 in pieces:
             start = p0

@@ -15,11 +15,12 @@ def prepare_main(argv):
     return _cli(["prepare", *argv])
 
 
-from gptforge.data import prepare as prepare_mod
 from gptforge.data.boilerplate import BoilerplateLines, count_lines, line_key
 from gptforge.data.langid import LanguageID
 from gptforge.data.normalize import Clean
+from gptforge.data.phases import curate as prepare_mod
 from gptforge.data.prepare import EmptyCorpusError, PrepareConfig, prepare
+from gptforge.data.readers import Document
 from gptforge.data.shards import load_meta
 
 
@@ -133,19 +134,19 @@ def test_clean_step_both_sides():
     assert c.clean("    indented code\n        more") == "    indented code\n        more"
     assert Clean(form="NFKC").clean("ｆｕｌｌ ﬁ x²") == "full fi x2"
     assert Clean().clean("ｆｕｌｌ") == "ｆｕｌｌ"
-    assert Clean()({"id": "1", "text": "\x00\x01", "meta": {}}) == "empty_after_clean"
+    assert Clean()(Document("\x00\x01", "1")) == "empty_after_clean"
 
 
 def test_langid_keeps_languages_above_score():
     step = LanguageID(languages=("en", "zh"), min_score=0.65)
-    en = {"id": "1", "text": "The committee will publish its final report on the new railway next spring.", "meta": {}}
-    zh = {"id": "2", "text": "今天天气很好，我们一起去公园散步吧。", "meta": {}}
-    de = {"id": "3", "text": "Der Ausschuss wird seinen Abschlussbericht im nächsten Frühjahr veröffentlichen.", "meta": {}}
+    en = Document("The committee will publish its final report on the new railway next spring.", "1")
+    zh = Document("今天天气很好，我们一起去公园散步吧。", "2")
+    de = Document("Der Ausschuss wird seinen Abschlussbericht im nächsten Frühjahr veröffentlichen.", "3")
     kept = step(en)
-    assert kept["meta"]["language"] == "en" and kept["meta"]["language_score"] >= 0.65
-    assert step(zh)["meta"]["language"] == "zh"
+    assert kept.language == "en" and kept.metadata["language_score"] >= 0.65
+    assert step(zh).language == "zh"
     assert step(de) == "language_not_kept"
-    assert LanguageID(languages=("en",), min_score=0.9999)({"id": "4", "text": "ok yes", "meta": {}}) in (
+    assert LanguageID(languages=("en",), min_score=0.9999)(Document("ok yes", "4")) in (
         "language_score_low", "language_not_kept")
     assert step.counts == {"en kept": 1, "zh kept": 1, "de dropped": 1}
 
@@ -156,9 +157,9 @@ def test_boilerplate_lines_threshold(tmp_path, stdlib_texts, small_tokenizer):
     keys, counts, n = count_lines(docs, 10)
     assert n == 20 and counts[np.searchsorted(keys, np.uint64(line_key(header)))] == 12
     step = BoilerplateLines(frozenset([line_key(header)]))
-    out = step({"id": "x", "text": docs[0], "meta": {}})
-    assert header not in out["text"] and step.counts["lines_removed"] == 1
-    assert step({"id": "y", "text": header, "meta": {}}) == "only_boilerplate"
+    out = step(Document(docs[0], "x"))
+    assert header not in out.text and step.counts["lines_removed"] == 1
+    assert step(Document(header, "y")) == "only_boilerplate"
     # End to end: a line in 12 of 20 documents goes at min_documents 12, stays at 13.
     (tmp_path / "in").mkdir()
     for i, d in enumerate(docs):
@@ -198,7 +199,7 @@ def test_cli_show_recipe_and_languages(tmp_path, capsys, small_tokenizer):
 
 
 def test_auto_shard_size_depends_on_corpus_not_workers(tmp_path, dup_corpus):
-    from gptforge.data.curate import (
+    from gptforge.data.phases.curate import (
         AUTO_SHARDS,
         DEFAULT_SHARD_BYTES,
         MIN_AUTO_SHARD_BYTES,

@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from gptforge.data.curate import shard_documents
+from gptforge.data.phases.work import WorkFolder
 from gptforge.data.prepare import PrepareConfig, prepare
 from gptforge.data.stdlib_corpus import stdlib_files
 
@@ -39,7 +39,7 @@ def test_prepare_openshakespeare_drops_byte_copies_keeps_editions(tmp_path, smal
     dropped, kept = set(), set()
     for i in range(len(list((work / "curate").glob("*.arrow")))):
         mask = np.load(work / "dedup" / f"{i:05d}.npy")
-        for pos, d in shard_documents(work, i, None, ("id",)):
+        for pos, d in WorkFolder(work).documents(i, None, ("id",)):
             (dropped if mask[pos] else kept).add(Path(d["id"].split(":")[0]).name)
     files = inputs
     by_bytes: dict[bytes, list[str]] = {}

@@ -13,13 +13,14 @@ from gptforge.data.filters import (
     duplicate_ngram_char_fraction,
     top_ngram_char_fraction,
 )
+from gptforge.data.readers import Document
 from gptforge.data.text_stats import words
 
 SENT = "The quick brown fox jumps over the lazy dog and then it runs to the river with the others."
 
 
 def _doc(text):
-    return {"id": "x", "text": text, "meta": {}}
+    return Document(text, "x")
 
 
 VOCAB = ("the of and to with that have be history science people wanted know things work why happen "
@@ -107,14 +108,14 @@ def test_c4_lines_and_page():
     c4 = C4Quality()
     good = "\n".join([SENT] * 3 + ["Another complete sentence is here.", "And one more sentence ends now!"])
     kept = c4(_doc(good + "\nMenu\nHome | About\nPlease enable JavaScript to view this page.\nRead our privacy policy."))
-    assert isinstance(kept, dict) and kept["text"] == good
+    assert isinstance(kept, Document) and kept.text == good
     assert c4.counts["line_no_terminal_punct"] == 2 and c4.counts["line_javascript"] == 1
     assert c4.counts["line_policy"] == 1
     assert c4(_doc("\n".join([SENT] * 4))) == "few_sentences"
     assert c4(_doc(good + "\nlorem ipsum dolor sit amet.")) == "lorem_ipsum"
     assert c4(_doc(good + "\nfunction f() { return 1; }.")) == "curly_bracket"
     cited = c4(_doc(good.replace("dog", "dog[1]")))
-    assert "[1]" not in cited["text"]
+    assert "[1]" not in cited.text
 
 
 def test_fineweb_rules():
@@ -138,10 +139,10 @@ def test_blocklist(tmp_path):
     assert b(_doc("this has a BadWord inside")) == "blocked"
     assert b(_doc("badwords is another word")) != "blocked"
     assert b(_doc("see https://www.spam.example/page")) == "blocked"
-    assert b(_doc("see https://notspam.example/page"))["text"]
+    assert b(_doc("see https://notspam.example/page")).text
     flag = Blocklist(words=["badword"], action="flag")
     out = flag(_doc("badword"))
-    assert out["meta"]["blocklist"] == "badword" and flag.counts["flagged"] == 1
+    assert out.metadata["blocklist"] == "badword" and flag.counts["flagged"] == 1
     assert Blocklist()(_doc("anything")) == _doc("anything")
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import unicodedata
 
 from gptforge.data.normalize import NormalizeStats, normalize_documents, normalize_text
+from gptforge.data.readers import Document
 
 
 def test_bom_line_ends_and_nfc():
@@ -20,11 +21,11 @@ def test_bom_line_ends_and_nfc():
 
 
 def test_empty_documents_dropped_and_counted():
-    docs = [{"id": str(i), "text": t, "meta": {}} for i, t in enumerate(["a\r\n", "", " \r\n\t", "\ufeff", "b"])]
+    docs = [Document(t, str(i)) for i, t in enumerate(["a\r\n", "", " \r\n\t", "\ufeff", "b"])]
     stats = NormalizeStats()
     out = list(normalize_documents(docs, stats))
-    assert [d["text"] for d in out] == ["a\n", "b"]
-    assert [d["id"] for d in out] == ["0", "4"]
+    assert [d.text for d in out] == ["a\n", "b"]
+    assert [d.id for d in out] == ["0", "4"]
     assert stats.documents_in == 5 and stats.documents_out == 2
     assert stats.dropped == {"empty": 3}
     assert stats.characters_out == 3

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from gptforge.data.pii import PIIRedactor, luhn_ok
+from gptforge.data.readers import Document
 
 
 @pytest.mark.parametrize("text, expected, kind", [
@@ -42,5 +43,5 @@ def test_luhn_and_kinds_option():
     assert r.redact("a@b.example.com 192.168.0.1") == "<EMAIL> 192.168.0.1"
     with pytest.raises(ValueError, match="unknown PII kind"):
         PIIRedactor(kinds=("ssn",))
-    doc = {"id": "1", "text": "no pii here", "meta": {}}
+    doc = Document("no pii here", "1")
     assert PIIRedactor()(doc) is doc

@@ -12,11 +12,12 @@ from gptforge.data.pipeline import (
     load_recipe,
     show_recipe,
 )
+from gptforge.data.readers import Document
 
 
 def build_steps(recipe):
     r = build_recipe(recipe)
-    return r.steps, r.dedup
+    return r.steps, r.mask_step
 
 
 def test_builtin_recipes_build():
@@ -53,15 +54,15 @@ def test_yaml_recipe_and_errors(tmp_path):
 
 def test_apply_steps_counts_add_up():
     steps, _ = build_steps({"steps": [{"length": {"min_chars": 5}}, {"pii": {}}]})
-    docs = [{"id": str(i), "text": t, "meta": {}} for i, t in
+    docs = [Document(t, str(i)) for i, t in
             enumerate(["hi", "mail me at a@example.com", "plain text here", "x"])]
     stats = []
     out = list(apply_steps(docs, steps, stats))
-    assert [d["text"] for d in out] == ["mail me at <EMAIL>", "plain text here"]
+    assert [d.text for d in out] == ["mail me at <EMAIL>", "plain text here"]
     length, pii = stats
     assert length.documents_in == 4 and length.documents_out == 2 and length.dropped == {"too_short": 2}
     assert length.examples["too_short"] == ["hi", "x"]
     assert pii.documents_in == pii.documents_out == 2 and pii.counts == {"email": 1}
-    assert pii.characters_out == sum(len(d["text"]) for d in out)
+    assert pii.characters_out == sum(len(d.text) for d in out)
     for st in stats:
         assert st.documents_in == st.documents_out + sum(st.dropped.values())

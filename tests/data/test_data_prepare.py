@@ -25,6 +25,7 @@ from gptforge.data.prepare import (
     prepare,
     summary_rows,
 )
+from gptforge.data.readers import Document
 from gptforge.data.shards import load_meta, load_tokenizer, open_split
 from gptforge.data.tokenizer import EOS_TOKEN
 
@@ -86,7 +87,7 @@ def test_prepare_end_to_end(corpus, tmp_path, stdlib_texts):
     raw = ([normalize_text(t) for t in stdlib_texts[:30]]
            + [normalize_text(t) + f"\n{EOS_TOKEN} literal" for t in stdlib_texts[30:40]])
     steps = build_recipe(load_recipe("default")).steps
-    expected = sorted(d["text"] for d in apply_steps(({"id": str(i), "text": t, "meta": {}} for i, t in enumerate(raw)), steps))
+    expected = sorted(d.text for d in apply_steps((Document(t, str(i)) for i, t in enumerate(raw)), steps))
     assert len(expected) == 40 and expected != sorted(raw)  # the stdlib holds e-mail addresses: redacted
     decoded = _docs_by_split(out, tok)
     assert sorted(decoded["train"] + decoded["val"] + decoded["test"]) == expected
@@ -120,8 +121,13 @@ def test_split_independent_of_input_order_and_workers(corpus, tmp_path, small_to
         for name in a.meta["splits"][split]["files"]:  # byte-identical whatever the worker count
             assert (tmp_path / "a" / name).read_bytes() == (tmp_path / "c" / name).read_bytes()
     assert (tmp_path / "a" / "meta.json").read_bytes() == (tmp_path / "c" / "meta.json").read_bytes()
-    # The documented rule decides the split.
-    n_val = sum(assign_split(f, 7, 0.2, 0.0) == "val" for f in files)
+    # The documented rule decides the split: a hash of each curated document's text (its split key).
+    from gptforge.data.phases.split import split_key
+
+    steps = build_recipe(load_recipe("default")).steps
+    curated = [d.text for d in apply_steps((Document(normalize_text(open(f, encoding="utf-8-sig").read()), f)
+                                            for f in files), steps)]
+    n_val = sum(assign_split(split_key(t), 7, 0.2, 0.0) == "val" for t in curated)
     assert a.meta["splits"]["val"]["documents"] == n_val > 0
     # Another seed gives another split.
     prepare(PrepareConfig(inputs=files, out=str(tmp_path / "d"), workers=1, **{**common, "seed": 8}), show_progress=False)

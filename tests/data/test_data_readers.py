@@ -39,9 +39,9 @@ def test_jsonl_plain_and_compressed(tmp_path, comp):
     p = tmp_path / f"c.jsonl{comp}"
     _write(p, _jsonl(DOCS), comp)
     docs, stats = _read([p])
-    assert [d["text"] for d in docs] == DOCS
-    assert [d["id"] for d in docs] == [f"{p}:{i}" for i in (1, 2, 3)]
-    assert docs[1]["meta"] == {"n": 1, "source": str(p)}
+    assert [d.text for d in docs] == DOCS
+    assert [d.id for d in docs] == [f"{p}:{i}" for i in (1, 2, 3)]
+    assert (docs[1].metadata, docs[1].source) == ({"n": 1}, str(p))
     assert stats.documents == 3 and stats.files_read == 1 and not stats.files_skipped
 
 
@@ -50,8 +50,8 @@ def test_txt_md_one_document_per_file(tmp_path, comp):
     _write(tmp_path / f"a.txt{comp}", DOCS[1].encode(), comp)
     _write(tmp_path / f"b.md{comp}", DOCS[0].encode(), comp)
     docs, stats = _read([tmp_path])
-    assert [d["text"] for d in docs] == [DOCS[1], DOCS[0]]  # sorted by name: a.txt, b.md
-    assert docs[0]["id"] == str(tmp_path / f"a.txt{comp}")
+    assert [d.text for d in docs] == [DOCS[1], DOCS[0]]  # sorted by name: a.txt, b.md
+    assert docs[0].id == str(tmp_path / f"a.txt{comp}")
 
 
 @pytest.mark.parametrize("comp", ["", ".gz", ".zst"])
@@ -64,8 +64,8 @@ def test_parquet_by_row_groups(tmp_path, comp):
     if comp:
         plain.unlink()
     docs, stats = _read([p], text_field="body")
-    assert [d["text"] for d in docs] == DOCS * 3
-    assert docs[4]["id"] == f"{p}#4"
+    assert [d.text for d in docs] == DOCS * 3
+    assert docs[4].id == f"{p}#4"
 
 
 def test_json_array_and_pretty_object(tmp_path):
@@ -74,8 +74,8 @@ def test_json_array_and_pretty_object(tmp_path):
     obj = tmp_path / "b.json"
     obj.write_text(json.dumps({"text": "one pretty object", "k": 1}, indent=2), encoding="utf-8")
     docs, stats = _read([arr, obj])
-    assert [d["text"] for d in docs] == DOCS + ["one pretty object"]
-    assert docs[1]["id"] == f"{arr}#1"
+    assert [d.text for d in docs] == DOCS + ["one pretty object"]
+    assert docs[1].id == f"{arr}#1"
     assert not stats.records_skipped
 
 
@@ -84,7 +84,7 @@ def test_text_field_option_and_long_line(tmp_path):
     p = tmp_path / "s.jsonl"
     p.write_text(json.dumps({"story": long_text}) + "\n" + json.dumps({"story": "short"}) + "\n")
     docs, _ = _read([p], text_field="story")
-    assert [d["text"] for d in docs] == [long_text, "short"]
+    assert [d.text for d in docs] == [long_text, "short"]
 
 
 def test_glob_and_folder_walk(tmp_path):
@@ -98,7 +98,7 @@ def test_glob_and_folder_walk(tmp_path):
     assert expand_inputs([str(tmp_path / "**" / "*.txt")]) == [tmp_path / "sub" / "x.txt", tmp_path / "y.txt"]
     # An explicitly named file is read whatever its extension.
     docs, _ = _read([tmp_path / "z.bin"])
-    assert docs[0]["text"] == "not picked up by a folder walk"
+    assert docs[0].text == "not picked up by a folder walk"
 
 
 def test_missing_path_is_an_error_naming_it(tmp_path):
@@ -114,7 +114,7 @@ def test_binary_files_skipped_and_counted(tmp_path, caplog):
     (tmp_path / "noise.txt").write_bytes(bytes(range(128, 256)) * 50)  # invalid UTF-8 throughout
     with caplog.at_level(logging.WARNING, logger="gptforge.data"):
         docs, stats = _read([tmp_path])
-    assert [d["text"] for d in docs] == ["good text"]
+    assert [d.text for d in docs] == ["good text"]
     assert stats.files_skipped == {"binary": 2}
     assert "nul.txt" in caplog.text and "noise.txt" in caplog.text and "binary" in caplog.text
 
@@ -123,7 +123,7 @@ def test_undecodable_bytes_replaced_and_counted(tmp_path):
     p = tmp_path / "a.txt"
     p.write_bytes(b"caf\xe9 au lait, na\xefve " + "é ok".encode() + b" " * 200)
     docs, stats = _read([p])
-    assert docs[0]["text"].startswith("caf\ufffd au lait, na\ufffdve é ok")
+    assert docs[0].text.startswith("caf\ufffd au lait, na\ufffdve é ok")
     assert stats.undecodable_sequences == 2 and stats.documents_with_undecodable == 1
 
 
@@ -137,8 +137,8 @@ def test_bad_jsonl_lines_named_with_file_and_line(tmp_path, caplog):
     p.write_text('{"text": "ok 1"}\n{not json\n{"other": "no text field"}\n{"text": 5}\n[1, 2]\n\n{"text": "ok 2"}\n')
     with caplog.at_level(logging.WARNING, logger="gptforge.data"):
         docs, stats = _read([p])
-    assert [d["text"] for d in docs] == ["ok 1", "ok 2"]
-    assert [d["id"] for d in docs] == [f"{p}:1", f"{p}:7"]
+    assert [d.text for d in docs] == ["ok 1", "ok 2"]
+    assert [d.id for d in docs] == [f"{p}:1", f"{p}:7"]
     assert stats.records_skipped == {"bad_json": 1, "missing_field": 1, "field_not_string": 1, "not_an_object": 1}
     assert f"{p}:2" in caplog.text and "not valid JSON" in caplog.text
     assert f"{p}:3" in caplog.text and "'text'" in caplog.text and "--text-field" in caplog.text
@@ -155,7 +155,7 @@ def test_truncated_archive_keeps_complete_documents(tmp_path, caplog, comp):
     good.write_text("after the damaged file")
     with caplog.at_level(logging.WARNING, logger="gptforge.data"):
         docs, stats = _read([p, good])
-    texts = [d["text"] for d in docs]
+    texts = [d.text for d in docs]
     assert texts[-1] == "after the damaged file"  # the run goes on past the damaged file
     kept = texts[:-1]
     assert 0 < len(kept) < 400
@@ -181,7 +181,7 @@ def test_bad_files_among_good_ones(tmp_path, caplog):
     (tmp_path / "6.txt").write_text("six")
     with caplog.at_level(logging.WARNING, logger="gptforge.data"):
         docs, stats = _read([tmp_path])
-    assert [d["text"] for d in docs] == ["one", "six"]
+    assert [d.text for d in docs] == ["one", "six"]
     assert stats.files_skipped == {"bad_parquet": 2, "missing_field": 1}
     assert stats.files_truncated == 1  # the non-gzip .gz: damaged archive, nothing kept
     for name in ("2.parquet", "3.jsonl.gz", "4.parquet", "5.parquet"):

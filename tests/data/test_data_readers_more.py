@@ -21,7 +21,7 @@ from gptforge.data.readers import (
 
 
 def _texts(docs):
-    return [d["text"] for d in docs]
+    return [d.text for d in docs]
 
 
 def test_csv_auto_text_field_and_long_cells(tmp_path):
@@ -34,7 +34,7 @@ def test_csv_auto_text_field_and_long_cells(tmp_path):
         w.writerow(["2", long])
     docs = list(read_documents([p], text_field="auto"))
     assert _texts(docs) == ["first, with a comma\nand a newline", long]
-    assert docs[0]["id"] == f"{p}#0" and docs[0]["meta"]["id"] == "1"
+    assert docs[0].id == f"{p}#0" and docs[0].metadata["id"] == "1"
     st = ReadStats()
     assert list(read_documents([p], st, text_field="body")) == [] and st.files_skipped == {"missing_field": 1}
 
@@ -86,7 +86,7 @@ def test_arrow_file_stream_and_save_to_disk_folder(tmp_path):
     files = expand_inputs([tmp_path / "hfds"])
     assert [f.name for f in files] == ["data-00000-of-00002.arrow", "data-00001-of-00002.arrow"]
     docs = list(read_documents([tmp_path / "hfds"], text_field="auto"))
-    assert _texts(docs) == ["s0", "s1", "s2"] and docs[2]["id"].endswith("data-00001-of-00002.arrow#0")
+    assert _texts(docs) == ["s0", "s1", "s2"] and docs[2].id.endswith("data-00001-of-00002.arrow#0")
 
 
 def _tar_bytes(members: dict[str, bytes]) -> bytes:
@@ -107,8 +107,8 @@ def test_tar_openwebtext_layout(tmp_path):
     (tmp_path / "owt.tar.xz").write_bytes(lzma.compress(outer))
     docs = list(read_documents([tmp_path / "owt.tar.xz"]))
     assert _texts(docs) == ["first web page", "second web page", "from json"]
-    assert docs[0]["id"].endswith("owt.tar.xz/openwebtext/urlsf_subset00-1_data.xz/0001-a.txt")
-    assert docs[2]["id"].endswith("extra.jsonl:1")
+    assert docs[0].id.endswith("owt.tar.xz/openwebtext/urlsf_subset00-1_data.xz/0001-a.txt")
+    assert docs[2].id.endswith("extra.jsonl:1")
     big = _tar_bytes({f"{i}.txt": (f"page {i} " * 400).encode() for i in range(3)})
     (tmp_path / "cut.tar").write_bytes(big[:4000])  # inside the second member
     st = ReadStats()
@@ -125,7 +125,7 @@ def test_doc_separator_streams_pieces(tmp_path):
     (tmp_path / "t.txt").write_text(raw)
     docs = list(read_documents([tmp_path / "t.txt"], doc_separator=sep))
     assert _texts(docs) == pieces
-    assert docs[10]["id"].endswith("t.txt@11")  # the empty piece keeps its number
+    assert docs[10].id.endswith("t.txt@11")  # the empty piece keeps its number
 
 
 def test_strict_stops_at_a_bad_line(tmp_path):

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from gptforge.data import prepare as prep
+from gptforge.data.phases import encode as encode_phase
 from gptforge.data.windows import char_to_byte_offsets, snap_to_whitespace
 
 MIXED = "  double  spaces\n\n\nnewlines\ttabs 3.14 ünïcödé 中文字符 emoji 🎉 don't it's   \n"
@@ -19,7 +20,7 @@ def _big_text(stdlib_texts, chars: int) -> str:
 
 
 def _prepare(tmp_path, name, src, tok, window, monkeypatch, **kw):
-    monkeypatch.setattr(prep, "ENCODE_WINDOW_BYTES", window)
+    monkeypatch.setattr(encode_phase, "ENCODE_WINDOW_BYTES", window)
     out = tmp_path / name
     res = prep.prepare(prep.PrepareConfig(inputs=[str(src)], out=str(out), tokenizer=str(tok), recipe="none",
                                           **kw), show_progress=False)
@@ -86,7 +87,9 @@ def test_whole_document_tokens_equal_a_direct_encode(tmp_path, monkeypatch, stdl
     small_tokenizer.save(tok)
     res, files = _prepare(tmp_path, "w", src, tok, 64 << 10, monkeypatch, workers=1)
     assert res.report["throughput"]["tokenize"]["tasks"] > 5
-    cut = res.meta["prepare_config"]["position_split"][str(src)][1][0]
+    from gptforge.data.phases.split import split_key
+
+    cut = res.meta["prepare_config"]["position_split"][split_key(text)][1][0]  # by the document's split key
     train = np.frombuffer(files["train_000.bin"], np.uint16)
     val = np.frombuffer(files["val_000.bin"], np.uint16)
     eos = small_tokenizer.eos_id
@@ -105,7 +108,7 @@ def _documents(path, **kw):
         docs = [d for a, b, k in kw["ranges"] for d in read_file_range(path, stats, kw["sep"], a, b, k)]
     else:
         docs = list(read_file(path, stats, doc_separator=kw["sep"]))
-    return [(d["id"], d["text"]) for d in docs], stats
+    return [(d.id, d.text) for d in docs], stats
 
 
 @pytest.mark.parametrize("sep", ["<|endoftext|>", "==", "§§"])

@@ -30,7 +30,7 @@ def test_no_whitespace_is_cut_at_a_hard_limit():
 
 
 def test_tokens_are_the_same_as_for_the_whole_text(stdlib_texts, small_tokenizer):
-    from gptforge.data import prepare as prep
+    from gptforge.data.phases import encode as prep
 
     text = _mixed_text(stdlib_texts)
     whole = np.array(small_tokenizer.encode(text), dtype=np.int64)

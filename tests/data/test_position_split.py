@@ -68,10 +68,10 @@ def test_a_single_document_that_hashes_into_val_still_trains(tmp_path, stdlib_te
 
     src = tmp_path / "input.txt"
     src.write_text("\n".join(stdlib_texts[:20]), encoding="utf-8")
-    from gptforge.data.readers import expand_inputs
+    from gptforge.data.phases.split import split_key
 
-    doc_id = str(expand_inputs([str(src)])[0])  # a .txt file's document id is its path
-    seed = next(s for s in range(10_000) if assign_split(doc_id, s, 0.1, 0.0) == "val")
+    doc_key = split_key(src.read_text(encoding="utf-8"))  # a document's split key: a hash of its text
+    seed = next(s for s in range(10_000) if assign_split(doc_key, s, 0.1, 0.0) == "val")
     out = tmp_path / "data"
     prepare(PrepareConfig(inputs=[str(src)], out=str(out), vocab_size=400, val_fraction=0.1, workers=1,
                           recipe="none", seed=seed), show_progress=False)

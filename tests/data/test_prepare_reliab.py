@@ -6,7 +6,7 @@ import shutil
 
 import pytest
 
-from gptforge.data.curate import work_dir_for
+from gptforge.data.phases.work import WorkFolder
 from gptforge.data.prepare import PrepareConfig, prepare
 from gptforge.data.shards import load_meta, load_tokenizer
 
@@ -28,7 +28,7 @@ def _cfg(corpus, out, **kw):
 def test_rerun_with_another_vocab_size_does_not_reuse_the_work_folder(txt_corpus, tmp_path, caplog):
     out = tmp_path / "data"
     prepare(_cfg(txt_corpus, out, vocab_size=400, keep_work=True), show_progress=False)
-    assert work_dir_for(out).is_dir()
+    assert WorkFolder.for_output(out).root.is_dir()
     shutil.rmtree(out)  # as if killed after the tokenizer was cached in the work folder
     with caplog.at_level("WARNING", logger="gptforge.data"):
         prepare(_cfg(txt_corpus, out, vocab_size=300), show_progress=False)
@@ -60,13 +60,13 @@ def test_rerun_after_kill_between_rename_and_cleanup_is_done(txt_corpus, tmp_pat
 
     out = tmp_path / "data"
     first = prepare(_cfg(txt_corpus, out, keep_work=True), show_progress=False)
-    assert work_dir_for(out).is_dir()  # the state a kill after the rename leaves
+    assert WorkFolder.for_output(out).root.is_dir()  # the state a kill after the rename leaves
     bins = {p.name: p.read_bytes() for p in out.glob("*.bin")}
     argv = [str(txt_corpus), "--out", str(out), "--vocab-size", "400", "--val-fraction", "0.1", "--workers", "1",
             "--recipe", "none", "--no-progress"]
     assert prepare_main(argv) == 0
     assert "already complete" in capsys.readouterr().out
-    assert not work_dir_for(out).exists()
+    assert not WorkFolder.for_output(out).root.exists()
     assert {p.name: p.read_bytes() for p in out.glob("*.bin")} == bins
     assert load_meta(out) == first.meta
     # other options: still refused, the output is not silently kept
@@ -90,7 +90,7 @@ def test_rerun_removes_a_dead_runs_partial_files(txt_corpus, tmp_path):
     out = tmp_path / "data"
     prepare(_cfg(txt_corpus, out, keep_work=True), show_progress=False)
     shutil.rmtree(out)
-    work = work_dir_for(out)
+    work = WorkFolder.for_output(out).root
     junk = [work / "curate" / ".00000.exact.npy.deadbeef.tmp.npy", work / ".tokenizer.json.1234.tmp"]
     for j in junk:
         j.write_bytes(b"x" * 1000)
@@ -113,12 +113,12 @@ def test_second_prepare_on_one_output_is_refused(txt_corpus, tmp_path, capsys):
 
         assert main(["prepare", str(txt_corpus), "--out", str(out), "--no-progress"]) == 1
         assert "is in use by pid" in capsys.readouterr().err
-    assert not out.exists() and not work_dir_for(out).exists()
+    assert not out.exists() and not WorkFolder.for_output(out).root.exists()
 
 
 POOL_SCRIPT = """
 import sys, time
-from gptforge.data.curate import WorkerPool
+from gptforge.data.phases.pool import WorkerPool
 pool = WorkerPool(2, lock_folder=sys.argv[1])
 ex = pool.executor()
 futs = [ex.submit(time.sleep, 60) for _ in range(2)]

@@ -24,7 +24,7 @@ def test_unclosed_quote_skips_one_row_and_keeps_the_rest(tmp_path):
     lines[4] = '3,"row 3 has an unclosed quote, and goes on'
     p = _csv(tmp_path, lines)
     docs, stats = _read(p)
-    assert [d["text"] for d in docs] == [f"row {i}, a cell with a comma" for i in range(10) if i != 3]
+    assert [d.text for d in docs] == [f"row {i}, a cell with a comma" for i in range(10) if i != 3]
     assert sum(stats.records_skipped.values()) == 1
     assert any(f"{p}:5" in w for w in stats.warnings)
 
@@ -33,7 +33,7 @@ def test_rows_with_extra_cells_are_counted_with_their_line(tmp_path):
     lines = ["id,text", '0,"fine"', "1,unquoted, comma splits the text", '2,"fine too"']
     p = _csv(tmp_path, lines)
     docs, stats = _read(p)
-    assert [d["text"] for d in docs] == ["fine", "fine too"]
+    assert [d.text for d in docs] == ["fine", "fine too"]
     assert sum(stats.records_skipped.values()) == 1
     assert any(f"{p}:3" in w and "3 cells" in w for w in stats.warnings)
 
@@ -41,7 +41,7 @@ def test_rows_with_extra_cells_are_counted_with_their_line(tmp_path):
 def test_multiline_cells_still_read(tmp_path):
     lines = ["id,text", '0,"first line', 'second line"', '1,"x"']
     docs, stats = _read(_csv(tmp_path, lines))
-    assert [d["text"] for d in docs] == ["first line\nsecond line", "x"]
+    assert [d.text for d in docs] == ["first line\nsecond line", "x"]
     assert not stats.records_skipped
 
 
@@ -64,11 +64,11 @@ def test_utf16_and_utf32_with_a_bom_are_decoded_not_skipped(tmp_path, encoding, 
     p.write_bytes(bom + TEXT.encode(encoding))
     docs, stats = _read(p)
     assert not stats.files_skipped
-    assert [d["text"] for d in docs] == [TEXT]
+    assert [d.text for d in docs] == [TEXT]
     c = tmp_path / "rows.csv"
     c.write_bytes(bom + f'id,text\n0,"{TEXT}"\n'.encode(encoding))
     docs, stats = _read(c)
-    assert [d["text"] for d in docs] == [TEXT]
+    assert [d.text for d in docs] == [TEXT]
 
 
 def test_utf16_without_a_bom_needs_encoding(tmp_path):
@@ -78,7 +78,7 @@ def test_utf16_without_a_bom_needs_encoding(tmp_path):
     assert docs == [] and stats.files_skipped == {"binary": 1}
     assert any("--encoding" in w for w in stats.warnings)
     docs, stats = _read(p, encoding="utf-16-le")
-    assert [d["text"] for d in docs] == [TEXT]
+    assert [d.text for d in docs] == [TEXT]
 
 
 def test_read_text_file_refuses_binary_and_decodes_boms(tmp_path):

@@ -7,6 +7,7 @@ import textwrap
 
 from gptforge.data.filters import C4Quality, FineWebQuality, GopherQuality, hard_wrapped, text_units
 from gptforge.data.pipeline import StepStats, apply_steps
+from gptforge.data.readers import Document
 
 PARAGRAPHS = [
     "The morning the letter arrived, my grandfather was already out in the orchard, pruning the old "
@@ -47,27 +48,27 @@ def test_hard_wrapping_is_detected_and_web_pages_are_not_wrapped():
 def test_c4_keeps_a_hard_wrapped_book_with_its_line_breaks():
     step = C4Quality(filter_curly_bracket=False)
     book = _book()
-    out = step({"id": "b", "text": book, "meta": {}})
-    assert isinstance(out, dict), out
-    assert out["text"].strip() == book.strip()
+    out = step(Document(book, "b"))
+    assert isinstance(out, Document), out
+    assert out.text.strip() == book.strip()
     assert not step.counts  # no line removed
 
 
 def test_a_real_boilerplate_line_still_goes():
     step = C4Quality(filter_curly_bracket=False)
     book = _book().replace("\n\n", "\n\nThis site uses cookies; read our privacy policy.\n\n", 1)
-    out = step({"id": "b", "text": book, "meta": {}})
-    assert isinstance(out, dict)
-    assert "cookies" not in out["text"] and out["text"].strip() == _book().strip()
+    out = step(Document(book, "b"))
+    assert isinstance(out, Document)
+    assert "cookies" not in out.text and out.text.strip() == _book().strip()
     assert step.counts["line_policy"] == 1
     # unwrapped web text is still judged line by line
     page = "\n".join(PARAGRAPHS + ["Click here", "Share this story"])
-    out = C4Quality()({"id": "p", "text": page, "meta": {}})
-    assert out["text"] == "\n".join(PARAGRAPHS)
+    out = C4Quality()(Document(page, "p"))
+    assert out.text == "\n".join(PARAGRAPHS)
 
 
 def test_fineweb_and_gopher_line_ratios_judge_paragraphs():
-    doc = {"id": "b", "text": _book(40), "meta": {}}
+    doc = Document(_book(40), "b")
     assert FineWebQuality()(doc) is doc
     assert GopherQuality()(doc) is doc
 
@@ -77,7 +78,7 @@ def test_a_step_removing_much_of_the_corpus_warns_naming_it(caplog):
 
     page = "\n".join(PARAGRAPHS[:1] + [f"menu entry number {i}" for i in range(40)])
     stats = [StepStats("c4")]
-    list(apply_steps([{"id": "p", "text": page, "meta": {}}], [C4Quality()], stats))
+    list(apply_steps([Document(page, "p")], [C4Quality()], stats))
     with caplog.at_level(logging.WARNING, logger="gptforge.data"):
         warned = warn_heavy_steps(stats)
     assert warned == ["c4"]
@@ -93,9 +94,9 @@ def test_a_hard_wrapped_book_keeps_its_text_under_the_web_recipe(tmp_path):
 
     recipe = build_recipe(load_recipe("web"))
     stats: list[StepStats] = []
-    docs = list(apply_steps([{"id": "book", "text": _book(), "meta": {}}], recipe.steps, stats))
+    docs = list(apply_steps([Document(_book(), "book")], recipe.steps, stats))
     assert len(docs) == 1, {s.name: dict(s.dropped) for s in stats}
-    assert docs[0]["text"].strip() == _book().strip()
+    assert docs[0].text.strip() == _book().strip()
     assert all(s.characters_out >= 0.99 * s.characters_in for s in stats)
 
 

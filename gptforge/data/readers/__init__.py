@@ -1,6 +1,7 @@
-"""Stream documents `{"id", "text", "meta"}` out of files, folders and globs.
+"""Stream `Document`s (text, id, source, metadata, language) out of files, folders and globs.
 
-Formats (chosen by file name; compression suffix first):
+Formats (one `Reader` class each, chosen by file name, compression suffix first; a name without a
+known extension by its first bytes (`Reader.sniff`: Parquet, Arrow, tar), else read as text):
 
 - `.txt`, `.md` (and any explicitly named file of another extension): one document per file, or
   one per piece between `doc_separator`s; a big uncompressed one with a separator can be read in
@@ -21,9 +22,12 @@ line, a missing text field or an unreadable Parquet file is skipped with a warni
 (and line) and counted in `ReadStats`. A path that does not exist is an error (`FileNotFoundError`)
 before anything is read: it is almost always a typo.
 
-One module per format (text, jsonl, parquet, csv, arrow, tar, hf) beside the shared pieces
-(base: documents, counters, errors; files: inputs and decompression; encoding: byte-order marks);
-`dispatch` picks the reader for a file. This package's namespace re-exports the public names.
+One module per format (text, jsonl, parquet, csv, arrow, tar, hf), each a `Reader` subclass
+registered by subclassing `base.Reader`, beside the shared pieces, all public (base: `Document`, the
+`Reader` interface and registry, counters, errors, decoding, record fields, byte streams; files:
+inputs, decompression, local copies; encoding: byte-order marks); no reader module imports
+another's private names. `dispatch` picks the reader for a file (`reader_for`). This package's
+namespace re-exports the public names.
 """
 
 from gptforge.data.readers.base import (
@@ -36,6 +40,7 @@ from gptforge.data.readers.base import (
     JSON_EXTS,
     MAX_KEPT_WARNINGS,
     PARQUET_EXTS,
+    READERS,
     SNIFF_BYTES,
     SUPPORTED_EXTS,
     TAR_EXTS,
@@ -43,14 +48,23 @@ from gptforge.data.readers.base import (
     BadFileError,
     BadInputError,
     Document,
+    Reader,
+    ReadOptions,
     ReadStats,
     decode_utf8,
     resolve_text_field,
     sniff_binary,
 )
-from gptforge.data.readers.dispatch import plan_text_ranges, read_documents, read_file, read_file_range
+from gptforge.data.readers.dispatch import (
+    plan_text_ranges,
+    read_documents,
+    read_file,
+    read_file_range,
+    read_format,
+    reader_for,
+)
 from gptforge.data.readers.encoding import BOMS, bom_encoding, read_text_file, text_encoding_of
 from gptforge.data.readers.files import expand_inputs, open_binary, source_size, split_suffixes
 from gptforge.data.readers.jsonl import ext_is_json
 
-__all__ = ["ARROW_EXTS", "AUTO_TEXT_FIELDS", "BINARY_INVALID_FRACTION", "BOMS", "BadFileError", "BadInputError", "COMPRESSION_EXTS", "CSV_EXTS", "Document", "HF_PREFIX", "JSON_EXTS", "MAX_KEPT_WARNINGS", "PARQUET_EXTS", "ReadStats", "SNIFF_BYTES", "SUPPORTED_EXTS", "TAR_EXTS", "TEXT_EXTS", "bom_encoding", "decode_utf8", "expand_inputs", "ext_is_json", "open_binary", "plan_text_ranges", "read_documents", "read_file", "read_file_range", "read_text_file", "resolve_text_field", "sniff_binary", "source_size", "split_suffixes", "text_encoding_of"]
+__all__ = ["ARROW_EXTS", "AUTO_TEXT_FIELDS", "BINARY_INVALID_FRACTION", "BOMS", "BadFileError", "BadInputError", "COMPRESSION_EXTS", "CSV_EXTS", "Document", "HF_PREFIX", "JSON_EXTS", "MAX_KEPT_WARNINGS", "PARQUET_EXTS", "READERS", "ReadOptions", "ReadStats", "Reader", "read_format", "reader_for", "SNIFF_BYTES", "SUPPORTED_EXTS", "TAR_EXTS", "TEXT_EXTS", "bom_encoding", "decode_utf8", "expand_inputs", "ext_is_json", "open_binary", "plan_text_ranges", "read_documents", "read_file", "read_file_range", "read_text_file", "resolve_text_field", "sniff_binary", "source_size", "split_suffixes", "text_encoding_of"]

@@ -1,12 +1,17 @@
-"""Documents, read counters, skip/refuse exceptions, and binary sniffing shared by every reader."""
+"""What every reader shares: `Document`, the `Reader` interface and its registry, read counters,
+skip/refuse exceptions, UTF-8 decoding with a count of replacements, binary sniffing, record
+fields, and the byte-stream wrappers.
+"""
 
 from __future__ import annotations
 
 import codecs
+import io
 import logging
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import Any, BinaryIO, ClassVar
 
 from gptforge.errors import InputError
 
@@ -30,8 +35,11 @@ def resolve_text_field(text_field: str, available) -> str | None:
     return None
 
 
-def _field_label(text_field: str) -> str:
+def field_label(text_field: str) -> str:
+    """`text_field` as messages name it ("any of text, story, ..." for auto)."""
     return f"any of {', '.join(AUTO_TEXT_FIELDS)}" if text_field == "auto" else repr(text_field)
+
+
 #: extensions a folder walk picks up (after removing a compression suffix).
 TEXT_EXTS = {".txt", ".md"}
 JSON_EXTS = {".jsonl", ".json"}
@@ -49,7 +57,24 @@ BINARY_INVALID_FRACTION = 0.10
 #: warnings kept verbatim in the stats (the rest are only counted).
 MAX_KEPT_WARNINGS = 50
 
-Document = dict[str, Any]
+
+
+@dataclass
+class Document:
+    """One document, as readers yield it and every curation step takes and returns it.
+
+    `id`: stable and unique within a reading: the input path (as given, normalized) plus
+    `:LINE` (JSON lines, 1-based), `#ROW` (Parquet, CSV, Arrow rows and JSON array items,
+    0-based), `@N` (pieces cut by a separator) or `/MEMBER` (tar members). `source`: the file (or
+    `hf:` dataset) it came from. `metadata`: the record's other scalar fields and what steps add
+    (`language_score`, `blocklist`). `language`: the ISO 639 code a language-ID step found.
+    """
+
+    text: str
+    id: str
+    source: str = ""
+    metadata: dict[str, Any] = field(default_factory=dict)
+    language: str | None = None
 
 
 @dataclass
@@ -68,6 +93,12 @@ class ReadStats:
     quiet: bool = False  # count without logging (a second pass over input already reported)
     strict: bool = False  # raise BadInputError instead of skipping
     encoding: str | None = None  # text files' encoding when they have no BOM (None: UTF-8)
+
+    def count_undecodable(self, replaced: int) -> None:
+        """Count `replaced` invalid UTF-8 sequences (U+FFFD now) in one document, if any."""
+        if replaced:
+            self.undecodable_sequences += replaced
+            self.documents_with_undecodable += 1
 
     def skip_file(self, reason: str, message: str) -> None:
         if self.strict:
@@ -148,7 +179,8 @@ class _ReplaceCounter:
         return "\ufffd", exc.end
 
 
-_REPLACE = _ReplaceCounter()
+#: the process's counting error handler: `errors=REPLACE_COUNTER.name`, count `REPLACE_COUNTER.count`.
+REPLACE_COUNTER = _ReplaceCounter()
 
 
 def decode_utf8(data: bytes) -> tuple[str, int]:
@@ -156,9 +188,9 @@ def decode_utf8(data: bytes) -> tuple[str, int]:
 
     Returns (text, number of invalid sequences replaced).
     """
-    before = _REPLACE.count
-    text = data.decode("utf-8", errors=_REPLACE.name)
-    return text, _REPLACE.count - before
+    before = REPLACE_COUNTER.count
+    text = data.decode("utf-8", errors=REPLACE_COUNTER.name)
+    return text, REPLACE_COUNTER.count - before
 
 
 def sniff_binary(head: bytes) -> str | None:
@@ -171,16 +203,17 @@ def sniff_binary(head: bytes) -> str | None:
         return "contains NUL bytes"
     if not head:
         return None
-    decoder = codecs.getincrementaldecoder("utf-8")(errors=_REPLACE.name)
-    before = _REPLACE.count
+    decoder = codecs.getincrementaldecoder("utf-8")(errors=REPLACE_COUNTER.name)
+    before = REPLACE_COUNTER.count
     decoder.decode(head, final=False)  # a multi-byte character cut at the end is not an error
-    invalid = _REPLACE.count - before
+    invalid = REPLACE_COUNTER.count - before
     if invalid / len(head) > BINARY_INVALID_FRACTION:
         return f"{invalid} invalid UTF-8 sequences in its first {len(head)} bytes"
     return None
 
 
-def _sniff_stream(fh: BinaryIO, path: Path) -> bytes:
+def sniff_stream(fh: BinaryIO, path: Path) -> bytes:
+    """The first `SNIFF_BYTES` of `fh`, refused with `BadFileError` ("binary") when they look binary."""
     head = fh.read(SNIFF_BYTES)
     why = sniff_binary(head)
     if why:
@@ -189,8 +222,8 @@ def _sniff_stream(fh: BinaryIO, path: Path) -> bytes:
     return head
 
 
-#: byte-order marks that name an encoding, longest first (UTF-32 LE's starts like UTF-16 LE's).
-def _text_of(record: Any, text_field: str, where: str, stats: ReadStats) -> str | None:
+def text_of(record: Any, text_field: str, where: str, stats: ReadStats) -> str | None:
+    """A record's text, or None (skipped and counted in `stats`) when it has none."""
     if not isinstance(record, dict):
         stats.skip_record("not_an_object", f"{where}: skipping a JSON {type(record).__name__}, "
                           f"expected an object with a {text_field!r} field")
@@ -199,7 +232,7 @@ def _text_of(record: Any, text_field: str, where: str, stats: ReadStats) -> str 
     if name is None:
         keys = ", ".join(list(record)[:8])
         stats.skip_record("missing_field", f"{where}: skipping a record without the text field "
-                          f"{_field_label(text_field)} (its fields: {keys}); choose the field with --text-field")
+                          f"{field_label(text_field)} (its fields: {keys}); choose the field with --text-field")
         return None
     text = record[name]
     if not isinstance(text, str):
@@ -209,8 +242,117 @@ def _text_of(record: Any, text_field: str, where: str, stats: ReadStats) -> str 
     return text
 
 
-def _meta_of(record: dict, text_field: str, source: str) -> dict[str, Any]:
+def metadata_of(record: dict, text_field: str) -> dict[str, Any]:
+    """A record's scalar fields other than its text, as a document's metadata."""
     name = resolve_text_field(text_field, record)
-    meta = {k: v for k, v in record.items() if k != name and isinstance(v, (str, int, float, bool))}
-    meta["source"] = source
-    return meta
+    return {k: v for k, v in record.items() if k != name and isinstance(v, (str, int, float, bool))}
+
+
+def column_documents(path: Path, values: list[Any], first_row: int, column: str, stats: ReadStats,
+                     reason: str) -> Iterator[Document]:
+    """Documents `PATH#ROW` of one column's values (a Parquet row group, an Arrow batch), rows
+    numbered from `first_row`; a value that is not a string is skipped and counted under `reason`."""
+    for k, value in enumerate(values):
+        row = first_row + k
+        if not isinstance(value, str):
+            what = "null" if value is None else type(value).__name__
+            stats.skip_record(reason, f"{path}#{row}: skipping a row whose {column!r} is {what}")
+            continue
+        stats.documents += 1
+        yield Document(value, f"{path}#{row}", str(path))
+
+
+# --------------------------------------------------------------------------------------------
+# Byte streams
+# --------------------------------------------------------------------------------------------
+
+
+class RawWrapper(io.RawIOBase):
+    """What the readers' byte streams share: readable, and closing one closes the file object
+    it reads (`self._fh`, set by the subclass's __init__) unless the subclass sets `_owns` False.
+    Subclasses define `readinto`."""
+
+    _owns = True
+
+    def readable(self) -> bool:
+        return True
+
+    def close(self) -> None:
+        try:
+            fh = getattr(self, "_fh", None)  # None when __init__ failed before opening it
+            if self._owns and fh is not None:
+                fh.close()
+        finally:
+            super().close()
+
+
+class Prefixed(RawWrapper):
+    """A raw stream that first returns `head` (already sniffed) then the rest of `fh`; with
+    `owns`, closing it closes `fh` too (a peeked one-shot stream)."""
+
+    def __init__(self, head: bytes, fh: BinaryIO, owns: bool = False):
+        self._head = memoryview(head)
+        self._fh, self._owns = fh, owns
+
+    def readinto(self, b) -> int:  # type: ignore[override]
+        if self._head.nbytes:
+            n = min(len(b), self._head.nbytes)
+            b[:n] = self._head[:n]
+            self._head = self._head[n:]
+            return n
+        data = self._fh.read(len(b))
+        n = len(data)
+        b[:n] = data
+        return n
+
+
+# --------------------------------------------------------------------------------------------
+# The reader interface
+# --------------------------------------------------------------------------------------------
+
+#: opens the (decompressed, UTF-8) bytes of a file that is not on disk as such (a tar member).
+Opener = Callable[[], BinaryIO]
+
+
+@dataclass(frozen=True)
+class ReadOptions:
+    """What a reader is told besides the file: the record field or column with the text, and the
+    string that cuts a text file into documents."""
+
+    text_field: str = "text"
+    doc_separator: str | None = None
+
+
+class Reader:
+    """One input format. A subclass names its `extensions` (after a compression suffix), may
+    recognize its files by their first bytes (`sniff`, for names without a known extension),
+    says whether its bytes are text to re-encode as UTF-8 first (`transcode`: UTF-16/32 with a
+    byte-order mark, `--encoding`), and yields the file's documents from `read`, counting into
+    `stats` and raising `BadFileError` for a file it cannot read at all. Defining a subclass
+    registers it in `READERS` (`registered=False` leaves it out: a reader chosen otherwise, such
+    as `hf:` names), which `readers.dispatch` chooses from.
+    """
+
+    extensions: ClassVar[frozenset[str]] = frozenset()
+    transcode: ClassVar[bool] = True
+
+    def __init__(self, dispatch: Callable[..., Iterator[Document]] | None = None):
+        #: what reads the members of a container format (`dispatch.read_format`; tar archives).
+        self.dispatch = dispatch
+
+    def __init_subclass__(cls, registered: bool = True, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if registered:
+            READERS.append(cls)
+
+    @classmethod
+    def sniff(cls, head: bytes) -> bool:
+        """Whether `head` (a file's first bytes, up to 512) is this format's."""
+        return False
+
+    def read(self, path: Path, stats: ReadStats, options: ReadOptions, opener: Opener | None = None) -> Iterator[Document]:
+        raise NotImplementedError(f"{type(self).__name__}.read")
+
+
+#: every registered reader class, in definition order (`Reader.__init_subclass__`).
+READERS: list[type[Reader]] = []

@@ -7,17 +7,9 @@ import logging
 from collections.abc import Iterator
 from pathlib import Path
 
-from gptforge.data.readers.base import (
-    _REPLACE,
-    BadFileError,
-    Document,
-    ReadStats,
-    _field_label,
-    _sniff_stream,
-    resolve_text_field,
-)
+import gptforge.data.readers.base as base
+from gptforge.data.readers.base import Document, Opener, Reader, ReadOptions, ReadStats
 from gptforge.data.readers.files import open_binary
-from gptforge.data.readers.jsonl import _Prefixed
 
 log = logging.getLogger("gptforge.data")
 
@@ -45,7 +37,16 @@ class _PushbackLines:
         self.line -= len(lines)
 
 
-def _read_csv(path: Path, stats: ReadStats, text_field: str, opener=None) -> Iterator[Document]:
+class CsvReader(Reader):
+    """One document per row (`PATH#ROW`), the other cells its metadata (see `read_csv`)."""
+
+    extensions = frozenset(base.CSV_EXTS)
+
+    def read(self, path: Path, stats: ReadStats, options: ReadOptions, opener: Opener | None = None) -> Iterator[Document]:
+        return read_csv(path, stats, options.text_field, opener)
+
+
+def read_csv(path: Path, stats: ReadStats, text_field: str, opener: Opener | None = None) -> Iterator[Document]:
     """One document per CSV row (header row first); ids `PATH#ROW`, ROW 0-based after the header.
 
     Parsed strictly (`csv` with strict=True): a row that does not parse, or whose cell count is
@@ -59,9 +60,9 @@ def _read_csv(path: Path, stats: ReadStats, text_field: str, opener=None) -> Ite
 
     csv.field_size_limit(sys.maxsize)  # real corpora hold whole articles in one cell
     with (opener() if opener else open_binary(path)) as fh:
-        head = _sniff_stream(fh, path)
-        text = io.TextIOWrapper(io.BufferedReader(_Prefixed(head, fh)), encoding="utf-8",
-                                errors=_REPLACE.name, newline="")
+        head = base.sniff_stream(fh, path)
+        text = io.TextIOWrapper(io.BufferedReader(base.Prefixed(head, fh)), encoding="utf-8",
+                                errors=base.REPLACE_COUNTER.name, newline="")
         lines = _PushbackLines(iter(text))
         reader = csv.reader(lines, strict=True)
         try:
@@ -69,10 +70,10 @@ def _read_csv(path: Path, stats: ReadStats, text_field: str, opener=None) -> Ite
         except StopIteration:
             return
         except csv.Error as e:
-            raise BadFileError("bad_csv", f"{path}:1: not a readable CSV header ({e})") from e
-        name = resolve_text_field(text_field, header)
+            raise base.BadFileError("bad_csv", f"{path}:1: not a readable CSV header ({e})") from e
+        name = base.resolve_text_field(text_field, header)
         if name is None:
-            raise BadFileError("missing_field", f"{path}: no column {_field_label(text_field)} (columns: "
+            raise base.BadFileError("missing_field", f"{path}: no column {base.field_label(text_field)} (columns: "
                                f"{', '.join(header[:12])}); choose the column with --text-field")
         col = header.index(name)
         row = -1
@@ -94,8 +95,7 @@ def _read_csv(path: Path, stats: ReadStats, text_field: str, opener=None) -> Ite
             if problem is None:
                 stats.documents += 1
                 meta = {h: v for h, v in zip(header, values) if h != name}
-                meta["source"] = str(path)
-                yield {"id": f"{path}#{row}", "text": values[col], "meta": meta}
+                yield Document(values[col], f"{path}#{row}", str(path), meta)
                 continue
             span = f" (a record over lines {start}-{lines.line}: an unclosed quote?)" if len(lines.taken) > 1 else ""
             stats.skip_record("bad_csv", f"{path}:{start}: skipping a malformed CSV row: it {problem}{span}")

@@ -1,4 +1,5 @@
-"""One file to documents: choose the reader by extension, skip and count what cannot be read."""
+"""One file to documents: choose the reader (by extension, else by sniffed content, else text),
+skip and count what cannot be read."""
 
 from __future__ import annotations
 
@@ -6,28 +7,31 @@ import logging
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
-from gptforge.data.readers.arrow import _read_arrow
+from gptforge.data.readers.arrow import ArrowReader
 from gptforge.data.readers.base import (
-    ARROW_EXTS,
-    CSV_EXTS,
     HF_PREFIX,
-    JSON_EXTS,
-    PARQUET_EXTS,
+    READERS,
     SNIFF_BYTES,
-    TAR_EXTS,
     BadFileError,
     BadInputError,
     Document,
+    Opener,
+    Reader,
+    ReadOptions,
     ReadStats,
+    sniff_binary,
 )
-from gptforge.data.readers.csv import _read_csv
-from gptforge.data.readers.encoding import _transcoding_opener
-from gptforge.data.readers.files import _TruncatedArchive, expand_inputs, open_binary, split_suffixes
-from gptforge.data.readers.hf import _read_hf
-from gptforge.data.readers.jsonl import _read_json
-from gptforge.data.readers.parquet import _read_parquet
-from gptforge.data.readers.tar import _read_tar
-from gptforge.data.readers.text import _read_text, read_text_range, separator_ranges
+from gptforge.data.readers.csv import CsvReader
+from gptforge.data.readers.encoding import text_encoding_of, transcoding_opener
+from gptforge.data.readers.files import TruncatedArchive, expand_inputs, open_binary, split_suffixes
+from gptforge.data.readers.hf import HFReader
+from gptforge.data.readers.jsonl import JsonReader
+from gptforge.data.readers.parquet import ParquetReader
+from gptforge.data.readers.tar import TarReader
+from gptforge.data.readers.text import TextReader, read_text_range, separator_ranges
+
+#: the built-in readers, registered when their classes are defined (`base.Reader`).
+BUILTIN_READERS = (TextReader, JsonReader, CsvReader, ParquetReader, ArrowReader, TarReader)
 
 log = logging.getLogger("gptforge.data")
 
@@ -43,15 +47,16 @@ def read_file(path: Path, stats: ReadStats, text_field: str = "text",
     """
     ext, comp = split_suffixes(path)
     try:
+        options = ReadOptions(text_field, doc_separator)
         if str(path).startswith(HF_PREFIX):
-            yield from _read_hf(str(path), stats, text_field)
+            yield from HFReader().read(path, stats, options)
         else:
             stats.input_bytes += path.stat().st_size
-            yield from _read_format(path, ext, stats, text_field, doc_separator)
+            yield from read_format(path, ext, stats, options)
         stats.files_read += 1
     except BadFileError as e:
         stats.skip_file(e.reason, f"skipping {e}")
-    except _TruncatedArchive as e:
+    except TruncatedArchive as e:
         if stats.strict:
             raise BadInputError(f"{e} (--strict: stopping)") from e
         stats.files_truncated += 1
@@ -90,13 +95,10 @@ def plan_text_ranges(path: Path, doc_separator: str | None, encoding: str | None
     (decompressed in 4 MB chunks, cut at the separator as it comes). Without a separator a file
     is one document and is never cut here (its tokenization is, `gptforge.data.windows`).
     """
-    from gptforge.data.readers.base import sniff_binary
-    from gptforge.data.readers.encoding import text_encoding_of
-
     if not doc_separator or str(path).startswith(HF_PREFIX):
         return None
     ext, comp = split_suffixes(path)
-    if comp or ext in PARQUET_EXTS | ARROW_EXTS | JSON_EXTS | CSV_EXTS | TAR_EXTS:
+    if comp or reader_for(ext) is not TextReader:
         return None
     try:
         if path.stat().st_size <= 2 * target_bytes:
@@ -111,26 +113,31 @@ def plan_text_ranges(path: Path, doc_separator: str | None, encoding: str | None
     return ranges if len(ranges) > 1 else None
 
 
-def _read_format(path: Path, ext: str, stats: ReadStats, text_field: str, doc_separator: str | None,
-                 opener=None) -> Iterator[Document]:
-    """Dispatch on the format extension; `opener()` gives the (decompressed) bytes when `path`
-    is not a real file (a tar member). Text formats (.txt, .md, .jsonl, .json, .csv, unknown
-    extensions) with a UTF-16/32 BOM, or in `stats.encoding`, are read as UTF-8 re-encoded."""
-    if ext not in PARQUET_EXTS and ext not in ARROW_EXTS and ext not in TAR_EXTS:
-        opener = _transcoding_opener(path, stats, opener)
-    if ext in PARQUET_EXTS:
-        yield from _read_parquet(path, stats, text_field, opener)
-    elif ext in ARROW_EXTS:
-        yield from _read_arrow(path, stats, text_field, opener)
-    elif ext in JSON_EXTS:
-        yield from _read_json(path, stats, text_field, opener)
-    elif ext in CSV_EXTS:
-        yield from _read_csv(path, stats, text_field, opener)
-    elif ext in TAR_EXTS:
-        with (opener() if opener else open_binary(path)) as fh:
-            yield from _read_tar(path, fh, stats, text_field, doc_separator, _read_format)
-    else:
-        yield from _read_text(path, stats, doc_separator, opener)
+def reader_for(ext: str, head: bytes | None = None) -> type[Reader]:
+    """The reader of a file with format extension `ext`: the registered one for it, else (given
+    the file's first bytes `head`) the first whose `sniff` claims them, else `TextReader`."""
+    for cls in READERS:
+        if ext in cls.extensions:
+            return cls
+    if head:
+        for cls in READERS:
+            if cls.sniff(head):
+                return cls
+    return TextReader
+
+
+def read_format(path: Path, ext: str, stats: ReadStats, options: ReadOptions, opener: Opener | None = None,
+                head: bytes | None = None) -> Iterator[Document]:
+    """The documents of one file by its reader (`reader_for`); `opener()` gives the (decompressed)
+    bytes when `path` is not a real file (a tar member, whose first bytes are `head`). A text
+    format's bytes with a UTF-16/32 BOM, or in `stats.encoding`, are read as UTF-8 re-encoded."""
+    if head is None and opener is None and not any(ext in cls.extensions for cls in READERS):
+        with open_binary(path) as fh:  # a name without a known extension: sniff its content
+            head = fh.read(512)
+    cls = reader_for(ext, head)
+    if cls.transcode:
+        opener = transcoding_opener(path, stats, opener)
+    yield from cls(dispatch=read_format).read(path, stats, options, opener)
 
 
 def read_documents(inputs: Iterable[str | Path], stats: ReadStats | None = None,

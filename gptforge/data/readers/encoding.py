@@ -8,9 +8,8 @@ import logging
 from pathlib import Path
 from typing import BinaryIO
 
-from gptforge.data.readers.base import BadFileError, ReadStats, _sniff_stream, decode_utf8
-from gptforge.data.readers.files import RawWrapper, open_binary
-from gptforge.data.readers.jsonl import _Prefixed
+from gptforge.data.readers.base import BadFileError, Prefixed, RawWrapper, ReadStats, decode_utf8, sniff_stream
+from gptforge.data.readers.files import open_binary
 from gptforge.errors import InputError
 
 log = logging.getLogger("gptforge.data")
@@ -65,7 +64,7 @@ def text_encoding_of(head: bytes, encoding: str | None = None) -> str | None:
     return None
 
 
-def _transcoding_opener(path: Path, stats: ReadStats, opener=None):
+def transcoding_opener(path: Path, stats: ReadStats, opener=None):
     """`opener` (or one for `path`) that yields UTF-8 when the file has a UTF-16/32 BOM or
     `stats.encoding` names another encoding; the same opener otherwise.
 
@@ -82,7 +81,7 @@ def _transcoding_opener(path: Path, stats: ReadStats, opener=None):
     fh = opener()
     head = fh.read(4)
     enc = text_encoding_of(head, stats.encoding)
-    stream: io.RawIOBase = _Prefixed(head, fh, owns=True)
+    stream: io.RawIOBase = Prefixed(head, fh, owns=True)
     if enc is not None:
         stream = _Utf8Transcoder(io.BufferedReader(stream), enc)  # type: ignore[arg-type]
     return lambda: io.BufferedReader(stream, buffer_size=1 << 20)
@@ -113,10 +112,10 @@ def read_text_file(path: str | Path, encoding: str | None = None) -> str:
             raise InputError(f"--encoding {encoding!r}: not an encoding Python knows (e.g. utf-8, utf-16-le, "
                              f"latin-1, cp1252)") from e
     stats = ReadStats(quiet=True, strict=True, encoding=encoding)
-    opener = _transcoding_opener(path, stats) or (lambda: open_binary(path))
+    opener = transcoding_opener(path, stats) or (lambda: open_binary(path))
     with opener() as fh:
         try:
-            head = _sniff_stream(fh, path)
+            head = sniff_stream(fh, path)
         except BadFileError as e:
             raise InputError(f"{e}; not scored as text") from e
         data = head + fh.read()

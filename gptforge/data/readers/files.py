@@ -2,17 +2,20 @@
 
 from __future__ import annotations
 
+import contextlib
 import glob
 import io
 import logging
 import os
+import shutil
+import tempfile
 import zlib
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import BinaryIO
 
-from gptforge.data.readers.base import COMPRESSION_EXTS, HF_PREFIX, SUPPORTED_EXTS
-from gptforge.data.readers.hf import _hf_dataset_folder
+from gptforge.data.readers.base import COMPRESSION_EXTS, HF_PREFIX, SUPPORTED_EXTS, RawWrapper
+from gptforge.data.readers.hf import hf_dataset_folder
 
 log = logging.getLogger("gptforge.data")
 
@@ -89,7 +92,7 @@ def _walk(folder: Path) -> list[Path]:
     found = []
     keys: dict[Path, tuple[str, ...]] = {}
     for root, dirs, names in os.walk(folder):
-        hf = _hf_dataset_folder(root, names)
+        hf = hf_dataset_folder(root, names)
         if hf is not None:
             for i, f in enumerate(hf):
                 keys[f] = f.parent.parts + (f"\x00{i:09d}",)
@@ -112,35 +115,16 @@ def _walk(folder: Path) -> list[Path]:
 # --------------------------------------------------------------------------------------------
 
 
-class _TruncatedArchive(Exception):
-    pass
+class TruncatedArchive(Exception):
+    """A compressed file or tar archive damaged or cut short (the readable part before it was read)."""
 
 
-class RawWrapper(io.RawIOBase):
-    """What the readers' byte streams share: readable, and closing one closes the file object
-    it reads (`self._fh`, set by the subclass's __init__) unless the subclass sets `_owns` False.
-    Subclasses define `readinto`."""
-
-    _owns = True
-
-    def readable(self) -> bool:
-        return True
-
-    def close(self) -> None:
-        try:
-            fh = getattr(self, "_fh", None)  # None when __init__ failed before opening it
-            if self._owns and fh is not None:
-                fh.close()
-        finally:
-            super().close()
-
-
-class _DecompressRaw(RawWrapper):
+class DecompressRaw(RawWrapper):
     """Streaming decompression (gzip or zstd) that keeps everything before a damaged spot.
 
     Compressed bytes are fed in 256 KiB chunks to a decompress object; the output is served as
     it comes, so a truncated archive yields all the text before the cut and then raises
-    `_TruncatedArchive`. Each member/frame must reach its end marker (zstandard's own
+    `TruncatedArchive`. Each member/frame must reach its end marker (zstandard's own
     `stream_reader` ends quietly at a cut-off frame, which would pass a half-written archive
     off as complete). Concatenated members/frames (`cat a.gz b.gz`) are read in turn.
     """
@@ -179,7 +163,7 @@ class _DecompressRaw(RawWrapper):
             try:
                 out = self._dobj.decompress(chunk)
             except self._errors as e:
-                raise _TruncatedArchive(f"{self._path}: damaged {self._kind} archive ({e})") from e
+                raise TruncatedArchive(f"{self._path}: damaged {self._kind} archive ({e})") from e
             self._buf = self._buf[self._pos:] + out if self._pos < len(self._buf) else out
             self._pos = 0
             self._fed = True
@@ -198,7 +182,7 @@ class _DecompressRaw(RawWrapper):
             if not chunk:
                 self._done = True
                 if self._fed:
-                    raise _TruncatedArchive(f"{self._path}: truncated {self._kind} archive "
+                    raise TruncatedArchive(f"{self._path}: truncated {self._kind} archive "
                                             f"(it ends before its end-of-stream marker)")
                 break
             self._feed(chunk)
@@ -213,13 +197,29 @@ class _DecompressRaw(RawWrapper):
 def open_binary(path: Path) -> BinaryIO:
     """Open `path` for reading bytes, decompressing `.gz`/`.zst` on the fly (streaming).
 
-    Reading a damaged or truncated archive raises `_TruncatedArchive` at the damage.
+    Reading a damaged or truncated archive raises `TruncatedArchive` at the damage.
     """
     comp = split_suffixes(path)[1]
     if comp not in COMPRESSION_EXTS:
         return open(path, "rb")
-    raw = _DecompressRaw(path, comp)
+    raw = DecompressRaw(path, comp)
     return io.BufferedReader(raw, buffer_size=1 << 20)  # type: ignore[return-value]
+
+
+@contextlib.contextmanager
+def local_copy(path: Path, opener: Callable[[], BinaryIO] | None, suffix: str, needed: bool) -> Iterator[Path]:
+    """`path` itself, or with `needed` a temporary file holding its (decompressed) bytes, for
+    formats that need random access (Parquet's footer, Arrow's memory map); removed after."""
+    if not needed:
+        yield path
+        return
+    fd, tmp = tempfile.mkstemp(suffix=suffix, prefix="gptforge-")
+    try:
+        with os.fdopen(fd, "wb") as out, (opener() if opener else open_binary(path)) as src:
+            shutil.copyfileobj(src, out, 1 << 20)
+        yield Path(tmp)
+    finally:
+        os.unlink(tmp)
 
 
 def source_size(path: str | Path) -> int:

@@ -8,23 +8,39 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import BinaryIO
 
-from gptforge.data.readers.base import BadFileError, Document, ReadStats
-from gptforge.data.readers.files import _DecompressRaw, _TruncatedArchive, split_suffixes
-from gptforge.data.readers.jsonl import _Prefixed
+import gptforge.data.readers.base as base
+from gptforge.data.readers.base import Document, Opener, Reader, ReadOptions, ReadStats
+from gptforge.data.readers.files import DecompressRaw, TruncatedArchive, open_binary, split_suffixes
 
 log = logging.getLogger("gptforge.data")
 
 
-def _read_tar(path: Path, fh: BinaryIO, stats: ReadStats, text_field: str,
-              doc_separator: str | None, read_format) -> Iterator[Document]:
+class TarReader(Reader):
     """Members of a tar archive read as files of their own (ids `ARCHIVE/MEMBER...`), streamed.
 
     Compressed members are decompressed; a member that is itself a tar archive (OpenWebText:
-    `.xz` files holding tars of `.txt`) is read recursively. A member without a known extension
-    is read as text (`read_format` is the dispatcher, `dispatch._read_format`). A cut compressed archive is detected and counted (`files_truncated`), but
-    Python's `tarfile` ends a plain tar stream quietly at a cut: the complete members before it
-    are read, the cut member is not, and the truncation is not reported.
+    `.xz` files holding tars of `.txt`) is read recursively. A member is read by the reader of
+    its extension, or of its sniffed content (`dispatch.read_format`; text when none claims it).
+    A cut compressed archive is detected and counted (`files_truncated`), but Python's `tarfile`
+    ends a plain tar stream quietly at a cut: the complete members before it are read, the cut
+    member is not, and the truncation is not reported.
     """
+
+    extensions = frozenset(base.TAR_EXTS)
+    transcode = False
+
+    @classmethod
+    def sniff(cls, head: bytes) -> bool:
+        return len(head) >= 262 and head[257:262] == b"ustar"
+
+    def read(self, path: Path, stats: ReadStats, options: ReadOptions, opener: Opener | None = None) -> Iterator[Document]:
+        if self.dispatch is None:
+            raise ValueError("TarReader reads its members through a dispatcher: make it with dispatch=read_format")
+        with (opener() if opener else open_binary(path)) as fh:
+            yield from _read_tar(path, fh, stats, options, self.dispatch)
+
+
+def _read_tar(path: Path, fh: BinaryIO, stats: ReadStats, options: ReadOptions, read_format) -> Iterator[Document]:
     import tarfile
 
     try:
@@ -37,20 +53,20 @@ def _read_tar(path: Path, fh: BinaryIO, stats: ReadStats, text_field: str,
             raw = tar.extractfile(member)
             if raw is None:
                 continue
-            stream: BinaryIO = (io.BufferedReader(_DecompressRaw(name, comp, fileobj=raw), buffer_size=1 << 20)  # type: ignore[assignment]
+            stream: BinaryIO = (io.BufferedReader(DecompressRaw(name, comp, fileobj=raw), buffer_size=1 << 20)  # type: ignore[assignment]
                                 if comp else raw)
             head = stream.read(512)
-            body = io.BufferedReader(_Prefixed(head, stream), buffer_size=1 << 20)
-            if len(head) >= 262 and head[257:262] == b"ustar":
-                yield from _read_tar(name, body, stats, text_field, doc_separator, read_format)  # type: ignore[arg-type]
+            body = io.BufferedReader(base.Prefixed(head, stream), buffer_size=1 << 20)
+            if TarReader.sniff(head):
+                yield from _read_tar(name, body, stats, options, read_format)  # type: ignore[arg-type]
                 continue
             opened = [False]
 
             def opener(b=body):
                 if opened[0]:
-                    raise BadFileError("unreadable", f"{name}: a tar member can be read once")
+                    raise base.BadFileError("unreadable", f"{name}: a tar member can be read once")
                 opened[0] = True
                 return b
-            yield from read_format(name, ext, stats, text_field, doc_separator, opener)
+            yield from read_format(name, ext, stats, options, opener, head)
     except tarfile.TarError as e:
-        raise _TruncatedArchive(f"{path}: damaged tar archive ({e})") from e
+        raise TruncatedArchive(f"{path}: damaged tar archive ({e})") from e

@@ -8,45 +8,51 @@ import logging
 from collections.abc import Iterator
 from pathlib import Path
 
-from gptforge.data.readers.base import _REPLACE, Document, ReadStats, _sniff_stream, decode_utf8
-from gptforge.data.readers.files import RawWrapper, open_binary
+import gptforge.data.readers.base as base
+from gptforge.data.readers.base import Document, Opener, Reader, ReadOptions, ReadStats
+from gptforge.data.readers.files import open_binary
 
 log = logging.getLogger("gptforge.data")
 
 
-def _read_text(path: Path, stats: ReadStats, doc_separator: str | None = None, opener=None) -> Iterator[Document]:
-    if doc_separator:
-        yield from _read_text_separated(path, stats, doc_separator, opener)
-        return
-    with (opener() if opener else open_binary(path)) as fh:
-        head = _sniff_stream(fh, path)
-        data = head + fh.read()
-    text, bad = decode_utf8(data)
-    if bad:
-        stats.undecodable_sequences += bad
-        stats.documents_with_undecodable += 1
-    stats.documents += 1
-    yield {"id": str(path), "text": text, "meta": {"source": str(path)}}
+class TextReader(Reader):
+    """One document per file (id: the path), or one per piece between separators (`PATH@N`).
+
+    Also the reader of files whose name has no known extension and whose bytes no reader claims."""
+
+    extensions = frozenset(base.TEXT_EXTS)
+
+    def read(self, path: Path, stats: ReadStats, options: ReadOptions, opener: Opener | None = None) -> Iterator[Document]:
+        if options.doc_separator:
+            yield from read_text_separated(path, stats, options.doc_separator, opener)
+            return
+        with (opener() if opener else open_binary(path)) as fh:
+            head = base.sniff_stream(fh, path)
+            data = head + fh.read()
+        text, bad = base.decode_utf8(data)
+        stats.count_undecodable(bad)
+        stats.documents += 1
+        yield Document(text, str(path), str(path))
 
 
-def _read_text_separated(path: Path, stats: ReadStats, separator: str, opener=None,
-                         first_piece: int = 0) -> Iterator[Document]:
+def read_text_separated(path: Path, stats: ReadStats, separator: str, opener: Opener | None = None,
+                        first_piece: int = 0) -> Iterator[Document]:
     """Documents of a text file cut at `separator` (streamed: the file is never held whole).
 
     Ids are `PATH@N`, N the 0-based piece number counting empty pieces too, so an id does not
     change when another piece becomes empty; `first_piece`: the number of the first piece (a
     byte range of the file starts after that many separators).
     """
-    decoder = codecs.getincrementaldecoder("utf-8")(errors=_REPLACE.name)
+    decoder = codecs.getincrementaldecoder("utf-8")(errors=base.REPLACE_COUNTER.name)
     with (opener() if opener else open_binary(path)) as fh:
-        chunk = _sniff_stream(fh, path)
+        chunk = base.sniff_stream(fh, path)
         rest = ""
         piece = first_piece
         while True:
-            before = _REPLACE.count
+            before = base.REPLACE_COUNTER.count
             final = not chunk
             rest += decoder.decode(chunk, final=final)
-            bad = _REPLACE.count - before
+            bad = base.REPLACE_COUNTER.count - before
             if bad:  # attributed to the piece being read; close enough for a count
                 stats.undecodable_sequences += bad
                 stats.documents_with_undecodable += 1
@@ -55,14 +61,14 @@ def _read_text_separated(path: Path, stats: ReadStats, separator: str, opener=No
             for text in parts:
                 if text.strip():
                     stats.documents += 1
-                    yield {"id": f"{path}@{piece}", "text": text, "meta": {"source": str(path)}}
+                    yield Document(text, f"{path}@{piece}", str(path))
                 piece += 1
             if final:
                 break
             chunk = fh.read(4 << 20)
 
 
-class _Range(RawWrapper):
+class _Range(base.RawWrapper):
     """Bytes [start, end) of a file, as a stream."""
 
     def __init__(self, path: Path, start: int, end: int):
@@ -84,7 +90,7 @@ def separator_ranges(path: Path, separator: str, target_bytes: int) -> list[tupl
     """Byte ranges of an uncompressed UTF-8 text file, each about `target_bytes`, cut just after a separator.
 
     Returns [(start, end, separators before start)]: reading each range with
-    `_read_text_separated(..., first_piece=that count)` gives the documents, ids included, that
+    `read_text_separated(..., first_piece=that count)` gives the documents, ids included, that
     reading the whole file gives (the separator's UTF-8 bytes are found left to right without
     overlap, as `str.split` finds it; a UTF-8 decoder never joins an ASCII or lead byte to an
     invalid sequence before it). One range [(0, size, 0)] when the file is small or has no
@@ -124,6 +130,6 @@ def read_text_range(path: Path, stats: ReadStats, separator: str, start: int, en
                     first_piece: int) -> Iterator[Document]:
     """The documents of bytes [start, end) of an uncompressed UTF-8 text file cut at `separator`
     (a range from `separator_ranges`), with the ids the whole file's reading gives them."""
-    yield from _read_text_separated(path, stats, separator,
+    yield from read_text_separated(path, stats, separator,
                                     lambda: io.BufferedReader(_Range(path, start, end), buffer_size=1 << 20),
                                     first_piece)

@@ -1,0 +1,153 @@
+"""Worker processes for prepare's per-shard tasks: one pool per run, tasks skipped when done.
+
+`run_tasks` is the one executor of every phase: it runs a task function over the tasks whose
+result is not yet in the work folder, in this process (one worker) or in spawned processes
+that die with their parent. A task writes its own result files; the order in which tasks
+finish never changes an output.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import os
+import sys
+import time
+from collections.abc import Callable
+from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+from pathlib import Path
+from typing import Any
+
+
+def default_workers() -> int:
+    """The CPU cores this process may run on (`--workers 0`)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # macOS, Windows
+        return os.cpu_count() or 1
+
+
+class WorkerPool:
+    """Worker processes shared by every phase of one run (spawned once, on first need).
+
+    Spawning a worker costs an interpreter start and the imports (~0.5 s per worker, more on a
+    loaded machine); one pool per phase paid that three times, which on a small corpus cost as
+    much as the work. With `workers` <= 1 no process is started and tasks run in this one.
+    Use as a context manager; leaving it shuts the processes down.
+    """
+
+    def __init__(self, workers: int, lock_folder: str | Path | None = None):
+        self.workers = max(1, int(workers))
+        self.lock_folder = str(lock_folder) if lock_folder is not None else None
+        self._pool: ProcessPoolExecutor | None = None
+
+    def executor(self) -> ProcessPoolExecutor:
+        if self._pool is None:
+            import multiprocessing as mp
+
+            # spawn: forking a process whose Rust thread pools (tokenizers, rensa) already ran can deadlock.
+            self._pool = ProcessPoolExecutor(self.workers, mp_context=mp.get_context("spawn"), initializer=_worker_init,
+                                             initargs=(os.getpid(), self.lock_folder))
+        return self._pool
+
+    def close(self, cancel: bool = False) -> None:
+        if self._pool is not None:
+            self._pool.shutdown(wait=True, cancel_futures=cancel)
+            self._pool = None
+
+    def __enter__(self) -> WorkerPool:
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        self.close(cancel=exc_type is not None)
+
+
+def run_tasks(fn: Callable[[dict[str, Any]], dict[str, Any]], tasks: list[dict[str, Any]], done: Callable[[int], bool],
+              workers: int | WorkerPool, progress: Any = None, description: str = "") -> None:
+    """Run `fn(task)` for every task whose index is not `done`, in `workers` processes.
+
+    `workers` is a count (a pool is made for this call) or a `WorkerPool` shared between calls.
+    Each task writes its own result files; this only schedules. Results are not needed in
+    order because they are files named by shard index. A Ctrl-C cancels what has not started
+    (finished shards stay done for the next run).
+    """
+    todo = [t for t in tasks if not done(t["index"])]
+    bar = progress.add_task(description, total=len(tasks), completed=len(tasks) - len(todo),
+                            info=f"{len(tasks) - len(todo)} reused" if len(todo) < len(tasks) else "") if progress else None
+    if not todo:
+        return
+    n = workers.workers if isinstance(workers, WorkerPool) else max(1, int(workers))
+    if n <= 1 or len(todo) == 1:
+        for t in todo:
+            fn(t)
+            if bar is not None:
+                progress.advance(bar)
+        return
+    if not isinstance(workers, WorkerPool):
+        with WorkerPool(n) as own:
+            return run_tasks(fn, tasks, done, own, progress, description)
+    pool = workers.executor()
+    pending = set()
+    it = iter(todo)
+    try:
+        for t in itertools.islice(it, 2 * n):
+            pending.add(pool.submit(fn, t))
+        while pending:
+            finished, pending = wait(pending, return_when=FIRST_COMPLETED)
+            for fut in finished:
+                fut.result()
+                if bar is not None:
+                    progress.advance(bar)
+                nxt = next(it, None)
+                if nxt is not None:
+                    pending.add(pool.submit(fn, nxt))
+    except BaseException:
+        for fut in pending:
+            fut.cancel()
+        raise
+
+
+#: seconds between a worker's checks that its parent still lives (where no parent-death signal).
+WATCHDOG_SECONDS = 1.0
+
+
+def die_with_parent(parent_pid: int) -> None:
+    """End this process as soon as `parent_pid` (its parent) dies, whatever the cause.
+
+    On Linux the kernel sends SIGKILL on the parent's death (prctl PR_SET_PDEATHSIG); elsewhere a
+    daemon thread checks the parent pid every `WATCHDOG_SECONDS`. Either way, if the parent is
+    already gone when this runs (it died while we started), the process exits at once.
+    Without this, `kill -9` of `prepare` left its spawn workers writing into the work folder.
+    """
+    import signal
+    import threading
+
+    if sys.platform.startswith("linux"):
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        PR_SET_PDEATHSIG = 1
+        libc.prctl(PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0)
+    if os.getppid() != parent_pid:
+        os._exit(1)
+
+    def watch() -> None:
+        while True:
+            time.sleep(WATCHDOG_SECONDS)
+            if os.getppid() != parent_pid:
+                os._exit(1)
+
+    threading.Thread(target=watch, name="parent-watchdog", daemon=True).start()
+
+
+def _worker_init(parent_pid: int | None = None, lock_folder: str | None = None) -> None:
+    if parent_pid is not None:
+        die_with_parent(parent_pid)
+    if lock_folder is not None:
+        from gptforge.runtime.lock import hold_as_helper
+
+        hold_as_helper(lock_folder)
+    # Each worker is one core's worth of work; Rust thread pools inside each would oversubscribe.
+    os.environ["TOKENIZERS_PARALLELISM"] = "false"
+    os.environ.setdefault("RAYON_NUM_THREADS", "1")
+    logging.getLogger("gptforge.data").setLevel(logging.ERROR)  # the main process reports warnings
