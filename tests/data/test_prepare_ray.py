@@ -19,7 +19,9 @@ import time
 from pathlib import Path
 
 import pytest
-from tests.data.test_prepare_golden import CASES, corpus_dir, output_hashes, run_case
+
+from tests.data.ray_cases import comparable_hashes
+from tests.data.test_prepare_golden import CASES, corpus_dir, run_case
 
 REPO = Path(__file__).resolve().parents[2]
 #: one driver runs every case; a loaded 2-core machine needs minutes for the first Ray workers.
@@ -52,7 +54,8 @@ def local_hashes(corpus_dir):
             cwd = os.getcwd()
             os.chdir(corpus_dir)
             try:
-                found[case] = run_case(case, out=f"local-{case}")
+                run_case(case, out=f"local-{case}")
+                found[case] = comparable_hashes(Path(corpus_dir) / f"local-{case}")
             finally:
                 os.chdir(cwd)
         return found[case]
@@ -108,6 +111,7 @@ def test_byte_identical_to_local_on_every_case(cluster, corpus_dir, local_hashes
     assert r.returncode == 0, r.stderr[-4000:]
     got = json.loads(r.stdout.strip().splitlines()[-1])
     assert got["nodes"] == ["127.0.0.2", "127.0.0.3"]
+    assert got["curated_on"] == ["127.0.0.2", "127.0.0.3"], "the shards did not run on both nodes"
     for case in cases:
         assert got["hashes"][case] == local_hashes(case), case
 
@@ -139,7 +143,7 @@ def test_driver_killed_then_rerun_resumes(cluster, corpus_dir, local_hashes):
     again = cluster.run(_prepare_args(cluster, "k-out", "default"), cwd=corpus_dir, timeout=DRIVER_TIMEOUT,
                         env=_env(GPTFORGE_FAULT_TASK="curate:0:always,tokenizer sample:0:always"))
     assert again.returncode == 0, again.stderr[-4000:]
-    assert output_hashes(corpus_dir / "k-out") == local_hashes("recipe-default")
+    assert comparable_hashes(corpus_dir / "k-out") == local_hashes("recipe-default")
     assert not work.exists()
 
 
@@ -154,7 +158,7 @@ def test_worker_faults_are_retried_with_the_same_output(cluster, corpus_dir, loc
         phase, shard = spec.split(":")
         marker = work / f".fault-{phase.replace(' ', '_')}-{int(shard):05d}"
         assert marker.exists(), f"the fault {spec} did not fire"
-    assert output_hashes(corpus_dir / "f-out") == local_hashes("recipe-web")
+    assert comparable_hashes(corpus_dir / "f-out") == local_hashes("recipe-web")
 
 
 def test_task_dying_on_every_attempt_names_shard_and_reason(cluster, corpus_dir):
