@@ -260,17 +260,6 @@ def _prepare_timed(files: list[Path], out: Path, tok: Path, recipe: str, workers
     return time.perf_counter() - t
 
 
-def _hashes(out: Path) -> dict[str, str]:
-    import hashlib
-    import json
-
-    found = {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(out.iterdir())
-             if p.suffix == ".bin" or p.name in ("meta.json", "tokenizer.json")}
-    report = json.loads((out / "report.json").read_text())
-    found["report.json counts"] = hashlib.sha256(json.dumps(report.get("check"), sort_keys=True).encode()).hexdigest()
-    return found
-
-
 def ray_driver(address: str, out: Path, tok: Path, recipe: str, max_mb: float) -> None:
     """The Ray side, run in the cluster's network namespace: prints one JSON line of seconds."""
     import json
@@ -324,7 +313,9 @@ def executor_comparison(args: argparse.Namespace) -> None:
             print(f"{'Ray, 2 local nodes x 1 CPU':34} {secs:>8.1f} {mb / secs:>7.2f} {os.getloadavg()[0]:>5.1f}  "
                   f"(cluster start {started:.1f} s and connect {got['connect_seconds']:.1f} s not included)", flush=True)
             if "local" in args.executors:
-                same = _hashes(tmp / "local") == _hashes(tmp / "ray")
+                from tests.data.ray_cases import comparable_hashes
+
+                same = comparable_hashes(tmp / "local") == comparable_hashes(tmp / "ray")
                 print(f"outputs identical (meta.json, tokenizer.json, .bin, report.json counts): {same}")
     finally:
         shutil.rmtree(tmp, ignore_errors=True)

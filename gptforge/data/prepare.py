@@ -9,11 +9,17 @@ intermediate file, done marker and atomic write, so that a killed run resumes:
 2. split (`phases.split`): each surviving document's split from a hash of its split key (a hash
    of its text, never of where it lies) and the seed,
    with the small-corpus rules (a split by position inside one big document);
-3. tokenizer (`phases.tokenizer`): the given one, or a byte-level BPE trained on train text;
+3. tokenizer (`phases.tokenizer`): the given one, or a byte-level BPE trained on train text
+   (the sample cut per shard in the workers, read back in shard order);
 4. encode (`phases.encode`): each shard's documents tokenized per split in the workers (a big
    shard in byte windows, the same tokens);
 5. write (`phases.write`): the token arrays appended in shard order, so the output is
    byte-identical whatever the number of workers; `report.json` and `report.html` beside them.
+
+The per-shard work runs in an executor (`phases.pool.Executor`): local worker processes
+(`WorkerPool`), or Ray tasks on a cluster (`phases.ray_executor.RayExecutor`, `--executor ray`),
+with the same tasks over the same shards and the same output bytes; only this driver decides
+the corpus steps, the splits and the tokenizer, and writes the output.
 
 Memory is bounded by one shard per worker (a few tens of MB with the default shard size) plus
 the BPE trainer's word counts and the dedup step's 16 bytes per document. A single document
