@@ -183,6 +183,24 @@ def test_work_folder_the_nodes_cannot_see(cluster, corpus_dir, tmp_path):
     assert "storage every node mounts at the same path" in last, last
 
 
+def test_without_address_a_ray_instance_is_started_for_the_run(cluster, corpus_dir, local_hashes):
+    """No --ray-address, no RAY_ADDRESS: Ray on this machine for the run (in the namespace: loopback)."""
+    args = _prepare_args(cluster, "l-out", "none")
+    args = args[:args.index("--ray-address")]
+    r = cluster.run(args, cwd=corpus_dir, env={k: v for k, v in _env().items() if k != "RAY_ADDRESS"},
+                    timeout=DRIVER_TIMEOUT)
+    assert r.returncode == 0, r.stderr[-4000:]
+    assert comparable_hashes(corpus_dir / "l-out") == local_hashes("recipe-none")
+
+
+def test_an_address_where_no_cluster_answers(cluster, corpus_dir):
+    r = cluster.run([*_prepare_args(cluster, "n-out", "none")[:-1], "127.0.0.9:1"], cwd=corpus_dir, env=_env(),
+                    timeout=DRIVER_TIMEOUT)
+    assert r.returncode == 1, r.stderr[-4000:]
+    last = [line for line in r.stderr.splitlines() if line.strip()][-1]
+    assert last.startswith("gptforge prepare: error: --ray-address 127.0.0.9:1: no Ray cluster answers there"), last
+
+
 def test_nothing_listens_outside_loopback(cluster):
     """Every process the cluster started (nodes, workers, drivers still alive): loopback only."""
     from tests.ray_cluster import reaches_beyond_loopback

@@ -181,7 +181,7 @@ class RayExecutor:
         max_retries: Ray's retries of a task whose worker died.
 
     Raises (on entering):
-        InputError: Ray is not installed.
+        InputError: Ray is not installed, no cluster answers at `address`, or no node has a CPU.
         WorkFolderNotShared: a node cannot see the work folder, an input or the working directory.
     """
 
@@ -204,7 +204,11 @@ class RayExecutor:
             kwargs: dict[str, Any] = {"logging_level": logging.WARNING}
             if self.address is None:
                 kwargs.update(include_dashboard=False, num_cpus=self.local_cpus or None)
-            ray.init(address=self.address, **kwargs)
+            try:
+                ray.init(address=self.address, **kwargs)
+            except ConnectionError as e:
+                raise InputError(f"--ray-address {self.address}: no Ray cluster answers there ({_first_line(e)}); "
+                                 f"start one (ray start --head) or give its head's HOST:PORT") from None
             self._started = True
         try:
             self.workers = max(1, int(ray.cluster_resources().get("CPU", 1)))
@@ -238,6 +242,9 @@ class RayExecutor:
         context = {**self.context(), "inputs": sorted({self.inputs[0], self.inputs[-1]}) if self.inputs else []}
         probe = ray.remote(num_cpus=0, max_retries=self.max_retries)(probe_node)
         nodes = [n for n in ray.nodes() if n.get("Alive") and n.get("Resources", {}).get("CPU", 0) > 0]
+        if not nodes:
+            raise InputError(f"the Ray cluster {self.address or '(local)'} has no node with a CPU: its tasks could "
+                             f"never start; start its nodes with --num-cpus N")
         refs = {probe.options(scheduling_strategy=NodeAffinitySchedulingStrategy(n["NodeID"], soft=False))
                 .remote(context): n for n in nodes}
         for ref, node in refs.items():
