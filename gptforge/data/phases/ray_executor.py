@@ -72,6 +72,19 @@ def import_ray():
     return ray
 
 
+def check_reachable(address: str, timeout: float = 10.0) -> None:
+    """InputError when nothing accepts a TCP connection at `address` (HOST:PORT); ray.init would
+    retry such an address without end. Other forms (auto, ray://...) are left to Ray."""
+    host, sep, port = address.rpartition(":")
+    if not sep or not port.isdigit() or "/" in address:
+        return
+    try:
+        socket.create_connection((host.strip("[]"), int(port)), timeout=timeout).close()
+    except OSError as e:
+        raise InputError(f"--ray-address {address}: no Ray cluster answers there ({e.strerror or e}); start one "
+                         f"(ray start --head) or give its head's HOST:PORT") from None
+
+
 def describe_shard(task: dict[str, Any]) -> str:
     """'work shard 3 (data/a.txt and 4 more files)' for an error message."""
     files = task.get("files") or []
@@ -203,12 +216,11 @@ class RayExecutor:
         if not ray.is_initialized():
             kwargs: dict[str, Any] = {"logging_level": logging.WARNING}
             if self.address is None:
+                # "local": a new instance even where this machine runs a cluster (ray.init() would join it).
                 kwargs.update(include_dashboard=False, num_cpus=self.local_cpus or None)
-            try:
-                ray.init(address=self.address, **kwargs)
-            except ConnectionError as e:
-                raise InputError(f"--ray-address {self.address}: no Ray cluster answers there ({_first_line(e)}); "
-                                 f"start one (ray start --head) or give its head's HOST:PORT") from None
+            if self.address is not None:
+                check_reachable(self.address)
+            ray.init(address=self.address or "local", **kwargs)
             self._started = True
         try:
             self.workers = max(1, int(ray.cluster_resources().get("CPU", 1)))
