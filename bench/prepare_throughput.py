@@ -29,9 +29,12 @@ Printed, for the `default` and `web` recipes and each worker count:
 With `--executors local ray`, instead: the whole `prepare` (a given tokenizer, the first recipe)
 of the same corpus under each executor, in MB/s of input: local with `--workers` processes, and
 Ray on a head and one more node with one CPU each, started on loopback
-(`tests.ray_cluster.LoopbackCluster`, Linux, root), the outputs compared by SHA-256. Both run on
-this one machine, so the figure shows Ray's overhead (connecting, task scheduling, worker start,
-results through the file system), not a speed-up.
+(`tests.ray_cluster.LoopbackCluster`, Linux, root), the outputs compared by SHA-256, and the CPU
+seconds the per-shard tasks took in their processes. Both run on the same cores of this one
+machine, so no speed-up is possible: the figure shows Ray's overhead (connecting, scheduling,
+results through the file system) against the local pool's (spawning its workers inside the run;
+Ray's start with the cluster, which is not counted), and on a shared machine the share of the
+cores each side's processes get.
 
 Usage: python bench/prepare_throughput.py [--workers 1 2] [--recipes default web] [--max-mb 25]
        [--repeat 2] [--no-datatrove]
@@ -260,15 +263,12 @@ def _prepare_timed(files: list[Path], out: Path, tok: Path, recipe: str, workers
     return time.perf_counter() - t
 
 
-def _hashes(out: Path) -> dict[str, str]:
-    import hashlib
+def _task_cpu(out: Path) -> float:
+    """CPU seconds of the per-shard tasks in their processes (report.json's shard_cpu_seconds)."""
     import json
 
-    found = {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(out.iterdir())
-             if p.suffix == ".bin" or p.name in ("meta.json", "tokenizer.json")}
-    report = json.loads((out / "report.json").read_text())
-    found["report.json counts"] = hashlib.sha256(json.dumps(report.get("check"), sort_keys=True).encode()).hexdigest()
-    return found
+    throughput = json.loads((out / "report.json").read_text()).get("throughput", {})
+    return sum(d.get("shard_cpu_seconds", 0.0) for d in throughput.values())
 
 
 def ray_driver(address: str, out: Path, tok: Path, recipe: str, max_mb: float) -> None:
@@ -291,24 +291,26 @@ def executor_comparison(args: argparse.Namespace) -> None:
     """local vs Ray MB/s of the whole prepare (module docstring, `--executors`)."""
     import json
 
+    from machine import cpu_description
+
     from gptforge.data.tokenizer import train_bpe
 
     files = corpus_files(args.max_mb)
     mb = sum(f.stat().st_size for f in files) / 1e6
     recipe, workers = args.recipes[0], max(args.workers)
+    print(f"machine: {cpu_description()}")
     print(f"corpus: {len(files)} files, {mb:.1f} MB; recipe {recipe}; a given 4096-token tokenizer")
     tmp = Path(tempfile.mkdtemp(prefix="gptforge-bench-"))
     try:
         tok = tmp / "tok.json"
         train_bpe((f.read_text(errors="replace") for f in files[:300]), vocab_size=4096).save(tok)
-        print(f"{'executor':34} {'seconds':>8} {'MB/s':>7} {'load':>5}")
+        print(f"{'executor':34} {'seconds':>8} {'MB/s':>7} {'task CPU s':>10} {'load':>5}")
         if "local" in args.executors:
             secs = _prepare_timed(files, tmp / "local", tok, recipe, workers)
-            print(f"{f'local, {workers} worker processes':34} {secs:>8.1f} {mb / secs:>7.2f} {os.getloadavg()[0]:>5.1f}",
-                  flush=True)
+            print(f"{f'local, {workers} worker processes':34} {secs:>8.1f} {mb / secs:>7.2f} "
+                  f"{_task_cpu(tmp / 'local'):>10.1f} {os.getloadavg()[0]:>5.1f}", flush=True)
         if "ray" in args.executors:
             repo = Path(__file__).resolve().parents[1]
-            sys.path.insert(0, str(repo))
             from tests.ray_cluster import LoopbackCluster
 
             t = time.perf_counter()
@@ -321,10 +323,13 @@ def executor_comparison(args: argparse.Namespace) -> None:
                 raise SystemExit(f"the Ray driver failed: {r.stderr[-3000:]}")
             got = json.loads(r.stdout.strip().splitlines()[-1])
             secs = got["prepare_seconds"]
-            print(f"{'Ray, 2 local nodes x 1 CPU':34} {secs:>8.1f} {mb / secs:>7.2f} {os.getloadavg()[0]:>5.1f}  "
+            print(f"{'Ray, 2 local nodes x 1 CPU':34} {secs:>8.1f} {mb / secs:>7.2f} {_task_cpu(tmp / 'ray'):>10.1f} "
+                  f"{os.getloadavg()[0]:>5.1f}  "
                   f"(cluster start {started:.1f} s and connect {got['connect_seconds']:.1f} s not included)", flush=True)
             if "local" in args.executors:
-                same = _hashes(tmp / "local") == _hashes(tmp / "ray")
+                from tests.data.ray_cases import comparable_hashes
+
+                same = comparable_hashes(tmp / "local") == comparable_hashes(tmp / "ray")
                 print(f"outputs identical (meta.json, tokenizer.json, .bin, report.json counts): {same}")
     finally:
         shutil.rmtree(tmp, ignore_errors=True)

@@ -19,7 +19,9 @@ import time
 from pathlib import Path
 
 import pytest
-from tests.data.test_prepare_golden import CASES, corpus_dir, output_hashes, run_case
+
+from tests.data.ray_cases import comparable_hashes
+from tests.data.test_prepare_golden import CASES, corpus_dir, run_case
 
 REPO = Path(__file__).resolve().parents[2]
 #: one driver runs every case; a loaded 2-core machine needs minutes for the first Ray workers.
@@ -52,7 +54,8 @@ def local_hashes(corpus_dir):
             cwd = os.getcwd()
             os.chdir(corpus_dir)
             try:
-                found[case] = run_case(case, out=f"local-{case}")
+                run_case(case, out=f"local-{case}")
+                found[case] = comparable_hashes(Path(corpus_dir) / f"local-{case}")
             finally:
                 os.chdir(cwd)
         return found[case]
@@ -108,6 +111,7 @@ def test_byte_identical_to_local_on_every_case(cluster, corpus_dir, local_hashes
     assert r.returncode == 0, r.stderr[-4000:]
     got = json.loads(r.stdout.strip().splitlines()[-1])
     assert got["nodes"] == ["127.0.0.2", "127.0.0.3"]
+    assert got["curated_on"] == ["127.0.0.2", "127.0.0.3"], "the shards did not run on both nodes"
     for case in cases:
         assert got["hashes"][case] == local_hashes(case), case
 
@@ -139,7 +143,7 @@ def test_driver_killed_then_rerun_resumes(cluster, corpus_dir, local_hashes):
     again = cluster.run(_prepare_args(cluster, "k-out", "default"), cwd=corpus_dir, timeout=DRIVER_TIMEOUT,
                         env=_env(GPTFORGE_FAULT_TASK="curate:0:always,tokenizer sample:0:always"))
     assert again.returncode == 0, again.stderr[-4000:]
-    assert output_hashes(corpus_dir / "k-out") == local_hashes("recipe-default")
+    assert comparable_hashes(corpus_dir / "k-out") == local_hashes("recipe-default")
     assert not work.exists()
 
 
@@ -154,7 +158,7 @@ def test_worker_faults_are_retried_with_the_same_output(cluster, corpus_dir, loc
         phase, shard = spec.split(":")
         marker = work / f".fault-{phase.replace(' ', '_')}-{int(shard):05d}"
         assert marker.exists(), f"the fault {spec} did not fire"
-    assert output_hashes(corpus_dir / "f-out") == local_hashes("recipe-web")
+    assert comparable_hashes(corpus_dir / "f-out") == local_hashes("recipe-web")
 
 
 def test_task_dying_on_every_attempt_names_shard_and_reason(cluster, corpus_dir):
@@ -177,6 +181,24 @@ def test_work_folder_the_nodes_cannot_see(cluster, corpus_dir, tmp_path):
     last = [line for line in r.stderr.splitlines() if line.strip()][-1]
     assert "gptforge prepare: error: Ray node 127.0.0." in last and "cannot see the work folder" in last, last
     assert "storage every node mounts at the same path" in last, last
+
+
+def test_without_address_a_ray_instance_is_started_for_the_run(cluster, corpus_dir, local_hashes):
+    """No --ray-address, no RAY_ADDRESS: Ray on this machine for the run (in the namespace: loopback)."""
+    args = _prepare_args(cluster, "l-out", "none")
+    args = args[:args.index("--ray-address")]
+    r = cluster.run(args, cwd=corpus_dir, env={k: v for k, v in _env().items() if k != "RAY_ADDRESS"},
+                    timeout=DRIVER_TIMEOUT)
+    assert r.returncode == 0, r.stderr[-4000:]
+    assert comparable_hashes(corpus_dir / "l-out") == local_hashes("recipe-none")
+
+
+def test_an_address_where_no_cluster_answers(cluster, corpus_dir):
+    r = cluster.run([*_prepare_args(cluster, "n-out", "none")[:-1], "127.0.0.9:1"], cwd=corpus_dir, env=_env(),
+                    timeout=DRIVER_TIMEOUT)
+    assert r.returncode == 1, r.stderr[-4000:]
+    last = [line for line in r.stderr.splitlines() if line.strip()][-1]
+    assert last.startswith("gptforge prepare: error: --ray-address 127.0.0.9:1: no Ray cluster answers there"), last
 
 
 def test_nothing_listens_outside_loopback(cluster):

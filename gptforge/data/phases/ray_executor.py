@@ -72,6 +72,19 @@ def import_ray():
     return ray
 
 
+def check_reachable(address: str, timeout: float = 10.0) -> None:
+    """InputError when nothing accepts a TCP connection at `address` (HOST:PORT); ray.init would
+    retry such an address without end. Other forms (auto, ray://...) are left to Ray."""
+    host, sep, port = address.rpartition(":")
+    if not sep or not port.isdigit() or "/" in address:
+        return
+    try:
+        socket.create_connection((host.strip("[]"), int(port)), timeout=timeout).close()
+    except OSError as e:
+        raise InputError(f"--ray-address {address}: no Ray cluster answers there ({e.strerror or e}); start one "
+                         f"(ray start --head) or give its head's HOST:PORT") from None
+
+
 def describe_shard(task: dict[str, Any]) -> str:
     """'work shard 3 (data/a.txt and 4 more files)' for an error message."""
     files = task.get("files") or []
@@ -181,7 +194,7 @@ class RayExecutor:
         max_retries: Ray's retries of a task whose worker died.
 
     Raises (on entering):
-        InputError: Ray is not installed.
+        InputError: Ray is not installed, no cluster answers at `address`, or no node has a CPU.
         WorkFolderNotShared: a node cannot see the work folder, an input or the working directory.
     """
 
@@ -203,8 +216,11 @@ class RayExecutor:
         if not ray.is_initialized():
             kwargs: dict[str, Any] = {"logging_level": logging.WARNING}
             if self.address is None:
+                # "local": a new instance even where this machine runs a cluster (ray.init() would join it).
                 kwargs.update(include_dashboard=False, num_cpus=self.local_cpus or None)
-            ray.init(address=self.address, **kwargs)
+            if self.address is not None:
+                check_reachable(self.address)
+            ray.init(address=self.address or "local", **kwargs)
             self._started = True
         try:
             self.workers = max(1, int(ray.cluster_resources().get("CPU", 1)))
@@ -238,6 +254,9 @@ class RayExecutor:
         context = {**self.context(), "inputs": sorted({self.inputs[0], self.inputs[-1]}) if self.inputs else []}
         probe = ray.remote(num_cpus=0, max_retries=self.max_retries)(probe_node)
         nodes = [n for n in ray.nodes() if n.get("Alive") and n.get("Resources", {}).get("CPU", 0) > 0]
+        if not nodes:
+            raise InputError(f"the Ray cluster {self.address or '(local)'} has no node with a CPU: its tasks could "
+                             f"never start; start its nodes with --num-cpus N")
         refs = {probe.options(scheduling_strategy=NodeAffinitySchedulingStrategy(n["NodeID"], soft=False))
                 .remote(context): n for n in nodes}
         for ref, node in refs.items():
