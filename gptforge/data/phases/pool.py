@@ -17,10 +17,9 @@ import time
 from collections.abc import Callable
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from pathlib import Path
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Protocol
 
 
-@runtime_checkable
 class Executor(Protocol):
     """What runs a phase's shard tasks: `WorkerPool` (local processes) or `RayExecutor` (Ray).
 

@@ -42,6 +42,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from gptforge.data.readers.base import HF_PREFIX
 from gptforge.errors import GptforgeError, InputError
 
 log = logging.getLogger("gptforge.data")
@@ -190,7 +191,8 @@ class RayExecutor:
             local cluster started for this run (with `local_cpus` CPUs, 0: all) and stopped after.
         work_root: the run's work folder; its `fingerprint.json` must exist (the probes read it).
         lock_folder: the output folder whose helper lock tasks hold (None: none).
-        inputs: input files; the probes check the first and the last on every node.
+        inputs: input files; the probes check the first and the last on every node (`hf:` names
+            are skipped).
         max_retries: Ray's retries of a task whose worker died.
 
     Raises (on entering):
@@ -203,7 +205,8 @@ class RayExecutor:
         self.address = address or os.environ.get("RAY_ADDRESS") or None
         self.work_root = Path(work_root).absolute()
         self.lock_folder = str(Path(lock_folder).absolute()) if lock_folder is not None else None
-        self.inputs = [str(Path(p).absolute()) for p in inputs]
+        # Files only: a hf:NAME dataset is streamed by each task from its hub, not from shared storage.
+        self.inputs = [str(Path(p).absolute()) for p in inputs if not str(p).startswith(HF_PREFIX)]
         self.local_cpus = local_cpus
         self.max_retries = max_retries
         self.workers = 1
