@@ -276,8 +276,12 @@ def _serve() -> None:
     except (OSError, ImportError) as e:
         print(f"cannot start: {e}", flush=True)
         return
+    import shutil
+    import tempfile
+
+    temp = tempfile.mkdtemp(prefix="ray-")  # Ray's logs and sockets, removed after (not /tmp/ray)
     node = {"num_cpus": 1, "object_store_memory": OBJECT_STORE_BYTES, "include_dashboard": False}
-    cluster = Cluster(initialize_head=True, head_node_args={**node, "node_ip_address": HEAD_IP})
+    cluster = Cluster(initialize_head=True, head_node_args={**node, "node_ip_address": HEAD_IP, "temp_dir": temp})
     try:
         cluster.add_node(**{**node, "node_ip_address": NODE_IP})
         cluster.wait_for_nodes()
@@ -285,6 +289,7 @@ def _serve() -> None:
         sys.stdin.read()
     finally:
         cluster.shutdown()
+        shutil.rmtree(temp, ignore_errors=True)
 
 
 if __name__ == "__main__":
