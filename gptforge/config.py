@@ -235,6 +235,24 @@ class TrainConfig:
     muon_weight_decay: float = 0.0
     """muon: decoupled weight decay of the Muon matrices (the matrices shrink by
     lr_muon * muon_weight_decay per step); the AdamW parameters keep weight_decay."""
+    data_weights: Optional[dict[str, float]] = None
+    """Mixture weights over the data's sources (several --data folders, or a folder prepared with
+    several --source): name=weight, normalized to sum to 1, 0 leaves a source out (shortcut
+    `--data-weights en=0.7,zh=0.3`). Unset: proportional to each source's train tokens (resolved
+    once; on --resume the run's own). Every optimizer step draws each source's share of its
+    global batch from a seeded stratified sampler (gptforge.data.mixture). One source: unused."""
+    stages: Optional[list[dict[str, Any]]] = None
+    """Mixture stages, in order: each {until_step: N or until_fraction: F (of max_steps),
+    data_weights: {name: weight}}; steps before a stage's end (and after the previous stage's)
+    draw with its weights, later steps with train.data_weights. The lr schedule stays one schedule
+    (a WSD decay can lie inside the last stage). Resolved once to until_step values."""
+    document_mask: bool | None = None
+    """None (default): off, resolved once (gptforge.train.resolve; on --resume the run's own value;
+    bench/RESULTS.md: it did not win at the quickstart size). True - token shards only: attention stays inside each document of a packed training window (a
+    block-diagonal causal mask from the EOS positions, an EOS opening the document after it) and
+    positions restart at 0 at each EOS, so a document is modelled as if it were alone; validation
+    uses the same mask (gptforge.model.gpt.document_mask), as does `gptforge evaluate` of the run.
+    Not under pipeline parallelism. (Packed instruction data always masks per example.)"""
     precision: Literal["auto", "fp32", "bf16", "fp16", "fp8"] = "auto"
     """Autocast precision: auto (what is fast on the device: bf16 on GPUs that have it and on CPUs
     whose measured bf16 matmuls beat fp32, else fp32; the choice is frozen in config.yaml), fp32,
@@ -251,8 +269,10 @@ class TrainConfig:
     eval_tasks_limit: Optional[int] = None
     """Score only the first N examples of each train.eval_tasks task (None: all)."""
     best_metric: str = "val_loss"
-    """What picks the best checkpoint and drives early stopping: val_loss, or a task metric such
-    as eval/<task>/acc (higher is better for accuracies and F1, lower for perplexities)."""
+    """What picks the best checkpoint and drives early stopping: val_loss (of a mixture: the
+    token-weighted mean over the sources' val splits), val/<source>/loss (one source of a
+    mixture), or a task metric such as eval/<task>/acc (higher is better for accuracies and F1,
+    lower for perplexities)."""
     checkpoint_interval: int = 500
     """Write a checkpoint every N steps (and at the end); 0 writes only at the end."""
     keep_checkpoints: int = 2

@@ -55,24 +55,52 @@ def run_quickstart(out: Path, minutes: float = 10.0, vocab_size: int = 4096, pre
     Raises:
         FileNotFoundError: this Python ships no standard-library sources.
     """
-    from gptforge.data.loader import TokenStream
-    from gptforge.data.prepare import PrepareConfig, prepare
-    from gptforge.data.shards import load_meta
-    from gptforge.data.stdlib_corpus import stdlib_files
-    from gptforge.data.tokenizer import Tokenizer
-    from gptforge.eval.perplexity import evaluate_tokens, unigram_entropy
-    from gptforge.infer.generate import generate
     from gptforge.runtime.checkpoint import find_checkpoint
     from gptforge.runtime.loading import load_for_inference
-    from gptforge.train.budget import measure_step_seconds, steps_for_minutes
-    from gptforge.train.loop import train
-    from gptforge.train.optim import resolve_lr_defaults
 
     out = Path(out)
     data_dir, run_dir = out / "data", out / "run"
+    meta = _prepare_corpus(data_dir, _library_files(max_files), vocab_size, workers, progress, log)
+    model_cfg = ModelConfig(preset=preset, block_size=block_size, vocab_size=meta["vocab_size"])
+    tc = _plan_steps(model_cfg, minutes, steps, micro_batch_size, optimizer, log)
+    if run_dir.exists():  # the quickstart's own folder: a rerun starts a fresh run
+        log(f"      replacing the previous quickstart run in {run_dir}")
+        shutil.rmtree(run_dir)
+    step, train_seconds = _train(RunConfig(model=model_cfg, train=tc), data_dir, run_dir, progress, log)
+
+    log("[3/4] evaluating on the whole val split")
+    model, ckpt, _doc, tok_path = load_for_inference(run_dir, "cpu")
+    val_loss, val_bits_per_byte, h1 = _evaluate(model, data_dir, meta, progress, log)
+    samples = _samples(model, tok_path, log)
+    log(f"\nrun directory: {run_dir}\n  checkpoint:  {find_checkpoint(run_dir)}\n"
+        f"  metrics:     {run_dir / 'metrics.jsonl'}\n  TensorBoard: tensorboard --logdir {run_dir / 'tb'}\n"
+        f"next: gptforge generate {run_dir} --prompt 'def '   |   gptforge evaluate {run_dir} --data {data_dir}")
+    return QuickstartResult(data_dir=data_dir, run_dir=run_dir, checkpoint=ckpt, val_loss=val_loss,
+                            val_bits_per_byte=val_bits_per_byte, unigram_entropy=h1, steps=step,
+                            train_seconds=train_seconds, samples=samples)
+
+
+def _library_files(max_files: int | None) -> list[Path]:
+    """The standard library's source files, or `max_files` of them spread evenly over the list.
+
+    Raises:
+        FileNotFoundError: this Python ships no standard-library sources.
+    """
+    from gptforge.data.stdlib_corpus import stdlib_files
+
     files = stdlib_files()
     if max_files:
         files = files[:: max(1, len(files) // max_files)][:max_files]
+    return files
+
+
+def _prepare_corpus(data_dir: Path, files: list[Path], vocab_size: int, workers: int, progress: bool,
+                    log: Callable[[str], None]) -> dict:
+    """Step 1: tokenize `files` into shards in `data_dir`, or reuse the shards already there when they
+    were prepared from the same files with the same vocabulary. Returns the shards' meta.json."""
+    from gptforge.data.prepare import PrepareConfig, prepare
+    from gptforge.data.shards import load_meta
+
     inputs = [str(f) for f in files]
     old = load_meta(data_dir) if (data_dir / "meta.json").exists() else None
     if old and old["vocab_size"] == vocab_size and old.get("prepare_config", {}).get("inputs") == inputs:
@@ -82,48 +110,85 @@ def run_quickstart(out: Path, minutes: float = 10.0, vocab_size: int = 4096, pre
         prepare(PrepareConfig(inputs=inputs, out=str(data_dir), vocab_size=vocab_size,
                               val_fraction=0.02, seed=1337, workers=workers, overwrite=True, recipe="code"),
                 show_progress=progress)
-    meta = load_meta(data_dir)
+    return load_meta(data_dir)
 
-    model_cfg = ModelConfig(preset=preset, block_size=block_size, vocab_size=meta["vocab_size"])
-    # The timing probe's optimizer runs at the run's own size-aware lr (the lr does not change the timing).
-    probe = resolve_lr_defaults(model_cfg, TrainConfig(micro_batch_size=micro_batch_size, optimizer=optimizer))
-    # A busy machine can make all-core OpenMP slower than one thread: time both, keep the faster.
+
+def _fastest_threads(model_cfg: ModelConfig, probe: TrainConfig) -> tuple[int, float]:
+    """Time one optimizer step with all of torch's threads and with one, keep the faster (a busy
+    machine can make all-core OpenMP slower than one thread). Leaves torch set to it and returns
+    (threads, seconds per step)."""
+    from gptforge.train.budget import measure_step_seconds
+
     timings = {}
     for threads in dict.fromkeys([torch.get_num_threads(), 1]):
         torch.set_num_threads(threads)
         timings[threads] = measure_step_seconds(model_cfg, probe)
-    threads = min(timings, key=timings.get)
+    threads = min(timings, key=timings.__getitem__)
     torch.set_num_threads(threads)
-    step_s = timings[threads]
+    return threads, timings[threads]
+
+
+def _plan_steps(model_cfg: ModelConfig, minutes: float, steps: int | None, micro_batch_size: int,
+                optimizer: str, log: Callable[[str], None]) -> TrainConfig:
+    """Step 2's plan: the training config whose step count (`steps`, or as many as a measured step
+    time fits in `minutes`) lets the learning-rate schedule finish inside the budget."""
+    from gptforge.train.budget import steps_for_minutes
+    from gptforge.train.optim import resolve_lr_defaults
+
+    # The timing probe's optimizer runs at the run's own size-aware lr (the lr does not change the timing).
+    probe = resolve_lr_defaults(model_cfg, TrainConfig(micro_batch_size=micro_batch_size, optimizer=optimizer))
+    threads, step_s = _fastest_threads(model_cfg, probe)
     # Evaluations take ~10% of the budget; the rest is optimizer steps.
     max_steps = steps or steps_for_minutes(minutes, step_s)
     # lr, min_lr, warmup and muon_lr unset: the size-aware defaults (printed at the start of training).
     tc = TrainConfig(max_steps=max_steps, micro_batch_size=micro_batch_size, optimizer=optimizer,
                      weight_decay=0.1, eval_interval=max(10, max_steps // 10),
                      eval_steps=8, checkpoint_interval=max(50, max_steps // 4), seed=1337, num_threads=threads)
-    log(f"[2/4] training {preset} with {optimizer} (block_size {block_size}, batch {micro_batch_size}) for {max_steps} steps: "
+    log(f"[2/4] training {model_cfg.preset} with {optimizer} (block_size {model_cfg.block_size}, "
+        f"batch {micro_batch_size}) for {max_steps} steps: "
         f"{step_s:.3f} s/step measured with {threads} thread(s), about {max_steps * step_s / 60:.1f} min")
-    if run_dir.exists():  # the quickstart's own folder: a rerun starts a fresh run
-        log(f"      replacing the previous quickstart run in {run_dir}")
-        shutil.rmtree(run_dir)
-    t0 = time.perf_counter()
-    result = train(RunConfig(model=model_cfg, train=tc), data_dir, run_dir, progress=progress, log=log)
-    train_seconds = time.perf_counter() - t0
+    return tc
 
-    log("[3/4] evaluating on the whole val split")
-    model, ckpt, _doc, tok_path = load_for_inference(run_dir, "cpu")
-    val = meta["splits"]["val"]
-    vs = TokenStream([data_dir / f for f in val["files"]], meta["dtype"])
-    val_tokens = vs.read(0, vs.num_tokens)
-    vs.close()
-    ev = evaluate_tokens(model, val_tokens, n_bytes=val["bytes"], progress=progress)
-    tr = meta["splits"]["train"]
-    ts = TokenStream([data_dir / f for f in tr["files"]], meta["dtype"])
-    train_tokens = ts.read(0, ts.num_tokens)
-    ts.close()
+
+def _train(run: RunConfig, data_dir: Path, run_dir: Path, progress: bool,
+           log: Callable[[str], None]) -> tuple[int, float]:
+    """Step 2: train `run` on the shards; returns (the last step, wall-clock seconds of training)."""
+    from gptforge.train.loop import train
+
+    t0 = time.perf_counter()
+    result = train(run, data_dir, run_dir, progress=progress, log=log)
+    return result.step, time.perf_counter() - t0
+
+
+def _read_split(data_dir: Path, meta: dict, split: str) -> torch.Tensor:
+    """Every token of one split of the shards in `data_dir`, in order."""
+    from gptforge.data.loader import TokenStream
+
+    stream = TokenStream([data_dir / f for f in meta["splits"][split]["files"]], meta["dtype"])
+    tokens = stream.read(0, stream.num_tokens)
+    stream.close()
+    return tokens
+
+
+def _evaluate(model: torch.nn.Module, data_dir: Path, meta: dict, progress: bool,
+              log: Callable[[str], None]) -> tuple[float, float | None, float]:
+    """Step 3: loss and bits per byte on the whole val split, beside the unigram entropy (a model of
+    the train split's token frequencies alone). Returns (loss in nats/token, bits/byte, entropy)."""
+    from gptforge.eval.perplexity import evaluate_tokens, unigram_entropy
+
+    val_tokens = _read_split(data_dir, meta, "val")
+    ev = evaluate_tokens(model, val_tokens, n_bytes=meta["splits"]["val"]["bytes"], progress=progress)
+    train_tokens = _read_split(data_dir, meta, "train")
     h1 = unigram_entropy(val_tokens[1:], meta["vocab_size"], reference=train_tokens)
     log(f"      val loss {ev.loss:.3f} nats/token (perplexity {ev.perplexity:.1f}, {ev.bits_per_byte:.3f} bits/byte) "
         f"vs unigram entropy {h1:.3f} nats/token (a model of token frequencies alone)")
+    return ev.loss, ev.bits_per_byte, h1
+
+
+def _samples(model: torch.nn.Module, tok_path: Path, log: Callable[[str], None]) -> list[str]:
+    """Step 4: 80 sampled tokens after each of three code prompts (temperature 0.8, top-k 50, seeded)."""
+    from gptforge.data.tokenizer import Tokenizer
+    from gptforge.infer.generate import generate
 
     log("[4/4] samples (temperature 0.8, top-k 50):")
     tok = Tokenizer.from_file(tok_path)
@@ -134,10 +199,4 @@ def run_quickstart(out: Path, minutes: float = 10.0, vocab_size: int = 4096, pre
         text = prompt + tok.decode(outp[0, ids.size(1):].tolist())
         samples.append(text)
         log(f"--- prompt {prompt!r}\n{text}")
-    log(f"\nrun directory: {run_dir}\n  checkpoint:  {find_checkpoint(run_dir)}\n"
-        f"  metrics:     {run_dir / 'metrics.jsonl'}\n  TensorBoard: tensorboard --logdir {run_dir / 'tb'}\n"
-        f"next: gptforge generate {run_dir} --prompt 'def '   |   gptforge evaluate {run_dir} --data {data_dir}")
-    return QuickstartResult(data_dir=data_dir, run_dir=run_dir, checkpoint=ckpt, val_loss=ev.loss,
-                            val_bits_per_byte=ev.bits_per_byte, unigram_entropy=h1, steps=result.step,
-                            train_seconds=train_seconds, samples=samples)
-
+    return samples

@@ -47,7 +47,9 @@ class EvaluateOptions:
     precision: Literal["fp32", "bf16", "fp16"] = "fp32"
     """Autocast precision of the forward passes (log-softmax is always fp32)."""
     data: Optional[str] = None
-    """Shard folder from `gptforge prepare`: loss / perplexity / bits per byte on --split."""
+    """Shard folder from `gptforge prepare`: loss / perplexity / bits per byte on --split. A folder
+    prepared with several --source: per source, on the run's validation windows (as training
+    logs val/NAME/loss), and overall the token-weighted mean over the sources' splits."""
     text: Optional[str] = None
     """A text file, tokenized with the run's tokenizer: loss / perplexity / bits per byte (binary files
     are refused)."""
@@ -271,6 +273,12 @@ def _perplexity(opts: EvaluateOptions) -> int:
     device = pick_device(opts.device)
     model, ckpt, doc, tok_path = _load(opts, device)
     if opts.data:
+        from gptforge.data.mixture import mixture_folders
+
+        folders = mixture_folders(opts.data)
+        if folders is not None:
+            return _perplexity_per_source(opts, model, ckpt, doc, folders, device)
+    if opts.data:
         from gptforge.data.shards import load_meta
 
         try:
@@ -293,6 +301,7 @@ def _perplexity(opts: EvaluateOptions) -> int:
         stream.close()
         n_bytes = split["bytes"] if n == split["tokens"] else None
         source = f"{opts.data} [{opts.split}]"
+        eos_id = int(meta["eos_id"])
     else:
         if tok_path is None:
             raise MissingInputError(f"no tokenizer.json found for {ckpt}; evaluate with --data instead")
@@ -308,13 +317,16 @@ def _perplexity(opts: EvaluateOptions) -> int:
         text, normalization = _normalize_like_prepare(text, doc)
         tok = Tokenizer.from_file(tok_path)
         tokens = np.array(tok.encode(text), dtype=np.int64)
+        eos_id = tok.eos_id
         if opts.max_tokens is not None:
             tokens = tokens[: opts.max_tokens]
         n_bytes = len(text.encode("utf-8")) if opts.max_tokens is None else None
         source = str(path)
     try:
+        # A run trained with train.document_mask is scored under the same mask.
+        masked = bool((doc.get("train") or {}).get("document_mask"))
         result = evaluate_tokens(model, tokens, n_bytes=n_bytes, stride=opts.stride, batch_size=opts.batch_size or 8,
-                                 device=device, progress=True)
+                                 device=device, progress=True, document_mask_eos=eos_id if masked else None)
     except ValueError as e:  # stride out of range, fewer than 2 tokens
         raise InputError(f"{source}: {e}") from None
     out = dict(result.as_dict(), checkpoint=str(ckpt), source=source)
@@ -334,4 +346,38 @@ def _perplexity(opts: EvaluateOptions) -> int:
             print(f"  text normalized as prepare normalized the training data: {normalization}; bits per byte "
                   f"over the {out['text_bytes']:,} UTF-8 bytes after normalization ({file_bytes:,} as read)")
         print(f"  loss {result.loss:.4f} nats/token | perplexity {result.perplexity:.2f} | bits per byte {bpb}")
+    return 0
+
+
+def _perplexity_per_source(opts: EvaluateOptions, model, ckpt, doc: dict, folders: dict, device) -> int:
+    """--data of a mixture: each source's loss and bits per byte on the run's validation windows
+    (gptforge.eval.perplexity.evaluate_mixture) and the overall token-weighted mean."""
+    from gptforge.errors import InputError
+    from gptforge.eval.perplexity import evaluate_mixture
+
+    train = doc.get("train") or {}
+    n_windows = int(train.get("eval_steps") or 20) * int(train.get("micro_batch_size") or 8)
+    try:
+        res = evaluate_mixture(model, folders, opts.split, n_windows, opts.batch_size or int(train.get("micro_batch_size")
+                                                                                              or 8),
+                               device, opts.precision, bool(train.get("document_mask")))
+    except ValueError as e:
+        raise InputError(str(e)) from None
+    out = dict(res, checkpoint=str(ckpt), source=f"{opts.data} [{opts.split}]")
+    if opts.out:
+        from gptforge.atomic import atomic_write_json
+
+        Path(opts.out).parent.mkdir(parents=True, exist_ok=True)
+        atomic_write_json(Path(opts.out), out)
+    if opts.json:
+        print(json.dumps(out, indent=2))
+        return 0
+    print(f"{out['source']}: {len(res['sources'])} sources scored with {ckpt} on {n_windows} windows each "
+          "(train.eval_steps x micro_batch_size, as training's validation)")
+    for name, r in res["sources"].items():
+        bpb = f"{r['bits_per_byte']:.4f}" if r["bits_per_byte"] is not None else "n/a"
+        note = f" (the split holds {r['windows']} windows: each scored once)" if r["windows"] < n_windows else ""
+        print(f"  {name}: loss {r['loss']:.4f} nats/token | bits per byte {bpb}{note}")
+    if res["loss"] is not None:
+        print(f"  overall: loss {res['loss']:.4f} (the token-weighted mean over the sources' {opts.split} splits)")
     return 0

@@ -64,11 +64,7 @@ def main(argv: list[str]) -> int:
         raise FileNotFoundError(f"no tokenizer.json found beside {ckpt} or its run directory")
     tok = Tokenizer.from_file(tok_path)
     if args.chat:
-        from gptforge.data.instruct import (
-            DEFAULT_TEMPLATE,
-            ChatTokenizer,
-            prompt_ids,
-        )
+        from gptforge.data.chat import DEFAULT_TEMPLATE, ChatTokenizer, prompt_ids
 
         chat = ChatTokenizer.from_dir(tok_path)
         use_default = ((_doc.get("finetune") or {}).get("chat_template") == "default")

@@ -52,6 +52,11 @@ class PlanOptions:
     measure: bool = False
     """Also run one training step under FakeTensorMode with MemTracker (no real memory) and print its
     tracked peak beside the formula's."""
+    data: Optional[list[str]] = None
+    """A mixture (several shard folders, or one prepared with several --source): print the
+    tokens and epochs per source of the planned training tokens (gptforge.plan.mixture)."""
+    data_weights: Optional[str] = None
+    """With --data: NAME=WEIGHT,... (default proportional to train tokens, as pretrain)."""
     list_gpus: bool = False
     """List known GPUs and exit."""
     fit: Optional[list[str]] = None
@@ -117,13 +122,27 @@ def main(argv: list[str]) -> int:
     try:
         answer = plan_job(init.model, init.train, init.parallel, init.finetune, gpu=ns.gpu, num_gpus=ns.num_gpus,
                           tokens=ns.tokens, price=ns.price, measure=ns.measure, recommend=ns.recommend, top=ns.top)
+        budget = None
+        if ns.data:
+            from gptforge.plan.mixture import mixture_budget
+            from gptforge.train.mixture_source import parse_data_weights
+
+            weights = parse_data_weights(ns.data_weights) if ns.data_weights else None
+            budget = mixture_budget(ns.data if len(ns.data) > 1 else ns.data[0], weights, answer.plan.tokens)
     except ValueError as e:
         print(f"gptforge plan: {e}", file=sys.stderr)
         return 2
     if ns.json:
-        print(json.dumps(answer.to_dict(), indent=2, default=str))
+        d = answer.to_dict()
+        if budget is not None:
+            d["mixture"] = [vars(r) for r in budget]
+        print(json.dumps(d, indent=2, default=str))
         return 0
     print(text.format_plan(answer.plan, answer.measured))
+    if budget is not None:
+        from gptforge.plan.mixture import format_budget
+
+        print("\n" + format_budget(budget))
     if answer.recommendations is not None:
         print("")
         print(text.format_recommendations(answer.recommendations, answer.plan.num_gpus, ns.gpu))

@@ -39,6 +39,15 @@ class PrepareOptions(PrepareConfig):
     """Do not draw progress bars (nor, when stderr is not a terminal, progress log lines)."""
     quiet: bool = False
     """No progress bars (on a terminal) or progress lines (otherwise) on stderr; the same as --no-progress."""
+    source: Optional[list[str]] = None
+    """Named sources instead of INPUT: NAME=PATH (PATH as an INPUT), repeated or several after one
+    --source; one tokenizer over all, shards per source under OUT/NAME/ with their own splits and
+    report, OUT/meta.json listing them (`gptforge pretrain --data OUT` trains on the mixture)."""
+    source_recipe: Optional[list[str]] = None
+    """With --source: NAME=RECIPE, the curation recipe of one source (others take --recipe)."""
+    tokenizer_weights: Optional[str] = None
+    """With --source: NAME=W,... share of the tokenizer's training text per source (default: in
+    proportion to each source's train text; a source gives at most all of its text)."""
 
 
 def build_parser():
@@ -47,7 +56,7 @@ def build_parser():
 
 def main(argv: list[str]) -> int:
     """Run `gptforge prepare`; returns the exit code (0 ok, 1 bad input, 2 usage error)."""
-    opts, _ = parse_command(build_parser(), argv)
+    opts, _ = parse_command(build_parser(), _merge_repeated(argv, ("--source", "--source-recipe")))
     from gptforge.progress import set_quiet
 
     set_quiet(opts.quiet or opts.no_progress)
@@ -56,8 +65,10 @@ def main(argv: list[str]) -> int:
 
         print(show_recipe(opts.show_recipe, opts.languages), end="")
         return 0
-    if not opts.inputs or not opts.out:
-        raise InputError("INPUT and --out are required (or --show-recipe NAME)")
+    if opts.source and opts.inputs:
+        raise InputError("give either INPUT files or --source NAME=PATH, not both")
+    if not (opts.inputs or opts.source) or not opts.out:
+        raise InputError("INPUT (or --source NAME=PATH) and --out are required (or --show-recipe NAME)")
     from rich.console import Console
     from rich.logging import RichHandler
     from rich.table import Table
@@ -72,6 +83,8 @@ def main(argv: list[str]) -> int:
     values = {f.name: getattr(opts, f.name) for f in dataclasses.fields(PrepareConfig)}
     if values["languages"]:  # `--languages en,zh` and `--languages en zh` both work
         values["languages"] = [x.strip() for v in values["languages"] for x in v.split(",") if x.strip()]
+    if opts.source:
+        return _prepare_sources(opts, values)
     result = prepare(PrepareConfig(**values), show_progress=not (opts.no_progress or opts.quiet))
     table = Table(title=f"prepared {result.out_dir}", show_header=False)
     table.add_column(style="bold")
@@ -80,4 +93,46 @@ def main(argv: list[str]) -> int:
         table.add_row(label, value)
     Console().print(table)
     print(f"report: {result.out_dir / 'report.html'}")
+    return 0
+
+
+def _merge_repeated(argv: list[str], flags: tuple[str, ...]) -> list[str]:
+    """`--source a=x --source b=y` -> `--source a=x b=y` (a list option takes all its values once)."""
+    rest, values = [], {f: [] for f in flags}
+    i = 0
+    while i < len(argv):
+        if argv[i] in flags:
+            j = i + 1
+            while j < len(argv) and not argv[j].startswith("--"):
+                j += 1
+            values[argv[i]] += argv[i + 1:j]
+            i = j
+        else:
+            rest.append(argv[i])
+            i += 1
+    return rest + [x for f, v in values.items() if v for x in (f, *v)]
+
+
+def _prepare_sources(opts, values: dict) -> int:
+    """--source: gptforge.data.prepare_sources.prepare_sources, then one summary line per source."""
+    from rich.console import Console
+
+    from gptforge.data.prepare_sources import parse_named, prepare_sources
+    from gptforge.train.mixture_source import parse_data_weights
+
+    try:
+        sources = {n: [p] for n, p in parse_named(opts.source, "--source").items()}
+        recipes = parse_named(opts.source_recipe or [], "--source-recipe")
+    except ValueError as e:
+        raise InputError(str(e)) from None
+    weights = parse_data_weights(opts.tokenizer_weights) if opts.tokenizer_weights else None
+    values = {**values, "inputs": [p for v in sources.values() for p in v]}
+    result = prepare_sources(PrepareConfig(**values), sources, recipes, weights,
+                             show_progress=not (opts.no_progress or opts.quiet))
+    console = Console()
+    for s in result.meta["sources"]:
+        counts = ", ".join(f"{k} {v['tokens']:,} tokens / {v['documents']:,} docs" for k, v in s["splits"].items()
+                           if v.get("tokens"))
+        console.print(f"{s['name']}: {counts}; report: {result.out_dir / s['path'] / 'report.html'}", highlight=False)
+    console.print(f"prepared {result.out_dir} (tokenizer shared by {len(result.meta['sources'])} sources)")
     return 0

@@ -20,9 +20,14 @@ defaults to the folder the run was trained on."""
 class PretrainOptions:
     out: str
     """Run directory: config.yaml, metrics.jsonl, tb/, checkpoints/."""
-    data: Optional[str] = None
-    """Shard folder written by `gptforge prepare` (meta.json, *.bin). With --resume: default the
-    one recorded in RUN_DIR/config.yaml."""
+    data: Optional[list[str]] = None
+    """Shard folder written by `gptforge prepare` (meta.json, *.bin); several folders sharing a
+    tokenizer, or one prepared with several --source, train on a mixture (see --data-weights).
+    With --resume: default the one(s) recorded in RUN_DIR/config.yaml."""
+    data_weights: Optional[str] = None
+    """Shortcut for --train.data_weights: NAME=WEIGHT,... over the sources (a folder's name for
+    several --data folders), e.g. en=0.7,zh=0.3; default proportional to train tokens. A
+    mixture's val_loss is the token-weighted mean over the sources' val splits."""
     resume: bool = False
     """Continue from RUN_DIR/checkpoints/latest. `--resume auto`: continue when RUN_DIR holds a
     run, start one otherwise (the same command line for the first start and every restart)."""
@@ -57,6 +62,10 @@ def main(argv: list[str]) -> int:
         cfg.parallel.deepspeed_config = opts.deepspeed_config
         if opts.backend is None:
             cfg.parallel.backend = "deepspeed"
+    if opts.data_weights is not None:
+        from gptforge.train.mixture_source import parse_data_weights
+
+        cfg.train.data_weights = parse_data_weights(opts.data_weights)
     from rich.console import Console
 
     from gptforge.train.loop import train
@@ -70,9 +79,16 @@ def main(argv: list[str]) -> int:
             raise InputError("--data is required: the shard folder written by `gptforge prepare` (with --resume it "
                              "defaults to the one in RUN_DIR/config.yaml)")
         data = recorded_data_dir(opts.out)
+    elif len(data) == 1:
+        data = data[0]
     console = Console(stderr=False)
     if opts.sanity_overfit:
         from gptforge.train.sanity import sanity_overfit
+
+        if isinstance(data, list):
+            from gptforge.errors import InputError
+
+            raise InputError("--sanity-overfit takes one shard folder (--data DIR), not a mixture of several")
 
         check = sanity_overfit(cfg, data, opts.out, progress=not opts.quiet,
                                log=lambda m: console.print(m, highlight=False))

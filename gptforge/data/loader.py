@@ -134,7 +134,10 @@ class TrainBatches:
 def eval_windows(stream: TokenStream, block_size: int, n_windows: int) -> np.ndarray:
     """Fixed, evenly spaced start offsets of `n_windows` windows over a split: int64 (n,).
 
-    The same set on every evaluation of a run, so val losses are comparable step to step.
+    The same set on every evaluation of a run, so val losses are comparable step to step. A split
+    holds (N - 1) // block_size windows that share no target (window k starts at k x block_size);
+    asked for more than that, it returns those, each once (fewer than n_windows: callers say so),
+    rather than repeat windows.
     """
     w = block_size + 1
     high = stream.num_tokens - w
@@ -143,6 +146,9 @@ def eval_windows(stream: TokenStream, block_size: int, n_windows: int) -> np.nda
             f"the val split has {stream.num_tokens} tokens, fewer than one window of {w}; "
             "use a larger --val-fraction in prepare or a smaller model.block_size"
         )
+    held = (stream.num_tokens - 1) // block_size
+    if n_windows > held:
+        return np.arange(held, dtype=np.int64) * block_size
     return np.linspace(0, high, num=n_windows).round().astype(np.int64)
 
 

@@ -304,13 +304,31 @@ def check_rerun_output(out_dir: Path, cfg: PrepareConfig) -> None:
                           f"choose another --out or pass --overwrite to replace it")
 
 
-def _prepare_locked(cfg: PrepareConfig, out_dir: Path, show_progress: bool, t0: float) -> PrepareResult:
-    """`prepare` once the output folder's lock is held: cleans up after itself on every exit."""
+@dataclass
+class _Plan:
+    """One output's inputs, recipe, work shards and work folder, before any phase ran."""
+
+    cfg: PrepareConfig
+    out_dir: Path
+    files: list[Path]
+    recipe_dict: dict[str, Any]
+    recipe: Recipe
+    shards: list[list[Any]]
+    work: WorkFolder
+    reused: bool
+    fingerprint_sha: str
+
+
+def plan_output(cfg: PrepareConfig, out_dir: Path, t0: float) -> _Plan | PrepareResult:
+    """Read the inputs' list and the recipe, cut the work shards and open the work folder; a
+    PrepareResult (already_done) when `out_dir` is complete for these inputs and options.
+
+    Raises:
+        FileNotFoundError / FileExistsError / ValueError: as `prepare`.
+    """
     files = expand_inputs(cfg.inputs)
     recipe_dict = with_languages(load_recipe(cfg.recipe), cfg.languages, cfg.language_score)
     recipe = build_recipe(recipe_dict)
-    tokenizer = Tokenizer.from_file(cfg.tokenizer) if cfg.tokenizer else None
-
     # With --limit the first N documents in reading order are wanted: one shard reads them.
     shard_bytes = cfg.shard_bytes or auto_shard_bytes(files)
     shards = ([[str(f) for f in files]] if cfg.limit else
@@ -330,56 +348,73 @@ def _prepare_locked(cfg: PrepareConfig, out_dir: Path, show_progress: bool, t0: 
                              already_done=True)
     check_rerun_output(out_dir, cfg)
     reused = work.open(fingerprint)
+    return _Plan(cfg, out_dir, files, recipe_dict, recipe, shards, work, reused, fingerprint_sha)
+
+
+def _prepare_locked(cfg: PrepareConfig, out_dir: Path, show_progress: bool, t0: float) -> PrepareResult:
+    """`prepare` once the output folder's lock is held: cleans up after itself on every exit."""
+    from gptforge.progress import Phases
+
+    tokenizer = Tokenizer.from_file(cfg.tokenizer) if cfg.tokenizer else None
+    plan = plan_output(cfg, out_dir, t0)
+    if isinstance(plan, PrepareResult):
+        return plan
     try:
-        return _run_phases(cfg, out_dir, files, recipe_dict, recipe, tokenizer, shards, work, reused,
-                           fingerprint_sha, show_progress, t0)
+        timings: dict[str, float] = {}
+        progress = Phases(enabled=show_progress, transient=False, unit="shards")
+        with progress, _executor(cfg, out_dir, plan.work, plan.files) as pool:
+            curated, splits = curate_and_split(plan, pool, progress, timings)
+            mask_step = plan.recipe.mask_step.name if plan.recipe.mask_step is not None else None
+            tokenizer, tok_path = run_tokenizer(tokenizer, plan.work, curated.masks, splits, mask_step, cfg.vocab_size,
+                                                cfg.min_frequency, cfg.tokenizer_train_bytes, pool, timings)
+            result = encode_and_write(plan, curated, splits, tokenizer, tok_path, pool, progress, timings, t0)
     except Exception:
         # A failed run's work folder cannot be resumed into success and may fill a disk; an
         # interrupted one (Ctrl-C, SIGTERM as KeyboardInterrupt/SystemExit) is kept for the rerun.
         if not cfg.keep_work:
-            work.remove()
+            plan.work.remove()
         raise
-
-
-def _run_phases(cfg: PrepareConfig, out_dir: Path, files: list[Path], recipe_dict: dict[str, Any], recipe: Recipe,
-                tokenizer: Tokenizer | None, shards: list[list[Any]], work: WorkFolder, reused: bool,
-                fingerprint_sha: str, show_progress: bool, t0: float) -> PrepareResult:
-    """The five phases, in order, each on what the ones before it returned."""
-    from gptforge.progress import Phases
-
-    if reused:
-        log.info(f"resuming from {work.root}")
-    base = {"work": str(work.root), "recipe": recipe_dict, "text_field": cfg.text_field,
-            "doc_separator": cfg.doc_separator, "limit": cfg.limit, "strict": cfg.strict, "encoding": cfg.encoding}
-    tasks = [{**base, "index": i, "files": shard} for i, shard in enumerate(shards)]
-    timings: dict[str, float] = {}
-    mask_step = recipe.mask_step.name if recipe.mask_step is not None else None
-    progress = Phases(enabled=show_progress, transient=False, unit="shards")
-    with progress, _executor(cfg, out_dir, work, files) as pool:
-        curated = run_curate(recipe, tasks, work, pool, progress, timings)
-        warn_heavy_steps(curated.steps)
-        splits = run_split(cfg.split_rule(), work, curated.masks, files, curated.read, curated.normalize,
-                           curated.steps, cfg.doc_separator)
-        tokenizer, tok_path = run_tokenizer(tokenizer, work, curated.masks, splits, mask_step, cfg.vocab_size,
-                                            cfg.min_frequency, cfg.tokenizer_train_bytes, pool, timings)
-        t = time.perf_counter()
-        encoded = run_encode(tokenizer, tok_path, work, curated.masks, splits, mask_step, pool, progress)
-        timings["tokenize"] = time.perf_counter() - t
-        prepare_config = {**cfg.meta_dict(), "recipe_steps": recipe_dict, "tokenizer_trained": cfg.tokenizer is None,
-                          "moved_to_val_or_test": sorted(k for k, v in splits.moved.items() if v != "train"),
-                          "work_fingerprint_sha256": fingerprint_sha,
-                          "position_split": {k: v for k, v in sorted(splits.cuts.items())},
-                          "val_languages": language_rates(encoded.results)}
-        dedup = next((s for s in recipe.corpus_steps if hasattr(s, "near_dedup_record")), None)
-        if dedup is not None:
-            prepare_config["near_dedup"] = dedup.near_dedup_record()
-        report_inputs = ReportInputs(cfg, recipe_dict, files, shards, curated, timings, reused, t0)
-        meta, report = run_write(out_dir, tokenizer, encoded, splits, work, cfg.max_shard_bytes, cfg.overwrite,
-                                 prepare_config, report_inputs)
     if not cfg.keep_work:
-        work.remove()
-    return PrepareResult(out_dir, meta, curated.read, curated.normalize, time.perf_counter() - t0, splits.moved,
-                         curated.steps, report)
+        plan.work.remove()
+    return result
+
+
+def curate_and_split(plan: _Plan, pool, progress, timings: dict[str, float]):
+    """Phases 1 and 2 of one output: (curated (phases.curate), Splits)."""
+    cfg, work = plan.cfg, plan.work
+    if plan.reused:
+        log.info(f"resuming from {work.root}")
+    base = {"work": str(work.root), "recipe": plan.recipe_dict, "text_field": cfg.text_field,
+            "doc_separator": cfg.doc_separator, "limit": cfg.limit, "strict": cfg.strict, "encoding": cfg.encoding}
+    tasks = [{**base, "index": i, "files": shard} for i, shard in enumerate(plan.shards)]
+    curated = run_curate(plan.recipe, tasks, work, pool, progress, timings)
+    warn_heavy_steps(curated.steps)
+    splits = run_split(cfg.split_rule(), work, curated.masks, plan.files, curated.read, curated.normalize,
+                       curated.steps, cfg.doc_separator)
+    return curated, splits
+
+
+def encode_and_write(plan: _Plan, curated, splits, tokenizer: Tokenizer, tok_path: Path, pool, progress,
+                     timings: dict[str, float], t0: float, extra_config: dict[str, Any] | None = None) -> PrepareResult:
+    """Phases 4 and 5 of one output with its tokenizer: the shard folder, meta.json and report."""
+    cfg, work = plan.cfg, plan.work
+    mask_step = plan.recipe.mask_step.name if plan.recipe.mask_step is not None else None
+    t = time.perf_counter()
+    encoded = run_encode(tokenizer, tok_path, work, curated.masks, splits, mask_step, pool, progress)
+    timings["tokenize"] = time.perf_counter() - t
+    prepare_config = {**cfg.meta_dict(), "recipe_steps": plan.recipe_dict, "tokenizer_trained": cfg.tokenizer is None,
+                      "moved_to_val_or_test": sorted(k for k, v in splits.moved.items() if v != "train"),
+                      "work_fingerprint_sha256": plan.fingerprint_sha,
+                      "position_split": {k: v for k, v in sorted(splits.cuts.items())},
+                      "val_languages": language_rates(encoded.results), **(extra_config or {})}
+    dedup = next((s for s in plan.recipe.corpus_steps if hasattr(s, "near_dedup_record")), None)
+    if dedup is not None:
+        prepare_config["near_dedup"] = dedup.near_dedup_record()
+    report_inputs = ReportInputs(cfg, plan.recipe_dict, plan.files, plan.shards, curated, timings, plan.reused, t0)
+    meta, report = run_write(plan.out_dir, tokenizer, encoded, splits, work, cfg.max_shard_bytes, cfg.overwrite,
+                             prepare_config, report_inputs)
+    return PrepareResult(plan.out_dir, meta, curated.read, curated.normalize, time.perf_counter() - t0,
+                         splits.moved, curated.steps, report)
 
 
 def _executor(cfg: PrepareConfig, out_dir: Path, work: WorkFolder, files: list[Path]) -> Executor:

@@ -5,6 +5,10 @@ by an earlier window, so every target token (all but the first) is scored exactl
 block_size - stride tokens of context carried over (the sliding-window recipe of the Hugging Face
 perplexity guide; stride = block_size gives disjoint windows).
 
+With `document_mask_eos` (the EOS id of a run trained with train.document_mask), every window
+is scored under the same block-diagonal mask and restarting positions as training
+(`gptforge.model.gpt.document_mask`): no token sees another document.
+
 bits per byte = total nats / ln 2 / UTF-8 bytes of the text (Gao et al. 2020, The Pile, sec. 5.1):
 comparable across tokenizers, unlike per-token perplexity.
 """
@@ -13,12 +17,13 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 import torch
 
 from gptforge.data.loader import TokenStream
-from gptforge.model.gpt import GPT
+from gptforge.model.gpt import GPT, document_mask
 from gptforge.progress import progress as show_progress
 from gptforge.runtime.device import autocast_context
 from gptforge.runtime.loss import IGNORE_INDEX, token_loss_sum
@@ -66,12 +71,14 @@ def sliding_windows(num_tokens: int, block_size: int, stride: int) -> list[tuple
 @torch.no_grad()
 def evaluate_tokens(model: GPT, tokens: np.ndarray | torch.Tensor, n_bytes: int | None = None,
                     stride: int | None = None, batch_size: int = 8, device: torch.device | str = "cpu",
-                    autocast_dtype: torch.dtype | None = None, progress: bool = False) -> EvalResult:
+                    autocast_dtype: torch.dtype | None = None, progress: bool = False,
+                    document_mask_eos: int | None = None) -> EvalResult:
     """Score `tokens` (1-D int array, N) with `model`; see the module docstring.
 
     Args:
         n_bytes: UTF-8 bytes of the text these tokens encode, for bits per byte.
         stride: window shift in tokens (default block_size // 2).
+        document_mask_eos: EOS id: attend within documents only (as train.document_mask trains).
 
     Returns: EvalResult over the N-1 target tokens.
     """
@@ -100,7 +107,7 @@ def evaluate_tokens(model: GPT, tokens: np.ndarray | torch.Tensor, n_bytes: int 
                 y = y.to(device)
                 ctx = torch.autocast(device.type, dtype=autocast_dtype) if autocast_dtype else torch.no_grad()
                 with ctx:
-                    logits = model(x)
+                    logits = model(x, **_masking(x, document_mask_eos))
                 total += float(token_loss_sum(logits, y))
                 count += int((y != IGNORE_INDEX).sum())
                 i += len(group)
@@ -111,6 +118,14 @@ def evaluate_tokens(model: GPT, tokens: np.ndarray | torch.Tensor, n_bytes: int 
     bpb = total / math.log(2) / n_bytes if n_bytes else None
     return EvalResult(loss=loss, perplexity=math.exp(loss), bits_per_byte=bpb, tokens=count,
                       total_nats=total, bytes=n_bytes)
+
+
+def _masking(x: torch.Tensor, eos_id: int | None) -> dict[str, torch.Tensor]:
+    """The model keyword arguments of document masking for inputs x (B, T); {} without an EOS id."""
+    if eos_id is None:
+        return {}
+    position_ids, attn_mask = document_mask(x, eos_id)
+    return {"position_ids": position_ids, "attn_mask": attn_mask}
 
 
 def unigram_entropy(tokens: np.ndarray, vocab_size: int, reference: np.ndarray | None = None) -> float:
@@ -131,8 +146,11 @@ def unigram_entropy(tokens: np.ndarray, vocab_size: int, reference: np.ndarray |
 
 @torch.no_grad()
 def evaluate_windows(model: torch.nn.Module, stream: TokenStream, offsets: np.ndarray, block_size: int,
-                     batch_size: int, device: torch.device, precision: str, should_stop=None) -> float | None:
+                     batch_size: int, device: torch.device, precision: str, should_stop=None,
+                     document_mask_eos: int | None = None) -> float | None:
     """Mean next-token loss (nats/token) over fixed windows, in eval mode.
+
+    document_mask_eos: EOS id: attend within documents only (as train.document_mask trains).
 
     should_stop: checked between batches (e.g. a Ctrl-C during a long evaluation); when it
     returns True the evaluation ends early and returns None.
@@ -147,8 +165,53 @@ def evaluate_windows(model: torch.nn.Module, stream: TokenStream, offsets: np.nd
         rows = np.stack([stream.read(int(o), block_size + 1) for o in offsets[i : i + batch_size]])
         t = torch.from_numpy(rows).to(device)
         with autocast_context(device, precision):
-            logits = model(t[:, :-1])
+            x = t[:, :-1]
+            logits = model(x, **_masking(x, document_mask_eos))
         total += float(token_loss_sum(logits, t[:, 1:]))
         count += t[:, 1:].numel()
     model.train(was_training)
     return total / count
+
+
+def evaluate_mixture(model: torch.nn.Module, folders: dict, split: str, n_windows: int, batch_size: int,
+                     device: torch.device, precision: str, document_mask: bool = False) -> dict:
+    """Per-source loss and bits per byte of a mixture's `split`, on the windows training scores.
+
+    Each source's split is scored on `gptforge.data.loader.eval_windows(stream, block_size,
+    n_windows)` (each once when it holds fewer) with `evaluate_windows`, as a training run's
+    validation does. Bits per byte of a source: loss / ln 2 x tokens / UTF-8 bytes of its split.
+    Overall: the token-weighted mean over the sources' splits, sum_i T_i L_i / sum_i T_i.
+
+    Args:
+        folders: source name -> shard folder. n_windows: windows per source (train.eval_steps x
+            micro_batch_size). document_mask: score under the run's document mask.
+
+    Returns: {"sources": {name: {"loss", "bits_per_byte", "tokens", "windows", "windows_asked"}},
+    "loss": overall, "tokens": all the split's tokens}.
+
+    Raises:
+        ValueError: a source's split holds less than one window (naming the folder).
+    """
+    from gptforge.data.loader import eval_windows
+    from gptforge.data.shards import load_meta
+
+    block = model.config.block_size
+    out, num, den = {}, 0.0, 0
+    for name, folder in folders.items():
+        meta = load_meta(folder)
+        sp = meta["splits"].get(split) or {}
+        if not sp.get("tokens"):
+            continue
+        stream = TokenStream([Path(folder) / f for f in sp["files"]], meta["dtype"])
+        try:
+            offsets = eval_windows(stream, block, n_windows)
+        except ValueError as e:
+            raise ValueError(f"{folder}: {e}") from None
+        eos = int(meta["eos_id"]) if document_mask else None
+        loss = evaluate_windows(model, stream, offsets, block, batch_size, device, precision, document_mask_eos=eos)
+        stream.close()
+        n_tok, n_bytes = int(sp["tokens"]), int(sp.get("bytes") or 0)
+        out[name] = {"loss": loss, "bits_per_byte": loss / math.log(2) * n_tok / n_bytes if n_bytes else None,
+                     "tokens": n_tok, "windows": len(offsets), "windows_asked": n_windows}
+        num, den = num + n_tok * loss, den + n_tok
+    return {"sources": out, "loss": num / den if den else None, "tokens": den}

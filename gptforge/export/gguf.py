@@ -165,9 +165,9 @@ def read_tokenizer(tokenizer_json: Path, vocab_size: int) -> dict:
 
 def chat_template(tokenizer_dir: Path) -> str | None:
     """The tokenizer folder's chat template as gptforge's chat formatting reads it
-    (`gptforge.data.instruct.ChatTokenizer.from_dir`: chat_template.jinja, chat_template.json or
+    (`gptforge.data.chat.ChatTokenizer.from_dir`: chat_template.jinja, chat_template.json or
     tokenizer_config.json), or None."""
-    from gptforge.data.instruct import ChatTokenizer
+    from gptforge.data.chat import ChatTokenizer
 
     template = ChatTokenizer.from_dir(tokenizer_dir).chat_template
     return template if isinstance(template, str) and template else None

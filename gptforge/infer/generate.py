@@ -191,37 +191,66 @@ def generate_batch(model: GPT, prompts: Sequence[Sequence[int]], max_new_tokens:
                 caches = model.make_caches(len(tokens))
             logits = forward(idx, position_ids=pos, attn_mask=mask, caches=caches, last_only=True)
         else:
-            last = torch.tensor([[t[-1]] for t in tokens], dtype=torch.long, device=device)
-            pos = mask = None
-            if any(pads):
-                lengths = [len(t) - s for s, t in zip(starts, tokens)]
-                pos = torch.tensor([[n - 1] for n in lengths], device=device)
-                S = caches[0].pos + 1
-                pad = torch.tensor(pads, device=device)[:, None]
-                mask = (torch.arange(S, device=device)[None, :] >= pad)[:, None, None, :]  # (B, 1, 1, S)
+            last, pos, mask = _decode_inputs(tokens, starts, pads, caches[0].pos, device)
             logits = forward(last, position_ids=pos, attn_mask=mask, caches=caches, last_only=True)
         nxt = sample_next(logits[:, -1, :], temperature, top_k, top_p, gen)[:, 0].tolist()
-        for b, t in enumerate(nxt):
-            tokens[b].append(t)
-            if done[b]:
-                continue
-            r = results[b]
-            r.tokens.append(t)
-            if eos_id is not None and t == eos_id:
-                done[b], r.finish_reason = True, "stop"
-            elif stop:
-                cut = find_stop(decode(r.tokens), stop)
-                if cut is not None:
-                    done[b], r.finish_reason = True, "stop"
+        _take_tokens(nxt, tokens, results, done, eos_id, stop, decode)
         if all(done):
             break
     model.train(was_training)
     if decode is not None:
-        for r in results:
-            text = decode([t for t in r.tokens if t != eos_id] if eos_id is not None else r.tokens)
-            cut = find_stop(text, stop) if stop else None
-            r.text = text if cut is None else text[:cut]
+        _decode_texts(results, decode, eos_id, stop)
     return results
+
+
+def _decode_inputs(tokens: list[list[int]], starts: list[int], pads: list[int], cache_len: int,
+                   device) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
+    """Inputs of one cached decode step of `generate_batch`: (last, position_ids, attn_mask).
+
+    last: each row's newest token, (B, 1) int64. When some row is left-padded (`pads`, from the
+    prefill's `padded_batch`), position_ids (B, 1) is each real token's position within its window
+    (`tokens[b][starts[b]:]`) and attn_mask (B, 1, 1, S) bool hides the padding among the
+    S = cache_len + 1 keys (the cache's `cache_len` filled positions and this token); both are
+    None otherwise (the cache's own positions and plain causal attention suffice).
+    """
+    last = torch.tensor([[t[-1]] for t in tokens], dtype=torch.long, device=device)
+    if not any(pads):
+        return last, None, None
+    lengths = [len(t) - s for s, t in zip(starts, tokens)]
+    pos = torch.tensor([[n - 1] for n in lengths], device=device)
+    S = cache_len + 1
+    pad = torch.tensor(pads, device=device)[:, None]
+    mask = (torch.arange(S, device=device)[None, :] >= pad)[:, None, None, :]  # (B, 1, 1, S)
+    return last, pos, mask
+
+
+def _take_tokens(nxt: list[int], tokens: list[list[int]], results: list[Generation], done: list[bool],
+                 eos_id: int | None, stop: Sequence[str], decode: Callable[[list[int]], str] | None) -> None:
+    """Append one sampled token per row (`nxt`, B ids) to each row's context in `tokens`, and to
+    its Generation while the row runs; a row stops (done[b], finish_reason "stop") at `eos_id` or
+    when its decoded continuation contains one of the `stop` strings."""
+    for b, t in enumerate(nxt):
+        tokens[b].append(t)
+        if done[b]:
+            continue
+        r = results[b]
+        r.tokens.append(t)
+        if eos_id is not None and t == eos_id:
+            done[b], r.finish_reason = True, "stop"
+        elif stop:
+            assert decode is not None  # generate_batch refuses stop strings without decode
+            cut = find_stop(decode(r.tokens), stop)
+            if cut is not None:
+                done[b], r.finish_reason = True, "stop"
+
+
+def _decode_texts(results: list[Generation], decode: Callable[[list[int]], str], eos_id: int | None,
+                  stop: Sequence[str]) -> None:
+    """Set each Generation's text: its tokens decoded without EOS, cut before the first stop string."""
+    for r in results:
+        text = decode([t for t in r.tokens if t != eos_id] if eos_id is not None else r.tokens)
+        cut = find_stop(text, stop) if stop else None
+        r.text = text if cut is None else text[:cut]
 
 
 @torch.no_grad()

@@ -100,6 +100,29 @@ def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.T
     return out.type_as(x)
 
 
+def document_mask(idx: torch.Tensor, eos_id: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Positions and attention mask that keep attention inside each document of packed sequences.
+
+    An EOS token opens the document that follows it, as the empty prompt `[eos]` of generation
+    does: the window `a b EOS c d EOS e` holds the documents `a b`, `EOS c d` and `EOS e`. So every
+    target, the EOS that ends a document included, is predicted from its own document only, and a
+    masked document gives the logits of that document run alone (Llama 3 trains with such a
+    block-diagonal causal mask, Dubey et al. 2024, sec. 3.2).
+
+    idx: (B, T) int64 token ids. Returns (position_ids (B, T) int64, restarting at 0 at each EOS;
+    attn_mask (B, 1, T, T) bool, True where query i may attend key j: j <= i in the same document).
+    Pass both to `GPT.forward`; positions restart for learned positions (gpt2) and RoPE alike.
+    """
+    B, T = idx.shape
+    is_eos = idx == eos_id
+    doc = is_eos.cumsum(dim=1)  # document index of each position
+    t = torch.arange(T, device=idx.device).expand(B, T)
+    start = torch.where(is_eos, t, torch.zeros_like(t)).cummax(dim=1).values  # first position of the document
+    same_doc = doc[:, :, None] == doc[:, None, :]
+    causal = torch.ones(T, T, dtype=torch.bool, device=idx.device).tril()
+    return t - start, (same_doc & causal)[:, None]
+
+
 class KVCache:
     """Pre-allocated key/value cache for one attention layer.
 

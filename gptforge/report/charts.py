@@ -205,7 +205,7 @@ def other_metrics_chart(runs: list[RunData]) -> go.Figure | None:
     """Every other numeric metrics key (e.g. task scores), one curve per (run, key)."""
     fig = go.Figure()
     for i, run in enumerate(runs):
-        for key in sorted(run.metric_keys() - KNOWN_KEYS):
+        for key in sorted(k for k in run.metric_keys() - KNOWN_KEYS if not k.startswith(("val/", "data/"))):
             for t in _line(runs, run, i, key, key, mode="lines+markers"):
                 t.line.color = None  # one colour per key; runs differ in legend name
                 fig.add_trace(t)
@@ -214,8 +214,44 @@ def other_metrics_chart(runs: list[RunData]) -> go.Figure | None:
     return _layout(fig, "Other logged metrics", "value")
 
 
+def stage_ends(run: RunData) -> list[int]:
+    """The steps at which a run's mixture stages end (config.yaml's train.stages, resolved)."""
+    return [int(st["until_step"]) for st in ((run.config.get("train") or {}).get("stages") or [])
+            if isinstance(st, dict) and "until_step" in st]
+
+
+def _stage_marks(fig: go.Figure, runs: list[RunData]) -> go.Figure:
+    """Mixture stage boundaries (train.stages) as long-dashed vertical lines."""
+    for i, run in enumerate(runs):
+        for k, s in enumerate(stage_ends(run)):
+            text = f"stage {k + 1} ends"
+            fig.add_vline(x=s, line=dict(color=color(i), dash="longdash", width=1),
+                          annotation_text=text if len(runs) == 1 else f"{run.label} {text}",
+                          annotation_position="bottom right", annotation_font_size=10)
+    return fig
+
+
+def sources_chart(runs: list[RunData]) -> go.Figure | None:
+    """A mixture's val loss per source (val/NAME/loss), one curve per (run, source)."""
+    fig = go.Figure()
+    for i, run in enumerate(runs):
+        for key in sorted(k for k in run.metric_keys() if k.startswith("val/") and k.endswith("/loss")):
+            xs, ys = run.series(key)
+            fig.add_trace(go.Scatter(x=xs, y=ys, mode="lines+markers", name=_name(runs, run, key[4:-5]),
+                                     legendgroup=run.label))
+    if not fig.data:
+        return None
+    return _layout(fig, "Validation loss per source", "nats/token")
+
+
 def all_charts(runs: list[RunData]) -> dict[str, tuple[go.Figure | None, str]]:
-    """{chart id: (figure or None, the metrics key whose absence leaves it empty)} in page order."""
+    """{chart id: (figure or None, the metrics key whose absence leaves it empty)} in page order;
+    every chart marks the mixture stage boundaries."""
+    charts = _all_charts(runs)
+    return {k: (_stage_marks(f, runs) if f is not None else None, key) for k, (f, key) in charts.items()}
+
+
+def _all_charts(runs: list[RunData]) -> dict[str, tuple[go.Figure | None, str]]:
     return {
         "loss": (loss_chart(runs), "loss"),
         "lr": (simple_chart(runs, "lr", "Learning rate", "lr"), "lr"),
@@ -225,5 +261,6 @@ def all_charts(runs: list[RunData]) -> dict[str, tuple[go.Figure | None, str]]:
         "step_seconds": (simple_chart(runs, "step_seconds", "Step time", "seconds"), "step_seconds"),
         "memory": (memory_chart(runs), "peak_memory_bytes / predicted_memory_bytes"),
         "eval": (eval_chart(runs), "val_loss"),
+        "sources": (sources_chart(runs), "val/NAME/loss"),
         "other": (other_metrics_chart(runs), "(keys beyond the standard ones)"),
     }

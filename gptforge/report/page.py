@@ -340,6 +340,31 @@ def _env_html(runs: list[RunData]) -> str:
             f"{platform.python_version()} and plotly {plotly.__version__} on {_e(platform.platform())}.</p>")
 
 
+def _mixture_html(runs: list[RunData]) -> str:
+    """The mixture table of each run trained on several sources: weight (per stage), tokens seen
+    and epochs per source, and the definition of the overall val loss; "" without a mixture."""
+    out = []
+    for run in runs:
+        train = run.config.get("train") or {}
+        weights = train.get("data_weights") or {}
+        if not weights:
+            continue
+        stages = train.get("stages") or []
+        head = "".join(f"<th>stage {k + 1} (to step {st['until_step']:,})</th>" for k, st in enumerate(stages))
+        rows = []
+        for name, w in weights.items():
+            last = next((r for r in reversed(run.rows) if f"data/{name}/tokens_seen" in r), {})
+            seen, epoch = int(last.get(f"data/{name}/tokens_seen") or 0), last.get(f"data/{name}/epoch")
+            cells = "".join(f"<td>{st['data_weights'].get(name, 0):.3f}</td>" for st in stages)
+            rows.append(f"<tr><td>{_e(name)}</td>{cells}<td>{w:.3f}</td><td>{seen:,}</td>"
+                        f"<td>{'' if epoch is None else epoch}</td></tr>")
+        out.append(f"<h3>Mixture: {_e(run.label)}</h3><table><tr><th>source</th>{head}"
+                   f"<th>weight{' (after the stages)' if stages else ''}</th><th>tokens seen</th>"
+                   f"<th>epoch (0-based, last step)</th></tr>" + "".join(rows) + "</table><p class=sub>val_loss of a "
+                   "mixture: the token-weighted mean over the sources' val splits.</p>")
+    return ("<h2>Data mixture</h2>" + "".join(out)) if out else ""
+
+
 def render_report(runs: list[RunData], out_dir: Path | None = None, stopped: str | None = None) -> str:
     """The whole page as a string (see the module docstring).
 
@@ -385,14 +410,16 @@ def render_report(runs: list[RunData], out_dir: Path | None = None, stopped: str
                                                   config=plot_config, default_height="330px") + "</div>")
 
     parts.append("<h2>Training curves</h2><p class=sub>Drag to zoom, double-click to reset, click a legend entry to "
-                 "hide it. Dashed vertical lines: resumes; dotted: rollbacks to an earlier checkpoint; red crosses: skipped (non-finite) steps; triangles: "
+                 "hide it. Dashed vertical lines: resumes; long dashes: mixture stage ends; dotted: rollbacks to an earlier checkpoint; red crosses: skipped (non-finite) steps; triangles: "
                  f"loss or gradient spikes. Curves over {2000:,} points keep every bucket's min and max.</p>"
                  "<div class=grid>" + "".join(chart(c) for c in ("loss", "lr", "grad_norm", "tokens_per_second",
                                                                   "mfu", "step_seconds")) + "</div>")
     if charts["other"][0] is not None:
         parts.append("<h2>Other metrics</h2><div class=grid>" + chart("other") + "</div>")
     parts.append("<h2>Memory</h2><div class=grid>" + chart("memory") + "</div>" + _memory_html(runs))
-    parts.append("<h2>Evaluation</h2><div class=grid>" + chart("eval") + "</div>" + _eval_html(runs))
+    parts.append("<h2>Evaluation</h2><div class=grid>" + chart("eval")
+                 + (chart("sources") if charts["sources"][0] is not None else "") + "</div>" + _eval_html(runs))
+    parts.append(_mixture_html(runs))
     parts.append("<h2>Samples</h2>" + _samples_html(runs))
     parts.append("<h2>Data</h2>" + _data_html(runs, out_dir))
     parts.append("<h2>Environment</h2>" + _env_html(runs))

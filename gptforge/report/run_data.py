@@ -225,6 +225,8 @@ def load_run(run_dir: str | Path, label: str | None = None) -> RunData:
             run.missing.append(f"{p} is not valid JSON: left out of the evaluation table")
 
     data_path = (run.config.get("data") or {}).get("path") if isinstance(run.config.get("data"), dict) else None
+    if (run.config.get("data") or {}).get("sources"):
+        data_path = None  # a mixture: its sources are in the mixture table, not one shard folder's report
     run.data_dir = _resolve_data_dir(run_dir, data_path)
     if run.data_dir is not None:
         run.data_meta = json.loads((run.data_dir / "meta.json").read_text(encoding="utf-8"))

@@ -162,7 +162,7 @@ class Server:
     """The state behind the routes: tokenizer, engine, metrics. Build with `create_app`."""
 
     def __init__(self, model, tokenizer_file: Path, cfg: ServeConfig):
-        from gptforge.data.instruct import DEFAULT_TEMPLATE, ChatTokenizer
+        from gptforge.data.chat import DEFAULT_TEMPLATE, ChatTokenizer
         from gptforge.data.tokenizer import Tokenizer
 
         self.cfg = cfg
@@ -288,7 +288,7 @@ class Server:
         Raises:
             APIError: 400 for a conversation the template refuses, or one too long (when bounded).
         """
-        from gptforge.data.instruct import prompt_ids
+        from gptforge.data.chat import prompt_ids
 
         rendered = []
         for j, m in enumerate(messages):

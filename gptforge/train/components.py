@@ -191,6 +191,7 @@ class MetricsLogger:
 
     def __init__(self, writer, bar, log_interval: int, max_steps: int, extra_sinks: list | None = None,
                  mfu_label: str = "mfu", has_peak: bool = True):
+        self.last_sources = ""  # a mixture's per-source val losses of the last evaluation
         self.writer, self.bar, self.log_interval, self.max_steps = writer, bar, log_interval, max_steps
         # A CPU's peak is measured, not a datasheet figure: its MFU is labelled an estimate.
         self.mfu_label, self.has_peak = mfu_label, has_peak
@@ -212,6 +213,11 @@ class MetricsLogger:
             info += f" {self.mfu_label} n/a (peak unreliable)"
         if last_val is not None:
             info += f" val {last_val:.4f}"
+        if last_val is not None and row.get("val_loss") is not None:  # a mixture's sources, at each evaluation
+            self.last_sources = " ".join(f"{k[4:-5]} {v:.3f}" for k, v in row.items()
+                                         if k.startswith("val/") and k.endswith("/loss"))
+        if self.last_sources:
+            info += f" ({self.last_sources})"
         self.bar.update(row["step"], info)
 
     def message(self, text: str) -> None:

@@ -115,11 +115,8 @@ class InstructionData:
     """
 
     def __init__(self, path: Path, tokenizer, seq_len: int, fc: FinetuneConfig, seed: int):
-        from gptforge.data.instruct import (
-            DEFAULT_TEMPLATE,
-            InstructionDataset,
-            load_examples,
-        )
+        from gptforge.data.chat import DEFAULT_TEMPLATE
+        from gptforge.data.instruct import InstructionDataset, load_examples
 
         self.path, self.seq_len = Path(path), seq_len
         template = DEFAULT_TEMPLATE if fc.chat_template == "default" else None
@@ -248,10 +245,10 @@ def write_export_inputs(run_dir: Path, source: dict, chat_template: Path | None 
 
 def write_builtin_template(run_dir: Path, tok, fc: FinetuneConfig) -> None:
     """Write the built-in instruction format as run_dir/chat_template.jinja
-    (`gptforge.data.instruct.default_chat_template`) when this run trains with it
+    (`gptforge.data.chat.default_chat_template`) when this run trains with it
     (finetune.chat_template default, or auto with a tokenizer that has no template), so that the
     hf, gguf, onnx and Triton exports and `serve` carry the format the model learned."""
-    from gptforge.data.instruct import default_chat_template
+    from gptforge.data.chat import default_chat_template
 
     if fc.chat_template == "default" or (fc.chat_template == "auto" and not tok.chat_template):
         atomic_write_text(run_dir / "chat_template.jinja", default_chat_template(tok.add_bos))
@@ -259,7 +256,7 @@ def write_builtin_template(run_dir: Path, tok, fc: FinetuneConfig) -> None:
 
 def load_chat_tokenizer(folder: Path, chat_template: Path | None = None):
     """ChatTokenizer of the model's tokenizer folder, with a custom template file if given."""
-    from gptforge.data.instruct import ChatTokenizer
+    from gptforge.data.chat import ChatTokenizer
 
     tok = ChatTokenizer.from_dir(folder)
     if chat_template is not None:

@@ -48,7 +48,9 @@ class MetricsWriter:
             step = row["step"]
             for k, v in row.items():
                 if k != "step" and isinstance(v, (int, float)) and v is not None and math.isfinite(v):
-                    self.tb.add_scalar(f"train/{k}" if k != "val_loss" else "val/loss", v, step)
+                    # val_loss -> val/loss; a mixture's val/NAME/loss and data/NAME/tokens keep their names.
+                    tag = "val/loss" if k == "val_loss" else k if k.startswith(("val/", "data/")) else f"train/{k}"
+                    self.tb.add_scalar(tag, v, step)
             for ev in row.get("events") or []:  # alarms, rollbacks, resumes: TensorBoard's Text tab
                 self.tb.add_text(f"events/{ev.get('kind', 'event')}", json.dumps(ev), step)
 

@@ -16,7 +16,8 @@ from gptforge.config import ModelConfig, RunConfig
 from gptforge.errors import TrainingError
 from gptforge.runtime.device import pick_device
 from gptforge.train import distributed as D
-from gptforge.train.sources import BatchSource, ShardSource
+from gptforge.train.mixture_source import open_source
+from gptforge.train.sources import BatchSource
 from gptforge.train.trainer import Trainer, TrainResult
 
 __all__ = ["TrainResult", "start_processes", "train"]
@@ -45,7 +46,7 @@ def start_processes(cfg: RunConfig) -> tuple[RunConfig, D.DistEnv, dict | None]:
     return cfg, D.DistEnv(device=pick_device(tc.device)), None
 
 
-def train(cfg: RunConfig, data_dir: str | Path, run_dir: str | Path, resume: bool = False,
+def train(cfg: RunConfig, data_dir: str | Path | list, run_dir: str | Path, resume: bool = False,
           progress: bool = True, log: Callable[[str], None] | None = None, *,
           model_factory: Callable[[ModelConfig], torch.nn.Module] | None = None,
           data: BatchSource | None = None, config_extra: dict[str, Any] | None = None,
@@ -56,7 +57,8 @@ def train(cfg: RunConfig, data_dir: str | Path, run_dir: str | Path, resume: boo
     Args:
         cfg: model/train/parallel config; `model.vocab_size` defaults to the data's vocabulary.
             Parallel degrees of -1 take the rest of the world (see ParallelConfig.resolved).
-        data_dir: a `gptforge prepare` output folder (meta.json + *.bin + tokenizer.json); ignored
+        data_dir: a `gptforge prepare` output folder (meta.json + *.bin + tokenizer.json), or a
+            list of them sharing a tokenizer (a mixture: gptforge.train.mixture_source); ignored
             when `data` is given.
         run_dir: output folder (config.yaml, metrics.jsonl, tb/, checkpoints/).
         resume: continue from run_dir/checkpoints/latest (same config).
@@ -89,8 +91,7 @@ def train(cfg: RunConfig, data_dir: str | Path, run_dir: str | Path, resume: boo
             lock = FolderLock(Path(run_dir), command=" ".join(["gptforge", "train", str(run_dir)])).acquire()
             remove_partial_files(Path(run_dir) / "checkpoints")
         log_main = log if env.is_main else None
-        source = data if data is not None else ShardSource(data_dir, eval_steps=tc.eval_steps,
-                                                           micro_batch_size=tc.micro_batch_size, log=log_main)
+        source = data if data is not None else open_source(data_dir, tc.eval_steps, tc.micro_batch_size, log_main)
         try:
             trainer = Trainer(cfg, env, source, Path(run_dir), resume, progress, log, model_factory=model_factory,
                               config_extra=config_extra, on_save=on_save, ds_config=ds_config,

@@ -10,7 +10,7 @@ Two stages, each a plain function:
 - `resolve_run`: the user's config, the world (DistEnv), the data (its meta.json's vocabulary)
   and the probes' results (`Probes`) -> a frozen `ResolvedRun` in which no training field is
   optional: lr, min_lr, warmup_steps, muon_lr, global_batch_size, gradient_accumulation_steps,
-  precision, compile (a bool), max_steps (from max_minutes when set).
+  precision, compile (a bool), document_mask (a bool), max_steps (from max_minutes when set).
 
 `resolve_training` runs the probes between the two for the trainer. The ResolvedRun is written to
 config.yaml and is the only config the trainer, optimizer, scheduler, DeepSpeed JSON, planner and
@@ -60,6 +60,8 @@ class Probes:
     step_how: str = ""
     spent_seconds: float = 0.0
     saved_train: dict | None = None
+    resume_step: int | None = None
+    """The step of the checkpoint resumed from (None for a new run)."""
 
 
 @dataclass(frozen=True)
@@ -90,9 +92,10 @@ class ResolvedRun:
         tc = self.train
         unset = [n for n in REQUIRED_TRAIN if getattr(tc, n) is None]
         if unset or tc.precision not in PRECISIONS or not isinstance(tc.compile, bool) \
-                or self.model.vocab_size is None:
+                or not isinstance(tc.document_mask, bool) or self.model.vocab_size is None:
             raise ValueError(f"ResolvedRun: unresolved fields {unset}, precision {tc.precision!r}, compile "
-                             f"{tc.compile!r}, model.vocab_size {self.model.vocab_size!r}")
+                             f"{tc.compile!r}, document_mask {tc.document_mask!r}, "
+                             f"model.vocab_size {self.model.vocab_size!r}")
 
     @property
     def zero_stage(self) -> int:
@@ -191,6 +194,9 @@ def resolve_run(cfg: RunConfig, env, data, probes: Probes, requested_parallel: P
             f"train.max_steps {steps}" + replaced)
         tc = dataclasses.replace(tc, max_steps=steps, max_minutes_steps=steps)
     tc = resolve_warmup_default(tc, probes.saved_train)
+    tc = dataclasses.replace(tc, document_mask=resolve_document_mask(tc.document_mask, probes.saved_train))
+    tc = resolve_mixture(tc, getattr(data, "source_tokens", None), probes.saved_train, data.description, say,
+                         probes.resume_step)
     line = describe_defaults(user, tc)
     if line:
         say(line)
@@ -204,9 +210,104 @@ def resolve_run(cfg: RunConfig, env, data, probes: Probes, requested_parallel: P
                        compile_probe=probes.compile_probe)
 
 
+def resolve_document_mask(asked: bool | None, saved_train: dict | None) -> bool:
+    """train.document_mask as the run trains: as asked when set; unset, the resumed run's own
+    value (its config.yaml), else False (bench/RESULTS.md: the mask did not win at the quickstart
+    size, so it is off by default)."""
+    if asked is not None:
+        return bool(asked)
+    return bool((saved_train or {}).get("document_mask") or False)
+
+
+def resolve_mixture(tc: TrainConfig, source_tokens: dict[str, int] | None, saved_train: dict | None,
+                    data_description: str = "the data", say: Callable[[str], None] = lambda m: None,
+                    resume_step: int | None = None) -> TrainConfig:
+    """train.data_weights and train.stages as the run trains.
+
+    data_weights: as asked, else the resumed run's, else proportional to each source's train
+    tokens (`source_tokens`); normalized to sum to 1 (gptforge.data.mixture.normalize_weights).
+    stages: each until_fraction becomes until_step = round(fraction x max_steps); each stage's
+    weights are normalized. With one source (`source_tokens` None) both stay None.
+
+    On --resume at `resume_step` R with other weights or stages than the run's (as a changed
+    train.schedule_start starts a fresh schedule at a chosen step), the change applies from step
+    R on: the run's own weights of steps < R become stages ending at or before R (so the batches
+    already drawn are drawn again alike), followed by the new stages that end after R; this is
+    said and recorded in config.yaml.
+
+    Raises:
+        InputError: weights or stages for data of one source, a weight naming no source, a stage
+            without exactly one of until_step / until_fraction, or stage ends that do not increase.
+    """
+    from gptforge.data.mixture import normalize_weights, proportional_weights
+
+    saved = saved_train or {}
+    if source_tokens is None:
+        if tc.data_weights or tc.stages:
+            raise InputError(f"train.data_weights / train.stages need a mixture (several --data folders, or a folder "
+                             f"prepared with several --source); {data_description} is one source")
+        return tc
+    names = list(source_tokens)
+    how = "as given" if tc.data_weights else "the run's own (--resume)" if saved.get("data_weights") else None
+    try:
+        weights = normalize_weights(dict(tc.data_weights or saved.get("data_weights")
+                                         or proportional_weights(source_tokens)), names)
+        stages = [_resolve_stage(i, st, tc.max_steps, names) for i, st in enumerate(tc.stages or saved.get("stages")
+                                                                                       or [])]
+    except ValueError as e:
+        raise InputError(f"train.data_weights / train.stages: {e}") from None
+    ends = [st["until_step"] for st in stages]
+    if any(b <= a for a, b in zip(ends, ends[1:])) or any(e < 1 for e in ends):
+        raise InputError(f"train.stages: stage ends {ends} (steps) must increase and be >= 1")
+    if resume_step and saved.get("data_weights"):
+        stages = _continue_mixture(saved, weights, stages, resume_step, say)
+    say("data mixture: " + ", ".join(f"{n} {w:.3f}" for n, w in weights.items())
+        + f" ({how or 'proportional to train tokens'})"
+        + "".join(f"; stage {i + 1} until step {st['until_step']}: "
+                  + ", ".join(f"{n} {w:.3f}" for n, w in st["data_weights"].items()) for i, st in enumerate(stages)))
+    return dataclasses.replace(tc, data_weights=weights, stages=stages or None)
+
+
+def _continue_mixture(saved: dict, weights: dict, stages: list[dict], at: int, say) -> list[dict]:
+    """The stages of a resume at step `at` whose weights or stages differ from the run's `saved`
+    ones: the run's schedule before `at`, then `stages` ending after it (see resolve_mixture)."""
+    def same(a: dict, b: dict) -> bool:
+        return set(a) == set(b) and all(abs(float(a[k]) - float(b[k])) < 1e-12 for k in a)
+
+    old_stages = saved.get("stages") or []
+    old_w = saved["data_weights"]
+    if same(old_w, weights) and len(old_stages) == len(stages) and all(
+            a["until_step"] == b["until_step"] and same(a["data_weights"], b["data_weights"])
+            for a, b in zip(old_stages, stages)):
+        return stages
+    kept = [dict(st) for st in old_stages if st["until_step"] <= at]
+    if at > (kept[-1]["until_step"] if kept else 0):
+        current = next((st["data_weights"] for st in old_stages if at - 1 < st["until_step"]), old_w)
+        kept.append({"until_step": at, "data_weights": dict(current)})
+    merged = kept + [st for st in stages if st["until_step"] > at]
+    say(f"--resume at step {at}: train.data_weights / train.stages differ from the run's; steps before {at} keep "
+        f"the run's weights (recorded as stages ending by step {at} in config.yaml), the new ones apply from "
+        f"step {at}")
+    return merged
+
+
+def _resolve_stage(i: int, stage: dict, max_steps: int, names: list[str]) -> dict:
+    """One train.stages entry -> {until_step, data_weights (normalized)}; ValueError naming it."""
+    from gptforge.data.mixture import normalize_weights
+
+    unknown = set(stage) - {"until_step", "until_fraction", "data_weights"}
+    if unknown or ("until_step" in stage) == ("until_fraction" in stage) or "data_weights" not in stage:
+        raise ValueError(f"stage {i + 1} {stage}: give exactly one of until_step / until_fraction, and data_weights "
+                         f"(no other key{', not ' + ', '.join(sorted(unknown)) if unknown else ''})")
+    until = (int(stage["until_step"]) if "until_step" in stage
+             else int(round(float(stage["until_fraction"]) * max_steps)))
+    return {"until_step": until, "data_weights": normalize_weights(dict(stage["data_weights"]), names)}
+
+
 def check_supported(cfg: RunConfig, env, deepspeed: bool) -> None:
     """Refuse, before anything is measured, combinations the trainer does not run: spike
-    rollback outside a single process / plain DDP, fp16 without a gradient scaler's layout.
+    rollback outside a single process / plain DDP, fp16 without a gradient scaler's layout,
+    train.document_mask under pipeline parallelism.
 
     Raises:
         InputError: naming the options and what to use instead.
@@ -218,6 +319,9 @@ def check_supported(cfg: RunConfig, env, deepspeed: bool) -> None:
                          "(parallel.dp_replicate) only: its mid-run reload is not tested under FSDP2/ZeRO, tp, "
                          "pp or DeepSpeed; use train.spike_action warn there, and after a spike resume from an "
                          "earlier checkpoint by hand")
+    if tc.document_mask and pc.pp > 1:
+        raise InputError("train.document_mask does not run under pipeline parallelism (parallel.pp > 1): "
+                         "its stages take no attention mask; turn one of them off")
     if tc.precision == "fp16" and not deepspeed and (pc.effective_zero_stage() in (2, 3) or pc.tp > 1 or pc.pp > 1):
         raise InputError("train.precision=fp16 needs a gradient scaler, which gptforge supports with a single "
                          "process, DDP and ZeRO-1 only; use bf16 with FSDP2/ZeRO-2/3, tp or pp")
@@ -248,12 +352,13 @@ def resolve_training(cfg: RunConfig, env, data, run_dir: Path, resume: bool, log
     check_supported(cfg, env, deepspeed)
     precision = env.rank0_value(resolve_precision(cfg.train.precision, env.device, log))
     saved = saved_train_section(run_dir, resume)
+    resume_step = int(ckpt_lib.find_checkpoint(run_dir).name.removeprefix("step_")) if resume else None
     pre = pre_resolve(cfg, env.dp_size, int(data.vocab_size), precision, saved, data.description)
     chosen, probe = _probe_compile(pre, env, saved, log)
     pre = RunConfig(model=pre.model, train=dataclasses.replace(pre.train, compile=chosen), parallel=pre.parallel)
     step_s, how, spent = _probe_budget(pre, probe, env)
     probes = Probes(precision=precision, compile=chosen, compile_probe=probe, step_seconds=step_s, step_how=how,
-                    spent_seconds=spent, saved_train=saved)
+                    spent_seconds=spent, saved_train=saved, resume_step=resume_step)
     return resolve_run(cfg, env, data, probes, requested_parallel, log)
 
 

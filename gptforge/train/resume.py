@@ -119,7 +119,7 @@ def check_resume(found: Path, source, mc, tc, global_batch_size: int, dp_size: i
         )
 
 
-def recorded_data_dir(run_dir: str | Path) -> str:
+def recorded_data_dir(run_dir: str | Path) -> str | list[str]:
     """The data folder a run was trained on, from RUN_DIR/config.yaml (for `--resume` without --data).
 
     Raises:
@@ -137,6 +137,15 @@ def recorded_data_dir(run_dir: str | Path) -> str:
     path = ((yaml.safe_load(saved.read_text()) or {}).get("data") or {}).get("path")
     if not path:
         raise MissingInputError(f"--resume: {saved} records no data folder; pass --data DIR")
+    if isinstance(path, list):  # a mixture of several folders: each must still exist
+        return [_recorded_path(p, saved, run_dir) for p in path]
+    return _recorded_path(path, saved, run_dir)
+
+
+def _recorded_path(path: str, saved: Path, run_dir) -> str:
+    """One recorded data path, found again (see `recorded_data_dir`)."""
+    from gptforge.errors import MissingInputError
+
     if Path(path).is_absolute():
         tried = [Path(path)]
     else:  # runs before absolute paths were recorded: relative to the folder the run was launched in

@@ -19,7 +19,10 @@ from gptforge.train.provenance import data_provenance
 
 
 class Batches(Protocol):
-    """The batches of a run on one data-parallel rank."""
+    """The batches of a run on one data-parallel rank.
+
+    Optional: `step_metrics(step) -> dict`, fields the trainer adds to that step's metrics row
+    (a mixture's tokens drawn and epoch per source, gptforge.train.mixture_source)."""
 
     global_batch_size: int
     """Sequences per optimizer step over all dp ranks."""
@@ -34,7 +37,10 @@ class Batches(Protocol):
 
 
 class BatchSource(Protocol):
-    """What the trainer reads data through."""
+    """What the trainer reads data through.
+
+    Optional: `val_metrics() -> dict`, fields the trainer adds to the row of each evaluation
+    (a mixture's val loss and bits per byte per source, gptforge.train.mixture_source)."""
 
     vocab_size: int
     """Token ids run below this."""
@@ -63,16 +69,32 @@ class BatchSource(Protocol):
 
 class ShardBatches:
     """Random windows of a token stream (`gptforge.data.loader.TrainBatches`) with the figures the
-    trainer logs."""
+    trainer logs. With `document_mask_eos` (train.document_mask), each micro-batch is a dict that
+    adds the position_ids (b, T) and attn_mask (b, 1, T, T) of `gptforge.model.gpt.document_mask`."""
 
-    def __init__(self, inner, seq_len: int):
+    def __init__(self, inner, seq_len: int, document_mask_eos: int | None = None):
         self.inner = inner
         self.seq_len = seq_len
+        self.document_mask_eos = document_mask_eos
         self.global_batch_size = inner.global_batch_size
         self.tokens_per_step = inner.global_batch_size * seq_len  # rows of seq_len, padding included
 
     def micro_batches(self, step: int):
-        return self.inner.micro_batches(step)
+        return with_document_mask(self.inner.micro_batches(step), self.document_mask_eos)
+
+
+def with_document_mask(pairs: list, eos_id: int | None) -> list:
+    """(x, y) micro-batches as they are without an EOS id; with one (train.document_mask), dicts
+    that add the position_ids (b, T) and attn_mask (b, 1, T, T) of `gptforge.model.gpt.document_mask`."""
+    if eos_id is None:
+        return pairs
+    from gptforge.model.gpt import document_mask
+
+    out = []
+    for x, y in pairs:
+        position_ids, attn_mask = document_mask(x, eos_id)
+        out.append({"input_ids": x, "labels": y, "position_ids": position_ids, "attn_mask": attn_mask})
+    return out
 
 
 class ShardSource:
@@ -108,7 +130,7 @@ class ShardSource:
         tok = self.data_dir / "tokenizer.json"
         # With the model's own tokenizer given (fine-tuning), the run directory already holds it.
         self.tokenizer_file = tok if tok.exists() and tokenizer_json is None else None
-        self.train_stream = self.val_stream = self.val_offsets = None
+        self.train_stream = self.val_stream = self.val_offsets = self.document_mask_eos = None
         self.has_val = False
         n = self.meta["splits"]["train"]["tokens"]
         self.description = f"{n:,} train tokens in {self.data_dir}" + (f", windows of {seq_len}" if seq_len else "")
@@ -125,7 +147,12 @@ class ShardSource:
         val = self.meta["splits"].get("val")
         if tc.eval_interval > 0 and val and val.get("tokens", 0) > seq_len + 1:
             self.val_stream = TokenStream([self.data_dir / f for f in val["files"]], self.meta["dtype"])
-            self.val_offsets = eval_windows(self.val_stream, seq_len, self.eval_steps * self.micro_batch_size)
+            asked = self.eval_steps * self.micro_batch_size
+            self.val_offsets = eval_windows(self.val_stream, seq_len, asked)
+            if len(self.val_offsets) < asked and self.log is not None:
+                self.log(f"validation: the val split of {self.data_dir} holds {len(self.val_offsets)} windows of "
+                         f"{seq_len + 1} tokens, fewer than the {asked} asked (train.eval_steps x "
+                         "micro_batch_size): each is scored once")
         self.has_val = self.val_stream is not None
         if tc.eval_interval > 0 and not self.has_val and self.log is not None:
             n_val = (val or {}).get("tokens", 0)
@@ -134,9 +161,11 @@ class ShardSource:
                      "are off. Prepare with a larger --val-fraction (a single big file is one document: split it "
                      "with --doc-separator), or use a smaller model.block_size.")
         self.seq_len = seq_len
+        # meta.json always records eos_id (gptforge.data.shards.load_meta checks it).
+        self.document_mask_eos = int(self.meta["eos_id"]) if tc.document_mask else None
         return ShardBatches(TrainBatches(self.train_stream, seq_len, tc.micro_batch_size,
                                          tc.gradient_accumulation_steps, tc.seed, dp_rank=dp_rank, dp_size=dp_size),
-                            seq_len)
+                            seq_len, self.document_mask_eos)
 
     def evaluate(self, model, device, precision, should_stop=None) -> float | None:
         from gptforge.eval.perplexity import evaluate_windows
@@ -144,7 +173,7 @@ class ShardSource:
         if self.val_stream is None:
             return None
         return evaluate_windows(model, self.val_stream, self.val_offsets, self.seq_len, self.micro_batch_size,
-                                device, precision, should_stop)
+                                device, precision, should_stop, document_mask_eos=self.document_mask_eos)
 
     def provenance(self) -> dict[str, Any]:
         return data_provenance(self.data_dir)

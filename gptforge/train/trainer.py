@@ -181,12 +181,14 @@ class Trainer:
 
     def _early_stopping(self) -> EarlyStopping:
         metric = self.tc.best_metric
-        if metric != "val_loss" and not (metric.startswith("eval/") and self.tc.eval_tasks):
-            raise InputError(f"train.best_metric={metric!r}: use val_loss, or eval/<task>/<metric> of a task in "
-                             "train.eval_tasks")
+        per_source = [f"val/{n}/loss" for n in getattr(self.source, "source_tokens", None) or {}]
+        if metric != "val_loss" and metric not in per_source and not (metric.startswith("eval/") and self.tc.eval_tasks):
+            raise InputError(f"train.best_metric={metric!r}: use val_loss, "
+                             + "".join(f"{m}, " for m in per_source)
+                             + "or eval/<task>/<metric> of a task in train.eval_tasks")
         from gptforge.eval.runner import higher_is_better
 
-        return EarlyStopping(self.tc.patience, metric, metric != "val_loss" and higher_is_better(metric))
+        return EarlyStopping(self.tc.patience, metric, metric.startswith("eval/") and higher_is_better(metric))
 
     def _task_evaluator(self) -> TaskEvaluator:
         """train.eval_tasks, loaded once; scored on the whole model on every rank under FSDP (its
@@ -366,6 +368,7 @@ class Trainer:
                     val = self.evaluator.maybe_evaluate(done)
                     if val is not None:
                         row["val_loss"] = val
+                        row.update(self.source.val_metrics() if hasattr(self.source, "val_metrics") else {})
                     row.update(self.task_evaluator.maybe_evaluate(done))
                     new_best = self.early_stop.update(row.get(self.early_stop.metric))
                     self._add_events(row, first=first)
@@ -397,7 +400,9 @@ class Trainer:
         t0 = time.perf_counter()
         lr = lr_at(step, tc)
         engine.set_lr(lr)
-        micro = self.batches.micro_batches(self.rollback.data_index(step))
+        index = self.rollback.data_index(step)
+        micro = self.batches.micro_batches(index)
+        drawn = self.batches.step_metrics(index) if hasattr(self.batches, "step_metrics") else {}
         # Every tp and pp rank of a dp rank reads the same slice: count each slice once.
         (n_sum,) = env.all_reduce_sum([count_targets(micro)])
         n_tokens = int(round(n_sum / (env.tp_size * env.pp_size)))
@@ -423,7 +428,7 @@ class Trainer:
         self.state["skipped_steps"] += int(skipped)
         if math.isfinite(loss):
             self.last_loss = loss
-        row = self._row(loss, lr, grad_norm, dt, stats, mem is not None, skipped)
+        row = {**self._row(loss, lr, grad_norm, dt, stats, mem is not None, skipped), **drawn}
         return row, finite, any(r[3] > 0 for r in stats)
 
     def _row(self, loss, lr, grad_norm, dt, stats, has_mem: bool, skipped: bool) -> dict[str, Any]:

@@ -10,14 +10,12 @@ import numpy as np
 import pytest
 import torch
 
+from gptforge.data.chat import DEFAULT_TEMPLATE, ChatTokenizer, render_example
 from gptforge.data.instruct import (
-    DEFAULT_TEMPLATE,
     IGNORE_INDEX,
-    ChatTokenizer,
     InstructionDataset,
     block_causal_mask,
     pack_sequences,
-    render_example,
 )
 
 CHATML = (
@@ -201,7 +199,7 @@ def test_cache_beside_data_is_reused_and_keyed(tmp_path, monkeypatch):
 
 @pytest.mark.parametrize("template", [None, DEFAULT_TEMPLATE])
 def test_generation_prompt_is_the_training_prefix(tmp_path, template):
-    from gptforge.data.instruct import prompt_ids
+    from gptforge.data.chat import prompt_ids
 
     tok = train_tokenizer(tmp_path, chat_template=CHATML)
     full = render_example(tok, {"messages": CONVO}, template)

@@ -41,3 +41,20 @@ def test_disjoint_windows_equal_direct_loss_and_bpb():
 def test_unigram_entropy():
     t = np.array([0, 0, 1, 1])
     assert unigram_entropy(t, 4) == pytest.approx(math.log(2))
+
+
+def test_document_mask_scores_each_document_as_if_alone():
+    torch.manual_seed(0)
+    m = GPT(ModelConfig(arch="llama", n_layer=2, n_head=2, d_model=16, block_size=32, vocab_size=30).resolved())
+    with torch.no_grad():  # weights far from the near-uniform init, so that context matters
+        for p in m.parameters():
+            p.normal_(0.0, 0.5)
+    eos, g = 0, np.random.default_rng(3)
+    docs = [[eos, *g.integers(1, 30, size=n).tolist()] for n in (4, 9, 6)]
+    packed = np.array(sum(docs, []) + [eos])
+    masked = evaluate_tokens(m, packed, stride=32, document_mask_eos=eos)
+    # Alone, a document is [EOS, tokens, EOS]: its tokens and the EOS that ends it are its targets.
+    alone = [evaluate_tokens(m, np.array(d + [eos]), stride=32).total_nats for d in docs]
+    assert masked.tokens == len(packed) - 1
+    assert masked.total_nats == pytest.approx(sum(alone), rel=1e-5)
+    assert evaluate_tokens(m, packed, stride=32).total_nats != pytest.approx(sum(alone), rel=1e-2)

@@ -11,7 +11,7 @@ from types import SimpleNamespace
 import pytest
 
 from gptforge.cli import main
-from gptforge.data.instruct import ChatTokenizer, default_chat_template, prompt_ids, render_default
+from gptforge.data.chat import ChatTokenizer, default_chat_template, prompt_ids, render_default
 
 CONVERSATION = [{"role": "system", "content": "You reverse words."},
                 {"role": "user", "content": "reverse: abcd"},

@@ -138,3 +138,21 @@ def test_resolve_run_leaves_no_training_field_unset():
     resumed = resolve_run(cfg, DistEnv(), data, Probes(precision="fp32", compile=True,
                                                        saved_train={"lr": 0.004, "warmup_steps": 3}))
     assert (resumed.train.lr, resumed.train.warmup_steps, resumed.train.compile) == (0.004, 3, True)
+
+
+def test_document_mask_is_resolved_once():
+    cfg = RunConfig(model=ModelConfig(**MODEL), train=TrainConfig(**TRAIN))
+    assert cfg.train.document_mask is None  # unset in the user's config
+    data = types.SimpleNamespace(vocab_size=384, description="test data")
+    probes = Probes(precision="fp32", compile=False)
+    assert resolve_run(cfg, DistEnv(), data, probes).train.document_mask is False
+    # On resume the run's own value wins over the default; an explicit value wins over both.
+    resumed = resolve_run(cfg, DistEnv(), data, dataclasses.replace(probes, saved_train={"document_mask": True}))
+    assert resumed.train.document_mask is True
+    asked = RunConfig(model=cfg.model, train=dataclasses.replace(cfg.train, document_mask=False))
+    assert resolve_run(asked, DistEnv(), data, dataclasses.replace(probes, saved_train={"document_mask": True})) \
+        .train.document_mask is False
+    run = resolve_run(cfg, DistEnv(), data, probes)
+    with pytest.raises(ValueError, match="document_mask None"):
+        ResolvedRun(model=run.model, train=dataclasses.replace(run.train, document_mask=None), parallel=run.parallel,
+                    requested_parallel=run.parallel, layout=run.layout)

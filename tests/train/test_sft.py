@@ -10,7 +10,8 @@ import pytest
 import torch
 
 from gptforge.config import ModelConfig
-from gptforge.data.instruct import IGNORE_INDEX, InstructionDataset, render_example
+from gptforge.data.chat import render_example
+from gptforge.data.instruct import IGNORE_INDEX, InstructionDataset
 from gptforge.model.gpt import GPT
 from gptforge.model.lora import LoRAConfig, apply_lora
 from gptforge.runtime.loss import token_loss_sum as summed_token_loss

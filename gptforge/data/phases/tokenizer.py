@@ -1,7 +1,7 @@
 """Phase 3, tokenizer: the given tokenizer, or a byte-level BPE trained on the train split's text.
 
 The sample is the train split's text after curation and dedup, in shard order, up to
-`tokenizer_train_bytes` characters, cut in whitespace pieces (`train_texts`). The executor's
+`tokenizer_train_bytes` characters, cut in whitespace pieces (`sample_texts`). The executor's
 tasks build it per shard (`sample_task`: `tokenizer_sample/NNNNN.arrow`, at most the cap from each
 shard), in waves in shard order that stop once the shards so far hold the cap; this process
 reads the pieces back in shard order, stops at the cap, and trains on them, so the sample, and
@@ -112,7 +112,19 @@ def run_sample(work: WorkFolder, masks: list, splits: Splits, mask_step: str | N
     return used
 
 
-def train_texts(work: WorkFolder, shards: int, max_chars: int) -> Iterator[str]:
+def train_texts(work: WorkFolder, masks: list, splits: Splits, max_chars: int) -> Iterator[str]:
+    """Train-split pieces of every curated shard in shard order, up to `max_chars` characters (0:
+    all), read in this process: the same pieces as `sample_texts` (used for several sources)."""
+    used = 0
+    for i, mask in enumerate(masks):
+        for piece in shard_train_pieces(work, i, mask, splits, max_chars):
+            if max_chars and used >= max_chars:
+                return
+            used += len(piece)
+            yield piece
+
+
+def sample_texts(work: WorkFolder, shards: int, max_chars: int) -> Iterator[str]:
     """The sample: the pieces of the first `shards` sample files in order, up to `max_chars` characters (0: all)."""
     import pyarrow as pa
 
@@ -163,11 +175,11 @@ def run_tokenizer(given: Tokenizer | None, work: WorkFolder, masks: list, splits
         shards = run_sample(work, masks, splits, mask_step, max_chars, pool)
         # Sized for the bytes and characters the tokenizer is trained on (one counting pass).
         n_bytes, counts = 0, Counter()
-        for piece in train_texts(work, shards, max_chars):
+        for piece in sample_texts(work, shards, max_chars):
             n_bytes += len(piece.encode("utf-8"))
             counts.update(piece)
         vocab = check_vocab_size(vocab_size, n_bytes, counts)
-        tokenizer = train_bpe(train_texts(work, shards, max_chars), vocab, min_frequency=min_frequency)
+        tokenizer = train_bpe(sample_texts(work, shards, max_chars), vocab, min_frequency=min_frequency)
         tokenizer.save(path)
     timings["train_tokenizer"] = time.perf_counter() - t
     return tokenizer, path
