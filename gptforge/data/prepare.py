@@ -110,7 +110,7 @@ class PrepareConfig:
     """What runs the per-shard phases (curate, tokenizer sample, tokenize): local (worker processes
     on this machine) or ray (Ray tasks on a cluster; pip install 'gptforge[ray]'); the output is
     byte-identical. With ray, the inputs, --out (and its work folder .OUT.work beside it) and the
-    working directory must be on storage every node mounts at the same path (docs/scale-out-ray.md)."""
+    working directory must be on storage every node mounts at the same path (docs/scale-out.md)."""
     ray_address: str | None = None
     """The Ray cluster of --executor ray (HOST:PORT of its head, or auto); default: RAY_ADDRESS, else
     a Ray instance started on this machine for the run."""
