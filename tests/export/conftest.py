@@ -84,3 +84,17 @@ def gpt2_run(tiny_shards, tmp_path_factory):
 @pytest.fixture(scope="session")
 def llama_run(tiny_shards, tmp_path_factory):
     return train_tiny(tiny_shards, tmp_path_factory.mktemp("runs") / "llama", "llama")
+
+
+def assert_llama_cpp_logits_match(llm, model, ids: list[int], atol: float = 1e-3) -> None:
+    """llama.cpp's logits for `ids` (every position) equal gptforge's `model` within `atol`; closes `llm`."""
+    import numpy as np
+    import torch
+
+    try:
+        llm.eval(ids)
+        with torch.no_grad():
+            ours = model(torch.tensor([ids]))[0].numpy()
+        np.testing.assert_allclose(np.array(llm.scores[: len(ids)]), ours, atol=atol, rtol=0)
+    finally:
+        llm.close()

@@ -20,14 +20,7 @@ from gptforge.train.loggers import read_metrics  # noqa: E402
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "data"))
 from test_instruct import CHATML, train_tokenizer  # noqa: E402
 
-
-@pytest.fixture(autouse=True)
-def one_thread():
-    # Tiny matmuls: one thread is faster than two fighting other processes for the cores.
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def _rows(n: int, seed: int = 0) -> list[dict]:
