@@ -71,7 +71,7 @@ def train_nano_run(shards: Path, run: Path, **train: object) -> Path:
     """Train gpt2-nano (2 layers, d_model 64) at block 64 for 40 steps on `shards` into `run`;
     `train` adds or overrides TrainConfig fields. Returns `run`."""
     from gptforge.config import ModelConfig, RunConfig, TrainConfig
-    from gptforge.train.loop import train as run_training
+    from gptforge.train.run import train as run_training
 
     fields = dict(max_steps=40, micro_batch_size=8, lr=3e-3, warmup_steps=4, eval_interval=0, tensorboard=False)
     cfg = RunConfig(model=ModelConfig(preset="gpt2-nano", block_size=64), train=TrainConfig(**{**fields, **train}))

@@ -13,7 +13,7 @@ Saved layout: a component registered without a key puts its keys at the top leve
 trainer_state.pt (`step`, `tokens_seen`, `elapsed_seconds`, `skipped_steps`, `best_val_loss`, ...,
 as checkpoints have always had them); one registered under a key (`spikes`, `rollback`, `wandb`)
 is saved under it. The engine adds model, optimizer, loss scaler and RNG states beside them
-(gptforge.train.backend); the checkpointer adds the `data` record that --resume checks.
+(gptforge.train.parallel.backend); the checkpointer adds the `data` record that --resume checks.
 """
 
 from __future__ import annotations

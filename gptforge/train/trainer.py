@@ -4,7 +4,7 @@
 `early_stop` -> `metrics` -> `checkpointer`; each component (gptforge.train.components) decides
 whether a step is its step and owns its state. Data comes through a `BatchSource`
 (gptforge.train.sources), so the loop never asks which kind of data it trains on; the layout
-(single process, DDP, FSDP2, TP, PP, DeepSpeed) is hidden behind the engine (gptforge.train.backend)
+(single process, DDP, FSDP2, TP, PP, DeepSpeed) is hidden behind the engine (gptforge.train.parallel.backend)
 and the step function chosen once at set-up (gptforge.train.step). The run is resolved once, first
 (gptforge.train.resolve): `self.run`, a frozen ResolvedRun, is the only config read after that.
 Every stateful component is registered with the checkpointer (gptforge.train.state), which saves
@@ -35,8 +35,6 @@ from gptforge.plan.flops import flops_per_token
 from gptforge.runtime import checkpoint as ckpt_lib
 from gptforge.runtime.activation import apply_activation_checkpointing
 from gptforge.runtime.loss import count_targets
-from gptforge.train import distributed as D
-from gptforge.train.backend import DeepSpeedBackend, TorchBackend
 from gptforge.train.components import (
     BadStepGuard,
     Checkpointer,
@@ -50,7 +48,9 @@ from gptforge.train.components import (
 from gptforge.train.loggers import MetricsWriter, Progress
 from gptforge.train.mfu import Peak, device_peak
 from gptforge.train.optim import build_optimizer, lr_at
-from gptforge.train.parallelize import Parallelized, apply_compile, parallelize
+from gptforge.train.parallel import distributed as D
+from gptforge.train.parallel.backend import DeepSpeedBackend, TorchBackend
+from gptforge.train.parallel.parallelize import Parallelized, apply_compile, parallelize
 from gptforge.train.resolve import resolve_training
 from gptforge.train.resume import check_resume, nothing_to_resume
 from gptforge.train.rollback import RollbackState, SpikeRollback
@@ -104,7 +104,7 @@ class Trainer:
         cfg: the user's model/train/parallel config, resolved once into `self.run` (also `self.cfg`;
             `tc`, `mc`, `pc` are its sections) by gptforge.train.resolve.resolve_training;
             `model.vocab_size` defaults to the source's vocabulary.
-        env: where this process sits (gptforge.train.distributed.DistEnv).
+        env: where this process sits (gptforge.train.parallel.distributed.DistEnv).
         source: the BatchSource. run_dir: output folder. resume: continue from checkpoints/latest.
         model_factory: builds the model from the resolved ModelConfig in place of `GPT(cfg)`
             (called after seeding; only parameters with requires_grad are optimized).
@@ -153,7 +153,7 @@ class Trainer:
         self.zero = run.zero_stage
         self.config_yaml = run.config_yaml(source.provenance(), config_extra)
         if ds_config is not None:  # the engine's JSON takes the resolved lr, batch and precision
-            from gptforge.train.deepspeed_config import resolved_deepspeed_config
+            from gptforge.train.parallel.deepspeed_config import resolved_deepspeed_config
 
             ds_config = resolved_deepspeed_config(ds_config, tc, env.dp_size)
         self.ds_config = ds_config

@@ -23,7 +23,7 @@ MODELS = {
 def trained_runs(tiny_shards, tmp_path_factory):
     """{"llama": run_dir, "qwen3": run_dir, "gpt2": run_dir}, each trained 40 steps (about a second each)."""
     from gptforge.config import ModelConfig, RunConfig, TrainConfig
-    from gptforge.train.loop import train
+    from gptforge.train.run import train
 
     root = tmp_path_factory.mktemp("runs")
     runs = {}
@@ -64,7 +64,7 @@ def val_tokens(shards, n: int = 2000):
 
 def train_tiny(data, run_dir, arch: str, steps: int = 8):
     from gptforge.config import ModelConfig, RunConfig, TrainConfig
-    from gptforge.train.loop import train
+    from gptforge.train.run import train
 
     if arch == "gpt2":
         model = ModelConfig(preset="gpt2-nano", block_size=32)

@@ -155,7 +155,7 @@ def test_gguf_embeds_the_chat_template(trained_runs, tmp_path):
 
 def test_gguf_refuses_what_it_cannot_represent(trained_runs, tiny_shards, tmp_path, capsys):
     from gptforge.config import ModelConfig, RunConfig, TrainConfig
-    from gptforge.train.loop import train
+    from gptforge.train.run import train
 
     exact = tmp_path / "exact"
     train(RunConfig(model=ModelConfig(preset="gpt2-nano", d_model=32, block_size=32),

@@ -31,7 +31,7 @@ FAMILIES = {
 @pytest.fixture(scope="module")
 def pruned_runs(tiny_shards, tmp_path_factory):
     from gptforge.config import ModelConfig, RunConfig, TrainConfig
-    from gptforge.train.loop import train
+    from gptforge.train.run import train
 
     root = tmp_path_factory.mktemp("pruned")
     runs = {}

@@ -15,8 +15,8 @@ from gptforge.errors import MissingInputError
 from gptforge.model import GPT
 from gptforge.runtime.checkpoint import discard_newer, find_checkpoint, save_checkpoint, step_dir_name
 from gptforge.train.loggers import read_metrics
-from gptforge.train.loop import train
 from gptforge.train.resume import recorded_data_dir
+from gptforge.train.run import train
 
 
 def _saved(tmp_path, steps, latest):

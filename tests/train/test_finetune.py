@@ -157,7 +157,7 @@ def test_continued_pretraining_on_shards_from_hf(hf_model, tmp_path):
     (shards / "meta.json").write_text(json.dumps(meta))
     with pytest.raises(ValueError, match="--tokenizer"):
         from gptforge.config import FinetuneConfig, RunConfig
-        from gptforge.train.finetune import finetune as run_finetune
+        from gptforge.train.workflows.finetune import finetune as run_finetune
 
         run_finetune(FinetuneConfig(method="full"), RunConfig(), hf_model, shards, tmp_path / "other")
 
