@@ -7,7 +7,7 @@ BPE vocabulary 1024:
    val perplexity change, bytes, forward time;
 3. prune it to about half its parameters (`prune_run --target-params`), then for --student-steps
    steps of the same batches train three students per seed: the pruned model distilled from the
-   teacher (`gptforge.train.distill.distill_loss_sum`, alpha 0, T 1: pure forward KL as Minitron),
+   teacher (`gptforge.train.workflows.distill.distill_loss_sum`, alpha 0, T 1: pure forward KL as Minitron),
    the pruned model with plain cross-entropy, and the same shape from random init with
    cross-entropy;
 4. print val loss (nats/token over the first --eval-tokens val tokens) mean and spread over seeds.
@@ -63,8 +63,8 @@ def main() -> int:
     from gptforge.model.quant import QuantSpec
     from gptforge.runtime.loading import load_for_inference
     from gptforge.runtime.loss import token_loss_sum
-    from gptforge.train.distill import Teacher, distill_loss_sum
-    from gptforge.train.loop import train
+    from gptforge.train.run import train
+    from gptforge.train.workflows.distill import Teacher, distill_loss_sum
 
     torch.set_num_threads(args.threads)
     t_start = time.time()

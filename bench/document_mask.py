@@ -13,7 +13,7 @@ Model: the quickstart size (modern-micro: Llama family, 4 layers, d_model 128, b
 16, AdamW with the size-aware defaults, fp32, one thread, no compile. For each variant (mask off /
 on), a probe of --probe-steps bare optimizer steps (twice, alternating, the faster kept) measures
 CPU seconds per step; max_steps = --cpu-seconds / that, so both variants get the same CPU budget with a complete
-schedule; then `gptforge.train.loop.train` runs and its CPU seconds (getrusage user + system of
+schedule; then `gptforge.train.run.train` runs and its CPU seconds (getrusage user + system of
 this process around the call) are printed. Val bits per byte: every val token scored once in
 disjoint windows of 256 (`evaluate_tokens`), under the mask and without it, for both variants:
 "own" is the evaluation each variant trains for (the masked one for mask on).
@@ -131,7 +131,7 @@ def run_config(data: Path, seed: int, masked: bool, max_steps: int = 1000):
 
 
 def one_run(data: Path, work: Path, seed: int, masked: bool, budget: float, per_step: float) -> dict:
-    from gptforge.train.loop import train
+    from gptforge.train.run import train
 
     steps = max(20, int(budget / per_step))
     cfg = run_config(data, seed, masked, steps)

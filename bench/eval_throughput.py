@@ -72,7 +72,7 @@ def train_small(work: Path) -> Path:
     from gptforge.config import ModelConfig, RunConfig, TrainConfig
     from gptforge.data.prepare import PrepareConfig, prepare
     from gptforge.data.stdlib_corpus import stdlib_files
-    from gptforge.train.loop import train
+    from gptforge.train.run import train
 
     files = stdlib_files()[::8][:120]
     prepare(PrepareConfig(inputs=[str(p) for p in files], out=str(work / "data"), vocab_size=2048, val_fraction=0.05,

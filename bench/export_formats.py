@@ -131,7 +131,7 @@ def int8_perplexity(root: Path) -> None:
     from gptforge.data.stdlib_corpus import stdlib_files
     from gptforge.export.common import load_source
     from gptforge.export.onnx import OnnxDecoder, export_onnx
-    from gptforge.train.loop import train
+    from gptforge.train.run import train
 
     data = root / "data"
     shutil.rmtree(data, ignore_errors=True)

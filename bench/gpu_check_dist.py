@@ -126,7 +126,7 @@ def section_dist(deadline: float, smoke: bool = False) -> list[str]:
     import torch
 
     from gptforge.config import ModelConfig, ParallelConfig, RunConfig, TrainConfig
-    from gptforge.train.loop import train
+    from gptforge.train.run import train
 
     rows = ["| configuration | tokens/s (median) | MFU | peak allocated GiB | wall s |", "|---|---:|---:|---:|---:|"]
     with tempfile.TemporaryDirectory() as tmp:

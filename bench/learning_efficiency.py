@@ -22,7 +22,7 @@ joined by a blank line, the same string for every recipe.
 CPU seconds = user + system time of all threads (and waited-for children) of the training
 process, from resource.getrusage (nanoGPT: its own `train.py` in a subprocess, read from
 /proc/PID/stat at each of its evaluation lines, minus its CPU time at its first output line,
-i.e. after imports; gptforge: this process around `gptforge.train.loop.train`, minus the time spent
+i.e. after imports; gptforge: this process around `gptforge.train.run.train`, minus the time spent
 in the full-val evaluations, which are measurement, not training). Fair on a loaded machine.
 
 (a) nanoGPT's README CPU line, run unmodified from NANOGPT_DIR on data written here in its format
@@ -278,8 +278,8 @@ def run_gptforge(recipe: str, mc, opt: str, data_dir: Path, run_dir: Path, seed:
     """One gptforge run with a full-val evaluation every steps/evals steps, timed out of the CPU count."""
     from gptforge.config import RunConfig, TrainConfig
     from gptforge.eval.perplexity import evaluate_tokens
-    from gptforge.train.loop import train
     from gptforge.train.optim import resolve_defaults
+    from gptforge.train.run import train
     from gptforge.train.sources import ShardSource
 
     curve, clock = [], {"start": 0.0, "excluded": 0.0}

@@ -39,7 +39,7 @@ def main() -> None:
 
     from gptforge.config import ModelConfig, RunConfig, TrainConfig
     from gptforge.data.prepare import PrepareConfig, prepare
-    from gptforge.train.loop import train
+    from gptforge.train.run import train
 
     torch.set_num_threads(args.threads)
     print(f"CPU: {cpu_description()}; torch {torch.__version__}; threads {torch.get_num_threads()}; "

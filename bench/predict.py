@@ -2,7 +2,7 @@
 
     python bench/predict.py --data SHARDS [--budget-minutes 4] [--out WORKDIR] [--write]
 
-1. `gptforge.train.sweep`: a sweep of sizes 2x32, 2x64, 4x64 (LAYERSxD_MODEL) x a 1/2/4 token
+1. `gptforge.train.workflows.sweep`: a sweep of sizes 2x32, 2x64, 4x64 (LAYERSxD_MODEL) x a 1/2/4 token
    ladder within the budget on this machine.
 2. `gptforge.plan.fit`: fit L(N, D) and predict the val loss of 8x64 (2x the non-embedding
    parameters of 4x64) trained on 2x the tokens of the longest sweep run (4x its compute).
@@ -45,8 +45,8 @@ def main() -> int:
     from gptforge.config import ParallelConfig, RunConfig
     from gptforge.plan.fit import find_runs, fit_scaling_law, non_embedding_params, plot_fit
     from gptforge.runtime.device import pick_device
-    from gptforge.train.loop import train
-    from gptforge.train.sweep import (
+    from gptforge.train.run import train
+    from gptforge.train.workflows.sweep import (
         evaluate_val_split,
         load_or_write_plan,
         model_config,

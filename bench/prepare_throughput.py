@@ -26,8 +26,19 @@ Printed, for the `default` and `web` recipes and each worker count:
 - tokens/s of our encode path (`encode_documents`, one thread) against plain HF `tokenizers`
   `encode_batch` (one thread) with the same tokenizer file.
 
+With `--executors local ray`, instead: the whole `prepare` (a given tokenizer, the first recipe)
+of the same corpus under each executor, in MB/s of input: local with `--workers` processes, and
+Ray on a head and one more node with one CPU each, started on loopback
+(`tests.ray_cluster.LoopbackCluster`, Linux, root), the outputs compared by SHA-256, and the CPU
+seconds the per-shard tasks took in their processes. Both run on the same cores of this one
+machine, so no speed-up is possible: the figure shows Ray's overhead (connecting, scheduling,
+results through the file system) against the local pool's (spawning its workers inside the run;
+Ray's start with the cluster, which is not counted), and on a shared machine the share of the
+cores each side's processes get.
+
 Usage: python bench/prepare_throughput.py [--workers 1 2] [--recipes default web] [--max-mb 25]
        [--repeat 2] [--no-datatrove]
+       python bench/prepare_throughput.py --executors local ray --workers 2 --max-mb 5
 """
 
 from __future__ import annotations
@@ -238,6 +249,92 @@ def encode_speed(tok_path: Path, texts: list[str]) -> dict:
             "hf_tokens_per_second": n_hf / hf_s}
 
 
+# --------------------------------------------------------------------------------------------
+# Executors: local processes against Ray
+# --------------------------------------------------------------------------------------------
+
+
+def _prepare_timed(files: list[Path], out: Path, tok: Path, recipe: str, workers: int, **extra) -> float:
+    from gptforge.data.prepare import PrepareConfig, prepare
+
+    t = time.perf_counter()
+    prepare(PrepareConfig(inputs=[str(f) for f in files], out=str(out), tokenizer=str(tok), workers=workers,
+                          recipe=recipe, **extra), show_progress=False)
+    return time.perf_counter() - t
+
+
+def _task_cpu(out: Path) -> float:
+    """CPU seconds of the per-shard tasks in their processes (report.json's shard_cpu_seconds)."""
+    import json
+
+    throughput = json.loads((out / "report.json").read_text()).get("throughput", {})
+    return sum(d.get("shard_cpu_seconds", 0.0) for d in throughput.values())
+
+
+def ray_driver(address: str, out: Path, tok: Path, recipe: str, max_mb: float) -> None:
+    """The Ray side, run in the cluster's network namespace: prints one JSON line of seconds."""
+    import json
+
+    import ray
+
+    t = time.perf_counter()
+    ray.init(address=address, logging_level=logging.WARNING)
+    connect = time.perf_counter() - t
+    try:
+        seconds = _prepare_timed(corpus_files(max_mb), out, tok, recipe, 1, executor="ray", ray_address=address)
+    finally:
+        ray.shutdown()
+    print(json.dumps({"connect_seconds": connect, "prepare_seconds": seconds}), flush=True)
+
+
+def executor_comparison(args: argparse.Namespace) -> None:
+    """local vs Ray MB/s of the whole prepare (module docstring, `--executors`)."""
+    import json
+
+    from machine import cpu_description
+
+    from gptforge.data.tokenizer import train_bpe
+
+    files = corpus_files(args.max_mb)
+    mb = sum(f.stat().st_size for f in files) / 1e6
+    recipe, workers = args.recipes[0], max(args.workers)
+    print(f"machine: {cpu_description()}")
+    print(f"corpus: {len(files)} files, {mb:.1f} MB; recipe {recipe}; a given 4096-token tokenizer")
+    tmp = Path(tempfile.mkdtemp(prefix="gptforge-bench-"))
+    try:
+        tok = tmp / "tok.json"
+        train_bpe((f.read_text(errors="replace") for f in files[:300]), vocab_size=4096).save(tok)
+        print(f"{'executor':34} {'seconds':>8} {'MB/s':>7} {'task CPU s':>10} {'load':>5}")
+        if "local" in args.executors:
+            secs = _prepare_timed(files, tmp / "local", tok, recipe, workers)
+            print(f"{f'local, {workers} worker processes':34} {secs:>8.1f} {mb / secs:>7.2f} "
+                  f"{_task_cpu(tmp / 'local'):>10.1f} {os.getloadavg()[0]:>5.1f}", flush=True)
+        if "ray" in args.executors:
+            repo = Path(__file__).resolve().parents[1]
+            from tests.ray_cluster import LoopbackCluster
+
+            t = time.perf_counter()
+            with LoopbackCluster() as cluster:
+                started = time.perf_counter() - t
+                r = cluster.run([sys.executable, __file__, "--ray-driver", cluster.address, "--out", str(tmp / "ray"),
+                                 "--tokenizer", str(tok), "--recipes", recipe, "--max-mb", str(args.max_mb)],
+                                timeout=3600, env={**os.environ, "PYTHONPATH": str(repo)})
+            if r.returncode != 0:
+                raise SystemExit(f"the Ray driver failed: {r.stderr[-3000:]}")
+            got = json.loads(r.stdout.strip().splitlines()[-1])
+            secs = got["prepare_seconds"]
+            print(f"{'Ray, 2 local nodes x 1 CPU':34} {secs:>8.1f} {mb / secs:>7.2f} {_task_cpu(tmp / 'ray'):>10.1f} "
+                  f"{os.getloadavg()[0]:>5.1f}  "
+                  f"(cluster start {started:.1f} s and connect {got['connect_seconds']:.1f} s not included)", flush=True)
+            if "local" in args.executors:
+                from tests.data.ray_cases import comparable_hashes
+
+                same = comparable_hashes(tmp / "local") == comparable_hashes(tmp / "ray")
+                print(f"outputs identical (meta.json, tokenizer.json, .bin, report.json counts): {same}")
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--workers", type=int, nargs="+", default=[1, 2])
@@ -245,8 +342,16 @@ def main() -> None:
     ap.add_argument("--max-mb", type=float, default=25.0)
     ap.add_argument("--repeat", type=int, default=1, help="measure everything this many times (noisy machines)")
     ap.add_argument("--no-datatrove", action="store_true")
+    ap.add_argument("--executors", nargs="+", choices=["local", "ray"], help="compare executors instead")
+    ap.add_argument("--ray-driver", metavar="ADDRESS", help=argparse.SUPPRESS)
+    ap.add_argument("--out", type=Path, help=argparse.SUPPRESS)
+    ap.add_argument("--tokenizer", type=Path, help=argparse.SUPPRESS)
     args = ap.parse_args()
     logging.getLogger("gptforge.data").setLevel(logging.ERROR)
+    if args.ray_driver:
+        return ray_driver(args.ray_driver, args.out, args.tokenizer, args.recipes[0], args.max_mb)
+    if args.executors:
+        return executor_comparison(args)
     from gptforge.data.prepare import PrepareConfig, prepare
     from gptforge.data.tokenizer import train_bpe
 

@@ -59,7 +59,7 @@ def train_kw(n: int, **kw) -> dict:
 
 def run_job(job: dict) -> dict:
     from gptforge.config import ModelConfig, ParallelConfig, RunConfig, TrainConfig
-    from gptforge.train.loop import train
+    from gptforge.train.run import train
 
     t0 = time.perf_counter()
     try:

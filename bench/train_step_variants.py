@@ -27,7 +27,7 @@ from gptforge.model.gpt import GPT
 from gptforge.runtime.device import autocast_context
 from gptforge.runtime.loss import token_loss_sum
 from gptforge.train.optim import build_optimizer
-from gptforge.train.parallelize import apply_compile
+from gptforge.train.parallel.parallelize import apply_compile
 
 SHAPES = {"a": dict(n_layer=4, n_head=4, d_model=128, batch=16), "b": dict(n_layer=6, n_head=6, d_model=384, batch=12)}
 

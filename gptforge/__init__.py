@@ -11,7 +11,7 @@ and nothing imports `gptforge.commands` (the CLI loads a command by name):
     infer     generation
     eval      perplexity and task evaluation
     report    run reports
-    train     the trainer and its components, parallelism, fine-tuning
+    train     the loop and its components; parallel/ layouts; workflows/ (fine-tuning, distillation, sweeps)
     export    other model formats, compression
     serve     the HTTP server
     commands  `gptforge <command>` (gptforge.cli, gptforge.commands.*, gptforge.quickstart)

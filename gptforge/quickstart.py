@@ -158,7 +158,7 @@ def _plan_steps(model_cfg: ModelConfig, minutes: float, steps: int | None, micro
 def _train(run: RunConfig, data_dir: Path, run_dir: Path, progress: bool,
            log: Callable[[str], None]) -> tuple[int, float]:
     """Step 2: train `run` on the shards; returns (the last step, wall-clock seconds of training)."""
-    from gptforge.train.loop import train
+    from gptforge.train.run import train
 
     t0 = time.perf_counter()
     result = train(run, data_dir, run_dir, progress=progress, log=log)

@@ -22,6 +22,16 @@ SHARED_DATA = REPO.parent / "shared" / "data"
 
 
 @pytest.fixture
+def one_thread():
+    """One torch thread for the test, restored after it (tiny matmuls: a second thread only fights
+    other processes for the cores)."""
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)
+
+
+@pytest.fixture
 def shared_data() -> Path:
     """../shared/data beside the checkout, or skip (a user's clone has none)."""
     if not SHARED_DATA.is_dir():
@@ -55,3 +65,24 @@ import logging  # noqa: E402
 logging.getLogger("torch.distributed.checkpoint").setLevel(logging.WARNING)
 for _name in ("c10d-NullHandler-dcp_logger", "dcp_logger"):
     logging.getLogger(_name).setLevel(logging.WARNING)
+
+
+def train_nano_run(shards: Path, run: Path, **train: object) -> Path:
+    """Train gpt2-nano (2 layers, d_model 64) at block 64 for 40 steps on `shards` into `run`;
+    `train` adds or overrides TrainConfig fields. Returns `run`."""
+    from gptforge.config import ModelConfig, RunConfig, TrainConfig
+    from gptforge.train.run import train as run_training
+
+    fields = dict(max_steps=40, micro_batch_size=8, lr=3e-3, warmup_steps=4, eval_interval=0, tensorboard=False)
+    cfg = RunConfig(model=ModelConfig(preset="gpt2-nano", block_size=64), train=TrainConfig(**{**fields, **train}))
+    run_training(cfg, shards, run, progress=False)
+    return run
+
+
+def load_nano_run(run: Path):
+    """(model in eval mode on CPU, Tokenizer) of a run folder."""
+    from gptforge.data.tokenizer import Tokenizer
+    from gptforge.runtime.loading import load_for_inference
+
+    model, _ckpt, _doc, tok = load_for_inference(run, "cpu")
+    return model, Tokenizer.from_file(tok)

@@ -139,12 +139,12 @@ def test_no_import_cycles_between_modules():
 
 @pytest.mark.parametrize("src,dst", [
     ("gptforge.config", "gptforge.model.presets"),             # config <-> model
-    ("gptforge.plan.measure", "gptforge.train.parallelize"),   # plan <-> train
-    ("gptforge.train.finetune", "gptforge.export.hf"),         # train -> export
+    ("gptforge.plan.measure", "gptforge.train.parallel.parallelize"),   # plan <-> train
+    ("gptforge.train.workflows.finetune", "gptforge.export.hf"),         # train -> export
     ("gptforge.commands.finetune", "gptforge.commands.convert"),  # commands -> commands
-    ("gptforge.eval.perplexity", "gptforge.train.loop"),       # eval -> trainer for pick_device
-    ("gptforge.infer.generate", "gptforge.train.loop"),
-    ("gptforge.runtime.checkpoint", "gptforge.train.finetune"),
+    ("gptforge.eval.perplexity", "gptforge.train.run"),       # eval -> trainer for pick_device
+    ("gptforge.infer.generate", "gptforge.train.run"),
+    ("gptforge.runtime.checkpoint", "gptforge.train.workflows.finetune"),
     ("gptforge.model.gpt", "gptforge.data.loader"),
 ])
 def test_the_edges_the_redesign_removed_would_fail(src, dst):
@@ -152,8 +152,8 @@ def test_the_edges_the_redesign_removed_would_fail(src, dst):
 
 
 def test_downward_and_same_layer_edges_pass():
-    assert not violations([("gptforge.train.loop", "gptforge.runtime.device", 1),
-                           ("gptforge.commands.pretrain", "gptforge.train.loop", 1),
+    assert not violations([("gptforge.train.run", "gptforge.runtime.device", 1),
+                           ("gptforge.commands.pretrain", "gptforge.train.run", 1),
                            ("gptforge.model.qlora", "gptforge.model.lora", 1),
                            ("gptforge.data.shards", "gptforge", 1)])
 
@@ -183,5 +183,5 @@ def test_a_module_the_table_does_not_place_fails(module):
 
 def test_from_package_import_module_is_an_edge_to_that_module():
     assert imported_modules("gptforge", ["options", "__version__"]) == ["gptforge", "gptforge.options"]
-    assert imported_modules("gptforge.train", ["loop"]) == ["gptforge.train.loop"]
-    assert violations([("gptforge.config", "gptforge.train.loop", 1)])
+    assert imported_modules("gptforge.train", ["run"]) == ["gptforge.train.run"]
+    assert violations([("gptforge.config", "gptforge.train.run", 1)])

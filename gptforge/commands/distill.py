@@ -56,8 +56,8 @@ def main(argv: list[str]) -> int:
     from rich.console import Console
 
     from gptforge.errors import InputError
-    from gptforge.train.distill import distill
     from gptforge.train.resume import recorded_data_dir
+    from gptforge.train.workflows.distill import distill
 
     teacher = opts.teacher or saved.get("teacher")
     student = opts.student or saved.get("student")

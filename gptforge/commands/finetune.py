@@ -60,7 +60,7 @@ def main(argv: list[str]) -> int:
     cfg = RunConfig(train=init.train, parallel=init.parallel)
     from rich.console import Console
 
-    from gptforge.train.finetune import finetune
+    from gptforge.train.workflows.finetune import finetune
 
     console = Console(stderr=False)
     result = finetune(init.finetune, cfg, opts.source, opts.data, opts.out, resume=opts.resume,

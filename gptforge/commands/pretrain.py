@@ -68,8 +68,8 @@ def main(argv: list[str]) -> int:
         cfg.train.data_weights = parse_data_weights(opts.data_weights)
     from rich.console import Console
 
-    from gptforge.train.loop import train
     from gptforge.train.resume import recorded_data_dir
+    from gptforge.train.run import train
 
     data = opts.data
     if data is None:
@@ -83,7 +83,7 @@ def main(argv: list[str]) -> int:
         data = data[0]
     console = Console(stderr=False)
     if opts.sanity_overfit:
-        from gptforge.train.sanity import sanity_overfit
+        from gptforge.train.workflows.sanity import sanity_overfit
 
         if isinstance(data, list):
             from gptforge.errors import InputError

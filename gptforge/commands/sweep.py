@@ -47,7 +47,7 @@ def main(argv: list[str]) -> int:
     from gptforge.errors import InputError
     from gptforge.options import command_parser, parse_command
     from gptforge.plan.flops import parse_tokens
-    from gptforge.train.sweep import load_or_write_plan, plan_sweep, run_sweep
+    from gptforge.train.workflows.sweep import load_or_write_plan, plan_sweep, run_sweep
 
     opts, _ = parse_command(command_parser("gptforge sweep", DESCRIPTION, SweepOptions), argv)
     if opts.budget_minutes <= 0:

@@ -9,11 +9,17 @@ intermediate file, done marker and atomic write, so that a killed run resumes:
 2. split (`phases.split`): each surviving document's split from a hash of its split key (a hash
    of its text, never of where it lies) and the seed,
    with the small-corpus rules (a split by position inside one big document);
-3. tokenizer (`phases.tokenizer`): the given one, or a byte-level BPE trained on train text;
+3. tokenizer (`phases.tokenizer`): the given one, or a byte-level BPE trained on train text
+   (the sample cut per shard in the workers, read back in shard order);
 4. encode (`phases.encode`): each shard's documents tokenized per split in the workers (a big
    shard in byte windows, the same tokens);
 5. write (`phases.write`): the token arrays appended in shard order, so the output is
    byte-identical whatever the number of workers; `report.json` and `report.html` beside them.
+
+The per-shard work runs in an executor (`phases.pool.Executor`): local worker processes
+(`WorkerPool`), or Ray tasks on a cluster (`phases.ray_executor.RayExecutor`, `--executor ray`),
+with the same tasks over the same shards and the same output bytes; only this driver decides
+the corpus steps, the splits and the tokenizer, and writes the output.
 
 Memory is bounded by one shard per worker (a few tens of MB with the default shard size) plus
 the BPE trainer's word counts and the dedup step's 16 bytes per document. A single document
@@ -40,7 +46,7 @@ from typing import Any
 from gptforge.data.normalize import NormalizeStats
 from gptforge.data.phases.curate import auto_shard_bytes, plan_shards, run_curate
 from gptforge.data.phases.encode import encode_documents, language_rates, run_encode
-from gptforge.data.phases.pool import WorkerPool, default_workers
+from gptforge.data.phases.pool import Executor, WorkerPool, default_workers
 from gptforge.data.phases.split import (
     EmptyCorpusError,
     SplitRule,
@@ -59,6 +65,8 @@ from gptforge.data.tokenizer import Tokenizer
 
 log = logging.getLogger("gptforge.data")
 
+#: values of --executor: what runs the per-shard phases.
+EXECUTORS = ("local", "ray")
 #: the documented memory bound (see the module docstring), checked by a test on a 50 MB document.
 MEMORY_BASE_MB = 250
 MEMORY_BYTES_PER_CHAR = 24
@@ -95,7 +103,17 @@ class PrepareConfig:
     seed: int = 1337
     """Seed of the document-id hash that decides each document's split."""
     workers: int = 0
-    """Tokenizer worker processes (0: one per available core); the output does not depend on it."""
+    """Worker processes of the per-shard phases (0: one per available core); the output does not
+    depend on it. With --executor ray: the CPUs of the Ray instance started for the run (a cluster
+    of its own has its own CPUs)."""
+    executor: str = "local"
+    """What runs the per-shard phases (curate, tokenizer sample, tokenize): local (worker processes
+    on this machine) or ray (Ray tasks on a cluster; pip install 'gptforge[ray]'); the output is
+    byte-identical. With ray, the inputs, --out (and its work folder .OUT.work beside it) and the
+    working directory must be on storage every node mounts at the same path (docs/scale-out.md)."""
+    ray_address: str | None = None
+    """The Ray cluster of --executor ray (HOST:PORT of its head, or auto); default: RAY_ADDRESS, else
+    a Ray instance started on this machine for the run."""
     max_shard_bytes: int = DEFAULT_MAX_SHARD_BYTES
     """Start a new .bin file once one holds this many bytes (files end at document boundaries)."""
     tokenizer_train_bytes: int = 1_000_000_000
@@ -140,6 +158,10 @@ class PrepareConfig:
         if self.val_fraction + self.test_fraction >= 1.0:
             raise ValueError(f"--val-fraction + --test-fraction = {self.val_fraction + self.test_fraction} "
                              f"leaves nothing to train on; keep the sum below 1")
+        if self.executor not in EXECUTORS:
+            raise ValueError(f"--executor {self.executor!r}: choose one of {', '.join(EXECUTORS)}")
+        if self.ray_address and self.executor != "ray":
+            raise ValueError("--ray-address is for --executor ray; add --executor ray or leave it out")
         if self.workers < 0:
             raise ValueError(f"--workers must be >= 0 (0 = all cores), got {self.workers}")
         if self.max_shard_bytes <= 0:
@@ -167,7 +189,7 @@ class PrepareConfig:
     def meta_dict(self) -> dict[str, Any]:
         """The options that decide the output's content (not out, workers, ...), for meta.json."""
         d = asdict(self)
-        for key in ("out", "workers", "overwrite", "keep_work"):
+        for key in ("out", "workers", "overwrite", "keep_work", "executor", "ray_address"):
             d.pop(key)
         return d
 
@@ -340,10 +362,11 @@ def _prepare_locked(cfg: PrepareConfig, out_dir: Path, show_progress: bool, t0: 
     try:
         timings: dict[str, float] = {}
         progress = Phases(enabled=show_progress, transient=False, unit="shards")
-        with progress, WorkerPool(cfg.workers or default_workers(), lock_folder=out_dir) as pool:
+        with progress, _executor(cfg, out_dir, plan.work, plan.files) as pool:
             curated, splits = curate_and_split(plan, pool, progress, timings)
-            tokenizer, tok_path = run_tokenizer(tokenizer, plan.work, curated.masks, splits, cfg.vocab_size,
-                                                cfg.min_frequency, cfg.tokenizer_train_bytes, timings)
+            mask_step = plan.recipe.mask_step.name if plan.recipe.mask_step is not None else None
+            tokenizer, tok_path = run_tokenizer(tokenizer, plan.work, curated.masks, splits, mask_step, cfg.vocab_size,
+                                                cfg.min_frequency, cfg.tokenizer_train_bytes, pool, timings)
             result = encode_and_write(plan, curated, splits, tokenizer, tok_path, pool, progress, timings, t0)
     except Exception:
         # A failed run's work folder cannot be resumed into success and may fill a disk; an
@@ -392,6 +415,15 @@ def encode_and_write(plan: _Plan, curated, splits, tokenizer: Tokenizer, tok_pat
                              prepare_config, report_inputs)
     return PrepareResult(plan.out_dir, meta, curated.read, curated.normalize, time.perf_counter() - t0,
                          splits.moved, curated.steps, report)
+
+
+def _executor(cfg: PrepareConfig, out_dir: Path, work: WorkFolder, files: list[Path]) -> Executor:
+    """The `Executor` of `cfg.executor`, not yet entered (a context manager)."""
+    if cfg.executor == "ray":
+        from gptforge.data.phases.ray_executor import RayExecutor
+
+        return RayExecutor(cfg.ray_address, work.root, lock_folder=out_dir, inputs=files, local_cpus=cfg.workers)
+    return WorkerPool(cfg.workers or default_workers(), lock_folder=out_dir)
 
 
 def summary_rows(result: PrepareResult) -> list[tuple[str, str]]:

@@ -101,6 +101,9 @@ def prepare_sources(cfg: PrepareConfig, sources: dict[str, list[str]], recipes: 
                            overwrite=True) for n, inp in sources.items()}
         for c in cfgs.values():
             c.validate()
+        if cfg.executor != "local":
+            raise ValueError(f"--executor {cfg.executor}: several named sources run on the local executor only; "
+                             f"prepare each source on its own with --executor {cfg.executor}, or leave the option out")
         results = _run(cfgs, weights, cfg, out_dir, show_progress, t0, Tokenizer)
         meta = _write_meta(out_dir, results, cfgs, weights)
     return SourcesResult(out_dir, meta, results)

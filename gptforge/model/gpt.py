@@ -386,7 +386,7 @@ class GPT(nn.Module):
             x = x[select[0], select[1]]
         return self.head(x)
 
-    # The three pieces of forward, also called by pipeline stages (gptforge.train.parallelize),
+    # The three pieces of forward, also called by pipeline stages (gptforge.train.parallel.parallelize),
     # which hold these submodules under the same names.
 
     def embed(self, idx: torch.Tensor, position_ids: torch.Tensor) -> torch.Tensor:

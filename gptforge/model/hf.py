@@ -105,29 +105,36 @@ def config_from_hf(hf: dict, where: str = "config.json", block_size: int | None 
             where, "model_type", model_type, f"gptforge converts {', '.join(SUPPORTED_MODEL_TYPES)}"
         )
     if model_type == "gpt2":
-        act = hf.get("activation_function", "gelu_new")
-        if act not in _GPT2_TANH_GELU + ("gelu", "relu2"):
-            raise _unsupported(where, "activation_function", act,
-                               "gptforge's GPT-2 MLP uses GELU, exact (gelu) or tanh (gelu_new), or relu2")
-        for field, ok in (("scale_attn_weights", True), ("scale_attn_by_inverse_layer_idx", False),
-                          ("add_cross_attention", False)):
-            if hf.get(field, ok) != ok:
-                raise _unsupported(where, field, hf[field], f"only {ok} is supported")
-        d = hf.get("n_embd", 768)
-        if block_size is not None and block_size > hf.get("n_positions", 1024):
-            raise _unsupported(where, "n_positions", hf.get("n_positions", 1024),
-                               f"learned positions cannot be extended to block_size {block_size}")
-        cfg = ModelConfig(
-            arch="gpt2", n_layer=hf.get("n_layer", 12), n_head=hf.get("n_head", 12), d_model=d,
-            d_ff=hf.get("n_inner") or 4 * d, block_size=block_size or hf.get("n_positions", 1024),
-            vocab_size=hf.get("vocab_size", 50257), dropout=0.0, bias=True, qkv_bias=True,
-            tie_embeddings=hf.get("tie_word_embeddings", True),
-            norm_eps=float(hf.get("layer_norm_epsilon", 1e-5)),
-            activation=act if act in ("gelu", "relu2") else "gelu_tanh",
-        )
-        return cfg.resolved()
+        return _gpt2_config(hf, where, block_size).resolved()
+    return _llama_config(hf, where, model_type, block_size).resolved()
 
-    # Llama family: llama, mistral, qwen2.
+
+def _gpt2_config(hf: dict, where: str, block_size: int | None) -> ModelConfig:
+    """GPT-2: learned positions, LayerNorm, a GELU (or relu2) MLP, biases everywhere."""
+    act = hf.get("activation_function", "gelu_new")
+    if act not in _GPT2_TANH_GELU + ("gelu", "relu2"):
+        raise _unsupported(where, "activation_function", act,
+                           "gptforge's GPT-2 MLP uses GELU, exact (gelu) or tanh (gelu_new), or relu2")
+    for field, ok in (("scale_attn_weights", True), ("scale_attn_by_inverse_layer_idx", False),
+                      ("add_cross_attention", False)):
+        if hf.get(field, ok) != ok:
+            raise _unsupported(where, field, hf[field], f"only {ok} is supported")
+    d = hf.get("n_embd", 768)
+    if block_size is not None and block_size > hf.get("n_positions", 1024):
+        raise _unsupported(where, "n_positions", hf.get("n_positions", 1024),
+                           f"learned positions cannot be extended to block_size {block_size}")
+    return ModelConfig(
+        arch="gpt2", n_layer=hf.get("n_layer", 12), n_head=hf.get("n_head", 12), d_model=d,
+        d_ff=hf.get("n_inner") or 4 * d, block_size=block_size or hf.get("n_positions", 1024),
+        vocab_size=hf.get("vocab_size", 50257), dropout=0.0, bias=True, qkv_bias=True,
+        tie_embeddings=hf.get("tie_word_embeddings", True),
+        norm_eps=float(hf.get("layer_norm_epsilon", 1e-5)),
+        activation=act if act in ("gelu", "relu2") else "gelu_tanh",
+    )
+
+
+def _llama_config(hf: dict, where: str, model_type: str, block_size: int | None) -> ModelConfig:
+    """The Llama family (llama, mistral, qwen2, qwen3): RoPE, RMSNorm, a SwiGLU MLP, grouped KV heads."""
     act = hf.get("hidden_act", "silu")
     if act != "silu":
         raise _unsupported(where, "hidden_act", act, "gptforge's Llama MLP is SwiGLU with SiLU")
@@ -137,20 +144,39 @@ def config_from_hf(hf: dict, where: str = "config.json", block_size: int | None 
         raise _unsupported(where, "head_dim", head_dim, "RoPE needs an even head_dim >= 2")
     # A head_dim other than hidden_size / num_attention_heads (Qwen3, Gemma, pruned models) is head_size.
     head_size = head_dim if head_dim is not None and head_dim * n_head != d else None
-    max_pos = hf.get("max_position_embeddings", 2048)
-    ctx = block_size or max_pos
+    ctx = block_size or hf.get("max_position_embeddings", 2048)
+    if model_type in ("qwen2", "qwen3") and hf.get("use_sliding_window", False):
+        raise _unsupported(where, "use_sliding_window", True, "sliding-window attention is not implemented")
+    bias, qkv_bias = _llama_biases(hf, where, model_type)
+    _check_full_attention(hf, where, model_type, ctx)
+    theta, scaling = _rope_from_hf(hf, where)
+    return ModelConfig(
+        arch="llama", n_layer=hf["num_hidden_layers"], n_head=n_head,
+        n_kv_head=hf.get("num_key_value_heads") or n_head, d_model=d, d_ff=hf["intermediate_size"],
+        block_size=ctx, vocab_size=hf["vocab_size"], dropout=0.0, bias=bias, qkv_bias=qkv_bias,
+        tie_embeddings=bool(hf.get("tie_word_embeddings", False)), norm_eps=float(hf.get("rms_norm_eps", 1e-6)),
+        rope_theta=theta, rope_scaling=scaling, qk_norm=model_type == "qwen3", head_size=head_size,
+    )
+
+
+def _llama_biases(hf: dict, where: str, model_type: str) -> tuple[bool, bool]:
+    """(bias, qkv_bias) of a Llama-family config: gptforge's `bias` covers o_proj and the MLP
+    together, `qkv_bias` covers q/k/v. Qwen2 has q/k/v biases only, Qwen3 none; a Llama or
+    Mistral config needs attention_bias and mlp_bias equal."""
     if model_type in ("qwen2", "qwen3"):
-        if hf.get("use_sliding_window", False):
-            raise _unsupported(where, "use_sliding_window", True, "sliding-window attention is not implemented")
-        bias, qkv_bias = False, model_type == "qwen2"
         if model_type == "qwen3" and hf.get("attention_bias", False):
             raise _unsupported(where, "attention_bias", True, "Qwen3's bias on o_proj without one on the MLP")
-    else:
-        attn_bias, mlp_bias = bool(hf.get("attention_bias", False)), bool(hf.get("mlp_bias", False))
-        if attn_bias != mlp_bias:
-            # gptforge's `bias` covers o_proj and the MLP together; `qkv_bias` covers q/k/v.
-            raise _unsupported(where, "mlp_bias", mlp_bias, f"attention_bias={attn_bias} with a different mlp_bias")
-        bias = qkv_bias = attn_bias
+        return False, model_type == "qwen2"
+    attn_bias, mlp_bias = bool(hf.get("attention_bias", False)), bool(hf.get("mlp_bias", False))
+    if attn_bias != mlp_bias:
+        raise _unsupported(where, "mlp_bias", mlp_bias, f"attention_bias={attn_bias} with a different mlp_bias")
+    return attn_bias, attn_bias
+
+
+def _check_full_attention(hf: dict, where: str, model_type: str, ctx: int) -> None:
+    """Refuse attention other than full causal attention over `ctx` positions: a Mistral sliding
+    window shorter than the context, or `layer_types` naming other kinds, except in a Qwen config
+    whose `use_sliding_window` is false (its window is then off)."""
     if model_type == "mistral":
         window = hf.get("sliding_window")
         if window is not None and window < ctx:
@@ -158,20 +184,10 @@ def config_from_hf(hf: dict, where: str = "config.json", block_size: int | None 
                 where, "sliding_window", window,
                 f"sliding-window attention is not implemented; convert with block_size <= {window}",
             )
-    for field in ("layer_types",):
-        types = hf.get(field)
-        if types and any(t != "full_attention" for t in types):
-            if not (model_type in ("qwen2", "qwen3") and not hf.get("use_sliding_window", False)):
-                raise _unsupported(where, field, sorted(set(types)), "only full attention is supported")
-    theta, scaling = _rope_from_hf(hf, where)
-    cfg = ModelConfig(
-        arch="llama", n_layer=hf["num_hidden_layers"], n_head=n_head,
-        n_kv_head=hf.get("num_key_value_heads") or n_head, d_model=d, d_ff=hf["intermediate_size"],
-        block_size=ctx, vocab_size=hf["vocab_size"], dropout=0.0, bias=bias, qkv_bias=qkv_bias,
-        tie_embeddings=bool(hf.get("tie_word_embeddings", False)), norm_eps=float(hf.get("rms_norm_eps", 1e-6)),
-        rope_theta=theta, rope_scaling=scaling, qk_norm=model_type == "qwen3", head_size=head_size,
-    )
-    return cfg.resolved()
+    types = hf.get("layer_types")
+    if types and any(t != "full_attention" for t in types):
+        if not (model_type in ("qwen2", "qwen3") and not hf.get("use_sliding_window", False)):
+            raise _unsupported(where, "layer_types", sorted(set(types)), "only full attention is supported")
 
 
 def hf_model_type(cfg: ModelConfig) -> str:

@@ -56,14 +56,7 @@ class ChatCall:
         metrics, req = self.srv.metrics, self.req
         completion_tokens = 0
         started: set[int] = set()
-        last: dict[int, float] = {}
-        async for j, ev in sub.events(request):
-            now = time.monotonic()
-            if not last:
-                metrics.ttft.observe(now - start)
-            elif j in last:
-                metrics.tpot.observe(now - last[j])
-            last[j] = now
+        async for j, ev in sub.timed_events(request, start, metrics):
             if ev.finish_reason == "error":
                 yield sse_error(ev.error)
                 return

@@ -67,16 +67,9 @@ class CompletionCall:
     async def stream(self, request: Request, sub: Submission, start: float):
         """The SSE events of the answer (CompletionChunk per event, then [DONE])."""
         metrics, req = self.srv.metrics, self.req
-        last: dict[int, float] = {}
         echoed: set[int] = set()
         completion_tokens = 0
-        async for j, ev in sub.events(request):
-            now = time.monotonic()
-            if not last:
-                metrics.ttft.observe(now - start)
-            elif j in last:
-                metrics.tpot.observe(now - last[j])
-            last[j] = now
+        async for j, ev in sub.timed_events(request, start, metrics):
             if ev.finish_reason == "error":
                 yield sse_error(ev.error)
                 return

@@ -130,6 +130,19 @@ class Submission:
             self._cancel()
             raise
 
+    async def timed_events(self, request: Request, start: float, metrics: "Metrics"):
+        """`events`, observing time to first token (from `start`, seconds on time.monotonic) and
+        time per output token of each job in `metrics`."""
+        last: dict[int, float] = {}
+        async for j, ev in self.events(request):
+            now = time.monotonic()
+            if not last:
+                metrics.ttft.observe(now - start)
+            elif j in last:
+                metrics.tpot.observe(now - last[j])
+            last[j] = now
+            yield j, ev
+
     async def events(self, request: Request):
         """Yield (job index, Event) as they come until every job has finished or the client has gone."""
         started: dict[int, float] = {}

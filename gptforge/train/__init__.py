@@ -1,1 +1,2 @@
-"""The training loop, optimizer and schedules, parallelism, fine-tuning, loggers."""
+"""The training loop and its components (top level), parallelism (`parallel/`) and the
+workflows built on the loop (`workflows/`: fine-tuning, distillation, sweeps, sanity check)."""

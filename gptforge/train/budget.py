@@ -13,7 +13,7 @@ from gptforge.config import ModelConfig, TrainConfig
 def measure_step_seconds(model_cfg: ModelConfig, train_cfg: TrainConfig, repeats: int = 3) -> float:
     """Seconds per optimizer step of this shape on this machine (median of `repeats` after a warm-up),
     measured on random tokens with the same model, optimizer, batch and precision as the run, and
-    compiled per block (as `gptforge.train.parallelize.apply_compile`) when `train_cfg.compile is True`
+    compiled per block (as `gptforge.train.parallel.parallelize.apply_compile`) when `train_cfg.compile is True`
     (the warm-up step then includes the compilation). train_cfg: pre-resolved (train.lr set:
     gptforge.train.resolve.pre_resolve); ValueError otherwise (gptforge.train.optim.require_resolved)."""
     from gptforge.model.gpt import GPT
@@ -26,7 +26,7 @@ def measure_step_seconds(model_cfg: ModelConfig, train_cfg: TrainConfig, repeats
     cfg = model_cfg.resolved()
     model = GPT(cfg).to(device)
     if train_cfg.compile is True:
-        from gptforge.train.parallelize import apply_compile
+        from gptforge.train.parallel.parallelize import apply_compile
 
         apply_compile(model)
     opt = build_optimizer(model, train_cfg, device.type)

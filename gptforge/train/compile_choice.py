@@ -63,7 +63,7 @@ def cpp_compiler() -> str | None:
 def measure_compile(model_cfg: ModelConfig, train_cfg: TrainConfig, precision: str, device: torch.device,
                     steps: int = PROBE_STEPS) -> CompileProbe:
     """Median optimizer-step seconds of the run's shape, eager against compiled (per block, as
-    `gptforge.train.parallelize.apply_compile` does), on random tokens.
+    `gptforge.train.parallel.parallelize.apply_compile` does), on random tokens.
 
     One model and optimizer serve both sides: the compiled blocks wrap the same modules, so the
     probe holds one copy of the weights; eager and compiled steps alternate, so a change in the

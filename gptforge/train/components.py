@@ -5,7 +5,8 @@
 - `Evaluator`: validation every `eval_interval` steps and at the last step.
 - `EarlyStopping`: the best value of train.best_metric and the evaluations since it (checkpointed).
 - `TaskEvaluator`: task scores (train.eval_tasks) every `eval_interval` steps.
-- `Checkpointer`: periodic, best, final, early-stop and signal checkpoints through the engine.
+- `Checkpointer`: periodic, best, final, early-stop and signal checkpoints through the engine, and
+  the one reload of every registered component (gptforge.train.state) for resume and rollback.
 - `MetricsLogger`: metrics.jsonl / TensorBoard rows and the progress line.
 """
 
@@ -18,6 +19,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from gptforge.errors import TrainingError
+from gptforge.train.state import Stateful, StateRegistry
 
 
 class StopFlag:
@@ -57,7 +59,8 @@ class BadStepGuard:
     """Consecutive steps with a non-finite loss or gradient norm.
 
     Under fp16 the loss scaler skips steps with inf/nan gradients as routine, so there only a
-    non-finite loss counts. The streak is not checkpointed: a resumed run starts at 0.
+    non-finite loss counts. The streak is not checkpointed: a reload (resume or rollback) starts
+    it at 0.
     """
 
     def __init__(self, max_bad_steps: int, has_loss_scaler: bool, ckpt_root: Path):
@@ -81,6 +84,14 @@ class BadStepGuard:
                 f"{self.in_row} consecutive steps with a non-finite loss or gradient (step {self.step}); "
                 f"stopping. {kept} Try a lower train.lr or train.grad_clip{fp16}."
             )
+
+    def state_dict(self) -> dict[str, Any]:
+        """Nothing: the streak is not saved."""
+        return {}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """A reloaded checkpoint starts a new streak."""
+        self.in_row = 0
 
 
 class Evaluator:
@@ -160,11 +171,16 @@ class TaskEvaluator:
 
 
 class Checkpointer:
-    """Writes checkpoints through the engine (`engine.save`), under RUN_DIR/checkpoints.
+    """Writes checkpoints through the engine (`engine.save`), under RUN_DIR/checkpoints, and
+    restores them: the one place a run's state is saved and reloaded.
 
     A checkpoint is written at every `interval` steps (0: never on schedule), at a new best, at
     the last step, on early stopping, on a signal and at `stop_at_step`. A bad (non-finite) step
     is never checkpointed on schedule, so a run in a bad streak keeps its last good `latest`.
+
+    The trainer's stateful components are registered with it (`register`, into
+    gptforge.train.state.StateRegistry); `maybe_save` saves them all and `restore` reloads them
+    all, for --resume and for a spike rollback alike.
     """
 
     def __init__(self, engine, ckpt_root: Path, config_yaml: str, interval: int, keep: int,
@@ -172,17 +188,39 @@ class Checkpointer:
         self.engine, self.ckpt_root, self.config_yaml = engine, ckpt_root, config_yaml
         self.interval, self.keep, self.data_state = interval, keep, data_state
         self.on_save, self.is_main = on_save, is_main
+        self.state = StateRegistry()
 
-    def maybe_save(self, step: int, state: dict[str, Any], *, best: bool, bad: bool, force: bool) -> Path | None:
+    def register(self, key: str | None, component: Stateful, *, on_rollback: bool = True) -> None:
+        """Save `component` in every checkpoint and reload it on restore (see StateRegistry.register)."""
+        self.state.register(key, component, on_rollback=on_rollback)
+
+    def maybe_save(self, step: int, *, best: bool, bad: bool, force: bool) -> Path | None:
         """Save when this step is a checkpoint step (see the class docstring); returns the folder."""
         periodic = self.interval > 0 and step % self.interval == 0 and not bad
         if not (best or periodic or force):
             return None
-        st = dict(state, data=self.data_state(step))
+        st = dict(self.state.state_dict(), data=self.data_state(step))
         path = self.engine.save(self.ckpt_root, step, st, self.config_yaml, keep=self.keep, best=best)
         if self.on_save is not None and self.is_main:
             self.on_save(step, path)
         return path
+
+    def restore(self, found: Path, *, rollback: bool = False) -> tuple[dict[str, Any], list[Path]]:
+        """Reload checkpoint folder `found`: the engine's model, optimizer and RNG states, then every
+        registered component (on a rollback only those registered with on_rollback). On the main
+        rank, removes the step folders newer than it (of a damaged or abandoned history).
+
+        Returns: (trainer_state.pt as loaded, the step folders removed).
+
+        Raises:
+            ValueError: the engine cannot load it (e.g. written by another backend).
+        """
+        from gptforge.runtime import checkpoint as ckpt_lib
+
+        loaded = self.engine.load(found)
+        removed = ckpt_lib.discard_newer(self.ckpt_root, int(loaded.get("step", 0))) if self.is_main else []
+        self.state.load_state_dict(loaded, rollback=rollback)
+        return loaded, list(removed)
 
 
 class MetricsLogger:

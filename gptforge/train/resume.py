@@ -23,7 +23,7 @@ def resume_auto_argv(argv: list[str], prog: str) -> list[str]:
     holds a run (its config.yaml), dropped otherwise, so one command line starts a run and, run
     again (a scheduler's requeue, torchrun's --max-restarts), continues it from its newest
     complete checkpoint. A run folder whose first checkpoint never completed is resumed too: the
-    trainer then starts it fresh (see Trainer._nothing_to_resume).
+    trainer then starts it fresh (see `nothing_to_resume`).
 
     Every rank decides before the process group forms, hence before rank 0 writes anything into
     the folder, so all ranks decide alike. Prints the decision once (on rank 0) with `prog`.

@@ -11,7 +11,8 @@ Data position. A run's batch of optimizer step k (0-based) is batch number `k + 
 its BatchSource (`Batches.micro_batches(index)`), `data_offset` starting at 0. A rollback from
 step S (the 1-based step whose loss spiked) to checkpoint step C restores everything the
 checkpoint holds (model, optimizer, scheduler position, RNG, the detector's window, early
-stopping) and adds S - C to `data_offset`: the batches steps C+1..S had read are never read
+stopping: every component registered with the Checkpointer, through the same reload as
+--resume, gptforge.train.state) and adds S - C to `data_offset`: the batches steps C+1..S had read are never read
 again, and step C+1 reads the first batch no step has read. The rollback record (`state_dict`)
 is not taken from the checkpoint but kept across the reload, and saved in every later
 checkpoint, so a resumed run reads the same batches as an uninterrupted one.
@@ -28,7 +29,8 @@ it for the layouts where it is not tested (FSDP2/ZeRO, tp, pp, DeepSpeed).
 
 from __future__ import annotations
 
-from typing import Any
+from pathlib import Path
+from typing import Any, Callable
 
 from gptforge.errors import TrainingError
 
@@ -110,3 +112,92 @@ class RollbackState:
         self.count = int(state.get("count", 0))
         self.data_offset = int(state.get("data_offset", 0))
         self.skipped = [dict(r) for r in state.get("skipped", [])]
+
+
+class SpikeRollback:
+    """The loop component of train.spike_action rollback: after each step's events are known, it
+    decides whether the step calls for a rollback and makes it.
+
+    Args:
+        record: the run's RollbackState (registered with the checkpointer, kept across a rollback).
+        checkpointer: the run's gptforge.train.components.Checkpointer (its `restore` reloads).
+        bad_steps: the run's BadStepGuard (the non-finite streak).
+        metrics: the run's MetricsLogger (rows and messages).
+        run_dir: the run directory. tc: the resolved TrainConfig (spike_action, max_bad_steps,
+            max_rollbacks).
+        on_stop: called with the run's stop reason ("non_finite", "max_rollbacks") before this
+            component raises TrainingError.
+    """
+
+    def __init__(self, record: RollbackState, checkpointer, bad_steps, metrics, run_dir: Path, tc,
+                 on_stop: Callable[[str], None]):
+        self.record, self.checkpointer, self.bad_steps, self.metrics = record, checkpointer, bad_steps, metrics
+        self.run_dir, self.tc, self.on_stop = Path(run_dir), tc, on_stop
+        self.rolled_back = False
+        """Whether this session rolled back at least once."""
+
+    def maybe_roll_back(self, row: dict[str, Any]) -> bool:
+        """On a loss spike or a full streak of non-finite steps, reload the last checkpoint before
+        this step and skip the batches read since it. Logs this step's row with a `rollback` event.
+        Returns True when it rolled back (the loop continues from the checkpoint's step); always
+        False unless train.spike_action is rollback.
+
+        Without a checkpoint before this step it says so and goes on as `warn` (a non-finite
+        streak then stops the run as under `warn`).
+
+        Raises:
+            TrainingError: train.max_rollbacks rollbacks were made already (the row, with a `stop`
+                event, is logged first), or the non-finite streak had no checkpoint to go back to.
+        """
+        tc = self.tc
+        if tc.spike_action != "rollback":
+            return False
+        bad_streak = self.bad_steps.in_row >= tc.max_bad_steps
+        reason = rollback_trigger(row.get("events") or [], bad_streak)
+        if reason is None:
+            return False
+        done = row["step"]
+        found, why_not = self.checkpoint_before(done)
+        if found is None:
+            self.metrics.message(f"step {done}: {reason}, and {why_not}: nothing to roll back to, continuing as "
+                                 "train.spike_action warn")
+            if bad_streak:
+                self.metrics.log(row, force=True)
+                self.on_stop("non_finite")
+                self.bad_steps.check()
+            return False
+        try:
+            self.record.check_allowed(done, reason, self.checkpointer.ckpt_root)
+        except TrainingError:
+            row.setdefault("events", []).append(
+                {"kind": "stop", "step": done, "reason": f"{reason} after train.max_rollbacks "
+                                                          f"({tc.max_rollbacks}) rollbacks"})
+            self.metrics.log(row, force=True)
+            self.on_stop("max_rollbacks")
+            raise
+        # The checkpoint's state, but the wall time spent and the rollback record go on.
+        loaded, removed = self.checkpointer.restore(found, rollback=True)
+        for d in removed:  # what was saved after the checkpoint rolled back to is of the abandoned history
+            self.metrics.message(f"step {done}: rollback removed {d.name}, newer than {found.name}")
+        event = self.record.record(done, int(loaded["step"]), reason)
+        row.setdefault("events", []).append(event)
+        self.metrics.log(row, force=True)
+        self.metrics.message(RollbackState.message(event, found.name, tc.max_rollbacks))
+        self.rolled_back = True
+        return True
+
+    def checkpoint_before(self, step: int) -> tuple[Path | None, str]:
+        """The newest intact checkpoint of this run written before 1-based `step`, or (None, why not)."""
+        from gptforge.errors import DamagedFileError
+        from gptforge.runtime import checkpoint as ckpt_lib
+
+        try:
+            found = ckpt_lib.find_checkpoint(self.run_dir)
+        except FileNotFoundError:
+            return None, "no checkpoint was written yet"
+        except DamagedFileError as e:
+            return None, f"the checkpoints are damaged ({e})"
+        saved = int(ckpt_lib.load_trainer_state(found).get("step", 0))
+        if saved >= step:
+            return None, f"the latest checkpoint ({found.name}) is not before it"
+        return found, ""

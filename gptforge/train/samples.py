@@ -1,4 +1,4 @@
-"""End-of-run samples: a few continuations of the trained model for the run report (samples.json)."""
+"""The end of a run: a few continuations of the trained model (samples.json) and the run report."""
 
 from __future__ import annotations
 
@@ -59,3 +59,22 @@ def write_samples(run_dir: Path, model: GPT, device: torch.device, data_dir: Pat
     atomic_write_text(run_dir / "samples.json",
                       json.dumps({"step": step, "prompt_source": source, "samples": out},
                                  indent=2, ensure_ascii=False) + "\n")
+
+
+def write_run_end(run_dir: Path, stopped: str | None, model: torch.nn.Module | None, device: torch.device,
+                  data_dir: Path | None, step: int) -> Path:
+    """The end-of-run outputs of rank 0: samples.json (`write_samples`, when `model` is given) and
+    the run report (gptforge.report.write_run_report), however the run ended.
+
+    Args:
+        stopped: how the run ended (TrainResult.stopped), or None when it failed before a step.
+        model: the whole trained model, or None when it is sharded over ranks (no samples then).
+        data_dir: the run's shard folder (prompts of the samples), or None. step: its optimizer step.
+
+    Returns: the report's path.
+    """
+    from gptforge.report import write_run_report
+
+    if model is not None:
+        write_samples(run_dir, model, device, data_dir, step)
+    return write_run_report(run_dir, stopped=stopped)

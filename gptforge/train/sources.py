@@ -4,7 +4,7 @@ The trainer never asks which kind of data it has. A source gives the vocabulary 
 line, the batches of every optimizer step, a validation loss, its provenance for config.yaml and
 a check that a resumed run uses the data it started with. Implementations: `ShardSource` (token
 shards from `gptforge prepare`: pretraining and continued pretraining) and
-`gptforge.train.finetune.InstructionData` (instruction .jsonl with completion-only loss).
+`gptforge.train.workflows.finetune.InstructionData` (instruction .jsonl with completion-only loss).
 """
 
 from __future__ import annotations

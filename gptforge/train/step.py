@@ -16,7 +16,7 @@ import torch
 from gptforge.data.loader import TokenStream
 from gptforge.runtime.device import autocast_context
 from gptforge.runtime.loss import IGNORE_INDEX, token_loss_sum, unpack_micro_batch
-from gptforge.train.parallelize import Parallelized
+from gptforge.train.parallel.parallelize import Parallelized
 
 
 def forward_backward(model: torch.nn.Module, micro_batches: list[tuple[torch.Tensor, torch.Tensor]],
@@ -37,7 +37,7 @@ def forward_backward(model: torch.nn.Module, micro_batches: list[tuple[torch.Ten
     and FSDP2 average gradients over the dp ranks; `grad_sync(is_last)` gives the context of each
     backward (gradients are reduced across ranks on the last micro-batch only).
     `loss_fn(logits, targets, inputs, extra)` replaces the summed token loss (e.g. distillation's
-    T^2 KL + alpha CE, gptforge.train.distill.DistillLoss): same units, summed over counted targets.
+    T^2 KL + alpha CE, gptforge.train.workflows.distill.DistillLoss): same units, summed over counted targets.
     `backward(loss, is_last)` replaces `loss.backward()` (a backend's, e.g. DeepSpeed's engine).
 
     Returns: this rank's summed token loss in nats (0-dim, detached), for logging.

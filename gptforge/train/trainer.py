@@ -4,9 +4,13 @@
 `early_stop` -> `metrics` -> `checkpointer`; each component (gptforge.train.components) decides
 whether a step is its step and owns its state. Data comes through a `BatchSource`
 (gptforge.train.sources), so the loop never asks which kind of data it trains on; the layout
-(single process, DDP, FSDP2, TP, PP, DeepSpeed) is hidden behind the engine (gptforge.train.backend)
+(single process, DDP, FSDP2, TP, PP, DeepSpeed) is hidden behind the engine (gptforge.train.parallel.backend)
 and the step function chosen once at set-up (gptforge.train.step). The run is resolved once, first
 (gptforge.train.resolve): `self.run`, a frozen ResolvedRun, is the only config read after that.
+Every stateful component is registered with the checkpointer (gptforge.train.state), which saves
+them all and reloads them all by one path, for --resume and for a spike rollback
+(gptforge.train.rollback.SpikeRollback) alike; the end-of-run samples and report are
+gptforge.train.samples.write_run_end.
 """
 
 from __future__ import annotations
@@ -18,21 +22,19 @@ import signal
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, cast
+from typing import Any, Callable
 
 import torch
 import yaml
 
 from gptforge.atomic import atomic_write_text
 from gptforge.config import ModelConfig, ParallelConfig, RunConfig
-from gptforge.errors import InputError, TrainingError
+from gptforge.errors import InputError
 from gptforge.model.gpt import GPT
 from gptforge.plan.flops import flops_per_token
 from gptforge.runtime import checkpoint as ckpt_lib
 from gptforge.runtime.activation import apply_activation_checkpointing
 from gptforge.runtime.loss import count_targets
-from gptforge.train import distributed as D
-from gptforge.train.backend import DeepSpeedBackend, TorchBackend
 from gptforge.train.components import (
     BadStepGuard,
     Checkpointer,
@@ -46,17 +48,18 @@ from gptforge.train.components import (
 from gptforge.train.loggers import MetricsWriter, Progress
 from gptforge.train.mfu import Peak, device_peak
 from gptforge.train.optim import build_optimizer, lr_at
-from gptforge.train.parallelize import Parallelized, apply_compile, parallelize
+from gptforge.train.parallel import distributed as D
+from gptforge.train.parallel.backend import DeepSpeedBackend, TorchBackend
+from gptforge.train.parallel.parallelize import Parallelized, apply_compile, parallelize
 from gptforge.train.resolve import resolve_training
 from gptforge.train.resume import check_resume, nothing_to_resume
-from gptforge.train.rollback import RollbackState, rollback_trigger
+from gptforge.train.rollback import RollbackState, SpikeRollback
+from gptforge.train.samples import write_run_end
 from gptforge.train.sources import BatchSource, ShardSource
 from gptforge.train.spikes import SpikeDetector, divergence_loss_ceiling
+from gptforge.train.state import Fields
 from gptforge.train.step import PipelineLoss, forward_backward, pipeline_evaluate, pipeline_forward_backward
 from gptforge.train.wandb_logger import WandbLogger
-
-if TYPE_CHECKING:
-    from gptforge.model.gpt import GPT
 
 
 @dataclass
@@ -101,7 +104,7 @@ class Trainer:
         cfg: the user's model/train/parallel config, resolved once into `self.run` (also `self.cfg`;
             `tc`, `mc`, `pc` are its sections) by gptforge.train.resolve.resolve_training;
             `model.vocab_size` defaults to the source's vocabulary.
-        env: where this process sits (gptforge.train.distributed.DistEnv).
+        env: where this process sits (gptforge.train.parallel.distributed.DistEnv).
         source: the BatchSource. run_dir: output folder. resume: continue from checkpoints/latest.
         model_factory: builds the model from the resolved ModelConfig in place of `GPT(cfg)`
             (called after seeding; only parameters with requires_grad are optimized).
@@ -150,7 +153,7 @@ class Trainer:
         self.zero = run.zero_stage
         self.config_yaml = run.config_yaml(source.provenance(), config_extra)
         if ds_config is not None:  # the engine's JSON takes the resolved lr, batch and precision
-            from gptforge.train.deepspeed_config import resolved_deepspeed_config
+            from gptforge.train.parallel.deepspeed_config import resolved_deepspeed_config
 
             ds_config = resolved_deepspeed_config(ds_config, tc, env.dp_size)
         self.ds_config = ds_config
@@ -164,10 +167,11 @@ class Trainer:
         ceiling = divergence_loss_ceiling(mc.vocab_size) if loss_fn is None else None
         self.spikes = (SpikeDetector(grad_clip=tc.grad_clip, warmup_steps=tc.warmup_steps, loss_ceiling=ceiling)
                        if tc.spike_alarms else None)
-        self.rollback, self.rolled_back = RollbackState(tc.max_rollbacks), False
+        self.rollback = RollbackState(tc.max_rollbacks)
         self.wandb = (WandbLogger(self.run_dir, tc.wandb_project, tc.wandb_entity, tc.wandb_run_name, tc.wandb_mode,
                                   config=yaml.safe_load(self.config_yaml))
                       if tc.wandb_project and self.main else None)
+        self.checkpointer = self._checkpointer(on_save)
         self.resumed = resume
         if resume:
             self._resume()
@@ -177,7 +181,7 @@ class Trainer:
             atomic_write_text(self.run_dir / "config.yaml", self.config_yaml)
             if source.tokenizer_file is not None:  # a run directory is self-contained for inference
                 shutil.copyfile(source.tokenizer_file, self.run_dir / "tokenizer.json")
-        self._components(progress, resume, on_save)
+        self._components(progress, resume)
         self._announce(ds_config)
 
     # -- set-up ------------------------------------------------------------------------------
@@ -216,8 +220,7 @@ class Trainer:
         def score() -> dict[str, float]:
             if not runs_here:
                 return {}
-            # par.core is the GPT itself (FSDP2 shards it in place; its class stays a GPT subclass)
-            return log_items(evaluate_tasks(cast("GPT", model), tok, tasks, self.device, self.engine.autocast_precision,
+            return log_items(evaluate_tasks(model, tok, tasks, self.device, self.engine.autocast_precision,
                                             limit=tc.eval_tasks_limit))
 
         return TaskEvaluator(score, tc.eval_interval, tc.max_steps, enabled=True)
@@ -233,7 +236,7 @@ class Trainer:
             apply_activation_checkpointing(model, tc.activation_checkpointing)
             if tc.compile:
                 apply_compile(model)
-            self.engine: DeepSpeedBackend | TorchBackend = DeepSpeedBackend(model, ds_config, tc.weight_decay, env)
+            self.engine = DeepSpeedBackend(model, ds_config, tc.weight_decay, env)
             self.par = Parallelized(module=self.engine.module, core=self.engine.core,
                                     zero_stage=self.engine.zero_stage)
         else:
@@ -244,23 +247,32 @@ class Trainer:
             self.engine = TorchBackend(self.par, optimizer, scaler, env, tc.precision)
         self.par.core.train()
 
+    def _checkpointer(self, on_save) -> Checkpointer:
+        """The checkpointer, with the stateful components registered: one save and one reload
+        (gptforge.train.state) for --resume and rollback alike."""
+        tc, gbs = self.tc, self.batches.global_batch_size
+        ck = Checkpointer(self.engine, self.ckpt_root, self.config_yaml, tc.checkpoint_interval, tc.keep_checkpoints,
+                          lambda step: {"seed": tc.seed, "step": step, "global_batch_size": gbs}, on_save, self.main)
+        ck.register(None, Fields(self.state, ("step", "tokens_seen", "skipped_steps")))
+        # A rollback keeps the wall time spent, its own record and the W&B run going.
+        ck.register(None, Fields(self.state, ("elapsed_seconds",)), on_rollback=False)
+        ck.register(None, self.early_stop)
+        if self.spikes is not None:
+            ck.register("spikes", self.spikes)
+        ck.register("rollback", self.rollback, on_rollback=False)
+        if self.wandb is not None:
+            ck.register("wandb", self.wandb, on_rollback=False)
+        return ck
+
     def _resume(self) -> None:
         found = ckpt_lib.find_checkpoint(self.run_dir)
         check_resume(found, self.source, self.mc, self.tc, self.batches.global_batch_size, self.env.dp_size)
-        loaded = self.engine.load(found)
+        loaded, removed = self.checkpointer.restore(found)
         self.say(f"resuming from {found} (step {loaded.get('step', 0)})")
-        if self.main:  # folders newer than the resume point are of an abandoned history
-            for d in ckpt_lib.discard_newer(self.ckpt_root, int(loaded.get("step", 0))):
-                self.say(f"--resume: removed {d.name}, newer than the resume point (damaged or abandoned)")
-        self.state.update({k: loaded[k] for k in self.state if k in loaded})
-        self.early_stop.load_state_dict(loaded)
-        if self.spikes is not None and loaded.get("spikes"):
-            self.spikes.load_state_dict(loaded["spikes"])
-        self.rollback.load_state_dict(loaded.get("rollback") or {})
-        if self.wandb is not None and loaded.get("wandb"):
-            self.wandb.load_state_dict(loaded["wandb"])
+        for d in removed:  # folders newer than the resume point are of an abandoned history
+            self.say(f"--resume: removed {d.name}, newer than the resume point (damaged or abandoned)")
 
-    def _components(self, progress: bool, resume: bool, on_save) -> None:
+    def _components(self, progress: bool, resume: bool) -> None:
         tc, par = self.tc, self.par
         if par.schedule is not None:
             if self.loss_fn is not None:
@@ -289,17 +301,15 @@ class Trainer:
         self.evaluator = Evaluator(evaluate, tc.eval_interval, tc.max_steps, enabled=self.source.has_val)
         self.task_evaluator = self._task_evaluator()
         self.bad_steps = BadStepGuard(tc.max_bad_steps, self.engine.has_loss_scaler, self.ckpt_root)
-        gbs = self.batches.global_batch_size
-        self.checkpointer = Checkpointer(self.engine, self.ckpt_root, self.config_yaml, tc.checkpoint_interval,
-                                         tc.keep_checkpoints,
-                                         lambda step: {"seed": tc.seed, "step": step, "global_batch_size": gbs},
-                                         on_save, self.main)
+        self.checkpointer.register(None, self.bad_steps)  # a reload starts a new streak
         writer = MetricsWriter(self.run_dir, tensorboard=tc.tensorboard,
                                resume_step=self.state["step"] if resume else None) if self.main else NullWriter()
         self.metrics = MetricsLogger(writer, Progress(tc.max_steps, self.state["step"], enabled=progress and self.main),
                                      tc.log_interval, tc.max_steps, extra_sinks=[self.wandb] if self.wandb else [],
                                      mfu_label="mfu est." if self.device.type == "cpu" else "mfu",
                                      has_peak=bool(self.peak.flops_per_second))
+        self.spike_rollback = SpikeRollback(self.rollback, self.checkpointer, self.bad_steps, self.metrics,
+                                            self.run_dir, tc, on_stop=lambda reason: setattr(self, "stopped", reason))
         # Every run checks the planner: its prediction goes beside the measured peak in every row.
         try:
             from gptforge.plan.planner import predict_peak_memory_bytes
@@ -354,8 +364,7 @@ class Trainer:
                 or a spike after train.max_rollbacks rollbacks (train.spike_action rollback).
         """
         tc, start = self.tc, self.state["step"]
-        self.stopped = "max_steps"
-        self.last_loss: float | None = None
+        self.stopped, self.last_loss = "max_steps", None
         try:
             with StopFlag() as stop:
                 self.stop_flag = stop
@@ -363,7 +372,7 @@ class Trainer:
                     row, finite, interrupted = self.train_step(self.state["step"], stop)
                     done = row["step"]
                     bad = self.bad_steps.update(done, row["loss"], finite)
-                    first = done == start + 1 and not self.rolled_back
+                    first = done == start + 1 and not self.spike_rollback.rolled_back
                     if first:
                         self._report_memory(row)
                     if self.bad_steps.in_row >= tc.max_bad_steps and tc.spike_action != "rollback":
@@ -377,7 +386,7 @@ class Trainer:
                     row.update(self.task_evaluator.maybe_evaluate(done))
                     new_best = self.early_stop.update(row.get(self.early_stop.metric))
                     self._add_events(row, first=first)
-                    if self._maybe_roll_back(row):
+                    if self.spike_rollback.maybe_roll_back(row):
                         continue
                     self.metrics.log(row, force=bool(row.get("events")))
                     self.metrics.progress(row, self.evaluator.last)
@@ -385,7 +394,7 @@ class Trainer:
                               else "stop_at_step" if tc.stop_at_step and done >= tc.stop_at_step
                               else "max_minutes" if tc.max_minutes > 0
                               and self.state["elapsed_seconds"] + self.budget_spent_s >= tc.max_minutes * 60 else None)
-                    self.checkpointer.maybe_save(done, self.state_dict(), best=new_best, bad=bad,
+                    self.checkpointer.maybe_save(done, best=new_best, bad=bad,
                                                  force=done == tc.max_steps or reason is not None)
                     if reason is not None:
                         self._say_stop(reason, done, stop)
@@ -464,76 +473,6 @@ class Trainer:
         if events:
             row["events"] = events
 
-    def _maybe_roll_back(self, row: dict[str, Any]) -> bool:
-        """train.spike_action rollback (gptforge.train.rollback): on a loss spike or a full streak of
-        non-finite steps, reload the last checkpoint before this step and skip the batches read
-        since it. Logs this step's row with a `rollback` event. Returns True when it rolled back
-        (the loop continues from state["step"], the checkpoint's step).
-
-        Without a checkpoint before this step it says so and goes on as `warn` (a non-finite
-        streak then stops the run as under `warn`).
-
-        Raises:
-            TrainingError: train.max_rollbacks rollbacks were made already (the row, with a `stop`
-                event, is logged first), or the non-finite streak had no checkpoint to go back to.
-        """
-        if self.tc.spike_action != "rollback":
-            return False
-        bad_streak = self.bad_steps.in_row >= self.tc.max_bad_steps
-        reason = rollback_trigger(row.get("events") or [], bad_streak)
-        if reason is None:
-            return False
-        done = row["step"]
-        found, why_not = self._checkpoint_before(done)
-        if found is None:
-            self.metrics.message(f"step {done}: {reason}, and {why_not}: nothing to roll back to, continuing as "
-                                 "train.spike_action warn")
-            if bad_streak:
-                self.metrics.log(row, force=True)
-                self.stopped = "non_finite"
-                self.bad_steps.check()
-            return False
-        try:
-            self.rollback.check_allowed(done, reason, self.ckpt_root)
-        except TrainingError:
-            row.setdefault("events", []).append(
-                {"kind": "stop", "step": done, "reason": f"{reason} after train.max_rollbacks "
-                                                          f"({self.tc.max_rollbacks}) rollbacks"})
-            self.metrics.log(row, force=True)
-            self.stopped = "max_rollbacks"
-            raise
-        loaded = self.engine.load(found)
-        if self.main:  # what was saved after the checkpoint rolled back to is of the abandoned history
-            for d in ckpt_lib.discard_newer(self.ckpt_root, int(loaded["step"])):
-                self.metrics.message(f"step {done}: rollback removed {d.name}, newer than {found.name}")
-        event = self.rollback.record(done, int(loaded["step"]), reason)
-        row.setdefault("events", []).append(event)
-        self.metrics.log(row, force=True)
-        self.metrics.message(RollbackState.message(event, found.name, self.tc.max_rollbacks))
-        # The checkpoint's state, but the wall time spent and the rollback record go on.
-        self.state.update({k: loaded[k] for k in self.state if k in loaded and k != "elapsed_seconds"})
-        self.early_stop.load_state_dict(loaded)
-        if self.spikes is not None and loaded.get("spikes"):
-            self.spikes.load_state_dict(loaded["spikes"])
-        self.bad_steps.in_row = 0
-        self.rolled_back = True
-        return True
-
-    def _checkpoint_before(self, step: int) -> tuple[Path | None, str]:
-        """The newest intact checkpoint of this run written before 1-based `step`, or (None, why not)."""
-        from gptforge.errors import DamagedFileError
-
-        try:
-            found = ckpt_lib.find_checkpoint(self.run_dir)
-        except FileNotFoundError:
-            return None, "no checkpoint was written yet"
-        except DamagedFileError as e:
-            return None, f"the checkpoints are damaged ({e})"
-        saved = int(ckpt_lib.load_trainer_state(found).get("step", 0))
-        if saved >= step:
-            return None, f"the latest checkpoint ({found.name}) is not before it"
-        return found, ""
-
     def _mfu(self, tokens_per_second: float) -> float | None:
         """Achieved / peak FLOP/s (PaLM, appendix B). Above 100% the measured peak cannot be right
         (a CPU's peak moves with its load): None, shown as n/a, rather than a wrong figure."""
@@ -542,16 +481,6 @@ class Trainer:
             return None
         mfu = tokens_per_second * self.fpt / (peak * self.env.world_size)
         return mfu if mfu <= 1.0 else None
-
-    def state_dict(self) -> dict[str, Any]:
-        """The trainer's own state saved in trainer_state.pt (the engine adds model, optimizer, RNG)."""
-        state = {**self.state, **self.early_stop.state_dict()}
-        if self.spikes is not None:
-            state["spikes"] = self.spikes.state_dict()
-        state["rollback"] = self.rollback.state_dict()
-        if self.wandb is not None:
-            state["wandb"] = self.wandb.state_dict()
-        return state
 
     def _report_memory(self, row: dict[str, Any]) -> None:
         if self.predicted_mem is None:
@@ -577,15 +506,10 @@ class Trainer:
         self.metrics.close()
         self.source.close()
         if self.main and self.tc.report and (self.run_dir / "metrics.jsonl").exists():
-            from gptforge.report import write_run_report
-
-            if not self.env.distributed and self.par.module is not None:  # a sharded model: no samples
-                from gptforge.train.samples import write_samples
-
-                write_samples(self.run_dir, cast("GPT", self.par.core), self.device, getattr(self.source, "data_dir", None),
-                              self.state["step"])
-
-            path = write_run_report(self.run_dir, stopped=getattr(self, "stopped", None))
+            # A sharded model (distributed, or no whole module on this rank) gets no samples.
+            whole = self.par.core if not self.env.distributed and self.par.module is not None else None
+            path = write_run_end(self.run_dir, getattr(self, "stopped", None), whole, self.device,
+                                 getattr(self.source, "data_dir", None), self.state["step"])
             self.say(f"report: {path}")
             if self.wandb is not None:
                 self.wandb.log_report(path)

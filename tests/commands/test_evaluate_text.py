@@ -9,7 +9,7 @@ import pytest
 
 from gptforge.cli import main
 from gptforge.config import ModelConfig, RunConfig, TrainConfig
-from gptforge.train.loop import train
+from gptforge.train.run import train
 
 
 @pytest.fixture(scope="module")

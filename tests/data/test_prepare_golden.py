@@ -116,10 +116,11 @@ CASES["one-file"] = dict(inputs=["one/input.txt"], recipe="default", val_fractio
 CASES["separated"] = dict(inputs=["one/separated.txt"], recipe="default", doc_separator=SEPARATOR, test_fraction=0.05)
 
 
-def run_case(name: str) -> dict[str, str]:
-    """Prepare case `name` in the current folder (relative paths, so ids do not hold the temp path)."""
-    opts = dict(CASES[name])
-    cfg = PrepareConfig(out=f"out-{name}", vocab_size=320, workers=1, shard_bytes=4096, **opts)
+def run_case(name: str, out: str | None = None, **options) -> dict[str, str]:
+    """Prepare case `name` in the current folder (relative paths, so ids do not hold the temp path)
+    into `out` (default out-NAME), with further PrepareConfig `options` (e.g. executor)."""
+    opts = {"vocab_size": 320, "workers": 1, "shard_bytes": 4096, **CASES[name], **options}
+    cfg = PrepareConfig(out=out or f"out-{name}", **opts)
     prepare(cfg, show_progress=False)
     return output_hashes(Path(cfg.out))
 

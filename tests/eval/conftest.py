@@ -8,29 +8,19 @@ from pathlib import Path
 
 import pytest
 
+from tests.conftest import load_nano_run, train_nano_run
+
 
 @pytest.fixture(scope="session")
 def trained_run(tiny_shards, tmp_path_factory) -> Path:
     """A run directory: gpt2-nano (2 layers, d_model 64), block 64, 40 steps on `tiny_shards`."""
-    from gptforge.config import ModelConfig, RunConfig, TrainConfig
-    from gptforge.train.loop import train
-
-    run = tmp_path_factory.mktemp("evalrun") / "run"
-    cfg = RunConfig(model=ModelConfig(preset="gpt2-nano", block_size=64),
-                    train=TrainConfig(max_steps=40, micro_batch_size=8, lr=3e-3, warmup_steps=4, eval_interval=0,
-                                      checkpoint_interval=0, tensorboard=False))
-    train(cfg, tiny_shards, run, progress=False)
-    return run
+    return train_nano_run(tiny_shards, tmp_path_factory.mktemp("evalrun") / "run", checkpoint_interval=0)
 
 
 @pytest.fixture(scope="session")
 def loaded(trained_run):
     """(model in eval mode on CPU, Tokenizer) of `trained_run`."""
-    from gptforge.data.tokenizer import Tokenizer
-    from gptforge.runtime.loading import load_for_inference
-
-    model, _ckpt, _doc, tok = load_for_inference(trained_run, "cpu")
-    return model, Tokenizer.from_file(tok)
+    return load_nano_run(trained_run)
 
 
 def source_lines(n: int, seed: int = 0) -> list[str]:

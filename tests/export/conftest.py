@@ -23,7 +23,7 @@ MODELS = {
 def trained_runs(tiny_shards, tmp_path_factory):
     """{"llama": run_dir, "qwen3": run_dir, "gpt2": run_dir}, each trained 40 steps (about a second each)."""
     from gptforge.config import ModelConfig, RunConfig, TrainConfig
-    from gptforge.train.loop import train
+    from gptforge.train.run import train
 
     root = tmp_path_factory.mktemp("runs")
     runs = {}
@@ -64,7 +64,7 @@ def val_tokens(shards, n: int = 2000):
 
 def train_tiny(data, run_dir, arch: str, steps: int = 8):
     from gptforge.config import ModelConfig, RunConfig, TrainConfig
-    from gptforge.train.loop import train
+    from gptforge.train.run import train
 
     if arch == "gpt2":
         model = ModelConfig(preset="gpt2-nano", block_size=32)
@@ -84,3 +84,17 @@ def gpt2_run(tiny_shards, tmp_path_factory):
 @pytest.fixture(scope="session")
 def llama_run(tiny_shards, tmp_path_factory):
     return train_tiny(tiny_shards, tmp_path_factory.mktemp("runs") / "llama", "llama")
+
+
+def assert_llama_cpp_logits_match(llm, model, ids: list[int], atol: float = 1e-3) -> None:
+    """llama.cpp's logits for `ids` (every position) equal gptforge's `model` within `atol`; closes `llm`."""
+    import numpy as np
+    import torch
+
+    try:
+        llm.eval(ids)
+        with torch.no_grad():
+            ours = model(torch.tensor([ids]))[0].numpy()
+        np.testing.assert_allclose(np.array(llm.scores[: len(ids)]), ours, atol=atol, rtol=0)
+    finally:
+        llm.close()

@@ -15,7 +15,7 @@ from gptforge.export.gguf import gguf_tensors, permute_rope_rows, quant_error_bo
 from gptforge.infer.generate import generate  # noqa: E402
 from gptforge.runtime.loading import load_model_checkpoint  # noqa: E402
 
-from .conftest import val_tokens  # noqa: E402
+from .conftest import assert_llama_cpp_logits_match, val_tokens  # noqa: E402
 
 TEXTS = ["The quick brown fox jumps over the lazy dog.\n\n    def f(x):\n        return x",
          "你好，世界！今天天气很好。", "emoji: 😀🎉👍🏽 ❤️ done"]
@@ -155,7 +155,7 @@ def test_gguf_embeds_the_chat_template(trained_runs, tmp_path):
 
 def test_gguf_refuses_what_it_cannot_represent(trained_runs, tiny_shards, tmp_path, capsys):
     from gptforge.config import ModelConfig, RunConfig, TrainConfig
-    from gptforge.train.loop import train
+    from gptforge.train.run import train
 
     exact = tmp_path / "exact"
     train(RunConfig(model=ModelConfig(preset="gpt2-nano", d_model=32, block_size=32),
@@ -241,14 +241,7 @@ def test_llama_cpp_logits_for_other_block_options(extra, tiny_shards, tmp_path):
             p.add_(torch.randn_like(p) * 0.05)  # biases and norms away from their 0 / 1 init
     path = write_gguf(model, tiny_shards, tmp_path / "m.gguf", dtype="f32")
     llm = _llama(path)
-    try:
-        ids = val_tokens(tiny_shards, 40).tolist()
-        llm.eval(ids)
-        with torch.no_grad():
-            ours = model(torch.tensor([ids]))[0].numpy()
-        np.testing.assert_allclose(np.array(llm.scores[: len(ids)]), ours, atol=1e-3, rtol=0)
-    finally:
-        llm.close()
+    assert_llama_cpp_logits_match(llm, model, val_tokens(tiny_shards, 40).tolist())
 
 
 def test_lora_run_is_exported_merged(trained_runs, tmp_path):

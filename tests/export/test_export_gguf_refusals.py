@@ -8,7 +8,7 @@ from gptforge.cli import main
 
 def _train(data, run_dir, **model):
     from gptforge.config import ModelConfig, RunConfig, TrainConfig
-    from gptforge.train.loop import train
+    from gptforge.train.run import train
 
     tc = TrainConfig(max_steps=2, micro_batch_size=2, lr=1e-3, warmup_steps=1, eval_interval=0,
                      checkpoint_interval=0, tensorboard=False, seed=0)

@@ -15,7 +15,7 @@ from gptforge.errors import InputError
 from gptforge.export.prune import PruneShape, pruned_config
 from gptforge.runtime.loading import load_model_checkpoint
 
-from .conftest import val_tokens
+from .conftest import assert_llama_cpp_logits_match, val_tokens
 
 FAMILIES = {
     # d_model 64 -> 32: two of four heads (width 16) stay, n_head x head width = d_model.
@@ -31,7 +31,7 @@ FAMILIES = {
 @pytest.fixture(scope="module")
 def pruned_runs(tiny_shards, tmp_path_factory):
     from gptforge.config import ModelConfig, RunConfig, TrainConfig
-    from gptforge.train.loop import train
+    from gptforge.train.run import train
 
     root = tmp_path_factory.mktemp("pruned")
     runs = {}
@@ -85,14 +85,7 @@ def test_pruned_run_exports_to_gguf(fam, pruned_runs, tiny_shards, tmp_path):
         assert reader.fields[f"{arch}.embedding_length"].contents() == 48
     llama_cpp = pytest.importorskip("llama_cpp")
     llm = llama_cpp.Llama(str(path), n_ctx=32, logits_all=True, verbose=False, n_threads=1, type_k=0, type_v=0)
-    try:
-        ids = val_tokens(tiny_shards, 24).tolist()
-        llm.eval(ids)
-        with torch.no_grad():
-            ours = model(torch.tensor([ids]))[0].numpy()
-        np.testing.assert_allclose(np.array(llm.scores[: len(ids)]), ours, atol=1e-3, rtol=0)
-    finally:
-        llm.close()
+    assert_llama_cpp_logits_match(llm, model, val_tokens(tiny_shards, 24).tolist())
 
 
 def test_gpt2_pruning_keeps_heads_times_width_equal_to_d_model():

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from gptforge.data.tokenizer import train_bpe
+from tests.conftest import load_nano_run, train_nano_run
 
 # Chinese, emoji with skin-tone modifiers and ZWJ sequences, Greek, Cyrillic, Arabic, Devanagari.
 MIXED = ("你好，世界。我们测试中文的流式输出。👍🏽 👋🏿 👩🏾‍💻 🇯🇵 café naïve Ελληνικά русский текст "
@@ -27,22 +28,11 @@ def byte_tokenizer():
 def trained_run(tiny_shards, tmp_path_factory):
     """A run directory of a 2-layer GPT trained 40 steps on `tiny_shards` (vocab 384, block 64),
     so that its greedy choices are not near-ties."""
-    from gptforge.config import ModelConfig, RunConfig, TrainConfig
-    from gptforge.train.loop import train
-
-    run = tmp_path_factory.mktemp("serve_run") / "run"
-    cfg = RunConfig(model=ModelConfig(preset="gpt2-nano", block_size=64),
-                    train=TrainConfig(max_steps=40, micro_batch_size=8, lr=3e-3, min_lr=3e-4, warmup_steps=4,
-                                      eval_interval=0, tensorboard=False, checkpoint_interval=40))
-    train(cfg, tiny_shards, run, progress=False)
-    return run
+    return train_nano_run(tiny_shards, tmp_path_factory.mktemp("serve_run") / "run", min_lr=3e-4,
+                          checkpoint_interval=40)
 
 
 @pytest.fixture(scope="session")
 def trained(trained_run):
     """(model in eval mode, Tokenizer) of `trained_run`."""
-    from gptforge.data.tokenizer import Tokenizer
-    from gptforge.runtime.loading import load_for_inference
-
-    model, _ckpt, _doc, tok_path = load_for_inference(trained_run, "cpu")
-    return model, Tokenizer.from_file(tok_path)
+    return load_nano_run(trained_run)

@@ -9,8 +9,8 @@ from gptforge.config import FinetuneConfig, ModelConfig, TrainConfig
 from gptforge.model.gpt import GPT
 from gptforge.plan.finetune_memory import estimate_finetune_memory, finetune_states
 from gptforge.plan.memory import estimate_memory
-from gptforge.train.finetune import prepare_model
 from gptforge.train.optim import build_optimizer
+from gptforge.train.workflows.finetune import prepare_model
 
 SHAPE = dict(arch="llama", n_layer=2, n_head=4, n_kv_head=2, d_model=128, d_ff=384, block_size=64, vocab_size=512)
 

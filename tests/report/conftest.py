@@ -20,7 +20,7 @@ def _cfg(**kw) -> RunConfig:
 @pytest.fixture(scope="session")
 def real_run(tiny_shards, tmp_path_factory) -> Path:
     """12 steps of gpt2-nano, stopped at step 6 and resumed (TensorBoard on: the resume is visible)."""
-    from gptforge.train.loop import train
+    from gptforge.train.run import train
 
     run = tmp_path_factory.mktemp("runs") / "nano"
     train(_cfg(stop_at_step=6), tiny_shards, run, progress=False)

@@ -18,7 +18,7 @@ from gptforge.cli import main
 from gptforge.config import ModelConfig, RunConfig, TrainConfig
 from gptforge.runtime import checkpoint as ck
 from gptforge.runtime.loading import load_for_inference
-from gptforge.train.loop import train
+from gptforge.train.run import train
 
 MODELS = {"gpt2": dict(arch="gpt2", n_layer=2, n_head=2, d_model=32, block_size=32),  # tied embeddings
           "llama": dict(arch="llama", n_layer=2, n_head=2, n_kv_head=1, d_model=32, block_size=32,

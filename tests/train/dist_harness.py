@@ -33,7 +33,7 @@ def _worker(rank: int, world: int, port: int, jobs: list[dict], out: str) -> Non
     torch.set_num_threads(1)
     dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=90))
     from gptforge.config import ModelConfig, ParallelConfig, RunConfig, TrainConfig
-    from gptforge.train.loop import train
+    from gptforge.train.run import train
 
     results = {}
     for job in jobs:

@@ -9,7 +9,7 @@ import gptforge.train.trainer as trainer_mod
 from gptforge.config import ModelConfig, RunConfig, TrainConfig
 from gptforge.train import compile_choice
 from gptforge.train.compile_choice import CompileProbe
-from gptforge.train.loop import train
+from gptforge.train.run import train
 
 
 def _cfg(**kw):
@@ -68,7 +68,7 @@ def test_steps_for_minutes_takes_off_spent_seconds():
 def test_every_rank_plans_with_rank0s_step_time(tiny_shards, tmp_path, monkeypatch):
     """Ranks time their own steps; the budget takes rank 0's figures (broadcast through
     DistEnv.rank0_value), so all ranks plan the same max_steps and stop at the same step."""
-    from gptforge.train.distributed import DistEnv
+    from gptforge.train.parallel.distributed import DistEnv
 
     monkeypatch.setattr(budget, "measure_step_seconds", lambda *a, **k: 0.7)  # this rank's own timing
     monkeypatch.setattr(trainer_mod.Trainer, "train", lambda self: (self.close(), self)[1])

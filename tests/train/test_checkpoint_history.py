@@ -15,8 +15,8 @@ from gptforge.errors import MissingInputError
 from gptforge.model import GPT
 from gptforge.runtime.checkpoint import discard_newer, find_checkpoint, save_checkpoint, step_dir_name
 from gptforge.train.loggers import read_metrics
-from gptforge.train.loop import train
 from gptforge.train.resume import recorded_data_dir
+from gptforge.train.run import train
 
 
 def _saved(tmp_path, steps, latest):
@@ -74,7 +74,7 @@ def test_resume_from_an_older_step_removes_the_newer_folders(tiny_shards, tmp_pa
 
 def test_rollback_removes_folders_newer_than_its_checkpoint(tiny_shards, tmp_path, monkeypatch):
     """A rollback to C deletes the step folders after C, so a later resume never picks one."""
-    import gptforge.train.trainer as trainer_mod
+    import gptforge.train.rollback as rollback_mod
 
     run = tmp_path / "run"
     train(_cfg(4, keep_checkpoints=5), tiny_shards, run, progress=False)
@@ -89,7 +89,7 @@ def test_rollback_removes_folders_newer_than_its_checkpoint(tiny_shards, tmp_pat
             return "loss spike"
         return None
 
-    monkeypatch.setattr(trainer_mod, "rollback_trigger", trigger)
+    monkeypatch.setattr(rollback_mod, "rollback_trigger", trigger)
     r = train(_cfg(6, keep_checkpoints=5, spike_action="rollback"), tiny_shards, run, resume=True, progress=False)
     assert r.step == 6 and [e["to_step"] for e in _events(run, "rollback")] == [4]
     assert not (root / step_dir_name(9)).exists()

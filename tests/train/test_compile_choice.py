@@ -9,7 +9,7 @@ from gptforge.config import ModelConfig, RunConfig, TrainConfig
 from gptforge.train import compile_choice
 from gptforge.train.compile_choice import CompileProbe, resolve_compile
 from gptforge.train.loggers import read_metrics
-from gptforge.train.loop import train
+from gptforge.train.run import train
 
 CPU = torch.device("cpu")
 HAS_CXX = compile_choice.cpp_compiler() is not None

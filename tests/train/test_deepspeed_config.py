@@ -3,7 +3,7 @@ import json
 import pytest
 
 from gptforge.config import ModelConfig, ParallelConfig, RunConfig, TrainConfig
-from gptforge.train.deepspeed_config import load_ds_config, translate
+from gptforge.train.parallel.deepspeed_config import load_ds_config, translate
 
 DS = {
     "train_batch_size": 32,
@@ -76,7 +76,7 @@ def test_load_ds_config_errors(tmp_path):
 
 
 def test_deepspeed_run_config_layout(tmp_path):
-    from gptforge.train.deepspeed_config import deepspeed_run_config
+    from gptforge.train.parallel.deepspeed_config import deepspeed_run_config
 
     with pytest.raises(ValueError, match="needs parallel.deepspeed_config"):
         deepspeed_run_config(_cfg(), 2)

@@ -22,8 +22,8 @@ import torch
 from gptforge.config import ModelConfig, RunConfig, TrainConfig
 from gptforge.runtime import checkpoint as ck
 from gptforge.runtime.loading import load_for_inference
-from gptforge.train.backend import deepspeed_available
-from gptforge.train.loop import train
+from gptforge.train.parallel.backend import deepspeed_available
+from gptforge.train.run import train
 from tests.train.dist_harness import run_layouts
 
 pytestmark = pytest.mark.skipif(not deepspeed_available(), reason="DeepSpeed is not importable "

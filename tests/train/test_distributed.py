@@ -14,9 +14,9 @@ import torch
 
 from gptforge.config import ModelConfig, ParallelConfig, RunConfig, TrainConfig
 from gptforge.runtime import checkpoint as ck
-from gptforge.train import distributed as D
 from gptforge.train.loggers import read_metrics
-from gptforge.train.loop import train
+from gptforge.train.parallel import distributed as D
+from gptforge.train.run import train
 from tests.train.dist_harness import run_layouts
 
 REL = 1e-5

@@ -13,9 +13,9 @@ from gptforge.config import ModelConfig, RunConfig, TrainConfig
 from gptforge.model.gpt import GPT
 from gptforge.runtime.device import cpu_matmul_peak, resolve_precision
 from gptforge.train.loggers import read_metrics
-from gptforge.train.loop import train
 from gptforge.train.mfu import device_peak
 from gptforge.train.rollback import rollback_trigger
+from gptforge.train.run import train
 from gptforge.train.spikes import DIVERGENCE_MARGIN_NATS, SpikeDetector, divergence_loss_ceiling
 
 

@@ -43,7 +43,7 @@ def test_a_run_trains_with_the_document_mask_and_evaluate_uses_it(tiny_shards, t
     from gptforge.data.loader import TokenStream
     from gptforge.eval.perplexity import evaluate_tokens
     from gptforge.runtime.loading import load_for_inference
-    from gptforge.train.loop import train
+    from gptforge.train.run import train
 
     cfg = RunConfig(model=ModelConfig(preset="gpt2-nano", block_size=64),
                     train=TrainConfig(max_steps=3, micro_batch_size=2, eval_interval=3, eval_steps=1,

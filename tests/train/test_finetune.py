@@ -20,14 +20,7 @@ from gptforge.train.loggers import read_metrics  # noqa: E402
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "data"))
 from test_instruct import CHATML, train_tokenizer  # noqa: E402
 
-
-@pytest.fixture(autouse=True)
-def one_thread():
-    # Tiny matmuls: one thread is faster than two fighting other processes for the cores.
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def _rows(n: int, seed: int = 0) -> list[dict]:
@@ -164,7 +157,7 @@ def test_continued_pretraining_on_shards_from_hf(hf_model, tmp_path):
     (shards / "meta.json").write_text(json.dumps(meta))
     with pytest.raises(ValueError, match="--tokenizer"):
         from gptforge.config import FinetuneConfig, RunConfig
-        from gptforge.train.finetune import finetune as run_finetune
+        from gptforge.train.workflows.finetune import finetune as run_finetune
 
         run_finetune(FinetuneConfig(method="full"), RunConfig(), hf_model, shards, tmp_path / "other")
 

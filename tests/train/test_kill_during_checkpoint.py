@@ -19,7 +19,7 @@ import pytest
 from gptforge.config import ModelConfig, RunConfig, TrainConfig
 from gptforge.runtime import checkpoint as ck
 from gptforge.train.loggers import read_metrics
-from gptforge.train.loop import train
+from gptforge.train.run import train
 
 STEPS, INTERVAL = 8, 3
 

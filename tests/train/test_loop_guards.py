@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-import gptforge.train.loop as loop
+import gptforge.train.run as loop
 import gptforge.train.step as step_lib
 from gptforge.config import ModelConfig, RunConfig, TrainConfig
 from gptforge.data.loader import TokenStream, TrainBatches

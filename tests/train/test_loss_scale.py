@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-import gptforge.train.loop as loop
+import gptforge.train.run as loop
 import gptforge.train.step as step_lib
 from gptforge.config import ModelConfig, RunConfig, TrainConfig
 from gptforge.train.loggers import read_metrics

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from gptforge.config import ModelConfig, RunConfig, TrainConfig
-from gptforge.train.loop import train
+from gptforge.train.run import train
 
 
 def test_mfu_above_100_percent_is_not_a_number(tiny_shards, tmp_path, monkeypatch):

@@ -17,7 +17,7 @@ from gptforge.data.prepare import PrepareConfig
 from gptforge.data.prepare_sources import prepare_sources
 from gptforge.errors import InputError
 from gptforge.train.loggers import read_metrics
-from gptforge.train.loop import train
+from gptforge.train.run import train
 from tests.conftest import stdlib_sample_files
 
 MODEL = dict(arch="llama", n_layer=1, n_head=2, n_kv_head=2, d_model=32, block_size=32, dropout=0.0)

@@ -89,7 +89,7 @@ def test_sharded_parameters_are_refused(tmp_path):
 
 def test_muon_resume_is_bit_exact(tiny_shards, tmp_path):
     from gptforge.train.loggers import read_metrics
-    from gptforge.train.loop import train
+    from gptforge.train.run import train
 
     def cfg(**kw):
         return RunConfig(model=ModelConfig(preset="gpt2-nano", block_size=32, n_layer=2, d_model=32),
@@ -127,7 +127,7 @@ def test_checkpoint_written_before_the_model_options_resumes(tiny_shards, tmp_pa
     import yaml
 
     from gptforge.runtime import checkpoint as ck
-    from gptforge.train.loop import train
+    from gptforge.train.run import train
 
     def cfg(**kw):
         return RunConfig(model=ModelConfig(preset="gpt2-nano", block_size=32, n_layer=1, d_model=32),
@@ -146,7 +146,7 @@ def test_checkpoint_written_before_the_model_options_resumes(tiny_shards, tmp_pa
 def test_muon_under_ddp_matches_one_process_and_fsdp_is_refused(tiny_shards, tmp_path):
     """Two gloo ranks (DDP, modern model options on) follow the single-process Muon run; FSDP2
     stops before step 1 with the refusal."""
-    from gptforge.train.loop import train
+    from gptforge.train.run import train
     from tests.train.dist_harness import run_layouts
 
     model = dict(arch="llama", n_layer=2, n_head=2, n_kv_head=2, d_model=32, block_size=32, activation="relu2",
@@ -201,7 +201,7 @@ def test_layout_check_refuses_sharding_before_anything_is_built():
 
 def test_value_embeddings_train_under_activation_checkpointing(tiny_shards, tmp_path):
     """The token ids reach a wrapped (checkpointed) block: losses equal the unwrapped run's."""
-    from gptforge.train.loop import train
+    from gptforge.train.run import train
 
     def run(mode):
         cfg = RunConfig(model=ModelConfig(preset="modern-nano", block_size=32, value_embeddings=True),

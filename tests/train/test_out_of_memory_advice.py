@@ -37,7 +37,7 @@ def test_a_simulated_out_of_memory_error_prints_the_planners_view(tiny_shards, t
 
     monkeypatch.setattr(trainer_mod.Trainer, "train_step", oom)
     with pytest.raises(TrainingError, match="planner predicted a peak of"):
-        from gptforge.train.loop import train
+        from gptforge.train.run import train
 
         train(RunConfig(model=ModelConfig(preset="gpt2-nano", block_size=32),
                         train=TrainConfig(max_steps=2, micro_batch_size=2, eval_interval=0, tensorboard=False)),

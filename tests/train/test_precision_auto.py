@@ -9,7 +9,7 @@ import yaml
 import gptforge.runtime.device as device_mod
 from gptforge.config import ModelConfig, RunConfig, TrainConfig
 from gptforge.runtime.device import resolve_precision
-from gptforge.train.loop import train
+from gptforge.train.run import train
 
 
 def _fake_peaks(monkeypatch, fp32: float, bf16: float):

@@ -16,11 +16,11 @@ import yaml
 
 import gptforge.train.trainer as trainer_mod
 from gptforge.config import ModelConfig, ParallelConfig, RunConfig, TrainConfig, from_dict
-from gptforge.train.backend import TorchBackend
-from gptforge.train.distributed import DistEnv
 from gptforge.train.loggers import read_metrics
 from gptforge.train.optim import default_lr, default_warmup, lr_at, param_groups
-from gptforge.train.parallelize import Parallelized
+from gptforge.train.parallel.backend import TorchBackend
+from gptforge.train.parallel.distributed import DistEnv
+from gptforge.train.parallel.parallelize import Parallelized
 from gptforge.train.resolve import Probes, ResolvedRun, resolve_run
 from tests.train.dist_harness import run_layouts
 
@@ -57,7 +57,7 @@ def test_plain_run_uses_config_yaml_lr(tiny_shards, tmp_path, monkeypatch):
         return opt
 
     monkeypatch.setattr(trainer_mod, "build_optimizer", spy)
-    from gptforge.train.loop import train
+    from gptforge.train.run import train
 
     cfg = RunConfig(model=ModelConfig(**MODEL), train=TrainConfig(**TRAIN))
     assert cfg.train.lr is None
@@ -97,7 +97,7 @@ class _JsonEngine(TorchBackend):
 
 
 def test_deepspeed_json_takes_config_yaml_lr(tiny_shards, tmp_path, monkeypatch):
-    from gptforge.train.deepspeed_config import translate
+    from gptforge.train.parallel.deepspeed_config import translate
     from gptforge.train.sources import ShardSource
 
     cfg = RunConfig(model=ModelConfig(**MODEL), train=TrainConfig(**TRAIN), parallel=ParallelConfig(backend="deepspeed"))

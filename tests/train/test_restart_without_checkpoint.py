@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from gptforge.cli import main as cli
 from gptforge.config import ModelConfig, RunConfig, TrainConfig
-from gptforge.train.loop import train
+from gptforge.train.run import train
 
 TINY = ["--model.preset", "gpt2-nano", "--model.block_size", "32", "--train.max_steps", "3",
         "--train.micro_batch_size", "2", "--train.eval_interval", "0", "--train.report", "false", "--quiet"]

@@ -5,7 +5,7 @@ import pytest
 from gptforge.config import ModelConfig, RunConfig, TrainConfig
 from gptforge.runtime import checkpoint as ck
 from gptforge.train.loggers import read_metrics
-from gptforge.train.loop import train
+from gptforge.train.run import train
 
 
 def _cfg(**train_kw):

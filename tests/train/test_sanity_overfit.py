@@ -7,8 +7,8 @@ import torch
 
 from gptforge.config import ModelConfig, RunConfig, TrainConfig
 from gptforge.model.gpt import GPT
-from gptforge.train import sanity
-from gptforge.train.sanity import sanity_overfit
+from gptforge.train.workflows import sanity
+from gptforge.train.workflows.sanity import sanity_overfit
 
 
 def _cfg(steps: int = 60) -> RunConfig:

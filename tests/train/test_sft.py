@@ -31,13 +31,7 @@ def masked_mean_loss(logits, labels):
     return total / count.clamp(min=1)
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    # Tiny matmuls: one thread is faster than two fighting other processes for the cores.
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 @pytest.fixture(scope="module")

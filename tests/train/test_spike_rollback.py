@@ -13,7 +13,7 @@ from gptforge.config import ModelConfig, RunConfig, TrainConfig
 from gptforge.errors import InputError, TrainingError
 from gptforge.runtime import checkpoint as ck
 from gptforge.train.loggers import read_metrics
-from gptforge.train.loop import train
+from gptforge.train.run import train
 from gptforge.train.sources import ShardSource
 
 POISON_TOKEN = 1
@@ -193,7 +193,7 @@ def test_two_ddp_ranks_roll_back_as_one_process_does(rolled, tiny_shards, tmp_pa
 
 def test_sharded_layouts_are_refused(tiny_shards, tmp_path):
     from gptforge.config import ParallelConfig
-    from gptforge.train.distributed import DistEnv
+    from gptforge.train.parallel.distributed import DistEnv
     from gptforge.train.trainer import Trainer
 
     env = DistEnv(world_size=2, dp_size=2, mesh=object())  # as a 2-process run sees itself

@@ -1,4 +1,4 @@
-"""Scaling sweeps (gptforge.train.sweep, `gptforge sweep`): budget planning, runs, resume, val loss."""
+"""Scaling sweeps (gptforge.train.workflows.sweep, `gptforge sweep`): budget planning, runs, resume, val loss."""
 
 import json
 
@@ -6,7 +6,7 @@ import pytest
 
 from gptforge.errors import InputError
 from gptforge.plan.fit import RESULT_FILE, read_run
-from gptforge.train.sweep import load_or_write_plan, plan_sweep, run_sweep
+from gptforge.train.workflows.sweep import load_or_write_plan, plan_sweep, run_sweep
 
 TINY = dict(sizes=["2x16", "2x32"], block_size=32, micro_batch_size=4, device="cpu")
 
@@ -57,7 +57,7 @@ def test_sweep_runs_records_every_val_token_and_resumes(tiny_shards, tmp_path):
 
 
 def test_saved_plan_must_match_options(tmp_path):
-    from gptforge.train.sweep import SweepPlan, SweepRun
+    from gptforge.train.workflows.sweep import SweepPlan, SweepRun
 
     plan = SweepPlan(runs=[SweepRun("a", 2, 16, 1280, 10, 1.0)], options={"lr": 1e-3, "seed": 1}, step_seconds={},
                      val_tokens=10, budget_seconds=60, est_seconds=1.0)
@@ -84,10 +84,10 @@ def test_sweep_command_plan_only(tiny_shards, tmp_path, capsys):
 
 
 def test_diverged_run_is_recorded_and_excluded_from_the_fit(tiny_shards, tmp_path, monkeypatch):
-    import gptforge.train.loop as loop
+    import gptforge.train.run as loop
     from gptforge.errors import TrainingError
     from gptforge.plan.fit import find_runs
-    from gptforge.train.sweep import SweepPlan, SweepRun, model_config, train_config
+    from gptforge.train.workflows.sweep import SweepPlan, SweepRun, model_config, train_config
 
     opts = {"block_size": 32, "micro_batch_size": 4, "lr": 2e-3, "seed": 1, "device": "cpu"}
     plan = SweepPlan(runs=[SweepRun("l2_d16_t1280", 2, 16, 1280, 10, 1.0)], options=opts, step_seconds={},

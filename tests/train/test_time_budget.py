@@ -7,7 +7,7 @@ import yaml
 
 from gptforge.config import ModelConfig, RunConfig, TrainConfig
 from gptforge.train.loggers import read_metrics
-from gptforge.train.loop import train
+from gptforge.train.run import train
 
 
 def test_a_time_budgeted_run_sets_its_steps_stops_and_resumes(tiny_shards, tmp_path, monkeypatch):

@@ -11,7 +11,7 @@ from gptforge.config import ModelConfig, RunConfig, TrainConfig
 from gptforge.errors import TrainingError
 from gptforge.runtime import checkpoint as ck
 from gptforge.train.loggers import read_metrics
-from gptforge.train.loop import train
+from gptforge.train.run import train
 
 
 def _cfg(**kw):

@@ -36,7 +36,7 @@ from typing import Any
 import numpy as np
 
 from gptforge.data.normalize import NormalizeStats, normalize_documents
-from gptforge.data.phases.pool import WorkerPool, run_tasks
+from gptforge.data.phases.pool import Executor, run_tasks
 from gptforge.data.phases.split import split_key
 from gptforge.data.phases.work import WorkFolder
 from gptforge.data.pipeline import Recipe, apply_steps, build_recipe
@@ -268,7 +268,7 @@ def _decided(step: CorpusStep, work: WorkFolder, phase: str, n_shards: int, docu
     return info
 
 
-def run_curate(recipe: Recipe, tasks: list[dict[str, Any]], work: WorkFolder, pool: WorkerPool, progress: Any,
+def run_curate(recipe: Recipe, tasks: list[dict[str, Any]], work: WorkFolder, pool: Executor, progress: Any,
                timings: dict[str, float]) -> Curated:
     """Phase 1 over `tasks` (one per shard, as `curate_task` takes them); fills `timings`."""
     n = len(tasks)

@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from gptforge.data.phases.pool import WorkerPool, run_tasks
+from gptforge.data.phases.pool import Executor, run_tasks
 from gptforge.data.phases.split import SplitRule, Splits, cut_pieces
 from gptforge.data.phases.work import WorkFolder
 from gptforge.data.shards import SPLITS, dtype_for_vocab
@@ -312,7 +312,7 @@ def _encode_any(task: dict[str, Any]) -> dict[str, Any]:
     return encode_window_task(task) if task["fn"] == "window" else encode_task(task)
 
 
-def _run_encode(tasks: list[dict[str, Any]], enc: Path, pool: WorkerPool, progress: Any) -> None:
+def _run_encode(tasks: list[dict[str, Any]], enc: Path, pool: Executor, progress: Any) -> None:
     run_tasks(_encode_any, tasks, lambda k: (enc / f"{tasks[k]['name']}.json").exists(), pool, progress, "tokenize")
 
 
@@ -327,7 +327,7 @@ class Encoded:
 
 
 def run_encode(tokenizer: Tokenizer, tok_path: Path, work: WorkFolder, masks: list, splits: Splits,
-               mask_step: str | None, pool: WorkerPool, progress: Any) -> Encoded:
+               mask_step: str | None, pool: Executor, progress: Any) -> Encoded:
     """Phase 4 (see the module docstring); `mask_step`: the corpus step whose drop masks apply."""
     rule = splits.rule
     key = hashlib.sha256(json.dumps([tokenizer.sha256, rule.seed, rule.val_fraction, rule.test_fraction,

@@ -1,9 +1,10 @@
 """Worker processes for prepare's per-shard tasks: one pool per run, tasks skipped when done.
 
-`run_tasks` is the one executor of every phase: it runs a task function over the tasks whose
+`run_tasks` is the one entry of every phase: it runs a task function over the tasks whose
 result is not yet in the work folder, in this process (one worker) or in spawned processes
-that die with their parent. A task writes its own result files; the order in which tasks
-finish never changes an output.
+that die with their parent, or hands them to another `Executor` (`ray_executor.RayExecutor`:
+Ray tasks on a cluster). A task writes its own result files; the order in which tasks finish,
+and what ran them, never changes an output.
 """
 
 from __future__ import annotations
@@ -16,7 +17,20 @@ import time
 from collections.abc import Callable
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
+
+
+class Executor(Protocol):
+    """What runs a phase's shard tasks: `WorkerPool` (local processes) or `RayExecutor` (Ray).
+
+    `workers` is how many tasks run at once; `run_tasks` runs `fn(task)` for every task whose
+    index is not `done`, as the module function `run_tasks` documents.
+    """
+
+    workers: int
+
+    def run_tasks(self, fn: Callable[[dict[str, Any]], dict[str, Any]], tasks: list[dict[str, Any]],
+                  done: Callable[[int], bool], progress: Any = None, description: str = "") -> None: ...
 
 
 def default_workers() -> int:
@@ -50,6 +64,11 @@ class WorkerPool:
                                              initargs=(os.getpid(), self.lock_folder))
         return self._pool
 
+    def run_tasks(self, fn: Callable[[dict[str, Any]], dict[str, Any]], tasks: list[dict[str, Any]],
+                  done: Callable[[int], bool], progress: Any = None, description: str = "") -> None:
+        """The module's `run_tasks` in this pool (the `Executor` protocol)."""
+        run_tasks(fn, tasks, done, self, progress, description)
+
     def close(self, cancel: bool = False) -> None:
         if self._pool is not None:
             self._pool.shutdown(wait=True, cancel_futures=cancel)
@@ -63,14 +82,16 @@ class WorkerPool:
 
 
 def run_tasks(fn: Callable[[dict[str, Any]], dict[str, Any]], tasks: list[dict[str, Any]], done: Callable[[int], bool],
-              workers: int | WorkerPool, progress: Any = None, description: str = "") -> None:
+              workers: int | Executor, progress: Any = None, description: str = "") -> None:
     """Run `fn(task)` for every task whose index is not `done`, in `workers` processes.
 
-    `workers` is a count (a pool is made for this call) or a `WorkerPool` shared between calls.
-    Each task writes its own result files; this only schedules. Results are not needed in
-    order because they are files named by shard index. A Ctrl-C cancels what has not started
-    (finished shards stay done for the next run).
+    `workers` is a count (a pool is made for this call), a `WorkerPool` shared between calls, or
+    another `Executor`, which gets the call. Each task writes its own result files; this only
+    schedules. Results are not needed in order because they are files named by shard index. A
+    Ctrl-C cancels what has not started (finished shards stay done for the next run).
     """
+    if not isinstance(workers, (int, WorkerPool)):
+        return workers.run_tasks(fn, tasks, done, progress, description)
     todo = [t for t in tasks if not done(t["index"])]
     bar = progress.add_task(description, total=len(tasks), completed=len(tasks) - len(todo),
                             info=f"{len(tasks) - len(todo)} reused" if len(todo) < len(tasks) else "") if progress else None

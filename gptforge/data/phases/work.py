@@ -11,6 +11,7 @@ step's verdict is done when `STEP/done.json` exists. Layout:
     curate/NNNNN.KEY.npy          the last corpus step's keys (dedup: exact, bands)
     curate/NNNNN.json             the shard's counts (read, normalize, every step)
     STEP/...                      a corpus step's verdict (`boilerplate/keys.npy`, `dedup/NNNNN.npy`), done.json
+    tokenizer_sample/NNNNN.arrow  a shard's part of the tokenizer's training sample (column piece), .json
     tokenizer.json                the trained tokenizer (given_tokenizer.json: a copy of --tokenizer)
     encode-KEY/NAME.SPLIT.npy     token ids per shard (or window) and split, NAME.json counts
 """

@@ -1,6 +1,6 @@
 """Fine-tuning a pretrained model with the pretraining loop (`gptforge finetune`).
 
-What this module adds to `gptforge.train.loop.train`, through its hooks:
+What this module adds to `gptforge.train.run.train`, through its hooks:
 - a model factory: the pretrained weights (a Hugging Face folder or a gptforge run), with LoRA
   adapters added and the base frozen for `method=lora`, and for `method=qlora` the blocks' linear
   layers also stored in 4 bits (gptforge.model.qlora; on resume the model is only allocated: the
@@ -284,7 +284,7 @@ def finetune(fc: FinetuneConfig, cfg: RunConfig, source: str | Path | None, data
     from gptforge.runtime.adapters import save_adapter_from_checkpoint
     from gptforge.runtime.checkpoint import find_checkpoint
     from gptforge.runtime.device import pick_device, resolve_precision
-    from gptforge.train.loop import train
+    from gptforge.train.run import train
     from gptforge.train.sources import ShardSource
 
     say = log or (lambda m: None)

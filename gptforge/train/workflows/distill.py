@@ -184,7 +184,7 @@ def distill(cfg, teacher_run: str | Path, student: str, data: str | Path, run_di
     from gptforge.data.shards import load_meta
     from gptforge.presets import PRESETS
     from gptforge.runtime.device import pick_device, resolve_precision
-    from gptforge.train.loop import train
+    from gptforge.train.run import train
 
     device = pick_device(cfg.train.device)
     precision = resolve_precision(cfg.train.precision, device, log)  # once: the teacher and the trainer share it

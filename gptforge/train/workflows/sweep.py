@@ -4,7 +4,7 @@
 optimizer steps on random tokens), then lays out the grid: with token counts given, every
 (size, tokens) pair, dropping the most expensive runs until the estimate fits the budget; without,
 a ladder of 1x, 2x and 4x a base token count solved so that the whole grid fills the budget.
-`run_sweep` trains each run with the normal trainer (`gptforge.train.loop.train`) into
+`run_sweep` trains each run with the normal trainer (`gptforge.train.run.train`) into
 SWEEP_DIR/<run name>/, an ordinary run directory, then scores every validation token once
 (`gptforge.eval.perplexity.evaluate_tokens`, disjoint windows) and writes the result to
 <run>/final_eval.json, which `gptforge plan --fit` reads.
@@ -274,7 +274,7 @@ def run_sweep(plan: SweepPlan, data_dir: str | Path, out: str | Path,
     from gptforge.errors import TrainingError
     from gptforge.plan.fit import RESULT_FILE, non_embedding_params
     from gptforge.runtime.device import pick_device
-    from gptforge.train.loop import train
+    from gptforge.train.run import train
 
     say = log or (lambda m: None)
     out, data_dir = Path(out), Path(data_dir)

@@ -1,6 +1,6 @@
 """Who runs a step's backward, gradient synchronisation, clipping, optimizer step and checkpoints.
 
-The training loop (`gptforge/train/loop.py`) is the same for every engine: it reads the global
+The training loop (`gptforge/train/run.py`) is the same for every engine: it reads the global
 batch, divides each micro-batch's summed token loss by (global target count / dp), and logs. What
 differs is delegated to one of two small objects with the same methods:
 
@@ -28,7 +28,7 @@ from typing import Any
 import torch
 
 from gptforge.runtime import checkpoint as ckpt_lib
-from gptforge.train import distributed as D
+from gptforge.train.parallel import distributed as D
 
 DEEPSPEED_DIR = "deepspeed"
 """Sub-folder of a step folder holding DeepSpeed's own checkpoint (its `tag`)."""

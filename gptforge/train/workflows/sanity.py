@@ -101,7 +101,7 @@ def sanity_overfit(cfg, data_dir: str | Path, run_dir: str | Path, threshold: fl
     import dataclasses
 
     from gptforge.config import RunConfig
-    from gptforge.train.loop import train
+    from gptforge.train.run import train
     from gptforge.train.sources import ShardSource
 
     tc = dataclasses.replace(cfg.train, eval_interval=0, checkpoint_interval=0, report=False, spike_alarms=False,

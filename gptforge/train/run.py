@@ -15,8 +15,8 @@ import torch
 from gptforge.config import ModelConfig, RunConfig
 from gptforge.errors import TrainingError
 from gptforge.runtime.device import pick_device
-from gptforge.train import distributed as D
 from gptforge.train.mixture_source import open_source
+from gptforge.train.parallel import distributed as D
 from gptforge.train.sources import BatchSource
 from gptforge.train.trainer import Trainer, TrainResult
 
@@ -36,7 +36,7 @@ def start_processes(cfg: RunConfig) -> tuple[RunConfig, D.DistEnv, dict | None]:
     """
     tc, pc = cfg.train, cfg.parallel
     if pc.backend == "deepspeed":
-        from gptforge.train.deepspeed_config import deepspeed_run_config
+        from gptforge.train.parallel.deepspeed_config import deepspeed_run_config
 
         # Conflicts between the file and gptforge's config are reported before anything starts.
         cfg, ds_config, env_pc = deepspeed_run_config(cfg, int(os.environ.get("WORLD_SIZE", 1)))
@@ -69,7 +69,7 @@ def train(cfg: RunConfig, data_dir: str | Path | list, run_dir: str | Path, resu
         data: a BatchSource (gptforge.train.sources) used instead of the shard folder.
         config_extra: extra top-level sections written into config.yaml (e.g. `finetune`).
         on_save: called on rank 0 as on_save(step, checkpoint_folder) after each checkpoint.
-        loss_fn: replaces the training loss (distillation: gptforge.train.distill.DistillLoss).
+        loss_fn: replaces the training loss (distillation: gptforge.train.workflows.distill.DistillLoss).
 
     Returns: a TrainResult with the final step and losses.
 

@@ -1,0 +1,44 @@
+"""The model an evaluation scores: a run directory, a checkpoint folder or a Hugging Face folder,
+with its saved config and tokenizer, and the fingerprint results record it under."""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+
+from gptforge.atomic import file_sha256
+
+
+def load_eval_model(model: str, device, best: bool = False):
+    """(model in eval mode on `device`, checkpoint path, saved config dict, tokenizer.json path or None).
+
+    `model` is a run directory (its checkpoints/latest, or checkpoints/best with `best`), a
+    checkpoint folder, or a Hugging Face folder (config.json without config.yaml; its config dict
+    is empty). Errors are those of `gptforge.runtime.loading`."""
+    from gptforge.runtime.loading import load_for_inference, load_pretrained
+
+    path = Path(model)
+    if (path / "config.json").is_file() and not (path / "config.yaml").is_file():
+        net, src = load_pretrained(path)
+        tok = src["tokenizer_dir"] / "tokenizer.json" if src["tokenizer_dir"] else None
+        return net.to(device).eval(), path, {}, tok if tok is not None and tok.is_file() else None
+    return load_for_inference(model, device, "best" if best else "latest")
+
+
+def tree_sha256(path: Path) -> str:
+    """SHA-256 (hex) over a checkpoint folder's files (relative names and bytes, sorted), or of one file."""
+    if path.is_file():
+        return file_sha256(path)
+    h = hashlib.sha256()
+    for f in sorted(p for p in path.rglob("*") if p.is_file()):
+        h.update(str(f.relative_to(path)).encode() + b"\0" + file_sha256(f).encode())
+    return h.hexdigest()
+
+
+def results_path(model: str, out: str | None) -> Path:
+    """Where task results go: `out`, else MODEL/eval/results.json (for a checkpoint step folder,
+    the eval/ folder of the run that holds it)."""
+    model_dir = Path(model)
+    if model_dir.parent.name == "checkpoints":  # a step folder: results beside it in the run, not inside it
+        model_dir = model_dir.parent.parent
+    return Path(out) if out else model_dir / "eval" / "results.json"
