@@ -61,7 +61,7 @@ def write_samples(run_dir: Path, model: GPT, device: torch.device, data_dir: Pat
                                  indent=2, ensure_ascii=False) + "\n")
 
 
-def write_run_end(run_dir: Path, stopped: str | None, model: torch.nn.Module | None, device: torch.device,
+def write_run_end(run_dir: Path, stopped: str | None, model: GPT | None, device: torch.device,
                   data_dir: Path | None, step: int) -> Path:
     """The end-of-run outputs of rank 0: samples.json (`write_samples`, when `model` is given) and
     the run report (gptforge.report.write_run_report), however the run ended.
