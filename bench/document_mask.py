@@ -154,7 +154,7 @@ def summary(rows: list[dict]) -> None:
     for masked in (False, True):
         rs = [r for r in rows if r["document_mask"] == masked]
 
-        def m(key, fmt):
+        def m(key, fmt, rs=rs):
             vals = [r[key] for r in rs]
             spread = f" ± {statistics.stdev(vals):{fmt}}" if len(vals) > 1 else ""
             return f"{statistics.mean(vals):{fmt}}{spread}"

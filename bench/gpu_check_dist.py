@@ -64,7 +64,7 @@ def _runs(smoke: bool) -> list[tuple[str, dict, dict, dict]]:
     base = dict(max_steps=steps, micro_batch_size=mbs, precision="bf16", eval_interval=0, checkpoint_interval=0,
                 warmup_steps=5, tensorboard=False, lr=6e-4)
     out = []
-    for name, m in model.items():
+    for m in model.values():
         for c in compile_opts:
             out.append((f"{m['preset']} bf16 compile={'on' if c else 'off'}", m, dict(base, compile=c), {}))
     out.append((f"{model['gpt2']['preset']} bf16 FSDP2 1 rank + full AC compile={'on' if compile_opts[-1] else 'off'}",

@@ -294,7 +294,7 @@ def compare_metrics(ref: list[dict], got: list[dict], steps: int) -> tuple[float
     if [r["step"] for r in got] != list(range(1, steps + 1)):
         return math.inf, False, f"steps are {[r['step'] for r in got][:5]}... ({len(got)} rows), not 1..{steps}"
     worst, same = 0.0, True
-    for a, b in zip(ref, got):
+    for a, b in zip(ref, got, strict=True):
         for key in ("loss", "val_loss", "grad_norm", "lr"):
             x, y = a.get(key), b.get(key)
             if x != y:

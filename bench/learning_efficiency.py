@@ -59,6 +59,7 @@ import sys
 import tempfile
 import time
 import unicodedata
+from itertools import pairwise
 from pathlib import Path
 
 NANOGPT_ARGS = ["config/train_shakespeare_char.py", "--device=cpu", "--compile=False", "--eval_iters=20",
@@ -160,7 +161,7 @@ def interpolated_reach(curve: list[tuple[float, float]], target: float) -> float
 def value_at(curve: list[tuple[float, float]], cpu: float) -> float:
     """Val bits per byte of a (cpu, bpb) curve at `cpu` CPU seconds, linear between evaluations;
     nan outside the curve's range."""
-    for (c0, v0), (c1, v1) in zip(curve, curve[1:]):
+    for (c0, v0), (c1, v1) in pairwise(curve):
         if c0 <= cpu <= c1:
             return v0 + (v1 - v0) * (cpu - c0) / (c1 - c0) if c1 > c0 else v1
     return curve[-1][1] if curve and abs(curve[-1][0] - cpu) < 1e-9 else float("nan")
@@ -456,7 +457,7 @@ def report(results: dict, args) -> None:
     summ = {k: summarise(names[k], v) for k, v in results["runs"].items()}
     print("| recipe | final val bits/byte (mean ± sd; seeds) | CPU s per run (mean; seeds) |")
     print("|---|---|---|")
-    for k, s in summ.items():
+    for s in summ.values():
         print(f"| {s['recipe']} | {s['bpb_mean']:.4f} ± {s['bpb_sd']:.4f} ({', '.join(f'{x:.4f}' for x in s['final_bpb'])}) "
               f"| {s['cpu_mean']:.1f} ({', '.join(f'{x:.1f}' for x in s['final_cpu'])}) |")
     for k, runs in results["runs"].items():

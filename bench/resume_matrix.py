@@ -151,7 +151,7 @@ def compare(got: dict, want: list[float]) -> str:
         return f"FAIL {len(got['loss'])} steps, expected {len(want)}"
     if got["loss"] == want:
         return "bit-exact"
-    rel = max(abs(a - b) / abs(b) for a, b in zip(got["loss"], want))
+    rel = max(abs(a - b) / abs(b) for a, b in zip(got["loss"], want, strict=True))
     return f"{rel:.1e}"
 
 

@@ -131,7 +131,7 @@ def other_runtimes(model, tok_dir: Path, root: Path, prompt, n, threads: int) ->
         def run(llm=llm):
             llm.reset()
             it = llm.generate(prompt, top_k=1, top_p=1.0, min_p=0.0, temp=0.0, repeat_penalty=1.0, reset=True)
-            for _, _tok in zip(range(n), it):
+            for _, _tok in zip(range(n), it, strict=False):
                 pass
 
         out[f"llama.cpp {q}"] = n / best_of(run)

@@ -60,8 +60,8 @@ def rounds(cmds: dict[str, list[str]], repeats: int) -> dict[str, tuple[float, f
     first = next(iter(cmds))
     med = statistics.median
     return {name: (med(w for w, _ in r), med(c for _, c in r),
-                   med(w - b[0] for (w, _), b in zip(r, runs[first])),
-                   med(c - b[1] for (_, c), b in zip(r, runs[first]))) for name, r in runs.items()}
+                   med(w - b[0] for (w, _), b in zip(r, runs[first], strict=True)),
+                   med(c - b[1] for (_, c), b in zip(r, runs[first], strict=True))) for name, r in runs.items()}
 
 
 def import_times(cmd: list[str]) -> dict[str, float]:

@@ -3,7 +3,7 @@
 Packages form layers, bottom to top; a module imports only from its own layer or those below it,
 and nothing imports `gptforge.commands` (the CLI loads a command by name):
 
-    base      gptforge (this file), atomic, config, presets, errors, progress
+    base      gptforge (this file), atomic, config, presets, errors, progress, options
     model     the GPT module, LoRA / 4-bit layers, Hugging Face tensor mapping and writing
     runtime   device and autocast, loss helpers, the checkpoint format, model loading, torchrun and Slurm launch
     data      readers, curation, tokenizer, token shards, batches
@@ -16,7 +16,8 @@ and nothing imports `gptforge.commands` (the CLI loads a command by name):
     serve     the HTTP server
     commands  `gptforge <command>` (gptforge.cli, gptforge.commands.*, gptforge.quickstart)
 
-`tests/test_layers.py` parses every module's imports and fails on an edge against this order.
+`tests/test_layers.py` parses every module's imports and fails on an edge against this order, and on
+a module this table does not place (a base module named in no row, a package named in no row).
 """
 
 __version__ = "0.1.0"

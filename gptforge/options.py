@@ -26,6 +26,7 @@ import sys
 import textwrap
 import types
 import typing
+from itertools import pairwise
 from typing import Any
 
 
@@ -40,7 +41,7 @@ def attribute_docs(cls: type) -> dict[str, str]:
         except (OSError, TypeError, SyntaxError):
             continue
         body = tree.body[0].body if tree.body and isinstance(tree.body[0], ast.ClassDef) else []
-        for a, b in zip(body, body[1:]):
+        for a, b in pairwise(body):
             if (isinstance(a, ast.AnnAssign) and isinstance(a.target, ast.Name) and isinstance(b, ast.Expr)
                     and isinstance(b.value, ast.Constant) and isinstance(b.value.value, str)):
                 docs[a.target.id] = " ".join(b.value.value.split())
@@ -80,8 +81,9 @@ def command_parser(prog: str, description: str, options: type | None = None,
         parser.add_class_arguments(cls, name, help=(cls.__doc__ or "").strip().splitlines()[0])
     if options is not None:
         add_options(parser, options, positional)
-    parser.options_class = options
-    parser.model_shorthand = "model" in (sections or {})
+    # What parse_options reads back from the parser (jsonargparse is imported lazily, so no subclass).
+    parser.options_class = options  # type: ignore[attr-defined]
+    parser.model_shorthand = "model" in (sections or {})  # type: ignore[attr-defined]
     return parser
 
 
@@ -153,7 +155,9 @@ def add_options(parser, options: type, positional: tuple[str, ...] = ()) -> None
         if "range" in f.metadata:
             help_text += f" (must be {range_text(*f.metadata['range'])})"
         required = f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
-        default = None if required else (f.default if f.default is not dataclasses.MISSING else f.default_factory())
+        factory = f.default_factory
+        default = None if required else (f.default if f.default is not dataclasses.MISSING
+                                         else factory() if callable(factory) else None)
         kind = hints[f.name]
         if f.name in positional:  # a list takes many values (any number when it has a default)
             nargs = ("*" if not required else "+") if typing.get_origin(kind) is list else None

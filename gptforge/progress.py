@@ -189,7 +189,7 @@ class Phases:
         self.transient, self.unit = transient, unit
         self.every_s = LOG_EVERY_S if every_s is None else every_s
         self.every_fraction = LOG_EVERY_FRACTION if every_fraction is None else every_fraction
-        self._rich = None
+        self._rich: Any = None  # a rich.progress.Progress once shown (rich is imported on first use)
         self._nested = False
         self._own: list[int] = []  # rich task ids this object added (removed from a shared display)
         self._log: dict[int, _LogTask] = {}

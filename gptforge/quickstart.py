@@ -14,11 +14,16 @@ import shutil
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 import torch
 
-from gptforge.config import ModelConfig, RunConfig, TrainConfig
+from gptforge.config import ModelConfig, OptimizerName, RunConfig, TrainConfig
+
+if TYPE_CHECKING:
+    import numpy as np
+
+    from gptforge.model.gpt import GPT
 
 
 @dataclass
@@ -37,7 +42,7 @@ class QuickstartResult:
 def run_quickstart(out: Path, minutes: float = 10.0, vocab_size: int = 4096, preset: str = "qwen3-micro",
                    micro_batch_size: int = 16, block_size: int = 256, max_files: int | None = None,
                    workers: int = 0, steps: int | None = None, progress: bool = True,
-                   log: Callable[[str], None] = print, optimizer: str = "muon") -> QuickstartResult:
+                   log: Callable[[str], None] = print, optimizer: OptimizerName = "muon") -> QuickstartResult:
     """Prepare the standard-library corpus, train `preset` for about `minutes`, evaluate, sample.
 
     The default recipe (qwen3-micro + Muon, the size-aware learning rates of
@@ -129,7 +134,7 @@ def _fastest_threads(model_cfg: ModelConfig, probe: TrainConfig) -> tuple[int, f
 
 
 def _plan_steps(model_cfg: ModelConfig, minutes: float, steps: int | None, micro_batch_size: int,
-                optimizer: str, log: Callable[[str], None]) -> TrainConfig:
+                optimizer: OptimizerName, log: Callable[[str], None]) -> TrainConfig:
     """Step 2's plan: the training config whose step count (`steps`, or as many as a measured step
     time fits in `minutes`) lets the learning-rate schedule finish inside the budget."""
     from gptforge.train.budget import steps_for_minutes
@@ -160,7 +165,7 @@ def _train(run: RunConfig, data_dir: Path, run_dir: Path, progress: bool,
     return result.step, time.perf_counter() - t0
 
 
-def _read_split(data_dir: Path, meta: dict, split: str) -> torch.Tensor:
+def _read_split(data_dir: Path, meta: dict, split: str) -> np.ndarray:
     """Every token of one split of the shards in `data_dir`, in order."""
     from gptforge.data.loader import TokenStream
 
@@ -170,7 +175,7 @@ def _read_split(data_dir: Path, meta: dict, split: str) -> torch.Tensor:
     return tokens
 
 
-def _evaluate(model: torch.nn.Module, data_dir: Path, meta: dict, progress: bool,
+def _evaluate(model: GPT, data_dir: Path, meta: dict, progress: bool,
               log: Callable[[str], None]) -> tuple[float, float | None, float]:
     """Step 3: loss and bits per byte on the whole val split, beside the unigram entropy (a model of
     the train split's token frequencies alone). Returns (loss in nats/token, bits/byte, entropy)."""
@@ -185,7 +190,7 @@ def _evaluate(model: torch.nn.Module, data_dir: Path, meta: dict, progress: bool
     return ev.loss, ev.bits_per_byte, h1
 
 
-def _samples(model: torch.nn.Module, tok_path: Path, log: Callable[[str], None]) -> list[str]:
+def _samples(model: GPT, tok_path: Path, log: Callable[[str], None]) -> list[str]:
     """Step 4: 80 sampled tokens after each of three code prompts (temperature 0.8, top-k 50, seeded)."""
     from gptforge.data.tokenizer import Tokenizer
     from gptforge.infer.generate import generate

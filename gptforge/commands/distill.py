@@ -68,6 +68,8 @@ def main(argv: list[str]) -> int:
         raise InputError("--data is required: token shards prepared with the teacher's tokenizer")
     alpha = opts.alpha if "--alpha" in argv or not saved else saved.get("alpha", opts.alpha)
     temperature = opts.temperature if "--temperature" in argv or not saved else saved.get("temperature", 1.0)
+    if isinstance(data, list):  # a mixture's recorded folders: distillation reads one token-shard folder
+        raise InputError(f"--data: distill trains on one token-shard folder, the run records {len(data)}")
     console = Console(stderr=False)
     result = distill(run_config_from(init), teacher, student, data, opts.out, alpha=alpha, temperature=temperature,
                      teacher_dtype=opts.teacher_dtype or saved.get("teacher_dtype"), resume=opts.resume,

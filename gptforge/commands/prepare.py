@@ -98,7 +98,8 @@ def main(argv: list[str]) -> int:
 
 def _merge_repeated(argv: list[str], flags: tuple[str, ...]) -> list[str]:
     """`--source a=x --source b=y` -> `--source a=x b=y` (a list option takes all its values once)."""
-    rest, values = [], {f: [] for f in flags}
+    rest: list[str] = []
+    values: dict[str, list[str]] = {f: [] for f in flags}
     i = 0
     while i < len(argv):
         if argv[i] in flags:

@@ -7,6 +7,9 @@ import math
 from dataclasses import dataclass
 from typing import Literal, Optional
 
+# Where FSDP2 offloads model states (a config field and the layout search share it).
+Offload = Literal["none", "optimizer", "optimizer+params"]
+
 
 @dataclass
 class ParallelConfig:
@@ -35,7 +38,7 @@ class ParallelConfig:
     ZeroRedundancyOptimizer), 2 + gradients sharded (FSDP2, reshard_after_forward=False), 3 +
     parameters sharded (FSDP2 full sharding). 0: 3 when dp_shard > 1, else none (DDP when
     dp_replicate > 1)."""
-    offload: Literal["none", "optimizer", "optimizer+params"] = "none"
+    offload: Offload = "none"
     """Offload model states to CPU memory through FSDP2's CPUOffloadPolicy (needs zero_stage 2 or
     3). FSDP2 offloads sharded parameters, gradients and the optimizer step together, so
     `optimizer` and `optimizer+params` both do that; pinned memory only with CUDA."""

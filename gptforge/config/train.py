@@ -6,6 +6,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal, Optional, Union
 
+# Choices shared by a config field and the code that computes its value.
+Precision = Literal["auto", "fp32", "bf16", "fp16", "fp8"]
+OptimizerName = Literal["adamw", "sgd", "muon", "adamw8bit", "adafactor"]
+Checkpointing = Literal["none", "selective", "full"]
+
 
 @dataclass
 class TrainConfig:
@@ -53,7 +58,7 @@ class TrainConfig:
     """AdamW epsilon."""
     grad_clip: float = 1.0
     """Clip the global gradient norm to this value; 0 disables clipping."""
-    optimizer: Literal["adamw", "sgd", "muon", "adamw8bit", "adafactor"] = "adamw"
+    optimizer: OptimizerName = "adamw"
     """Optimizer. adamw (fused where the device supports it) and sgd run everywhere; muon:
     torch.optim.Muon (Newton-Schulz orthogonalised momentum, Jordan et al. 2024) for the 2-D
     matrices inside the blocks and AdamW (train.lr, betas, weight_decay) for embeddings, head,
@@ -87,7 +92,7 @@ class TrainConfig:
     positions restart at 0 at each EOS, so a document is modelled as if it were alone; validation
     uses the same mask (gptforge.model.gpt.document_mask), as does `gptforge evaluate` of the run.
     Not under pipeline parallelism. (Packed instruction data always masks per example.)"""
-    precision: Literal["auto", "fp32", "bf16", "fp16", "fp8"] = "auto"
+    precision: Precision = "auto"
     """Autocast precision: auto (what is fast on the device: bf16 on GPUs that have it and on CPUs
     whose measured bf16 matmuls beat fp32, else fp32; the choice is frozen in config.yaml), fp32,
     bf16 or fp16 (with a gradient scaler). fp8 is planner-only."""
@@ -128,7 +133,7 @@ class TrainConfig:
     """Seed for initialisation, data sampling and dropout."""
     device: str = "auto"
     """auto (CUDA, then MPS, then CPU), cpu, cuda, cuda:N or mps."""
-    activation_checkpointing: Literal["none", "selective", "full"] = "none"
+    activation_checkpointing: Checkpointing = "none"
     """Recompute activations in backward: none, selective (attention and MLP inner activations
     of every other block) or full (every block)."""
     compile: Union[bool, Literal["auto"]] = False

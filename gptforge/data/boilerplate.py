@@ -19,6 +19,7 @@ import hashlib
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
+from itertools import pairwise
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -64,7 +65,7 @@ def merge_frequent(parts: Sequence[tuple[Path, Path]], min_count: int, ranges: i
     maps = [(np.load(k, mmap_mode="r"), np.load(c, mmap_mode="r")) for k, c in parts]
     edges = [(2**64 * k) // ranges for k in range(ranges + 1)]
     found = []
-    for lo, hi in zip(edges[:-1], edges[1:]):
+    for lo, hi in pairwise(edges):
         ks, cs = [], []
         for keys, counts in maps:
             a = int(np.searchsorted(keys, np.uint64(lo)))

@@ -222,7 +222,7 @@ def render_chat_template(tok: ChatTokenizer, messages: list[dict], add_generatio
             (a template that rewrites content cannot keep user text apart from special tokens).
     """
     env = getattr(tok, "_jinja_env", None) or _jinja_env()
-    tok._jinja_env = env
+    tok._jinja_env = env  # type: ignore[attr-defined]  # a cache on the tokenizer, made here on first use
     template = env.from_string(tok.chat_template)
     placeholders = [dict(m, content=f"\ue000xY{j}Yx\ue001") for j, m in enumerate(messages)]
     specials = {k: v for k, v in tok.extra_tokens.items()}

@@ -354,7 +354,7 @@ def duplicate_mask(exact: np.ndarray | None = None, bands: np.ndarray | None = N
         (drop, cluster): bool (N,) True for documents to remove; int64 (N,) the kept
         representative (cluster root) of each document.
     """
-    n = len(exact) if exact is not None else len(bands)  # type: ignore[arg-type]
+    n = len(exact) if exact is not None else len(bands)
     uf = UnionFind(n)
     if exact is not None:
         union_equal_keys(uf, np.asarray(exact))
@@ -375,7 +375,7 @@ def cluster_sizes(roots: Iterable[int]) -> dict[int, int]:
     counts = np.bincount(np.asarray(list(roots), dtype=np.int64))
     sizes = counts[counts > 1]
     values, freq = np.unique(sizes, return_counts=True)
-    return {int(v): int(f) for v, f in zip(values, freq)}
+    return {int(v): int(f) for v, f in zip(values, freq, strict=True)}
 
 
 class DedupKeys:

@@ -56,7 +56,7 @@ class RuleFilter:
     which apply to every language; without them, the fields that differ from this filter's own
     table). Counts go to this filter's `counts`, plus "removed LANG" per document dropped.
     """
-
+    name: str; language: str; counts: Counter; line_examples: dict  # each subclass's dataclass fields, for mypy
     recipe_options: dict | None = None
 
     def check(self, text: str) -> str | None:
@@ -70,7 +70,7 @@ class RuleFilter:
         if self.recipe_options is not None:
             return dict(self.recipe_options)
         base = type(self)(**options_in_force(self.name, {}, self.language))
-        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)
+        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)  # type: ignore[arg-type]  # a dataclass
                 if f.init and f.name not in ("name", "counts", "line_examples", "language")
                 and getattr(self, f.name) != getattr(base, f.name)}
 
@@ -137,7 +137,7 @@ def hard_wrapped(text: str) -> bool:
         return False
     if sum(n >= 0.6 * width for n in lengths) / len(lengths) < WRAP_FULL_LINE_SHARE:
         return False
-    inner = [ln for ln, nxt in zip(lines, lines[1:]) if ln.strip() and nxt.strip()]
+    inner = [ln for ln, nxt in zip(lines, lines[1:], strict=False) if ln.strip() and nxt.strip()]
     if not inner:
         return False
     open_lines = sum(not ln.strip().endswith(TERMINAL_PUNCT) for ln in inner)

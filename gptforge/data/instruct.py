@@ -17,6 +17,7 @@ import bisect
 import json
 import warnings
 from dataclasses import dataclass, field
+from itertools import pairwise
 from pathlib import Path
 from typing import Iterable, Iterator, Literal
 
@@ -112,10 +113,11 @@ def load_examples(path: str | Path, tok: ChatTokenizer, template: str | None = N
         with np.load(cache_path) as z:
             ids, target, offsets = z["ids"].tolist(), z["target"].astype(bool).tolist(), z["offsets"].tolist()
             cached_errors = z["errors"].tolist() if "errors" in z.files else []
-        examples = [Example(ids[a:b], target[a:b]) for a, b in zip(offsets[:-1], offsets[1:])]
+        examples = [Example(ids[a:b], target[a:b]) for a, b in pairwise(offsets)]
         _warn_skipped(path, cached_errors, len(examples))  # the cache remembers what it skipped
         return examples
-    examples, errors = [], []
+    examples = []
+    errors: list[str] = []
     with progress(f"tokenizing {path.name}", path.stat().st_size, "bytes") as bar:
         for where, row in read_jsonl(path, errors):
             # A bad row is skipped with a warning and counted, as prepare does with bad records.
@@ -239,7 +241,7 @@ class InstructionDataset:
                 self.rows = [[i] for i in range(len(self.sequences))]
 
     @classmethod
-    def from_examples(cls, examples: Iterable[Example], block_size: int, mode: str = "packed",
+    def from_examples(cls, examples: Iterable[Example], block_size: int, mode: Literal["packed", "padded"] = "packed",
                       pad_id: int | None = None) -> "InstructionDataset":
         """Shift, truncate (to block_size) and arrange examples; pad_id defaults to 0."""
         seqs, stats = [], {"examples": 0, "dropped_no_target": 0, "truncated": 0, "target_tokens": 0}
@@ -255,7 +257,8 @@ class InstructionDataset:
         return cls(seqs, block_size, mode, pad_id or 0, stats=stats)
 
     @classmethod
-    def from_jsonl(cls, path: str | Path, tokenizer: ChatTokenizer, block_size: int, mode: str = "packed",
+    def from_jsonl(cls, path: str | Path, tokenizer: ChatTokenizer, block_size: int, 
+                   mode: Literal["packed", "padded"] = "packed",
                    template: str | None = None, cache: bool = True) -> "InstructionDataset":
         """Read and tokenize a .jsonl of prompt/completion or messages rows (see `load_examples`
         for the cache beside it).
@@ -352,7 +355,7 @@ class InstructionBatches:
         """Row indices of the whole global batch of `step`: int64 (global_batch_size,)."""
         n = len(self.ds)
         g = step * self.global_batch_size + np.arange(self.global_batch_size, dtype=np.int64)
-        return np.array([self._perm(int(e))[int(r)] for e, r in zip(g // n, g % n)], dtype=np.int64)
+        return np.array([self._perm(int(e))[int(r)] for e, r in zip(g // n, g % n, strict=True)], dtype=np.int64)
 
     def micro_batches(self, step: int) -> list[dict[str, torch.Tensor | None]]:
         """This rank's `gradient_accumulation_steps` micro-batches for optimizer step `step`."""

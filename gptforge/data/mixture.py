@@ -30,6 +30,7 @@ import hashlib
 import json
 import math
 from dataclasses import dataclass
+from itertools import pairwise
 from pathlib import Path
 
 import numpy as np
@@ -145,7 +146,7 @@ class MixtureSampler:
         self.weights = normalize_weights(dict(weights), self.names)
         self.global_batch_size, self.seed = int(global_batch_size), int(seed)
         self.stages = [(int(until), normalize_weights(dict(w), self.names)) for until, w in (stages or [])]
-        if any(b[0] <= a[0] for a, b in zip(self.stages, self.stages[1:])) or any(u < 1 for u, _ in self.stages):
+        if any(b[0] <= a[0] for a, b in pairwise(self.stages)) or any(u < 1 for u, _ in self.stages):
             raise ValueError(f"mixture stages must end at increasing steps >= 1, got {[u for u, _ in self.stages]}")
         self._w = np.array([self.weights[s] for s in self.names], dtype=np.float64)
         self._stage_w = [np.array([w[s] for s in self.names], dtype=np.float64) for _, w in self.stages]
@@ -164,14 +165,14 @@ class MixtureSampler:
         return {s: float(w[i]) for i, s in enumerate(self.names)}
 
     def _weights_array(self, step: int) -> np.ndarray:
-        for (until, _), w in zip(self.stages, self._stage_w):
+        for (until, _), w in zip(self.stages, self._stage_w, strict=True):
             if step < until:
                 return w
         return self._w
 
     # -- apportionment ------------------------------------------------------------------------
 
-    def _step_counts(self) -> np.ndarray:
+    def _step_counts(self) -> tuple[np.ndarray, np.ndarray]:
         """Sequences per source for step `self.step`, from the cumulative quota (module docstring)."""
         g = self.global_batch_size
         target = self._target + self._weights_array(self.step) * g
@@ -255,7 +256,7 @@ class MixtureSampler:
         """Epochs of each source that `max_steps` steps draw: sum over steps of w_i(step) * G / N_i."""
         total = np.zeros(len(self.names))
         lo = 0
-        for (until, _), w in zip(self.stages, self._stage_w):
+        for (until, _), w in zip(self.stages, self._stage_w, strict=True):
             total += w * max(0, min(until, max_steps) - lo)
             lo = until
         total += self._w * max(0, max_steps - lo)

@@ -18,8 +18,11 @@ import unicodedata
 from collections import Counter
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field, replace
+from typing import Literal, cast
 
 from gptforge.data.readers import Document
+
+_Form = Literal["NFC", "NFD", "NFKC", "NFKD"]  # the forms `clean` accepts (checked where it is built)
 
 
 def normalize_text(text: str, form: str = "NFC") -> str:
@@ -28,8 +31,8 @@ def normalize_text(text: str, form: str = "NFC") -> str:
         text = text[1:]
     if "\r" in text:
         text = text.replace("\r\n", "\n").replace("\r", "\n")
-    if form and not unicodedata.is_normalized(form, text):
-        text = unicodedata.normalize(form, text)
+    if form and not unicodedata.is_normalized(cast(_Form, form), text):
+        text = unicodedata.normalize(cast(_Form, form), text)
     return text
 
 
@@ -158,9 +161,9 @@ class Clean:
             if new != text:
                 self.counts["whitespace_changed"] += 1
                 text = new
-        if self.form and not unicodedata.is_normalized(self.form, text):
+        if self.form and not unicodedata.is_normalized(cast(_Form, self.form), text):
             self.counts[f"{self.form}_changed"] += 1
-            text = unicodedata.normalize(self.form, text)
+            text = unicodedata.normalize(cast(_Form, self.form), text)
         if self.width:
             text, n = fold_width(text)
             if n:
@@ -190,7 +193,7 @@ class Clean:
 #: (U+FF41-FF5A), and full-width @ . - _, to their ASCII forms. Every other full-width form
 #: (，。！？：；（）「」 ...) is Chinese punctuation and keeps its width.
 WIDTH_MAP = {**{0xFF10 + i: 0x30 + i for i in range(10)}, **{0xFF21 + i: 0x41 + i for i in range(26)},
-             **{0xFF41 + i: 0x61 + i for i in range(26)}, **{ord(f): ord(h) for f, h in zip("＠．－＿", "@.-_")}}
+             **{0xFF41 + i: 0x61 + i for i in range(26)}, **{ord(f): ord(h) for f, h in zip("＠．－＿", "@.-_", strict=True)}}
 _WIDE = re.compile("[\uff10-\uff19\uff21-\uff3a\uff41-\uff5a＠．－＿]")
 
 
@@ -237,7 +240,7 @@ def changed_characters(before: str, after: str) -> int:
     the longer of the two stretches between the common prefix and the common suffix (an upper
     bound; OpenCC's phrase conversions such as 內存 -> 記憶體 change the length)."""
     if len(before) == len(after):
-        return sum(a != b for a, b in zip(before, after))
+        return sum(a != b for a, b in zip(before, after, strict=True))
     p = len(os.path.commonprefix([before, after]))
     s = len(os.path.commonprefix([before[p:][::-1], after[p:][::-1]]))
     return max(len(before), len(after)) - p - s

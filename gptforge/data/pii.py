@@ -69,7 +69,7 @@ _NON_DIGIT = re.compile(r"\D")
 #: character for one, so a match's span in the translation is its span in the original.
 _FULL_WIDTH = {**{0xFF10 + i: 0x30 + i for i in range(10)}, **{0xFF21 + i: 0x41 + i for i in range(26)},
                **{0xFF41 + i: 0x61 + i for i in range(26)},
-               **{ord(f): ord(h) for f, h in zip("＠．－＿＋（）\u3000", "@.-_+() ")}}
+               **{ord(f): ord(h) for f, h in zip("＠．－＿＋（）\u3000", "@.-_+() ", strict=True)}}
 _HAS_FULL_WIDTH = re.compile("[\uff10-\uff19\uff21-\uff3a\uff41-\uff5a＠．－＿＋（）\u3000]")
 #: first two digits of a resident ID: the province-level division (GB/T 2260).
 _PROVINCES = frozenset({11, 12, 13, 14, 15, 21, 22, 23, 31, 32, 33, 34, 35, 36, 37, 41, 42, 43, 44, 45, 46,
@@ -92,7 +92,7 @@ def luhn_ok(digits: str) -> bool:
 
 def id_check_character(first17: str) -> str:
     """The ISO 7064 MOD 11-2 check character ("0"-"9" or "X") of 17 ASCII digits (GB 11643-1999)."""
-    total = sum((ord(c) - 48) * w for c, w in zip(first17, _ID_WEIGHTS))
+    total = sum((ord(c) - 48) * w for c, w in zip(first17, _ID_WEIGHTS, strict=False))
     return "10X98765432"[total % 11]
 
 

@@ -76,7 +76,7 @@ _TUPLE_OPTIONS = ("kinds", "stop_words", "languages")
 TOP_LEVEL_KEYS = ("normalization", "language", "steps", "description")
 
 
-_DEDUP = {"dedup": {}}
+_DEDUP: dict[str, dict] = {"dedup": {}}
 RECIPES: dict[str, dict[str, Any]] = {
     "none": {"description": "reading and Unicode normalization only", "steps": []},
     "default": {"description": "normalization, mojibake/control-character repair, PII redaction, exact and "
@@ -296,7 +296,7 @@ def apply_steps(docs: Iterable[Document], steps: list[DocumentStep], stats: list
     while len(stats) < len(steps):
         stats.append(StepStats(steps[len(stats)].name))
     for doc in docs:
-        for step, st in zip(steps, stats):
+        for step, st in zip(steps, stats, strict=False):
             st.documents_in += 1
             st.characters_in += len(doc.text)
             out = step(doc)
@@ -309,7 +309,7 @@ def apply_steps(docs: Iterable[Document], steps: list[DocumentStep], stats: list
             st.characters_out += len(doc.text)
         else:
             yield doc
-    for step, st in zip(steps, stats):
+    for step, st in zip(steps, stats, strict=False):
         st.counts.update(step.counts)
         step.counts.clear()
         line_examples = getattr(step, "line_examples", None)

@@ -46,7 +46,7 @@ from typing import Any
 from gptforge.data.normalize import NormalizeStats
 from gptforge.data.phases.curate import auto_shard_bytes, plan_shards, run_curate
 from gptforge.data.phases.encode import encode_documents, language_rates, run_encode
-from gptforge.data.phases.pool import Executor, WorkerPool, default_workers
+from gptforge.data.phases.pool import WorkerPool, default_workers
 from gptforge.data.phases.split import (
     EmptyCorpusError,
     SplitRule,
@@ -417,7 +417,7 @@ def encode_and_write(plan: _Plan, curated, splits, tokenizer: Tokenizer, tok_pat
                          splits.moved, curated.steps, report)
 
 
-def _executor(cfg: PrepareConfig, out_dir: Path, work: WorkFolder, files: list[Path]) -> Executor:
+def _executor(cfg: PrepareConfig, out_dir: Path, work: WorkFolder, files: list[Path]) -> Any:
     """The `Executor` of `cfg.executor`, not yet entered (a context manager)."""
     if cfg.executor == "ray":
         from gptforge.data.phases.ray_executor import RayExecutor

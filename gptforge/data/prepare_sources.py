@@ -20,10 +20,10 @@ import shutil
 import time
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from gptforge.atomic import atomic_write_text
-from gptforge.data.prepare import PrepareConfig, PrepareResult, curate_and_split, encode_and_write, plan_output
+from gptforge.data.prepare import PrepareConfig, PrepareResult, _Plan, curate_and_split, encode_and_write, plan_output
 
 MIXTURE_FORMAT = "gptforge-mixture"
 MIXTURE_VERSION = 1
@@ -118,7 +118,8 @@ def _run(cfgs, weights, cfg, out_dir: Path, show_progress: bool, t0: float, Toke
     from gptforge.progress import Phases
 
     out_dir.mkdir(parents=True, exist_ok=True)
-    plans = {n: plan_output(c, Path(c.out), t0) for n, c in cfgs.items()}
+    # Every source's cfg has overwrite=True, so plan_output plans it (never the already-done result).
+    plans = {n: cast(_Plan, plan_output(c, Path(c.out), t0)) for n, c in cfgs.items()}
     timings: dict[str, dict[str, float]] = {n: {} for n in plans}
     top_work = WorkFolder.for_output(out_dir)
     top_work.root.mkdir(parents=True, exist_ok=True)

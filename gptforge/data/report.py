@@ -14,8 +14,9 @@ import html
 import json
 import os
 import platform
+from itertools import pairwise
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
 import numpy as np
 
@@ -65,7 +66,7 @@ def build_report(*, cfg, recipe, files, shards, read, normalize, steps, corpus, 
     chain += [s.to_dict() for s in steps]
     dropped_total = sum(sum(s["dropped"].values()) for s in chain)
     written = sum(v["documents"] for v in recount.values())
-    links_ok = all(a["documents_out"] == b["documents_in"] for a, b in zip(chain, chain[1:]))
+    links_ok = all(a["documents_out"] == b["documents_in"] for a, b in pairwise(chain))
     mb = read.input_bytes / 1e6
     throughput = {name: {"seconds": round(sec, 3)} for name, sec in timings.items()}
     for name in passes:
@@ -129,7 +130,7 @@ def _n(x: Any) -> str:
     return f"{x:,}" if isinstance(x, int) else ("" if x is None else _e(x))
 
 
-def bar_chart(labels: list[str], values: list[float], title: str, div_id: str) -> str:
+def bar_chart(labels: list[str], values: Sequence[float], title: str, div_id: str) -> str:
     """An interactive plotly bar chart as an HTML fragment (plotly.js itself is inlined once in
     the page head by `render_html`; nothing is fetched)."""
     if not values or max(values) <= 0:

@@ -132,7 +132,7 @@ def plan_encode_windows(text: ShardText, mask: np.ndarray | None, split_of: Call
         if doc_key in cuts:
             chars = [int(c) for c, _ in cuts[doc_key]]
             starts = char_to_byte_offsets(text.text_bytes(pos), chars) if n > 0 else [0] * len(chars)
-            pieces = [(split, b, e) for (_, split), b, e in zip(cuts[doc_key], starts, starts[1:] + [n])]
+            pieces = [(split, b, e) for (_, split), b, e in zip(cuts[doc_key], starts, starts[1:] + [n], strict=True)]
         else:
             pieces = [(split_of(doc_key), 0, n)]
         data = None

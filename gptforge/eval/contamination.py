@@ -19,6 +19,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -52,7 +53,7 @@ class ContaminationReport:
     too_short: dict[str, int]
 
     def as_dict(self, lines: dict[str, list[int]] | None = None) -> dict:
-        out = {"ngram": self.n, "split": self.split, "train_tokens": self.train_tokens, "tasks": {}}
+        out: dict[str, Any] = {"ngram": self.n, "split": self.split, "train_tokens": self.train_tokens, "tasks": {}}
         for name, idx in self.contaminated.items():
             rec = {"contaminated": len(idx), "too_short": self.too_short[name], "examples": idx}
             if lines is not None:

@@ -16,11 +16,15 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import torch
 
 from gptforge.errors import InputError, MissingInputError
 from gptforge.eval.scoring import make_units, score_units
+
+if TYPE_CHECKING:
+    from gptforge.model.gpt import GPT
 
 OFFLINE_ENV = {"HF_DATASETS_OFFLINE": "1", "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
 
@@ -32,7 +36,7 @@ def _require_lm_eval():
         raise MissingInputError("--harness needs lm-evaluation-harness: pip install 'gptforge[eval]'") from None
 
 
-def make_lm(model: torch.nn.Module, tokenizer, device: torch.device | str = "cpu", precision: str = "fp32",
+def make_lm(model: GPT, tokenizer, device: torch.device | str = "cpu", precision: str = "fp32",
             batch_size: int = 32):
     """An lm-eval `TemplateLM` over `model` (a gptforge GPT) and `tokenizer` (gptforge Tokenizer)."""
     _require_lm_eval()
@@ -60,8 +64,8 @@ def make_lm(model: torch.nn.Module, tokenizer, device: torch.device | str = "cpu
             pairs = [(list(ctx), list(cont)) for _, ctx, cont in requests]
             units, _truncated = make_units(pairs, block)
             ll, greedy = score_units(model, units, len(pairs), batch_size, dev, precision)
-            out = list(zip(ll, greedy))
-            for (key, _, _), res in zip(requests, out):
+            out = list(zip(ll, greedy, strict=True))
+            for (key, _, _), res in zip(requests, out, strict=True):
                 self.cache_hook.add_partial("loglikelihood", key, res)
             return out
 
@@ -75,7 +79,7 @@ def make_lm(model: torch.nn.Module, tokenizer, device: torch.device | str = "cpu
                     owner.append(i)
             scores = self._loglikelihood_tokens(windows) if windows else []
             totals = [0.0] * len(requests)
-            for i, (ll, _) in zip(owner, scores):
+            for i, (ll, _) in zip(owner, scores, strict=True):
                 totals[i] += ll
             return totals
 
@@ -101,7 +105,7 @@ def make_lm(model: torch.nn.Module, tokenizer, device: torch.device | str = "cpu
     return GptforgeLM()
 
 
-def run_harness(model: torch.nn.Module, tokenizer, tasks: list[str], include_path: str | None = None,
+def run_harness(model: GPT, tokenizer, tasks: list[str], include_path: str | None = None,
                 num_fewshot: int | None = None, limit: int | None = None, device: torch.device | str = "cpu",
                 precision: str = "fp32", batch_size: int = 32, seed: int = 1234,
                 include_defaults: bool | None = None) -> dict:

@@ -34,7 +34,7 @@ def metric(value: float, stderr: float | None, n: int) -> dict:
     return {"value": float(value), "stderr": None if stderr is None else float(stderr), "n": int(n)}
 
 
-def mean_stderr(values: Sequence[float]) -> float:
+def mean_stderr(values: Sequence[float] | np.ndarray) -> float:
     """Standard error of the mean of `values`: sample std (ddof 1) / sqrt(n); 0.0 for n < 2."""
     x = np.asarray(values, dtype=np.float64)
     if len(x) < 2:

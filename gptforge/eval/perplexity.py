@@ -145,7 +145,7 @@ def unigram_entropy(tokens: np.ndarray, vocab_size: int, reference: np.ndarray |
 
 
 @torch.no_grad()
-def evaluate_windows(model: torch.nn.Module, stream: TokenStream, offsets: np.ndarray, block_size: int,
+def evaluate_windows(model: GPT, stream: TokenStream, offsets: np.ndarray, block_size: int,
                      batch_size: int, device: torch.device, precision: str, should_stop=None,
                      document_mask_eos: int | None = None) -> float | None:
     """Mean next-token loss (nats/token) over fixed windows, in eval mode.
@@ -173,7 +173,7 @@ def evaluate_windows(model: torch.nn.Module, stream: TokenStream, offsets: np.nd
     return total / count
 
 
-def evaluate_mixture(model: torch.nn.Module, folders: dict, split: str, n_windows: int, batch_size: int,
+def evaluate_mixture(model: GPT, folders: dict, split: str, n_windows: int, batch_size: int,
                      device: torch.device, precision: str, document_mask: bool = False) -> dict:
     """Per-source loss and bits per byte of a mixture's `split`, on the windows training scores.
 

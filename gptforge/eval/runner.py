@@ -38,7 +38,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
@@ -56,6 +56,9 @@ from gptforge.eval.metrics import (
 from gptforge.eval.scoring import encode_pair, make_units, score_units
 from gptforge.eval.tasks import Task, load_task
 from gptforge.progress import progress as show_progress
+
+if TYPE_CHECKING:
+    from gptforge.model.gpt import GPT
 
 DEFAULT_SEED = 1234
 """Few-shot seed (lm-evaluation-harness's default fewshot_random_seed)."""
@@ -128,7 +131,7 @@ def _choice_metrics(task: Task, examples, lls: list[list[float]], greedy: list[l
                                                                                                       list]:
     gold = [e.label for e in examples]
     pred = [int(np.argmax(x)) for x in lls]
-    preds = [{"line": e.line, "pred": p} for e, p in zip(examples, pred)]
+    preds = [{"line": e.line, "pred": p} for e, p in zip(examples, pred, strict=True)]
     if task.type == "classification":
         rep = classification_report(gold, pred, task.labels)
         return rep["metrics"], rep["confusion_matrix"], preds
@@ -138,12 +141,12 @@ def _choice_metrics(task: Task, examples, lls: list[list[float]], greedy: list[l
         mean_ll = float(word_ll.mean())
         ppl = math.exp(-mean_ll)
         return {"acc": mean_metric(acc), "perplexity": metric(ppl, ppl * mean_stderr(word_ll), len(word_ll))}, None, \
-            [{"line": e.line, "pred": int(g[0])} for e, g in zip(examples, greedy)]
-    out = {"acc": mean_metric([float(p == g) for p, g in zip(pred, gold)])}
+            [{"line": e.line, "pred": int(g[0])} for e, g in zip(examples, greedy, strict=True)]
+    out = {"acc": mean_metric([float(p == g) for p, g in zip(pred, gold, strict=True)])}
     if task.format != "winogrande":
         norm = [int(np.argmax(np.array(x) / np.array(e.choice_lengths, dtype=np.float64)))
-                for x, e in zip(lls, examples)]
-        out["acc_norm"] = mean_metric([float(p == g) for p, g in zip(norm, gold)])
+                for x, e in zip(lls, examples, strict=True)]
+        out["acc_norm"] = mean_metric([float(p == g) for p, g in zip(norm, gold, strict=True)])
     return out, None, preds
 
 
@@ -162,7 +165,7 @@ def _generate(model, tokenizer, prompts: list[list[int]], max_new_tokens: int, s
         with autocast_context(device, precision):
             gens = generate_batch(model, [prompts[i] for i in rows], max_new_tokens, temperature=0.0,
                                   eos_id=tokenizer.eos_id, stop=stop, decode=tokenizer.decode)
-        for i, g in zip(rows, gens):
+        for i, g in zip(rows, gens, strict=True):
             outputs[i] = g.text
         if bar is not None:
             bar.advance(len(rows))
@@ -189,7 +192,7 @@ def perplexity_metrics(nats: Sequence[float], n_bytes: Sequence[int], words: Seq
             "bits_per_byte": metric(per_byte / math.log(2), se_b / math.log(2), n)}
 
 
-def run_task(model: torch.nn.Module, tokenizer, task: Task | str | Path, device: torch.device | str = "cpu",
+def run_task(model: GPT, tokenizer, task: Task | str | Path, device: torch.device | str = "cpu",
              precision: str = "fp32", batch_size: int = 32, num_fewshot: int = 0, limit: int | None = None,
              seed: int = DEFAULT_SEED, padding_side: str = "right", progress: bool = False) -> TaskResult:
     """Score one task (its first `limit` examples; a larger limit is the whole task).
@@ -207,7 +210,7 @@ def run_task(model: torch.nn.Module, tokenizer, task: Task | str | Path, device:
     run = _TaskRun(model=model, tokenizer=tokenizer, task=task, examples=task.examples[:n],
                    contexts=[fewshot_contexts(task, i, num_fewshot, seed) for i in range(n)],
                    device=torch.device(device), precision=precision, batch_size=batch_size, progress=progress)
-    common = dict(name=task.name, type=task.type, format=task.format, path=str(task.path), sha256=task.sha256, n=n,
+    common: dict[str, Any] = dict(name=task.name, type=task.type, format=task.format, path=str(task.path), sha256=task.sha256, n=n,
                   num_fewshot=num_fewshot, seed=seed)
     scorer = {"perplexity": _score_perplexity, "generation": _score_generation}.get(task.type)
     if scorer is not None:
@@ -221,7 +224,7 @@ def run_task(model: torch.nn.Module, tokenizer, task: Task | str | Path, device:
 class _TaskRun:
     """What every scorer of `run_task` reads: the model, the examples and their few-shot contexts."""
 
-    model: torch.nn.Module
+    model: GPT
     tokenizer: Any
     task: Task
     examples: list
@@ -276,10 +279,10 @@ def _score_generation(run: _TaskRun) -> dict:
                              run.precision, bar)
     finally:
         model.train(was_training)
-    em = [exact_match(o, e.answers) for o, e in zip(outs, run.examples)]
-    f1 = [token_f1(o, e.answers) for o, e in zip(outs, run.examples)]
+    em = [exact_match(o, e.answers) for o, e in zip(outs, run.examples, strict=True)]
+    f1 = [token_f1(o, e.answers) for o, e in zip(outs, run.examples, strict=True)]
     return dict(truncated=truncated, metrics={"exact_match": mean_metric(em), "f1": mean_metric(f1)},
-                predictions=[{"line": e.line, "output": o} for e, o in zip(run.examples, outs)])
+                predictions=[{"line": e.line, "output": o} for e, o in zip(run.examples, outs, strict=True)])
 
 
 def _score_choices(run: _TaskRun, padding_side: str) -> dict:
@@ -287,7 +290,7 @@ def _score_choices(run: _TaskRun, padding_side: str) -> dict:
     and cloze metrics from them (`_choice_metrics`)."""
     task, tok, examples, block = run.task, run.tokenizer, run.examples, run.block
     requests, owner = [], []
-    for k, (ex, ctxs) in enumerate(zip(examples, run.contexts)):
+    for k, (ex, ctxs) in enumerate(zip(examples, run.contexts, strict=True)):
         for j, cont in enumerate(ex.continuations):
             requests.append((ctxs[j] if len(ctxs) > 1 else ctxs[0], cont))
             owner.append(k)
@@ -299,7 +302,7 @@ def _score_choices(run: _TaskRun, padding_side: str) -> dict:
         return cache[s]
 
     pairs = [encode_pair(encode, c, x, tok.eos_id) for c, x in requests]
-    for (_, cont), (_, text), k in zip(pairs, requests, owner):
+    for (_, cont), (_, text), k in zip(pairs, requests, owner, strict=True):
         if not cont or len(cont) > block:
             why = "encodes to no tokens after the context" if not cont else \
                 f"is {len(cont)} tokens, longer than the model's context of {block}"
@@ -314,7 +317,7 @@ def _score_choices(run: _TaskRun, padding_side: str) -> dict:
         lls[k].append(ll[r])
         grs[k].append(greedy[r])
     metrics, confusion, preds = _choice_metrics(task, examples, lls, grs)
-    for p, x in zip(preds, lls):
+    for p, x in zip(preds, lls, strict=True):
         p["loglikelihoods"] = x
     return dict(truncated=truncated, metrics=metrics, confusion_matrix=confusion, chance=task.chance,
                 predictions=preds)
@@ -330,8 +333,8 @@ def subset_metrics(task: Task, result: TaskResult, keep: list[int]) -> dict[str,
     if task.type == "perplexity":
         return perplexity_metrics([p["nats"] for p in preds], [p["bytes"] for p in preds], [p["words"] for p in preds])
     if task.type == "generation":
-        return {"exact_match": mean_metric([exact_match(p["output"], e.answers) for p, e in zip(preds, examples)]),
-                "f1": mean_metric([token_f1(p["output"], e.answers) for p, e in zip(preds, examples)])}
+        return {"exact_match": mean_metric([exact_match(p["output"], e.answers) for p, e in zip(preds, examples, strict=True)]),
+                "f1": mean_metric([token_f1(p["output"], e.answers) for p, e in zip(preds, examples, strict=True)])}
     lls = [p["loglikelihoods"] for p in preds]
     greedy = [[bool(p["pred"])] for p in preds]  # read only for cloze, where pred is the greedy flag
     return _choice_metrics(task, examples, lls, greedy)[0]
@@ -351,7 +354,7 @@ def aggregate(results: list[TaskResult]) -> dict | None:
     return {"core": centered_aggregate({r.name: (r.metrics[main_metric(r)], r.chance) for r in scored})}
 
 
-def evaluate_tasks(model: torch.nn.Module, tokenizer, tasks: list[Task | str | Path], device: torch.device | str = "cpu",
+def evaluate_tasks(model: GPT, tokenizer, tasks: Sequence[Task | str | Path], device: torch.device | str = "cpu",
                    precision: str = "fp32", batch_size: int = 32, num_fewshot: int = 0, limit: int | None = None,
                    seed: int = DEFAULT_SEED) -> dict[str, dict[str, float]]:
     """Score `tasks` and return {task name: {metric: value}} (plus "core" when several tasks).
@@ -398,4 +401,4 @@ def format_table(results: list[TaskResult], agg: dict | None = None) -> str:
         c = agg["core"]
         rows.append(("CORE", "centered_acc", f"{c['value']:.4f}", f"{c['stderr']:.4f}", str(c["n"]), "", "", ""))
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
-    return "\n".join("  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() for row in rows)
+    return "\n".join("  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip() for row in rows)

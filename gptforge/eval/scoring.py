@@ -21,11 +21,15 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import torch
 
 from gptforge.errors import InputError
 from gptforge.runtime.device import autocast_context
+
+if TYPE_CHECKING:
+    from gptforge.model.gpt import GPT
 
 
 def encode_pair(encode: Callable[[str], list[int]], context: str, continuation: str,
@@ -78,8 +82,8 @@ def make_units(pairs: list[tuple[list[int], list[int]]], block_size: int) -> tup
         groups.setdefault(tuple(ctx), []).append(i)
     units, truncated = [], 0
     limit = 2 * block_size  # keep one packed sequence's attention cost bounded
-    for ctx, idx in groups.items():
-        ctx = list(ctx)
+    for ctx_key, idx in groups.items():
+        ctx = list(ctx_key)
         fits = [i for i in idx if len(ctx) + len(pairs[i][1]) <= block_size + 1]
         for i in idx:
             if len(ctx) + len(pairs[i][1]) > block_size + 1:
@@ -106,19 +110,22 @@ def pack(units: list[Unit], padding_side: str = "right"):
     padding positions attend only to themselves, so no softmax row is empty.
     """
     T = max(u.length for u in units)
-    ids, pos, seg, targets = [], [], [], []
+    ids: list[list[int]] = []
+    pos: list[list[int]] = []
+    seg: list[list[int]] = []
+    targets: list[tuple[int, int, int, int]] = []
     for r, u in enumerate(units):
         L, pad = len(u.ctx), T - u.length
         off = pad if padding_side == "left" else 0
         row_ids, row_pos, row_seg = list(u.ctx), list(range(L)), [0] * L
         start = off + L
-        for j, (cont, req) in enumerate(zip(u.conts, u.requests), start=1):
+        for j, (cont, req) in enumerate(zip(u.conts, u.requests, strict=True), start=1):
             n = len(cont) - 1
             row_ids += cont[:-1]
             row_pos += range(L, L + n)
             row_seg += [j] * n
             preds = [off + L - 1] + list(range(start, start + n))
-            targets.extend((r, p, t, req) for p, t in zip(preds, cont))
+            targets.extend((r, p, t, req) for p, t in zip(preds, cont, strict=True))
             start += n
         fill = ([0] * pad, [0] * pad, [-1] * pad)
         if padding_side == "left":
@@ -138,7 +145,7 @@ def pack(units: list[Unit], padding_side: str = "right"):
 
 
 @torch.no_grad()
-def score_units(model: torch.nn.Module, units: list[Unit], n_requests: int, batch_size: int = 32,
+def score_units(model: GPT, units: list[Unit], n_requests: int, batch_size: int = 32,
                 device: torch.device | str = "cpu", precision: str = "fp32", padding_side: str = "right",
                 on_batch: Callable[[int], None] | None = None) -> tuple[list[float], list[bool]]:
     """Sum of log-probabilities (nats) and greedy flag of every request's continuation.
@@ -181,7 +188,7 @@ def score_units(model: torch.nn.Module, units: list[Unit], n_requests: int, batc
     return ll.tolist(), (miss == 0).tolist()
 
 
-def loglikelihoods(model: torch.nn.Module, encode: Callable[[str], list[int]], prefix_id: int,
+def loglikelihoods(model: GPT, encode: Callable[[str], list[int]], prefix_id: int,
                    requests: list[tuple[str, str]], batch_size: int = 32, device: torch.device | str = "cpu",
                    precision: str = "fp32", padding_side: str = "right") -> tuple[list[float], list[bool], int]:
     """lm-eval's `loglikelihood` for (context, continuation) strings.

@@ -6,6 +6,7 @@ contamination check, and the report printed. The scoring itself is `gptforge.eva
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from pathlib import Path
 
 from gptforge.errors import InputError, MissingInputError
@@ -132,11 +133,11 @@ def _contamination(folder: str, ngram: int, tasks, results) -> dict:
     if not tok_file.is_file():
         raise MissingInputError(f"--contamination {folder}: no tokenizer.json (a `gptforge prepare` folder)")
     data_tok = Tokenizer.from_file(tok_file)
-    texts = {t.name: [e.demo for e in t.examples[:r.n]] for t, r in zip(tasks, results)}
-    tokens = {name: data_tok.encode_batch(v) for name, v in texts.items()}
+    texts = {t.name: [e.demo for e in t.examples[:r.n]] for t, r in zip(tasks, results, strict=True)}
+    tokens: dict[str, Sequence[Sequence[int]]] = {name: data_tok.encode_batch(v) for name, v in texts.items()}
     report = find_contamination(tokens, folder, n=ngram, progress=True)
-    lines = {t.name: [e.line for e in t.examples[:r.n]] for t, r in zip(tasks, results)}
-    for t, r in zip(tasks, results):
+    lines = {t.name: [e.line for e in t.examples[:r.n]] for t, r in zip(tasks, results, strict=True)}
+    for t, r in zip(tasks, results, strict=True):
         bad = set(report.contaminated[t.name])
         keep = [i for i in range(r.n) if i not in bad]
         r.clean = {"n": len(keep), "metrics": subset_metrics(t, r, keep)}

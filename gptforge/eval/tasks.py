@@ -147,14 +147,14 @@ def _decode_lines(path: Path) -> list[tuple[int, str]]:
     return out
 
 
-def read_rows(path: Path) -> list[tuple[int, object]]:
+def read_rows(path: Path) -> list[tuple[int, Any]]:
     """(line, row) of a .jsonl (one JSON object per line) or .csv (lists of cells) file."""
     lines = _decode_lines(path)
     if path.suffix.lower() == ".csv":
         text = "\n".join(t for _, t in lines)
         nums = [n for n, _ in lines]
         reader = csv.reader(io.StringIO(text))
-        rows = []
+        rows: list[tuple[int, Any]] = []
         for cells in reader:
             rows.append((nums[min(reader.line_num, len(nums)) - 1], cells))
         return rows
@@ -171,7 +171,7 @@ def read_rows(path: Path) -> list[tuple[int, object]]:
     return rows
 
 
-def detect_format(row: object) -> str | None:
+def detect_format(row: Any) -> str | None:
     """The format of one row (see the module table), or None when it matches none."""
     if isinstance(row, list):
         return "mmlu"
@@ -286,7 +286,7 @@ def _mmlu_example(r: _Row) -> Example:
     q, *choices, ans = r.row
     if ans.strip() not in "ABCD" or not ans.strip():
         raise r.err(f"column 6 (answer) = {ans!r}; expected A, B, C or D")
-    ctx = (q.strip() + "\n" + "".join(f"{k}. {c}\n" for k, c in zip("ABCD", choices)) + "Answer:")
+    ctx = (q.strip() + "\n" + "".join(f"{k}. {c}\n" for k, c in zip("ABCD", choices, strict=True)) + "Answer:")
     return _mc([ctx], list("ABCD"), "ABCD".index(ans.strip()), r.delim, r.line)
 
 
@@ -385,7 +385,7 @@ _EXAMPLE_READERS = {"mmlu": _mmlu_example, "mc": _mc_example, "hellaswag": _hell
                     "perplexity": _perplexity_example, "cloze": _cloze_example}
 
 
-def rows_to_examples(path: Path, rows: list[tuple[int, object]], fmt: str, opts: dict) -> list[Example]:
+def rows_to_examples(path: Path, rows: list[tuple[int, Any]], fmt: str, opts: dict) -> list[Example]:
     """Examples of `rows`, all in format `fmt`; `opts` are the YAML settings (see the module doc).
 
     Raises:

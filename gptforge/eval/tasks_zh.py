@@ -53,7 +53,7 @@ def header_rows(path: Path, rows: list[tuple[int, list[str]]], fmt: str) -> list
         if len(cells) != len(header):
             raise InputError(f"{path}, line {line}: {len(cells)} cells, but the header has {len(header)} "
                              f"({','.join(header)})")
-        out.append((line, dict(zip(header, cells))))
+        out.append((line, dict(zip(header, cells, strict=True))))
     return out
 
 

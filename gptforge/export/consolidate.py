@@ -9,7 +9,7 @@ import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 
 @dataclass
@@ -81,7 +81,7 @@ def write_consolidated(ckpt: Path, out: Path, fmt: str) -> dict:
             from torch.distributed.checkpoint.format_utils import dcp_to_torch_save
 
             dcp_to_torch_save(str(ckpt), str(tmp))
-            summary = {"format": "torch"}
+            summary: dict[str, Any] = {"format": "torch"}
         else:
             from safetensors.torch import save_file
 

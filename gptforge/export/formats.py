@@ -23,6 +23,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Literal, Optional
 
 if TYPE_CHECKING:
+    from gptforge.model.gpt import GPT
+
+if TYPE_CHECKING:
     import torch
 
 
@@ -124,7 +127,7 @@ def _torch_dtype(dtype: str | None) -> torch.dtype | None:
     return DTYPES[dtype] if dtype else None
 
 
-def _load(opts: ExportOptions, dtype: torch.dtype) -> tuple[torch.nn.Module, dict]:
+def _load(opts: ExportOptions, dtype: torch.dtype) -> tuple[GPT, dict]:
     """(model in `dtype`, sources with `tokenizer_dir` resolved from --tokenizer), with a progress bar."""
     from gptforge.export.common import load_source
     from gptforge.progress import progress

@@ -30,12 +30,16 @@ from __future__ import annotations
 import json
 import warnings
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
 
 from gptforge.errors import InputError
 from gptforge.progress import progress as show_progress
+
+if TYPE_CHECKING:
+    from gptforge.model.gpt import GPT
 
 GGUF_DTYPES = ("f32", "f16", "bf16")
 GGUF_QUANTS = ("q8_0", "q4_0")
@@ -173,7 +177,7 @@ def chat_template(tokenizer_dir: Path) -> str | None:
     return template if isinstance(template, str) and template else None
 
 
-def gguf_tensors(model: torch.nn.Module) -> list[tuple[str, torch.Tensor]]:
+def gguf_tensors(model: GPT) -> list[tuple[str, torch.Tensor]]:
     """(GGUF name, tensor in GGUF row order) for every weight of GPT `model`, in file order.
 
     llama: token_embd, blk.N.{attn_norm, attn_q, attn_k, attn_v, attn_output, ffn_norm, ffn_gate,
@@ -204,7 +208,7 @@ def gguf_tensors(model: torch.nn.Module) -> list[tuple[str, torch.Tensor]]:
             out.append((b + "attn_norm.weight", sd[p + "norm_1.weight"]))
             out.append((b + "attn_norm.bias", bias(p + "norm_1.bias", cfg.d_model)))
             out.append((b + "attn_qkv.weight", torch.cat([q, k, v])))
-            qkv_b = [bias(p + f"attn.{x}_proj.bias", w.shape[0]) for x, w in zip("qkv", (q, k, v))]
+            qkv_b = [bias(p + f"attn.{x}_proj.bias", w.shape[0]) for x, w in zip("qkv", (q, k, v), strict=True)]
             out.append((b + "attn_qkv.bias", torch.cat(qkv_b)))
             out.append((b + "attn_output.weight", sd[p + "attn.o_proj.weight"]))
             out.append((b + "attn_output.bias", bias(p + "attn.o_proj.bias", cfg.d_model)))
@@ -272,7 +276,7 @@ def file_type(dtype: str, quantize: str | None):
     return {"f32": F.ALL_F32, "f16": F.MOSTLY_F16, "bf16": F.MOSTLY_BF16}[dtype]
 
 
-def write_gguf(model: torch.nn.Module, tokenizer_dir: Path | None, path: str | Path, dtype: str = "f16",
+def write_gguf(model: GPT, tokenizer_dir: Path | None, path: str | Path, dtype: str = "f16",
                quantize: str | None = None, name: str = "gptforge", approximate_gelu: bool = True,
                warn=None) -> Path:
     """Write GPT `model` and its tokenizer as the GGUF file `path`.

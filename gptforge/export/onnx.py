@@ -29,12 +29,16 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import torch
 import torch.nn as nn
 
 from gptforge.errors import InputError
 from gptforge.progress import progress as show_progress
+
+if TYPE_CHECKING:
+    from gptforge.model.gpt import GPT
 
 OPSET = 18
 EXTERNAL_DATA_BYTES = int(1.8 * 2**30)
@@ -81,7 +85,7 @@ class DecoderWithPast(nn.Module):
     own blocks (the same code as `GPT.forward` with a KV cache).
     """
 
-    def __init__(self, model: nn.Module):
+    def __init__(self, model: GPT):
         super().__init__()
         self.model = model
 
@@ -139,7 +143,7 @@ def _name_dims(ir_model, spec: dict) -> None:
                 v.shape = None
 
 
-def export_onnx_graph(model: nn.Module, path: Path, dtype: torch.dtype = torch.float32) -> dict:
+def export_onnx_graph(model: GPT, path: Path, dtype: torch.dtype = torch.float32) -> dict:
     """Write the decoder graph of GPT `model` to the file `path` (weights above 2 GB go to
     `path`.data beside it); returns the `onnx_io.json` dict.
 
@@ -193,7 +197,7 @@ def quantize_int8(src: Path, dst: Path, external_data: bool = False) -> None:
     quantize_dynamic(str(src), str(dst), weight_type=QuantType.QInt8, use_external_data_format=external_data)
 
 
-def write_onnx_folder(model: nn.Module, sources: dict, folder: Path, dtype: torch.dtype = torch.float32,
+def write_onnx_folder(model: GPT, sources: dict, folder: Path, dtype: torch.dtype = torch.float32,
                       quantize: str | None = None) -> dict:
     """Write model.onnx, onnx_io.json, the tokenizer files and generation_config.json into the
     existing folder `folder`; returns the onnx_io.json dict. See `export_onnx`."""
@@ -232,7 +236,7 @@ def write_onnx_folder(model: nn.Module, sources: dict, folder: Path, dtype: torc
     return spec
 
 
-def export_onnx(model: nn.Module, sources: dict, out: str | Path, dtype: torch.dtype = torch.float32,
+def export_onnx(model: GPT, sources: dict, out: str | Path, dtype: torch.dtype = torch.float32,
                 quantize: str | None = None, overwrite: bool = False) -> Path:
     """Write an ONNX folder at `out` (staged, then renamed into place): model.onnx,
     onnx_io.json, tokenizer files, generation_config.json.
@@ -310,7 +314,7 @@ class OnnxDecoder:
             position_ids = np.broadcast_to(np.arange(P, P + T, dtype=np.int64), (B, T)).copy()
         names = [i.name for i in self.session.get_inputs()]
         feeds = dict(zip(names, [input_ids, np.asarray(attention_mask, np.int64),
-                                 np.asarray(position_ids, np.int64), *past]))
+                                 np.asarray(position_ids, np.int64), *past], strict=False))
         out = self.session.run(None, feeds)
         return out[0], out[1:]
 

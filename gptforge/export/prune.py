@@ -37,6 +37,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
+from typing import cast
 
 import torch
 import torch.nn.functional as F
@@ -45,7 +46,7 @@ from gptforge.config import ModelConfig, to_dict
 from gptforge.errors import InputError
 from gptforge.export.calibration import calibration_batches, read_split
 from gptforge.export.run_dir import write_run
-from gptforge.model.gpt import GPT
+from gptforge.model.gpt import GPT, Block
 from gptforge.progress import progress as show_progress
 
 
@@ -114,7 +115,8 @@ def activation_importance(model: GPT, batches: list[torch.Tensor], progress: boo
             cos_sum[l] += F.cosine_similarity(args[0].float(), out.float(), dim=-1).sum()
         return hook
 
-    for l, block in enumerate(model.blocks):
+    for l, blk in enumerate(model.blocks):
+        block = cast(Block, blk)
         hooks.append(block.attn.o_proj.register_forward_pre_hook(on_o_proj(l)))
         hooks.append(block.mlp.down_proj.register_forward_pre_hook(on_down(l)))
         hooks.append(block.norm_1.register_forward_hook(on_norm))

@@ -19,6 +19,7 @@ from __future__ import annotations
 import json
 import tempfile
 from pathlib import Path
+from typing import Any, cast
 
 import torch
 
@@ -38,7 +39,7 @@ def quantized_bits(model: torch.nn.Module, names: list[str]) -> tuple[int, int]:
     bits = weights = 0
     for name in names:
         m = model.get_submodule(name)
-        weights += int(m.quantized_numel)
+        weights += int(cast(Any, m).quantized_numel)  # every quantized layer type has quantized_numel
         bits += 8 * sum(b.numel() * b.element_size() for b in m.buffers(recurse=False))
     return bits, weights
 

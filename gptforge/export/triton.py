@@ -16,10 +16,14 @@ at the same past length).
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import torch
 
 from gptforge.errors import InputError
+
+if TYPE_CHECKING:
+    from gptforge.model.gpt import GPT
 
 TRITON_TYPES = {"int64": "TYPE_INT64", "float32": "TYPE_FP32", "float16": "TYPE_FP16"}
 INSTANCE_KINDS = ("KIND_AUTO", "KIND_CPU", "KIND_GPU")
@@ -78,7 +82,7 @@ step; `{name}/1/onnx_io.json` lists every tensor with its dims. Check the model 
 """
 
 
-def export_triton(model: torch.nn.Module, sources: dict, out: str | Path, name: str = "gptforge",
+def export_triton(model: GPT, sources: dict, out: str | Path, name: str = "gptforge",
                   dtype: torch.dtype = torch.float32, quantize: str | None = None, overwrite: bool = False,
                   max_batch_size: int = 8, instances: int = 1, kind: str = "KIND_AUTO") -> Path:
     """Write a Triton model repository at `out` (staged, then renamed into place).

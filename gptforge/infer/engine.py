@@ -49,7 +49,8 @@ class SlotKVCache:
         self.k = torch.zeros(n_slots, n_kv_head, max_len, head_dim, device=device, dtype=dtype)
         self.v = torch.zeros_like(self.k)
         self.pos = 0  # unused: the engine always passes position ids
-        self.slots = self.lengths = None
+        self.slots: torch.Tensor | None = None
+        self.lengths: torch.Tensor | None = None
         self.leading = 0
 
     def bind(self, slots: torch.Tensor, lengths: torch.Tensor, leading: int = 0, uniform: int | None = None) -> None:
@@ -160,7 +161,7 @@ def _logprob_entry(logp_row: torch.Tensor, token_id: int, n: int) -> TokenLogpro
     top = []
     if n > 0:
         vals, ids = torch.topk(logp_row, min(n, logp_row.numel()))
-        top = list(zip(ids.tolist(), vals.tolist()))
+        top = list(zip(ids.tolist(), vals.tolist(), strict=True))
     return TokenLogprob(token_id, float(logp_row[token_id]), top)
 
 

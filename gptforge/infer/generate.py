@@ -84,7 +84,7 @@ def padded_batch(rows: Sequence[Sequence[int]], device) -> tuple[torch.Tensor, t
     """
     W = max(len(r) for r in rows)
     pads = [W - len(r) for r in rows]
-    idx = torch.tensor([[0] * p + list(r) for p, r in zip(pads, rows)], dtype=torch.long, device=device)
+    idx = torch.tensor([[0] * p + list(r) for p, r in zip(pads, rows, strict=True)], dtype=torch.long, device=device)
     if not any(pads):
         return idx, None, None, pads
     pad = torch.tensor(pads, device=device)[:, None]  # (B, 1)
@@ -183,10 +183,10 @@ def generate_batch(model: GPT, prompts: Sequence[Sequence[int]], max_new_tokens:
     done = [False] * len(prompts)
     caches, pads = None, None
     for _ in range(max_new_tokens):
-        new_starts = [slide_window(s, len(t), block) for s, t in zip(starts, tokens)]
+        new_starts = [slide_window(s, len(t), block) for s, t in zip(starts, tokens, strict=True)]
         if not use_cache or caches is None or new_starts != starts:
             starts = new_starts
-            idx, pos, mask, pads = padded_batch([t[s:] for s, t in zip(starts, tokens)], device)
+            idx, pos, mask, pads = padded_batch([t[s:] for s, t in zip(starts, tokens, strict=True)], device)
             if use_cache:
                 caches = model.make_caches(len(tokens))
             logits = forward(idx, position_ids=pos, attn_mask=mask, caches=caches, last_only=True)
@@ -216,7 +216,7 @@ def _decode_inputs(tokens: list[list[int]], starts: list[int], pads: list[int], 
     last = torch.tensor([[t[-1]] for t in tokens], dtype=torch.long, device=device)
     if not any(pads):
         return last, None, None
-    lengths = [len(t) - s for s, t in zip(starts, tokens)]
+    lengths = [len(t) - s for s, t in zip(starts, tokens, strict=True)]
     pos = torch.tensor([[n - 1] for n in lengths], device=device)
     S = cache_len + 1
     pad = torch.tensor(pads, device=device)[:, None]

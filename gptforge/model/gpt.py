@@ -155,7 +155,7 @@ class Attention(nn.Module):
         self.k_proj = nn.Linear(cfg.d_model, cfg.n_kv_head * cfg.head_dim, bias=cfg.qkv_bias)
         self.v_proj = nn.Linear(cfg.d_model, cfg.n_kv_head * cfg.head_dim, bias=cfg.qkv_bias)
         self.o_proj = nn.Linear(cfg.n_head * cfg.head_dim, cfg.d_model, bias=cfg.bias)
-        self.o_proj.is_residual_proj = True
+        self.o_proj.is_residual_proj = True  # type: ignore[assignment]  # a plain flag _init_weights reads
         self.dropout = cfg.dropout
         self.resid_dropout = nn.Dropout(cfg.dropout)
         self.use_rope = cfg.arch == "llama"
@@ -245,7 +245,7 @@ class MLP(nn.Module):
             self.gate_proj = nn.Linear(cfg.d_model, cfg.d_ff, bias=cfg.bias)
         self.up_proj = nn.Linear(cfg.d_model, cfg.d_ff, bias=cfg.bias)
         self.down_proj = nn.Linear(cfg.d_ff, cfg.d_model, bias=cfg.bias)
-        self.down_proj.is_residual_proj = True
+        self.down_proj.is_residual_proj = True  # type: ignore[assignment]  # a plain flag _init_weights reads
         self.dropout = nn.Dropout(cfg.dropout)
 
     def forward(self, x):
@@ -258,7 +258,7 @@ class MLP(nn.Module):
         return self.dropout(self.down_proj(h))
 
 
-def _norm(cfg: ModelConfig) -> nn.Module:
+def _norm(cfg: ModelConfig) -> RMSNorm | nn.LayerNorm:
     if cfg.arch == "llama":
         return RMSNorm(cfg.d_model, cfg.norm_eps)
     return nn.LayerNorm(cfg.d_model, eps=cfg.norm_eps, bias=cfg.bias)

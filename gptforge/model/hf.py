@@ -217,7 +217,7 @@ def check_exportable(cfg: ModelConfig) -> None:
         UnsupportedHFConfig: naming `model.<option>` and what to do.
     """
     cfg = cfg.resolved()
-    bad = []
+    bad: list[tuple[str, Any, str]] = []
     if cfg.logit_softcap:
         bad.append(("logit_softcap", cfg.logit_softcap, "no exported architecture caps the final logits here"))
     if cfg.value_embeddings:

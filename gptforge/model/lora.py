@@ -21,6 +21,7 @@ import os
 import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import torch
 import torch.nn as nn
@@ -81,7 +82,7 @@ class LoRALinear(nn.Linear):
         for attr in ("is_residual_proj",):
             if hasattr(base, attr):
                 setattr(self, attr, getattr(base, attr))
-        kw = dict(device=base.weight.device, dtype=base.weight.dtype)
+        kw: dict[str, Any] = dict(device=base.weight.device, dtype=base.weight.dtype)
         self.lora_A = nn.Parameter(torch.empty(rank, base.in_features, **kw))
         self.lora_B = nn.Parameter(torch.zeros(base.out_features, rank, **kw))
         nn.init.kaiming_uniform_(self.lora_A, a=math.sqrt(5))
@@ -208,7 +209,8 @@ def peft_adapter_state(model: nn.Module, model_cfg: ModelConfig) -> tuple[dict[s
             blk = f"blocks.{i}."
             parts = [(p, layers.get(blk + f"attn.{p}")) for p in ("q_proj", "k_proj", "v_proj")]
             if any(m is not None for _, m in parts):
-                As, Bs = [], []
+                As: list[torch.Tensor] = []
+                Bs: list[torch.Tensor] = []
                 for p, m in parts:
                     width = cfg.d_model  # every head is a full head in HF GPT-2
                     if m is None:

@@ -158,6 +158,8 @@ class Linear4bit(nn.Module):
     in nn.Linear, so state-dict names other than the weight's are unchanged.
     """
 
+    weight_4bit: torch.Tensor
+
     def __init__(self, in_features: int, out_features: int, bias: bool, qcfg: QuantConfig,
                  device: torch.device | str | None = None, bias_dtype: torch.dtype = torch.float32):
         super().__init__()
@@ -338,7 +340,7 @@ def apply_qlora(model: nn.Module, lora_cfg: LoRAConfig, qcfg: QuantConfig, devic
                       bias_dtype=bias.dtype if bias is not None else torch.float32)
         if hasattr(module, "is_residual_proj"):
             new.is_residual_proj = module.is_residual_proj
-        if cls is LoRALinear4bit:
+        if isinstance(new, LoRALinear4bit):
             new.add_adapter(lora_cfg.rank, lora_cfg.alpha, lora_cfg.dropout, module.weight.dtype, module.weight.device)
             done.append(name)
         setattr(model.get_submodule(parent_name), leaf, new)

@@ -29,6 +29,7 @@ builds the empty layers a checkpoint then fills.
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
+from typing import cast
 
 import torch
 import torch.nn as nn
@@ -74,6 +75,10 @@ class Int8Linear(nn.Module):
 
     Buffers: weight_int8 int8 (out, in), weight_scale fp32 (out,); `bias` a frozen parameter.
     """
+
+    weight_int8: torch.Tensor
+    weight_scale: torch.Tensor
+    bias: nn.Parameter | None
 
     def __init__(self, in_features: int, out_features: int, bias: bool, device=None,
                  bias_dtype: torch.dtype = torch.float32):
@@ -174,6 +179,12 @@ class Int4Linear(nn.Module):
     (out, in / g). forward: x (..., in) -> (..., out) with the weight dequantized to x's dtype.
     """
 
+    weight_packed: torch.Tensor
+    weight_scale: torch.Tensor
+    weight_zero: torch.Tensor
+    bias: nn.Parameter | None
+    _kernel_weight: tuple[torch.Tensor, torch.Tensor] | None
+
     def __init__(self, in_features: int, out_features: int, bias: bool, group_size: int, device=None,
                  bias_dtype: torch.dtype = torch.float32):
         super().__init__()
@@ -250,6 +261,9 @@ class Int8Embedding(nn.Module):
     Buffers: weight_int8 int8 (V, C), weight_scale fp32 (V,).
     """
 
+    weight_int8: torch.Tensor
+    weight_scale: torch.Tensor
+
     def __init__(self, num_embeddings: int, embedding_dim: int, device=None):
         super().__init__()
         self.num_embeddings, self.embedding_dim = num_embeddings, embedding_dim
@@ -324,23 +338,22 @@ def quantize_model(model: nn.Module, spec: QuantSpec, allocate_only: bool = Fals
         raise ValueError("this model is already quantized; quantize the original run instead")
     names = quantized_linear_names(model, spec)
     if spec.method == "int4":  # (bitsandbytes' nf4 blocks run over the flattened weight)
-        bad = sorted({model.get_submodule(n).in_features for n in names
-                      if model.get_submodule(n).in_features % spec.group_size})
+        widths = {cast(nn.Linear, model.get_submodule(n)).in_features for n in names}
+        bad = sorted(w for w in widths if w % spec.group_size)
         if bad:
-            widths = {model.get_submodule(n).in_features for n in names}
             fits = [g for g in (256, 128, 64, 32, 16, 8) if all(w % g == 0 for w in widths)]
             hint = f"the largest group size that divides them all is {fits[0]}" if fits else "no power of two from 8 up divides them all"
             raise ValueError(f"--group-size {spec.group_size} does not divide the input width(s) {bad} of this "
                              f"model's linear layers; {hint}")
     for name in names:
         parent_name, leaf = name.rsplit(".", 1) if "." in name else ("", name)
-        lin = model.get_submodule(name)
+        lin = cast(nn.Linear, model.get_submodule(name))  # quantized_linear_names lists nn.Linear layers
         new = _linear_for(lin, spec, allocate_only)
         if hasattr(lin, "is_residual_proj"):
             new.is_residual_proj = lin.is_residual_proj
         setattr(model.get_submodule(parent_name) if parent_name else model, leaf, new)
     if spec.quantize_embeddings:
-        emb = model.wte
+        emb = cast(nn.Embedding, model.wte)
         model.wte = Int8Embedding(emb.num_embeddings, emb.embedding_dim, emb.weight.device) if allocate_only \
             else Int8Embedding.from_embedding(emb)
         names.append("wte")

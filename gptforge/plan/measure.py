@@ -87,7 +87,7 @@ def measure_step(model_cfg: ModelConfig, train_cfg: TrainConfig, parallel_cfg: P
         apply_activation_checkpointing(model, train_cfg.activation_checkpointing, preserve_rng_state=False)
         params = list(model.parameters())
         if train_cfg.optimizer == "adamw":
-            opt = torch.optim.AdamW(params, lr=1e-4, fused=True)
+            opt: torch.optim.Optimizer = torch.optim.AdamW(params, lr=1e-4, fused=True)
         else:
             opt = torch.optim.SGD(params, lr=1e-4, momentum=0.9)
         # Steady state: optimizer states exist before the step, as from the second step on.

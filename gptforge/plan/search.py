@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from gptforge.config import ModelConfig, ParallelConfig, TrainConfig
+from gptforge.config import ModelConfig, Offload, ParallelConfig, TrainConfig
 from gptforge.errors import InputError
 from gptforge.plan.flops import flops_per_token
 from gptforge.plan.hardware import GPU
@@ -85,7 +85,8 @@ def recommend(model: ModelConfig, train: TrainConfig, gpu: GPU, num_gpus: int, t
     f = flops_per_token(cfg, n)
     gbs = global_batch_sequences or train.micro_batch_size * train.gradient_accumulation_steps * num_gpus
     found: list[Candidate] = []
-    for offloads in (("none",), ("optimizer", "optimizer+params")):
+    offload_tiers: tuple[tuple[Offload, ...], ...] = (("none",), ("optimizer", "optimizer+params"))
+    for offloads in offload_tiers:
         for tp in [d for d in _divisors(num_gpus) if d <= 8 and cfg.n_head % d == 0 and cfg.d_ff % d == 0]:
             for pp in [d for d in _divisors(num_gpus // tp) if d <= cfg.n_layer and d <= 16]:
                 dp = num_gpus // (tp * pp)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import sys
 
-from gptforge.config import ModelConfig, ParallelConfig, TrainConfig
+from gptforge.config import Checkpointing, ModelConfig, ParallelConfig, Precision, TrainConfig
 from gptforge.plan.hardware import GPUS
 from gptforge.plan.memory import estimate_memory
 from gptforge.plan.params import param_count
@@ -21,11 +21,11 @@ SINGLE_GPUS = ["t4", "rtx4090", "a100-40g", "l40s", "a100-80g", "h100-sxm", "h20
 MICRO_BATCHES = [1, 2, 4, 8, 16, 32, 64]
 
 
-def _precision_for(gpu: str) -> str:
+def _precision_for(gpu: str) -> Precision:
     return "bf16" if GPUS[gpu].bf16_tflops else "fp16"
 
 
-def largest_micro_batch(model: str, gpu: str, checkpointing: str, parallel: ParallelConfig | None = None) -> int:
+def largest_micro_batch(model: str, gpu: str, checkpointing: Checkpointing, parallel: ParallelConfig | None = None) -> int:
     """Largest micro-batch (of MICRO_BATCHES) whose predicted total fits the GPU; 0 when none does."""
     best = 0
     for mb in MICRO_BATCHES:
@@ -39,7 +39,7 @@ def largest_micro_batch(model: str, gpu: str, checkpointing: str, parallel: Para
     return best
 
 
-def min_gpus_zero3(model: str, gpu: str, checkpointing: str = "full", max_gpus: int = 512) -> int:
+def min_gpus_zero3(model: str, gpu: str, checkpointing: Checkpointing = "full", max_gpus: int = 512) -> int:
     """Fewest GPUs (power of two) on which FSDP2/ZeRO-3 at micro-batch 1 fits; 0 beyond max_gpus."""
     n = 1
     cfg = ModelConfig(preset=model).resolved()

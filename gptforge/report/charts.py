@@ -234,7 +234,7 @@ def _stage_marks(fig: go.Figure, runs: list[RunData]) -> go.Figure:
 def sources_chart(runs: list[RunData]) -> go.Figure | None:
     """A mixture's val loss per source (val/NAME/loss), one curve per (run, source)."""
     fig = go.Figure()
-    for i, run in enumerate(runs):
+    for run in runs:
         for key in sorted(k for k in run.metric_keys() if k.startswith("val/") and k.endswith("/loss")):
             xs, ys = run.series(key)
             fig.add_trace(go.Scatter(x=xs, y=ys, mode="lines+markers", name=_name(runs, run, key[4:-5]),

@@ -353,7 +353,7 @@ def _mixture_html(runs: list[RunData]) -> str:
         head = "".join(f"<th>stage {k + 1} (to step {st['until_step']:,})</th>" for k, st in enumerate(stages))
         rows = []
         for name, w in weights.items():
-            last = next((r for r in reversed(run.rows) if f"data/{name}/tokens_seen" in r), {})
+            last: dict[str, Any] = next((r for r in reversed(run.rows) if f"data/{name}/tokens_seen" in r), {})
             seen, epoch = int(last.get(f"data/{name}/tokens_seen") or 0), last.get(f"data/{name}/epoch")
             cells = "".join(f"<td>{st['data_weights'].get(name, 0):.3f}</td>" for st in stages)
             rows.append(f"<tr><td>{_e(name)}</td>{cells}<td>{w:.3f}</td><td>{seen:,}</td>"
@@ -396,7 +396,7 @@ def render_report(runs: list[RunData], out_dir: Path | None = None, stopped: str
         parts.append("<div class=warn id=problems><b>Missing or damaged inputs</b><ul>"
                      + "".join(f"<li>{_e(p)}</li>" for p in problems) + "</ul></div>")
     parts.append("<h2>Summary</h2><div class=cards>" + "".join(
-        _summary_card(r, s, i, color(i)) for i, (r, s) in enumerate(zip(runs, summaries))) + "</div>")
+        _summary_card(r, s, i, color(i)) for i, (r, s) in enumerate(zip(runs, summaries, strict=True))) + "</div>")
     if len(runs) > 1:
         parts.append("<h2>Config differences</h2>" + _config_diff_html(runs))
     charts = all_charts(runs)
@@ -447,7 +447,7 @@ def write_report(run_dirs: list[str | Path], out: str | Path, stopped: str | Non
             raise InputError(f"{p} is a shard folder from `gptforge prepare` (its report.html is the curation "
                              "report), not a run directory: give the --out folder of pretrain / finetune")
     names = [p.resolve().name for p in paths]
-    labels = [(f"{p.resolve().parent.name}/{n}" if names.count(n) > 1 else n) for p, n in zip(paths, names)]
+    labels = [(f"{p.resolve().parent.name}/{n}" if names.count(n) > 1 else n) for p, n in zip(paths, names, strict=True)]
     for p in paths:
         require_run_dir(p)  # before the progress lines start
     if not any(has_run_files(p) for p in paths):
@@ -456,7 +456,7 @@ def write_report(run_dirs: list[str | Path], out: str | Path, stopped: str | Non
     out = Path(out)
     with show_progress("report", len(paths) + 1, "steps", info=f"reading {labels[0]}", enabled=progress) as bar:
         runs = []
-        for i, (p, label) in enumerate(zip(paths, labels)):
+        for i, (p, label) in enumerate(zip(paths, labels, strict=True)):
             runs.append(load_run(p, label))
             bar.advance(info=f"reading {labels[i + 1]}" if i + 1 < len(labels) else "building the page")
         out.parent.mkdir(parents=True, exist_ok=True)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import cast
+
 from torch import nn
 from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import (
     checkpoint_wrapper,
@@ -24,6 +26,6 @@ def apply_activation_checkpointing(model: nn.Module, mode: str, preserve_rng_sta
         return
     if mode not in ("full", "selective"):
         raise ValueError(f"train.activation_checkpointing: unknown mode {mode!r} (none, selective, full)")
-    for name, block in list(model.blocks.named_children()):
+    for name, block in list(cast(nn.Module, model.blocks).named_children()):
         if mode == "full" or int(name) % 2 == 0:
             setattr(model.blocks, name, checkpoint_wrapper(block, preserve_rng_state=preserve_rng_state))

@@ -66,6 +66,7 @@ def save_adapter_from_checkpoint(step: Path, out_dir: Path, base_model: str | No
         ValueError: the checkpoint holds no adapters.
     """
     import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.metadata import TensorStorageMetadata
 
     from gptforge.model.gpt import GPT
 
@@ -76,7 +77,8 @@ def save_adapter_from_checkpoint(step: Path, out_dir: Path, base_model: str | No
         raise ValueError(f"{step}: no LoRA adapters in this checkpoint (a full fine-tune: use convert --to-hf)")
     doc = _checkpoint_doc(step)
     mc = from_dict(ModelConfig, {k: v for k, v in doc["model"].items() if v is not None}, "model.").resolved()
-    wanted = {k: (tuple(v.size), v.properties.dtype) for k, v in meta.items() if k.endswith((".lora_A", ".lora_B"))}
+    wanted = {k: (tuple(v.size), v.properties.dtype) for k, v in meta.items()
+              if k.endswith((".lora_A", ".lora_B")) and isinstance(v, TensorStorageMetadata)}
     tensors = _read_tensors(step, wanted)
     prefix = next(k[: k.index("blocks.")] for k in tensors)
     with torch.device("meta"):

@@ -123,7 +123,7 @@ def _dcp_state(model: torch.nn.Module, optimizer: torch.optim.Optimizer | None) 
     from torch.distributed.checkpoint.state_dict import get_state_dict
 
     model_sd, optim_sd = get_state_dict(model, optimizer if optimizer is not None else [], options=_options())
-    state = {"model": model_sd}
+    state: dict[str, Any] = {"model": model_sd}
     if optimizer is not None:
         state["optim"] = optim_sd
     return state
@@ -229,7 +229,7 @@ def _gather_rank_facts(saved: dict[str, Any], consolidated: bool | None) -> tupl
     model_sd = saved["model"]
     signature = whole_signature(model_sd) if consolidated is not False else None
     mine = (rng_state(), signature, tensor_bytes(saved.get("optim", {})))
-    gathered = [None] * (dist.get_world_size() if dist.is_initialized() else 1)
+    gathered: list[Any] = [None] * (dist.get_world_size() if dist.is_initialized() else 1)
     if dist.is_initialized():
         dist.all_gather_object(gathered, mine)
     else:

@@ -5,8 +5,11 @@ from __future__ import annotations
 import contextlib
 import os
 import time
+from typing import cast
 
 import torch
+
+from gptforge.config import Precision
 
 AUTOCAST_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
 
@@ -86,7 +89,7 @@ SLOW_BF16_FACTOR = 0.5
 """An explicit bf16 on a CPU whose bf16 matmuls run below this share of fp32's gets a warning."""
 
 
-def resolve_precision(precision: str, device: torch.device, log=None) -> str:
+def resolve_precision(precision: Precision, device: torch.device, log=None) -> Precision:
     """The precision a run trains in: `auto` -> what is fast on `device`, else `precision` itself.
 
     auto: on CUDA bf16 where the GPU supports it, else fp32 (fp16 needs a loss scaler and is
@@ -100,13 +103,13 @@ def resolve_precision(precision: str, device: torch.device, log=None) -> str:
     say = log or (lambda m: None)
     if precision == "auto":
         if pinned:
-            return pinned
+            return cast(Precision, pinned)  # the tests' pin (GPTFORGE_AUTO_PRECISION), taken as given
         if device.type == "cuda":
             return "bf16" if torch.cuda.is_bf16_supported() else "fp32"
         if device.type != "cpu":
             return "fp32"
         fp32, bf16 = cpu_matmul_peak(torch.float32), cpu_matmul_peak(torch.bfloat16)
-        chosen = "bf16" if bf16 > 1.2 * fp32 else "fp32"
+        chosen: Precision = "bf16" if bf16 > 1.2 * fp32 else "fp32"
         say(f"train.precision auto -> {chosen}: CPU matmul peak bf16 {bf16 / 1e9:,.1f} vs fp32 {fp32 / 1e9:,.1f} "
             "GFLOP/s")
         return chosen

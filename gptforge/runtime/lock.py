@@ -39,7 +39,7 @@ from gptforge.errors import GptforgeError
 try:  # POSIX
     import fcntl
 except ImportError:  # pragma: no cover - Windows
-    fcntl = None  # type: ignore[assignment]
+    fcntl = None
 
 log = logging.getLogger("gptforge")
 

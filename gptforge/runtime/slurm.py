@@ -7,7 +7,7 @@ from __future__ import annotations
 import shlex
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Optional
+from typing import Any, Optional
 
 from gptforge.errors import InputError
 
@@ -66,7 +66,7 @@ def check_world_size(cmd: list[str], world: int, unit: str = "GPUs") -> None:
     """
     from gptforge.config import ParallelConfig
 
-    given = {n: _degree(cmd, n) for n in PARALLEL_DEGREES}
+    given: dict[str, Any] = {n: _degree(cmd, n) for n in PARALLEL_DEGREES}
     pc = ParallelConfig(**{n: v for n, v in given.items() if v is not None})
     shown = " x ".join(f"{n} {getattr(pc, n)}" for n in PARALLEL_DEGREES)
     try:

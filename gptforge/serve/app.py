@@ -98,10 +98,11 @@ def create_app(model, tokenizer_file: str | Path, cfg: ServeConfig | None = None
     app.state.server = srv
     for module in (completions, chat, info):
         app.include_router(module.router)
-    app.add_exception_handler(APIError, _api_error)
-    app.add_exception_handler(StarletteHTTPException, _http_error)
+    # Starlette types a handler as taking any Exception; each of these takes the class it is registered for.
+    app.add_exception_handler(APIError, _api_error)  # type: ignore[arg-type]
+    app.add_exception_handler(StarletteHTTPException, _http_error)  # type: ignore[arg-type]
     app.middleware("http")(_guard)
-    app.openapi = lambda: openapi(app)
+    app.openapi = lambda: openapi(app)  # type: ignore[method-assign]  # FastAPI's documented override
     return app
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import time
 import uuid
+from typing import Any
 
 from fastapi import APIRouter, Request
 from fastapi.responses import Response
@@ -39,7 +40,7 @@ class CompletionCall:
         """OpenAI completions logprobs of (token id, TokenLogprob or None) entries: tokens,
         token_logprobs, top_logprobs, text_offset (characters, from offset0)."""
         piece = self.srv.piece
-        out = {"tokens": [], "token_logprobs": [], "top_logprobs": [], "text_offset": []}
+        out: dict[str, list[Any]] = {"tokens": [], "token_logprobs": [], "top_logprobs": [], "text_offset": []}
         offset = offset0
         for token_id, lp in entries:
             text = piece(token_id)
@@ -51,7 +52,7 @@ class CompletionCall:
         return out
 
     def echo_entries(self, j: int, ev) -> list:
-        return list(zip(self.jobs[j][0], ev.prompt_logprobs)) if ev.prompt_logprobs is not None else []
+        return list(zip(self.jobs[j][0], ev.prompt_logprobs, strict=False)) if ev.prompt_logprobs is not None else []
 
     def prompt_text(self, j: int) -> str:
         return self.srv.tok.decode(self.jobs[j][0])

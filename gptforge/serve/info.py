@@ -12,6 +12,7 @@ from gptforge.serve.protocol import (
     APIError,
     DetokenizeRequest,
     DetokenizeResponse,
+    ModelCard,
     ModelList,
     TokenizeRequest,
     TokenizeResponse,
@@ -48,8 +49,8 @@ async def metrics(request: Request) -> Response:
 async def models(request: Request) -> Response:
     """The one model this server serves, with its context length."""
     srv = _server(request)
-    return srv.ok("/v1/models", ModelList(data=[{
-        "id": srv.cfg.model_name, "created": srv.created, "owned_by": "gptforge", "max_model_len": srv.max_model_len}]))
+    return srv.ok("/v1/models", ModelList(data=[ModelCard(
+        id=srv.cfg.model_name, created=srv.created, owned_by="gptforge", max_model_len=srv.max_model_len)]))
 
 
 @router.get("/tokenizer_info", response_class=Response, summary="The tokenizer",

@@ -14,6 +14,7 @@ import time
 import weakref
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from fastapi import Request
 from fastapi.responses import Response
@@ -110,7 +111,7 @@ class Submission:
         loop = asyncio.get_running_loop()
         self.srv, self.n = srv, len(jobs)
         self.queue: asyncio.Queue = asyncio.Queue()
-        self.seqs = []
+        self.seqs: list[Any] = []
         self._cancel = weakref.finalize(self, _cancel_all, srv.engine, self.seqs)
         queue = self.queue  # the callbacks must not hold `self`, or the finalizer never runs
 
@@ -304,7 +305,7 @@ class Server:
         from gptforge.data.chat import prompt_ids
 
         rendered = []
-        for j, m in enumerate(messages):
+        for m in messages:
             content = m.content
             if isinstance(content, list):
                 content = "".join(p.text for p in content)

@@ -92,7 +92,7 @@ def measure_compile(model_cfg: ModelConfig, train_cfg: TrainConfig, precision: s
     compiled_blocks = [torch.compile(b) for b in eager_blocks]
 
     def step(compiled: bool) -> float:
-        for n, b in zip(names, compiled_blocks if compiled else eager_blocks):
+        for n, b in zip(names, compiled_blocks if compiled else eager_blocks, strict=True):
             setattr(model.blocks, n, b)
         t0 = time.perf_counter()
         forward_backward(model, micro, divisor, device, precision)

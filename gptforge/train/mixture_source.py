@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
@@ -27,6 +27,9 @@ from gptforge.data.mixture import mixture_folders
 from gptforge.errors import InputError
 from gptforge.train.provenance import data_provenance
 from gptforge.train.sources import ShardSource, with_document_mask
+
+if TYPE_CHECKING:
+    from gptforge.data.mixture import MixtureSampler
 
 OVERALL_VAL = ("val_loss of a mixture: the token-weighted mean over the sources' val splits "
                "(sum of val tokens x mean loss per source / all val tokens)")
@@ -126,7 +129,7 @@ class MixtureSource:
         self.subs = {name: ShardSource(d, eval_steps=eval_steps, micro_batch_size=micro_batch_size, log=log)
                      for name, d in folders.items()}
         first_name, first = next(iter(self.subs.items()))
-        for name, sub in self.subs.items():
+        for sub in self.subs.values():
             a, b = first.meta.get("tokenizer_sha256"), sub.meta.get("tokenizer_sha256")
             if a != b or first.meta["vocab_size"] != sub.meta["vocab_size"]:
                 raise InputError(f"--data: the sources were tokenized with different tokenizers: {first.data_dir} "
@@ -140,7 +143,9 @@ class MixtureSource:
         self.tokenizer_file = tok if tok.exists() else first.tokenizer_file
         self.description = (f"a mixture of {len(self.subs)} sources ("
                             + ", ".join(f"{n}: {t:,} train tokens" for n, t in self.source_tokens.items()) + ")")
-        self.has_val, self.sampler, self.val_details = False, None, {}
+        self.has_val = False
+        self.sampler: MixtureSampler | None = None
+        self.val_details: dict[str, Any] = {}
         self.weights: dict[str, float] = {}
 
     def batches(self, block_size: int, tc, dp_rank: int, dp_size: int) -> MixtureBatches:

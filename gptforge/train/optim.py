@@ -24,7 +24,9 @@ def param_groups(model: torch.nn.Module, weight_decay: float) -> list[dict]:
 
 
 def _decay_groups(params, weight_decay: float) -> list[dict]:
-    decay, no_decay, seen = [], [], set()
+    decay: list[torch.Tensor] = []
+    no_decay: list[torch.Tensor] = []
+    seen: set[int] = set()
     for p in params:
         if not p.requires_grad or id(p) in seen:
             continue
@@ -72,8 +74,8 @@ def build_optimizer(model: torch.nn.Module, cfg: TrainConfig, device_type: str,
         return build_muon(model, cfg, device_type)
     groups = param_groups(model, cfg.weight_decay)
     if cfg.optimizer == "adamw":
-        cls = torch.optim.AdamW
-        kwargs = dict(lr=cfg.lr, betas=(cfg.beta1, cfg.beta2), eps=cfg.eps)
+        cls: type[torch.optim.Optimizer] | None = torch.optim.AdamW
+        kwargs: dict[str, Any] = dict(lr=cfg.lr, betas=(cfg.beta1, cfg.beta2), eps=cfg.eps)
         # Fused AdamW runs one kernel for all parameters; DTensor parameters (FSDP2/TP) use foreach.
         is_dtensor = any(type(p).__name__ == "DTensor" for g in groups for p in g["params"])
         if device_type in ("cuda", "cpu") and not is_dtensor:
@@ -133,7 +135,9 @@ def muon_split(model: torch.nn.Module) -> tuple[list[torch.nn.Parameter], list[t
         if isinstance(mod, torch.nn.Linear) and "blocks" in name.split(".") and mod.weight.requires_grad \
                 and mod.weight.dim() == 2:
             muon_ids.add(id(mod.weight))
-    muon, rest, seen = [], [], set()
+    muon: list[torch.nn.Parameter] = []
+    rest: list[torch.nn.Parameter] = []
+    seen: set[int] = set()
     for p in model.parameters():
         if not p.requires_grad or id(p) in seen:
             continue
@@ -218,7 +222,7 @@ class MuonAdamW(torch.optim.Optimizer):
             try:
                 self._muon.step()
             finally:
-                for g, lr in zip(self._muon.param_groups, saved):
+                for g, lr in zip(self._muon.param_groups, saved, strict=True):
                     g["lr"] = lr
         if self._adamw is not None:
             self._adamw.step()

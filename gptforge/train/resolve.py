@@ -22,12 +22,13 @@ from __future__ import annotations
 import dataclasses
 import time
 from dataclasses import dataclass
+from itertools import pairwise
 from pathlib import Path
 from typing import Any, Callable
 
 import yaml
 
-from gptforge.config import ModelConfig, ParallelConfig, RunConfig, TrainConfig, to_dict
+from gptforge.config import ModelConfig, ParallelConfig, Precision, RunConfig, TrainConfig, to_dict
 from gptforge.errors import InputError
 from gptforge.runtime import checkpoint as ckpt_lib
 from gptforge.train.compile_choice import CompileProbe
@@ -53,7 +54,7 @@ class Probes:
         lr / min_lr / warmup_steps / muon_lr win over the rules for fields unset now.
     """
 
-    precision: str
+    precision: Precision
     compile: bool
     compile_probe: CompileProbe | None = None
     step_seconds: float | None = None
@@ -111,7 +112,7 @@ class ResolvedRun:
         return run_config_yaml(as_asked, data, {"layout": dict(self.layout), **(extra or {})})
 
 
-def pre_resolve(cfg: RunConfig, dp_size: int, vocab_size: int, precision: str, saved_train: dict | None = None,
+def pre_resolve(cfg: RunConfig, dp_size: int, vocab_size: int, precision: Precision, saved_train: dict | None = None,
                 data_description: str = "the data") -> RunConfig:
     """Stage 1: the config the probes run on (model shape, batch, precision, size-aware lr).
 
@@ -257,7 +258,7 @@ def resolve_mixture(tc: TrainConfig, source_tokens: dict[str, int] | None, saved
     except ValueError as e:
         raise InputError(f"train.data_weights / train.stages: {e}") from None
     ends = [st["until_step"] for st in stages]
-    if any(b <= a for a, b in zip(ends, ends[1:])) or any(e < 1 for e in ends):
+    if any(b <= a for a, b in pairwise(ends)) or any(e < 1 for e in ends):
         raise InputError(f"train.stages: stage ends {ends} (steps) must increase and be >= 1")
     if resume_step and saved.get("data_weights"):
         stages = _continue_mixture(saved, weights, stages, resume_step, say)
@@ -278,7 +279,7 @@ def _continue_mixture(saved: dict, weights: dict, stages: list[dict], at: int, s
     old_w = saved["data_weights"]
     if same(old_w, weights) and len(old_stages) == len(stages) and all(
             a["until_step"] == b["until_step"] and same(a["data_weights"], b["data_weights"])
-            for a, b in zip(old_stages, stages)):
+            for a, b in zip(old_stages, stages, strict=True)):
         return stages
     kept = [dict(st) for st in old_stages if st["until_step"] <= at]
     if at > (kept[-1]["until_step"] if kept else 0):

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 import torch
 
@@ -19,6 +19,9 @@ from gptforge.train.mixture_source import open_source
 from gptforge.train.parallel import distributed as D
 from gptforge.train.sources import BatchSource
 from gptforge.train.trainer import Trainer, TrainResult
+
+if TYPE_CHECKING:
+    from gptforge.train.resolve import ResolvedRun
 
 __all__ = ["TrainResult", "start_processes", "train"]
 
@@ -83,6 +86,7 @@ def train(cfg: RunConfig, data_dir: str | Path | list, run_dir: str | Path, resu
         torch.set_num_threads(tc.num_threads)
     cfg, env, ds_config = start_processes(cfg)
     lock = None
+    advice_cfg: RunConfig | ResolvedRun = cfg
     try:
         if env.is_main:  # one writer per run directory: a second run or resume is refused, naming this one
             from gptforge.runtime.checkpoint import remove_partial_files
@@ -99,17 +103,17 @@ def train(cfg: RunConfig, data_dir: str | Path | list, run_dir: str | Path, resu
         except BaseException:
             source.close()
             raise
-        cfg = trainer.cfg  # resolved: vocabulary from the data, shape from the preset
+        advice_cfg = trainer.cfg  # resolved: vocabulary from the data, shape from the preset
         return trainer.train()
     except torch.OutOfMemoryError as e:
-        raise TrainingError(out_of_memory_advice(cfg, env.device)) from e
+        raise TrainingError(out_of_memory_advice(advice_cfg, env.device)) from e
     finally:
         if lock is not None:
             lock.release()
         D.shutdown(env)
 
 
-def out_of_memory_advice(cfg: RunConfig, device: torch.device) -> str:
+def out_of_memory_advice(cfg: RunConfig | ResolvedRun, device: torch.device) -> str:
     """The planner's predicted peak, the measured one and the cheapest changes that would fit."""
     from gptforge.plan.advice import out_of_memory_message
 

@@ -4,10 +4,14 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import torch
 
 from gptforge.atomic import atomic_write_text
+
+if TYPE_CHECKING:
+    from gptforge.model.gpt import GPT
 
 SAMPLE_PROMPTS = ("", "The ", "def ")
 """Fallback prompts of the end-of-run samples ("": from the end-of-text token), used when the
@@ -29,7 +33,7 @@ def sample_prompts(data_dir: Path | None, tok) -> tuple[str, list[tuple[str, lis
             [(p, tok.encode(p) if p else [tok.eos_id]) for p in SAMPLE_PROMPTS])
 
 
-def write_samples(run_dir: Path, model: torch.nn.Module, device: torch.device, data_dir: Path | None, step: int,
+def write_samples(run_dir: Path, model: GPT, device: torch.device, data_dir: Path | None, step: int,
                   max_new_tokens: int = 32) -> None:
     """RUN/samples.json: a greedy and a sampled continuation (temperature 0.8, seed 0) of each
     prompt of `sample_prompts` (its origin in "prompt_source"), for the run report; `step` is
@@ -57,7 +61,7 @@ def write_samples(run_dir: Path, model: torch.nn.Module, device: torch.device, d
                                  indent=2, ensure_ascii=False) + "\n")
 
 
-def write_run_end(run_dir: Path, stopped: str | None, model: torch.nn.Module | None, device: torch.device,
+def write_run_end(run_dir: Path, stopped: str | None, model: GPT | None, device: torch.device,
                   data_dir: Path | None, step: int) -> Path:
     """The end-of-run outputs of rank 0: samples.json (`write_samples`, when `model` is given) and
     the run report (gptforge.report.write_run_report), however the run ended.

@@ -10,12 +10,17 @@ shards from `gptforge prepare`: pretraining and continued pretraining) and
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import torch
 
 from gptforge.errors import InputError
 from gptforge.train.provenance import data_provenance
+
+if TYPE_CHECKING:
+    import numpy as np
+
+    from gptforge.data.loader import TokenStream
 
 
 class Batches(Protocol):
@@ -130,7 +135,10 @@ class ShardSource:
         tok = self.data_dir / "tokenizer.json"
         # With the model's own tokenizer given (fine-tuning), the run directory already holds it.
         self.tokenizer_file = tok if tok.exists() and tokenizer_json is None else None
-        self.train_stream = self.val_stream = self.val_offsets = self.document_mask_eos = None
+        self.train_stream: TokenStream | None = None
+        self.val_stream: TokenStream | None = None
+        self.val_offsets: np.ndarray | None = None
+        self.document_mask_eos: int | None = None
         self.has_val = False
         n = self.meta["splits"]["train"]["tokens"]
         self.description = f"{n:,} train tokens in {self.data_dir}" + (f", windows of {seq_len}" if seq_len else "")

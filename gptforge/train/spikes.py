@@ -35,6 +35,7 @@ from __future__ import annotations
 import math
 from collections import deque
 from dataclasses import asdict, dataclass
+from itertools import pairwise
 from typing import Any
 
 DIVERGENCE_MARGIN_NATS = 2.0
@@ -157,7 +158,7 @@ class SpikeDetector:
             if len(hist) >= self.min_history:
                 values = list(hist)
                 med = _median(values)
-                diffs = [b - a for a, b in zip(values, values[1:])]
+                diffs = [b - a for a, b in pairwise(values)]
                 dmed = _median(diffs)
                 mad = _median([abs(d - dmed) for d in diffs])
                 # A flat window (MAD 0) would make any change infinite: floor the scale.

@@ -22,7 +22,7 @@ import signal
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, cast
 
 import torch
 import yaml
@@ -220,7 +220,8 @@ class Trainer:
         def score() -> dict[str, float]:
             if not runs_here:
                 return {}
-            return log_items(evaluate_tasks(model, tok, tasks, self.device, self.engine.autocast_precision,
+            # par.core is the GPT itself (FSDP2 shards it in place; its class stays a GPT subclass)
+            return log_items(evaluate_tasks(cast(GPT, model), tok, tasks, self.device, self.engine.autocast_precision,
                                             limit=tc.eval_tasks_limit))
 
         return TaskEvaluator(score, tc.eval_interval, tc.max_steps, enabled=True)
@@ -236,7 +237,7 @@ class Trainer:
             apply_activation_checkpointing(model, tc.activation_checkpointing)
             if tc.compile:
                 apply_compile(model)
-            self.engine = DeepSpeedBackend(model, ds_config, tc.weight_decay, env)
+            self.engine: DeepSpeedBackend | TorchBackend = DeepSpeedBackend(model, ds_config, tc.weight_decay, env)
             self.par = Parallelized(module=self.engine.module, core=self.engine.core,
                                     zero_stage=self.engine.zero_stage)
         else:
@@ -364,7 +365,8 @@ class Trainer:
                 or a spike after train.max_rollbacks rollbacks (train.spike_action rollback).
         """
         tc, start = self.tc, self.state["step"]
-        self.stopped, self.last_loss = "max_steps", None
+        self.stopped = "max_steps"
+        self.last_loss: float | None = None
         try:
             with StopFlag() as stop:
                 self.stop_flag = stop
@@ -507,7 +509,7 @@ class Trainer:
         self.source.close()
         if self.main and self.tc.report and (self.run_dir / "metrics.jsonl").exists():
             # A sharded model (distributed, or no whole module on this rank) gets no samples.
-            whole = self.par.core if not self.env.distributed and self.par.module is not None else None
+            whole = cast(GPT, self.par.core) if not self.env.distributed and self.par.module is not None else None
             path = write_run_end(self.run_dir, getattr(self, "stopped", None), whole, self.device,
                                  getattr(self.source, "data_dir", None), self.state["step"])
             self.say(f"report: {path}")

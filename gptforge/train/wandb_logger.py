@@ -49,7 +49,7 @@ class WandbLogger:
         self.name = name or Path(run_dir).resolve().name
         self.mode, self.config = mode, config or {}
         self.run_id: str | None = None
-        self._run = None
+        self._run: Any = None  # a wandb Run once started (wandb is imported on first use)
         self.last_step: int | None = None
 
     @property

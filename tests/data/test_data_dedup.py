@@ -70,7 +70,7 @@ def test_detection_rates_match_datasketch_and_theory(stdlib_texts):
     per_level = 60
     for q in (0.02, 0.04, 0.06, 0.12):
         pairs = []
-        for k in range(per_level):
+        for _ in range(per_level):
             start = rng.randrange(len(source) - 250)
             ws = source[start:start + 250]
             pairs.append((" ".join(ws), " ".join(_variant(ws, q, rng, vocab))))
@@ -79,7 +79,7 @@ def test_detection_rates_match_datasketch_and_theory(stdlib_texts):
         ours = np.array([(bands[2 * k] == bands[2 * k + 1]).any() for k in range(per_level)])
         jac = []
         lsh_hits = []
-        for k, (a, b) in enumerate(pairs):
+        for a, b in pairs:
             sa, sb = set(shingles(a)), set(shingles(b))
             jac.append(len(sa & sb) / len(sa | sb))
             ma, mb = datasketch.MinHash(num_perm=112, seed=3), datasketch.MinHash(num_perm=112, seed=3)

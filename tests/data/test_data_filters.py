@@ -168,7 +168,7 @@ def _ref_dup(ws, n):
     for i, g in enumerate(grams):
         if counts[g] > 1:
             covered[i:i + n] = [True] * n
-    return sum(len(w) for w, c in zip(ws, covered) if c) / total
+    return sum(len(w) for w, c in zip(ws, covered, strict=True) if c) / total
 
 
 def test_vectorized_ngram_stats_equal_plain_python(stdlib_texts):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from itertools import pairwise
 
 import numpy as np
 import pytest
@@ -125,7 +126,7 @@ def test_byte_ranges_read_the_same_documents_and_ids(tmp_path, monkeypatch, stdl
     ranges = text_reader.separator_ranges(src, sep, 4000)
     assert len(ranges) > 5
     assert ranges[0][0] == 0 and ranges[-1][1] == len(raw) * 3
-    assert all(a[1] == b[0] for a, b in zip(ranges, ranges[1:]))  # contiguous
+    assert all(a[1] == b[0] for a, b in pairwise(ranges))  # contiguous
     whole, whole_stats = _documents(src, sep=sep)
     ranged, ranged_stats = _documents(src, sep=sep, ranges=ranges)
     assert ranged == whole and len(whole) > 90

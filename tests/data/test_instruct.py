@@ -60,7 +60,7 @@ CONVO = [
 
 def _decode_targets(tok, ex):
     spans, cur = [], []
-    for i, t in zip(ex.ids, ex.target):
+    for i, t in zip(ex.ids, ex.target, strict=True):
         if t:
             cur.append(i)
         elif cur:

@@ -144,7 +144,7 @@ def test_prepare_mixed_corpus_languages(tmp_path):
 
     rng = random.Random(24)
     rows = []
-    for k in range(40):
+    for _ in range(40):
         rows.append("".join(rng.sample(ZH_SENTENCES, 7)))
         rows.append(" ".join(" ".join(rng.choice(EN_WORDS) for _ in range(12)).capitalize() + "."
                              for _ in range(7)))

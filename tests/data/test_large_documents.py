@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from itertools import pairwise
+
 import numpy as np
 import pytest
 
@@ -19,7 +21,7 @@ def test_pieces_join_back_and_are_bounded(stdlib_texts):
     assert "".join(pieces) == text
     assert len(pieces) > 10
     assert max(map(len, pieces)) <= 2000
-    for a, b in zip(pieces, pieces[1:]):
+    for a, b in pairwise(pieces):
         assert not a[-1].isspace() and b[0] in " \n"  # cut where a whitespace run starts
 
 

@@ -65,7 +65,7 @@ def test_tokenizer_weights_decide_what_the_tokenizer_learns(corpora, tmp_path):
     assert a.meta["tokenizer_sha256"] != b.meta["tokenizer_sha256"]
     assert b.meta["tokenizer_weights"] == {"lib": 0.0, "more": 1.0}
     # The same documents per split whatever the tokenizer (the split depends on the text only).
-    for s, t in zip(a.meta["sources"], b.meta["sources"]):
+    for s, t in zip(a.meta["sources"], b.meta["sources"], strict=True):
         assert {k: v["documents"] for k, v in s["splits"].items()} == {k: v["documents"] for k, v in t["splits"].items()}
     with pytest.raises(ValueError, match="no --source named"):
         prepare_sources(PrepareConfig(inputs=[], out=str(tmp_path / "c"), **cfg), srcs, recipes={"web": "web"})

@@ -15,7 +15,7 @@ def test_quickstart_learns_beyond_unigram(tmp_path):
     assert (r.run_dir / "checkpoints" / "latest").exists() and (r.data_dir / "meta.json").exists()
     assert r.val_loss < r.unigram_entropy - 0.3, (r.val_loss, r.unigram_entropy)
     assert r.val_bits_per_byte is not None and 0 < r.val_bits_per_byte < 8
-    assert len(r.samples) == 3 and all(s.startswith(p) for s, p in zip(r.samples, ["def ", "class ", '"""']))
+    assert len(r.samples) == 3 and all(s.startswith(p) for s, p in zip(r.samples, ["def ", "class ", '"""'], strict=True))
     text = "\n".join(lines)
     assert "unigram entropy" in text and "tensorboard --logdir" in text
 

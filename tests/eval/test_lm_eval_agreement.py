@@ -59,7 +59,7 @@ def test_acc_and_acc_norm_equal_lm_eval_hf_backend(trained_run, loaded, tmp_path
     assert ours.metrics["acc"]["stderr"] == pytest.approx(theirs["acc_stderr,none"], rel=1e-9)
     # Not a vacuous agreement: the per-choice log-likelihoods match, and no example is a near-tie.
     samples = sorted(out["samples"]["gptforge_agreement"], key=lambda s: s["doc_id"])
-    for pred, s in zip(ours.predictions, samples):
+    for pred, s in zip(ours.predictions, samples, strict=True):
         lm = [float(r[0]) for r in s["filtered_resps"]]
         assert pred["loglikelihoods"] == pytest.approx(lm, abs=1e-4)
         top = sorted(lm, reverse=True)

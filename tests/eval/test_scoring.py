@@ -63,7 +63,7 @@ def test_batch_size_and_padding_side_do_not_change_scores(loaded, tmp_path):
             r = run_task(model, tok, task, batch_size=bs, padding_side=side)
             assert r.metrics["acc"]["value"] == ref.metrics["acc"]["value"]
             assert r.metrics["acc_norm"]["value"] == ref.metrics["acc_norm"]["value"]
-            for a, b in zip(r.predictions, ref.predictions):
+            for a, b in zip(r.predictions, ref.predictions, strict=True):
                 assert a["loglikelihoods"] == pytest.approx(b["loglikelihoods"], abs=1e-5)
 
 

@@ -100,7 +100,7 @@ def test_prompts_are_lm_evals(tmp_path):
               "question")]
     for fmt, default, subject_yaml, subject, path, q_key in cases:
         spec = yaml.safe_load((tasks_dir / fmt / default).read_text(encoding="utf-8"))
-        doc = dict(zip([q_key, "A", "B", "C", "D"], QUESTIONS[0][:5]))
+        doc = dict(zip([q_key, "A", "B", "C", "D"], QUESTIONS[0][:5], strict=True))
         want = jinja2.Template(spec["doc_to_text"]).render(**doc)
         assert load_task(path).examples[0].contexts == [want]
         assert spec["fewshot_config"]["sampler"] == "first_n"

@@ -37,7 +37,7 @@ def test_triton_repository_matches_the_onnx_graph(trained_runs, tmp_path, tiny_s
 
     def check(triton_list, onnx_list):
         assert [t.name for t in triton_list] == [o.name for o in onnx_list]
-        for t, o in zip(triton_list, onnx_list):
+        for t, o in zip(triton_list, onnx_list, strict=True):
             assert t.data_type == onnx_to_triton[o.type.tensor_type.elem_type], t.name
             dims = [d.dim_value if d.HasField("dim_value") else -1 for d in o.type.tensor_type.shape.dim]
             assert dims[0] == -1 and list(t.dims) == dims[1:], t.name  # Triton owns the batch dim

@@ -47,10 +47,10 @@ def test_greedy_alone_equals_beside_seven_others(trained, byte_tokenizer):
              "return self", "for i in range(10):\n", "x", "if __name__ == '__main__':\n    main()\n"]
     prompts = [tok.encode(t) for t in texts]
     params = [SamplingParams(max_tokens=6 + 3 * i, temperature=0, logprobs=2) for i in range(8)]
-    alone = [_run(Engine(model, tok.decode, max_batch_size=1), [(p, q)])[0] for p, q in zip(prompts, params)]
-    together = _run(Engine(model, tok.decode, max_batch_size=8), list(zip(prompts, params)))
+    alone = [_run(Engine(model, tok.decode, max_batch_size=1), [(p, q)])[0] for p, q in zip(prompts, params, strict=True)]
+    together = _run(Engine(model, tok.decode, max_batch_size=8), list(zip(prompts, params, strict=True)))
     compared = 0
-    for a, b, q in zip(alone, together, params):
+    for a, b, q in zip(alone, together, params, strict=True):
         assert len(_tokens(b)) == q.max_tokens and b["events"][-1].finish_reason == "length"
         compared += _agree_where_decisive(a, b)
     assert compared > 40  # most steps were decisive: the comparison means something

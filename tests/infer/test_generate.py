@@ -71,7 +71,7 @@ def test_past_the_context_cache_and_no_cache_follow_one_rule(arch):
     a = _last_logits(m, lambda: generate(m, p, 40, temperature=0, use_cache=True))
     b = _last_logits(m, lambda: generate(m, p, 40, temperature=0, use_cache=False))
     assert len(a) == len(b) == 40
-    worst = max(float((x - y).abs().max()) for x, y in zip(a, b))
+    worst = max(float((x - y).abs().max()) for x, y in zip(a, b, strict=True))
     assert worst < 1e-4, worst
 
 
@@ -97,10 +97,10 @@ def test_left_padded_batch_equals_each_row_alone(arch, use_cache):
     prompts = [torch.randint(0, 97, (n,)).tolist() for n in (3, 11, 7, 1)]
     batched = _last_logits(m, lambda: generate_batch(m, prompts, 30, temperature=0, use_cache=use_cache))
     for b, p in enumerate(prompts):
-        alone = _last_logits(m, lambda: generate_batch(m, [p], 30, temperature=0, use_cache=use_cache))
+        alone = _last_logits(m, lambda p=p: generate_batch(m, [p], 30, temperature=0, use_cache=use_cache))
         # Every step, including those after the longest row slid its window past the context.
         assert len(alone) == len(batched) == 30
-        worst = max(float((x[0] - y[b]).abs().max()) for x, y in zip(alone, batched))
+        worst = max(float((x[0] - y[b]).abs().max()) for x, y in zip(alone, batched, strict=True))
         assert worst < 1e-4, (b, worst)
         assert torch.isfinite(torch.stack([y[b] for y in batched])).all()
 

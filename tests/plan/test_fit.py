@@ -119,7 +119,7 @@ def _write_run(path, n_layer, loss, max_steps=10, last_step=10, tok="tok1", vals
            "train": {"max_steps": max_steps}, "data": {"tokenizer_sha256": tok, "meta_sha256": "m"}}
     (path / "config.yaml").write_text(yaml.safe_dump(cfg))
     rows = [{"step": s, "loss": 5.0 - s * 0.1, "tokens_seen": s * 1000} for s in range(1, last_step + 1)]
-    for v, r in zip(vals or [], rows[::-1]):
+    for v, r in zip(vals or [], rows[::-1], strict=False):
         r["val_loss"] = v
     (path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     if last_step == max_steps and vals is None:

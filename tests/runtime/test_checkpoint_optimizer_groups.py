@@ -39,11 +39,11 @@ def test_optimizer_with_an_empty_group_saves_and_loads(tmp_path):
     assert state["step"] == 2
     assert [len(g["params"]) for g in opt2.param_groups] == [1, 0, 3]  # the empty group kept its place
     assert [g["weight_decay"] for g in opt2.param_groups] == [0.1, 0.5, 0.0]
-    for p, q in zip(model.parameters(), model2.parameters()):
+    for p, q in zip(model.parameters(), model2.parameters(), strict=True):
         assert torch.equal(p, q)
         for k in ("exp_avg", "exp_avg_sq", "step"):
             assert torch.equal(opt.state[p][k], opt2.state[q][k])
     _step(model, opt)
     _step(model2, opt2)  # both continue alike
-    for p, q in zip(model.parameters(), model2.parameters()):
+    for p, q in zip(model.parameters(), model2.parameters(), strict=True):
         assert torch.equal(p, q)

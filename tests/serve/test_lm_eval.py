@@ -21,7 +21,7 @@ def test_lm_eval_local_completions_loglikelihoods_match_the_model(live, trained,
     reqs = [Instance(request_type="loglikelihood", doc={}, arguments=p, idx=i) for i, p in enumerate(pairs)]
     got = lm.loglikelihood(reqs, disable_tqdm=True)
     assert len(got) == len(pairs)
-    for (ctx, cont), (ll, greedy) in zip(pairs, got):
+    for (ctx, cont), (ll, greedy) in zip(pairs, got, strict=True):
         c, w = tok.encode(ctx), tok.encode(ctx + cont)
         assert w[: len(c)] == c  # these pairs split at a token boundary
         with torch.no_grad():

@@ -29,12 +29,12 @@ def test_accumulated_update_equals_big_batch_with_uneven_target_counts():
     la = forward_backward(a, micro, count_targets(micro), torch.device("cpu"))
     lb = forward_backward(b, big, count_targets(big), torch.device("cpu"))
     torch.testing.assert_close(la, lb, rtol=1e-6, atol=0)
-    for (n, pa), pb in zip(a.named_parameters(), b.parameters()):
+    for (n, pa), pb in zip(a.named_parameters(), b.parameters(), strict=True):
         assert (pa.grad - pb.grad).norm() <= 1e-6 * pb.grad.norm(), n
     before = [p.detach().clone() for p in a.parameters()]
     opt_a.step()
     opt_b.step()
-    for p0, pa, pb in zip(before, a.parameters(), b.parameters()):
+    for p0, pa, pb in zip(before, a.parameters(), b.parameters(), strict=True):
         assert not torch.equal(pb, p0)  # the step changed the weights
         # Equal up to fp32 rounding of p + update (the update is ~1e-3 of |p|).
         torch.testing.assert_close(pa, pb, rtol=1e-6, atol=1e-10)

@@ -97,5 +97,5 @@ def test_compiled_training_matches_eager(tiny_shards, tmp_path, monkeypatch):
     b = [r["loss"] for r in read_metrics(tmp_path / "compiled")]
     assert len(a) == len(b) == 6 and eager.step == compiled.step == 6
     # Fused kernels may round differently from eager's: the losses agree closely, not bit for bit.
-    assert max(abs(x - y) for x, y in zip(a, b)) < 2e-3
+    assert max(abs(x - y) for x, y in zip(a, b, strict=True)) < 2e-3
     assert b[-1] < b[0]

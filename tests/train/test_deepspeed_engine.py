@@ -50,7 +50,7 @@ DS_CONFIGS = {
 
 def _assert_close(got: list[float], want: list[float], what: str) -> None:
     assert len(got) == len(want), f"{what}: {len(got)} steps, expected {len(want)}"
-    for i, (a, b) in enumerate(zip(got, want)):
+    for i, (a, b) in enumerate(zip(got, want, strict=True)):
         assert abs(a - b) <= REL * abs(b), f"{what}: step {i + 1} loss {a!r} vs single-process {b!r}"
 
 
@@ -90,7 +90,7 @@ def test_deepspeed_zero_matches_single_process(ds_runs, name):
     _assert_close(r["loss"], [h["loss"] for h in ref.history], name)
     _assert_close([r["val_loss"][-1]], [ref.val_loss], f"{name} val")
     # DeepSpeed's own norm (before its clipping) is the global one.
-    for got, want in zip([row["grad_norm"] for row in r["rows"]], [h["grad_norm"] for h in ref.history]):
+    for got, want in zip([row["grad_norm"] for row in r["rows"]], [h["grad_norm"] for h in ref.history], strict=True):
         assert abs(got - want) <= 1e-4 * want
     cfg = (ds_runs["root"] / name / "config.yaml").read_text()
     assert "backend: deepspeed" in cfg and "world_size: 2" in cfg
@@ -118,7 +118,7 @@ def test_deepspeed_checkpoint_weights_are_readable_dcp(ds_runs, name):
     assert doc["parallel"]["zero_stage"] == (1 if name == "zero1" else 3)
     want_sd = want.state_dict()
     for k, v in got.state_dict().items():
-        torch.testing.assert_close(v, want_sd[k], rtol=1e-4, atol=1e-5, msg=lambda m: f"{name} {k}: {m}")
+        torch.testing.assert_close(v, want_sd[k], rtol=1e-4, atol=1e-5, msg=lambda m, k=k: f"{name} {k}: {m}")
 
 
 def test_torch_backend_refuses_a_deepspeed_checkpoint(ds_runs, tiny_shards):

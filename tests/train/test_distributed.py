@@ -73,7 +73,7 @@ def _job(name, model, train_kw, parallel, data, run_dir, resume=False) -> dict:
 
 def _assert_close(got: list[float], want: list[float], what: str, rel: float = REL) -> None:
     assert len(got) == len(want), f"{what}: {len(got)} steps, expected {len(want)}"
-    for i, (a, b) in enumerate(zip(got, want)):
+    for i, (a, b) in enumerate(zip(got, want, strict=True)):
         assert abs(a - b) <= rel * abs(b), f"{what}: step {i + 1} loss {a!r} vs reference {b!r}"
 
 

@@ -19,7 +19,7 @@ def test_shard_batches_carry_the_mask_of_their_inputs(tiny_shards):
     plain = ShardSource(tiny_shards).batches(64, dataclasses.replace(tc, document_mask=False), 0, 1)
     seen_eos = False
     for step in range(80):
-        for mb, (x, y) in zip(masked.micro_batches(step), plain.micro_batches(step)):
+        for mb, (x, y) in zip(masked.micro_batches(step), plain.micro_batches(step), strict=True):
             assert torch.equal(mb["input_ids"], x) and torch.equal(mb["labels"], y)
             pos, mask = document_mask(x, eos)
             assert torch.equal(mb["position_ids"], pos) and torch.equal(mb["attn_mask"], mask)

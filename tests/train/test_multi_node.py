@@ -84,7 +84,7 @@ def two_agents(data: Path, run: Path, layout: str, backend: str, extra: list[str
 
 def assert_close(got: list[float], want: list[float], what: str, rel: float = REL) -> None:
     assert len(got) == len(want), f"{what}: {len(got)} logged steps, expected {len(want)}"
-    for i, (a, b) in enumerate(zip(got, want)):
+    for i, (a, b) in enumerate(zip(got, want, strict=True)):
         assert abs(a - b) <= rel * abs(b), f"{what}: step {i + 1} loss {a!r} vs one agent's {b!r}"
 
 

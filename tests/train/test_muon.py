@@ -167,7 +167,7 @@ def test_muon_under_ddp_matches_one_process_and_fsdp_is_refused(tiny_shards, tmp
     want = [r["loss"] for r in ref.history]
     assert len(res["ddp"]["loss"]) == len(want) == 4
     assert want[-1] < want[0] - 0.05  # it trains: a wrong update would show
-    for a, b in zip(res["ddp"]["loss"], want):
+    for a, b in zip(res["ddp"]["loss"], want, strict=True):
         assert abs(a - b) <= 1e-3 * abs(b)
     assert "sharded parameters" in res["fsdp"]["error"]
 

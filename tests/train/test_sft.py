@@ -126,7 +126,7 @@ def test_instruction_finetune_drives_completion_loss_down(tok, lora):
     start = _dataset_loss(model.eval(), ds)[0] / ds.stats["target_tokens"]
     gen = torch.Generator().manual_seed(0)
     model.train()
-    for step in range(40):
+    for _ in range(40):
         b = ds.batch(torch.randint(0, len(ds), (8,), generator=gen).tolist())
         loss = masked_mean_loss(model(b["input_ids"], position_ids=b["position_ids"], attn_mask=b["attn_mask"]), b["labels"])
         opt.zero_grad()

@@ -185,7 +185,7 @@ def test_two_ddp_ranks_roll_back_as_one_process_does(rolled, tiny_shards, tmp_pa
     # Summation order differs between 1 and 2 ranks: rows agree to ~1e-7, a few to 1e-5 after 49 steps.
     want = [r["loss"] for r in single.history]
     assert len(res["loss"]) == len(want) == 50
-    rel = [abs(a - b) / abs(b) for a, b in zip(res["loss"], want)]
+    rel = [abs(a - b) / abs(b) for a, b in zip(res["loss"], want, strict=True)]
     assert max(rel) <= 1e-4, " ".join(f"{i + 1}:{r:.1e}" for i, r in enumerate(rel))
     (rb,) = _events(tmp_path / "run", "rollback")
     assert (rb["from_step"], rb["to_step"], rb["skipped_batches"]) == (30, 20, 10)

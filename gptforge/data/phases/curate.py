@@ -22,6 +22,7 @@ shard's keys; the dedup verdict holds one band column and the union-find array, 
 
 from __future__ import annotations
 
+import functools
 import itertools
 import json
 import logging
@@ -251,7 +252,7 @@ def _merge_shard_stats(results: list[dict[str, Any]], names: list[str]) -> tuple
                                files_truncated=rd["files_truncated"], warnings=list(r.get("warnings", []))))
         nd = r["normalize"]
         nstats.merge(NormalizeStats(nd["documents_in"], nd["documents_out"], nd["characters_out"], dict(nd["dropped"])))
-        for st, d in zip(steps, r["steps"]):
+        for st, d in zip(steps, r["steps"], strict=True):
             st.merge(step_from_dict(d))
     return rstats, nstats, steps
 
@@ -277,7 +278,7 @@ def run_curate(recipe: Recipe, tasks: list[dict[str, Any]], work: WorkFolder, po
         if not isinstance(step, CorpusStep) or step.drops_by_mask:
             continue
         t, folder = time.perf_counter(), key_pass_folder(step)
-        run_tasks(key_pass_task, [{**task, "step": k} for task in tasks], lambda i: work.shard_done(folder, i),
+        run_tasks(key_pass_task, [{**task, "step": k} for task in tasks], functools.partial(work.shard_done, folder),
                   pool, progress, step.key_pass)
         documents = [work.shard_stats(folder, i)["documents"] for i in range(n)]
         corpus[step.name] = _decided(step, work, folder, n, documents)

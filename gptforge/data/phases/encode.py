@@ -61,7 +61,7 @@ def encode_documents(tokenizer: Tokenizer, texts: list[str], dtype: np.dtype,
     size = 0
 
     def run() -> None:
-        for piece_ids, k in zip(tokenizer.encode_batch(group), owners):
+        for piece_ids, k in zip(tokenizer.encode_batch(group), owners, strict=True):
             arr = np.asarray(piece_ids, dtype=dtype)
             lengths[abs(k) - 1] += arr.size
             chunks.append(arr)
@@ -172,7 +172,7 @@ def add_language_counts(acc: dict[str, dict[str, int]], texts: list[str], langua
                         lengths: np.ndarray) -> None:
     """Add documents, characters, UTF-8 bytes and tokens (EOS excluded; `lengths`, one per text)
     of `texts` into `acc[language]`."""
-    for text, lang, n_tokens in zip(texts, languages, lengths.tolist()):
+    for text, lang, n_tokens in zip(texts, languages, lengths.tolist(), strict=True):
         c = acc.setdefault(lang, {"documents": 0, "characters": 0, "bytes": 0, "tokens": 0})
         c["documents"] += 1
         c["characters"] += len(text)
@@ -236,7 +236,7 @@ def encode_window_task(task: dict[str, Any]) -> dict[str, Any]:
         c["documents"] += sum(ends)
         c["bytes"] += nbytes
         c["tokens"] += int(ids.size)
-        for (t, span), n_tokens in zip(batch, lengths.tolist()):
+        for (t, span), n_tokens in zip(batch, lengths.tolist(), strict=True):
             if span[2] == span[1] and span[3] == span[4]:
                 whole_tokens.append(n_tokens)
                 whole_chars.append(len(t))
@@ -302,7 +302,7 @@ def _encode_tasks(common: dict[str, Any], work: WorkFolder, masks: list, splits:
                           "cuts": splits.cuts})
             continue
         names.append([f"{i:05d}.w{k:04d}of{len(windows):04d}" for k in range(len(windows))])
-        for name, spans in zip(names[-1], windows):
+        for name, spans in zip(names[-1], windows, strict=True):
             tasks.append({**common, "fn": "window", "index": len(tasks), "shard": i, "name": name, "spans": spans})
     return tasks, names
 
@@ -314,11 +314,6 @@ def _encode_any(task: dict[str, Any]) -> dict[str, Any]:
 
 def _run_encode(tasks: list[dict[str, Any]], enc: Path, pool: Executor, progress: Any) -> None:
     run_tasks(_encode_any, tasks, lambda k: (enc / f"{tasks[k]['name']}.json").exists(), pool, progress, "tokenize")
-
-
-def _encode_any(task: dict[str, Any]) -> dict[str, Any]:
-    """`encode_task` or `encode_window_task`, as the task says (one pool phase runs both)."""
-    return encode_window_task(task) if task["fn"] == "window" else encode_task(task)
 
 
 @dataclass

@@ -210,9 +210,9 @@ class RayExecutor:
         self.local_cpus = local_cpus
         self.max_retries = max_retries
         self.workers = 1
-        self._ray = None
+        self._ray: Any = None  # the ray module once entered (ray is imported on first use)
         self._started = False
-        self._remote = None
+        self._remote: Any = None  # the ray remote function once entered
 
     def __enter__(self) -> RayExecutor:
         ray = self._ray = import_ray()

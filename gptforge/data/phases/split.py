@@ -172,10 +172,10 @@ def _position_split(rule: SplitRule, scan: _Scan, work: WorkFolder, masks: list,
         end = start
     if not cut:
         return {}, 0
-    for start, split in cut:
+    for _, split in cut:
         scan.documents[split] += copies
     ends = [c[0] for c in cut[1:]] + [n]
-    shares = ", ".join(f"{split}: the {b - start:,} characters from {start:,}" for (start, split), b in zip(cut, ends))
+    shares = ", ".join(f"{split}: the {b - start:,} characters from {start:,}" for (start, split), b in zip(cut, ends, strict=True))
     not_found = (doc_separator is not None and rstats is not None
                  and rstats.documents <= rstats.files_read)  # no file gave more than one document
     # A separated file's ids are PATH@N (gptforge.data.readers.text): name the file itself.

@@ -98,7 +98,7 @@ def run_sample(work: WorkFolder, masks: list, splits: Splits, mask_step: str | N
     rule = splits.rule
     common = {"work": str(work.root), "mask_step": mask_step, "seed": rule.seed, "val_fraction": rule.val_fraction,
               "test_fraction": rule.test_fraction, "moved": splits.moved, "cuts": splits.cuts, "max_chars": max_chars}
-    tasks = [{**common, "index": i} for i in range(len(masks))]
+    tasks: list[dict[str, Any]] = [{**common, "index": i} for i in range(len(masks))]
     wave = max(1, 2 * pool.workers)
     chars = used = 0
     while used < len(tasks) and not (max_chars and chars >= max_chars):
@@ -174,7 +174,7 @@ def run_tokenizer(given: Tokenizer | None, work: WorkFolder, masks: list, splits
     else:
         shards = run_sample(work, masks, splits, mask_step, max_chars, pool)
         # Sized for the bytes and characters the tokenizer is trained on (one counting pass).
-        n_bytes, counts = 0, Counter()
+        n_bytes, counts = 0, Counter[str]()
         for piece in sample_texts(work, shards, max_chars):
             n_bytes += len(piece.encode("utf-8"))
             counts.update(piece)

@@ -294,7 +294,7 @@ class Prefixed(RawWrapper):
         self._head = memoryview(head)
         self._fh, self._owns = fh, owns
 
-    def readinto(self, b) -> int:  # type: ignore[override]
+    def readinto(self, b) -> int:
         if self._head.nbytes:
             n = min(len(b), self._head.nbytes)
             b[:n] = self._head[:n]

@@ -94,7 +94,7 @@ def read_csv(path: Path, stats: ReadStats, text_field: str, opener: Opener | Non
             row += 1
             if problem is None:
                 stats.documents += 1
-                meta = {h: v for h, v in zip(header, values) if h != name}
+                meta = {h: v for h, v in zip(header, values, strict=True) if h != name}
                 yield Document(values[col], f"{path}#{row}", str(path), meta)
                 continue
             span = f" (a record over lines {start}-{lines.line}: an unclosed quote?)" if len(lines.taken) > 1 else ""

@@ -40,7 +40,7 @@ class _Utf8Transcoder(RawWrapper):
         self._buf = memoryview(b"")
         self._eof = False
 
-    def readinto(self, b) -> int:  # type: ignore[override]
+    def readinto(self, b) -> int:
         while not self._buf and not self._eof:
             chunk = self._fh.read(1 << 20)
             self._eof = not chunk
@@ -83,7 +83,7 @@ def transcoding_opener(path: Path, stats: ReadStats, opener=None):
     enc = text_encoding_of(head, stats.encoding)
     stream: io.RawIOBase = Prefixed(head, fh, owns=True)
     if enc is not None:
-        stream = _Utf8Transcoder(io.BufferedReader(stream), enc)  # type: ignore[arg-type]
+        stream = _Utf8Transcoder(io.BufferedReader(stream), enc)
     return lambda: io.BufferedReader(stream, buffer_size=1 << 20)
 
 

@@ -12,7 +12,7 @@ import tempfile
 import zlib
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
-from typing import BinaryIO
+from typing import IO, Any, BinaryIO
 
 from gptforge.data.readers.base import COMPRESSION_EXTS, HF_PREFIX, SUPPORTED_EXTS, RawWrapper
 from gptforge.data.readers.hf import hf_dataset_folder
@@ -129,7 +129,9 @@ class DecompressRaw(RawWrapper):
     off as complete). Concatenated members/frames (`cat a.gz b.gz`) are read in turn.
     """
 
-    def __init__(self, path: Path, kind: str, fileobj: BinaryIO | None = None):
+    def __init__(self, path: Path, kind: str, fileobj: IO[bytes] | None = None):
+        # a factory of decompress objects (zlib, bz2, lzma and zstandard ones share the API used here)
+        self._new: Callable[[], Any]
         if kind == ".gz":
             self._new = lambda: zlib.decompressobj(16 + zlib.MAX_WBITS)  # gzip header + trailer
             self._errors: tuple[type[BaseException], ...] = (zlib.error,)
@@ -176,7 +178,7 @@ class DecompressRaw(RawWrapper):
             else:
                 chunk = b""
 
-    def readinto(self, b) -> int:  # type: ignore[override]
+    def readinto(self, b) -> int:
         while self._pos == len(self._buf) and not self._done:
             chunk = self._fh.read(256 * 1024)
             if not chunk:
@@ -203,7 +205,7 @@ def open_binary(path: Path) -> BinaryIO:
     if comp not in COMPRESSION_EXTS:
         return open(path, "rb")
     raw = DecompressRaw(path, comp)
-    return io.BufferedReader(raw, buffer_size=1 << 20)  # type: ignore[return-value]
+    return io.BufferedReader(raw, buffer_size=1 << 20)
 
 
 @contextlib.contextmanager

@@ -58,11 +58,11 @@ def _read_tar(path: Path, fh: BinaryIO, stats: ReadStats, options: ReadOptions, 
             head = stream.read(512)
             body = io.BufferedReader(base.Prefixed(head, stream), buffer_size=1 << 20)
             if TarReader.sniff(head):
-                yield from _read_tar(name, body, stats, options, read_format)  # type: ignore[arg-type]
+                yield from _read_tar(name, body, stats, options, read_format)
                 continue
             opened = [False]
 
-            def opener(b=body):
+            def opener(b=body, opened=opened, name=name):
                 if opened[0]:
                     raise base.BadFileError("unreadable", f"{name}: a tar member can be read once")
                 opened[0] = True

@@ -76,7 +76,7 @@ class _Range(base.RawWrapper):
         self._fh.seek(start)
         self._left = end - start
 
-    def readinto(self, b) -> int:  # type: ignore[override]
+    def readinto(self, b) -> int:
         n = self._fh.readinto(memoryview(b)[:min(len(b), self._left)]) if self._left > 0 else 0
         self._left -= n
         return n

@@ -21,8 +21,9 @@ ZeRO stage -> PyTorch mechanism (see docs/distributed.md):
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, cast
 
 import torch
 import torch.nn as nn
@@ -31,11 +32,16 @@ from gptforge.config import ModelConfig, ParallelConfig, TrainConfig
 from gptforge.model.gpt import GPT
 from gptforge.runtime.activation import apply_activation_checkpointing
 
+if TYPE_CHECKING:
+    from torch.distributed.fsdp import FSDPModule
+    from torch.nn.parallel import DistributedDataParallel
+
 
 def apply_compile(model: nn.Module) -> nn.Module:
     """Compile each block separately (fast to compile; repeated structure is reused)."""
-    for name, block in list(model.blocks.named_children()):
-        setattr(model.blocks, name, torch.compile(block))
+    blocks = cast(nn.Module, model.blocks)
+    for name, block in list(blocks.named_children()):
+        setattr(blocks, name, torch.compile(block))
     return model
 
 
@@ -53,9 +59,9 @@ class PipelineStageModule(nn.Module):
     stages are this rank's sequence slice (B, T / tp, C).
     """
 
-    def __init__(self, gpt: nn.Module, layers: list[int], first: bool, last: bool):
+    def __init__(self, gpt: GPT, layers: list[int], first: bool, last: bool):
         super().__init__()
-        self.config: ModelConfig = gpt.config
+        self.config = gpt.config
         self.first, self.last = first, last
         self.seq_shards = 1  # set to tp by sequence-parallel TP (hidden states hold T / tp)
         if first:
@@ -72,14 +78,15 @@ class PipelineStageModule(nn.Module):
             self.register_buffer("rope_sin", gpt.rope_sin, persistent=False)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        # GPT.forward's own pieces (embed, rope_at, head), on the submodules this stage holds.
+        # GPT.forward's own pieces (embed, rope_at, head), on the submodules this stage holds under
+        # the GPT's names (hence the ignores: the methods are GPT's, `self` is this stage).
         T = x.size(1) if self.first else x.size(1) * self.seq_shards
         pos = torch.arange(T, device=x.device)[None]
-        h = GPT.embed(self, x, pos) if self.first else x
-        rope = GPT.rope_at(self, pos)
+        h = GPT.embed(self, x, pos) if self.first else x  # type: ignore[arg-type]
+        rope = GPT.rope_at(self, pos)  # type: ignore[arg-type]
         for block in self.blocks.values():
             h = block(h, rope, None, None)
-        return GPT.head(self, h) if self.last else h
+        return GPT.head(self, h) if self.last else h  # type: ignore[arg-type]
 
 
 def split_layers(n_layer: int, n_stages: int) -> list[list[int]]:
@@ -105,7 +112,7 @@ class _ModelPartsView(nn.Module):
     """A parameter-holding view over several stage modules of one rank (interleaved schedule),
     named like the full GPT, for the optimizer, gradient clipping and checkpoints."""
 
-    def __init__(self, parts: list[PipelineStageModule]):
+    def __init__(self, parts: Sequence[nn.Module]):
         super().__init__()
         self.blocks = nn.ModuleDict()
         for p in parts:
@@ -128,7 +135,7 @@ def check_tp(cfg: ModelConfig, tp: int) -> None:
                          f"({cfg.n_kv_head}): each rank computes whole attention heads")
 
 
-def apply_tensor_parallel(model: nn.Module, tp_mesh, first_block: str | None) -> None:
+def apply_tensor_parallel(model: GPT | PipelineStageModule, tp_mesh, first_block: str | None) -> None:
     """Megatron-style TP with sequence parallelism (Korthikanti et al. 2022, section 4.2.2).
 
     Per block: norms run on sequence shards (SequenceParallel); the attention/MLP input is
@@ -158,7 +165,7 @@ def apply_tensor_parallel(model: nn.Module, tp_mesh, first_block: str | None) ->
         top["lm_head"] = ColwiseParallel(input_layouts=Shard(1), output_layouts=Replicate(), use_local_output=True)
     if top:
         parallelize_module(model, tp_mesh, top)
-    for name, block in model.blocks.named_children():
+    for name, block in cast(nn.Module, model.blocks).named_children():
         plan: dict[str, Any] = {
             "norm_1": SequenceParallel(),
             "attn": PrepareModuleInput(input_layouts=(Shard(1), None, None, None),
@@ -190,7 +197,7 @@ def apply_tensor_parallel(model: nn.Module, tp_mesh, first_block: str | None) ->
 # Data parallel
 
 
-def apply_fsdp(model: nn.Module, dp_mesh, reshard_after_forward: bool, precision: str, offload: bool,
+def apply_fsdp(model: GPT | PipelineStageModule, dp_mesh, reshard_after_forward: bool, precision: str, offload: bool,
                device: torch.device) -> None:
     """FSDP2 `fully_shard` on each block, then on the root (embeddings, final norm, head).
 
@@ -210,7 +217,7 @@ def apply_fsdp(model: nn.Module, dp_mesh, reshard_after_forward: bool, precision
         kw["mp_policy"] = MixedPrecisionPolicy(param_dtype=dtype, reduce_dtype=torch.float32)
     if offload:
         kw["offload_policy"] = CPUOffloadPolicy(pin_memory=device.type == "cuda")
-    for _, block in model.blocks.named_children():
+    for _, block in cast(nn.Module, model.blocks).named_children():
         fully_shard(block, **kw)
     fully_shard(model, **kw)
 
@@ -229,7 +236,7 @@ class Parallelized:
     module: nn.Module | None
     core: nn.Module
     zero_stage: int = 0
-    ddp: nn.Module | None = None
+    ddp: DistributedDataParallel | None = None
     fsdp: bool = False
     stages: list = field(default_factory=list)
     stage_modules: list = field(default_factory=list)
@@ -241,14 +248,14 @@ class Parallelized:
         ranks only on the last micro-batch of a step (DDP no_sync; FSDP2
         set_requires_gradient_sync), the others accumulate locally."""
         if self.fsdp:
-            self.core.set_requires_gradient_sync(is_last)
+            cast("FSDPModule", self.core).set_requires_gradient_sync(is_last)
             return contextlib.nullcontext()
         if self.ddp is not None and not is_last:
             return self.ddp.no_sync()
         return contextlib.nullcontext()
 
 
-def parallelize(model: nn.Module, tc: TrainConfig, pc: ParallelConfig, env,
+def parallelize(model: GPT, tc: TrainConfig, pc: ParallelConfig, env,
                 pp_loss_fn: Callable | None = None) -> Parallelized:
     """Lay `model` (a full GPT, built identically on every rank) out on this rank's devices.
 
@@ -267,10 +274,10 @@ def parallelize(model: nn.Module, tc: TrainConfig, pc: ParallelConfig, env,
             apply_compile(model)
         return Parallelized(module=model, core=model)
 
-    cfg: ModelConfig = model.config
+    cfg = model.config
     if pc.tp > 1:
         check_tp(cfg, pc.tp)
-    parts: list[nn.Module]
+    parts: list[GPT | PipelineStageModule]
     if pc.pp > 1:
         if cfg.tie_embeddings:
             raise ValueError("parallel.pp > 1 splits the token embedding and the output head onto different "
@@ -288,7 +295,7 @@ def parallelize(model: nn.Module, tc: TrainConfig, pc: ParallelConfig, env,
         if pc.tp > 1:
             first = None
             if hasattr(part, "wte"):
-                first = next(iter(dict(part.blocks.named_children())), None)
+                first = next(iter(dict(cast(nn.Module, part.blocks).named_children())), None)
             apply_tensor_parallel(part, env.mesh["tp"], first)
         apply_activation_checkpointing(part, tc.activation_checkpointing)
         if tc.compile:
@@ -313,7 +320,7 @@ def parallelize(model: nn.Module, tc: TrainConfig, pc: ParallelConfig, env,
     return out
 
 
-def _pipeline(out: Parallelized, parts: list[nn.Module], my_stages: list[int], n_stages: int, tc: TrainConfig,
+def _pipeline(out: Parallelized, parts: Sequence[nn.Module], my_stages: list[int], n_stages: int, tc: TrainConfig,
               pc: ParallelConfig, env, pp_loss_fn: Callable | None) -> Parallelized:
     """Attach this rank's PipelineStages and the schedule (pc.pp_schedule) to `out`."""
     from torch.distributed.pipelining import (
@@ -326,8 +333,8 @@ def _pipeline(out: Parallelized, parts: list[nn.Module], my_stages: list[int], n
     if pp_loss_fn is None:
         raise ValueError("pipeline parallelism needs a loss function for the last stage")
     group = env.group("pp")
-    out.stages = [PipelineStage(p, s, n_stages, env.device, group=group) for p, s in zip(parts, my_stages)]
-    out.stage_modules = parts
+    out.stages = [PipelineStage(p, s, n_stages, env.device, group=group) for p, s in zip(parts, my_stages, strict=True)]
+    out.stage_modules = list(parts)
     local_batch = tc.micro_batch_size * tc.gradient_accumulation_steps
     n_mb = pc.pp_microbatches or max(tc.gradient_accumulation_steps, pc.pp)
     if local_batch % n_mb:

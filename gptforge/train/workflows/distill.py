@@ -17,12 +17,16 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import torch
 import torch.nn.functional as F
 
 from gptforge.errors import InputError
 from gptforge.runtime.loss import IGNORE_INDEX
+
+if TYPE_CHECKING:
+    from gptforge.model.gpt import GPT
 
 
 @dataclass
@@ -111,7 +115,7 @@ class Teacher:
     under autocast when given); no state of its own to checkpoint (it never changes).
     """
 
-    def __init__(self, model: torch.nn.Module, tokenizer_sha256: str | None = None, name: str = "teacher"):
+    def __init__(self, model: GPT, tokenizer_sha256: str | None = None, name: str = "teacher"):
         self.model = model.eval()
         for p in self.model.parameters():
             p.requires_grad_(False)

@@ -35,7 +35,7 @@ from gptforge.model.lora import LoRAConfig, apply_lora
 from gptforge.model.qlora import QuantConfig
 from gptforge.runtime.loss import IGNORE_INDEX
 from gptforge.train.provenance import data_provenance
-from gptforge.train.sources import ShardBatches
+from gptforge.train.sources import BatchSource, ShardBatches
 
 MAX_DEFAULT_BLOCK = 2048
 ADAPTER_DIR = "adapter"
@@ -135,7 +135,7 @@ class InstructionData:
         if self.val is not None and not self.val.sequences:
             self.val = None
         self.has_val = self.val is not None
-        self.tokenizer_file = None  # the run directory already holds the model's tokenizer
+        self.tokenizer_file: Path | None = None  # the run directory already holds the model's tokenizer
         self.vocab_size = tokenizer.tokenizer.get_vocab_size(with_added_tokens=True)
         st = self.train.stats
         self.description = (
@@ -313,7 +313,7 @@ def finetune(fc: FinetuneConfig, cfg: RunConfig, source: str | Path | None, data
         tok = load_chat_tokenizer(Path(tok_dir), chat_template if not resume else None)
         if not resume and int(os.environ.get("RANK", "0")) == 0:
             write_builtin_template(run_dir, tok, fc)
-        source_data = InstructionData(data, tok, seq_len, fc, cfg.train.seed)
+        source_data: BatchSource = InstructionData(data, tok, seq_len, fc, cfg.train.seed)
     else:
         tok_json = Path(tok_dir) / "tokenizer.json" if tok_dir is not None else None
         source_data = ShardSource(data, seq_len, cfg.train.eval_steps, cfg.train.micro_batch_size,
@@ -328,7 +328,11 @@ def finetune(fc: FinetuneConfig, cfg: RunConfig, source: str | Path | None, data
     base = str(Path(source).resolve()) if source is not None else None
     extra = {"finetune": to_dict(fc), "base_model": {"path": base}}
     lora = fc.method != "full"
-    on_save = (lambda step, path: save_adapter_from_checkpoint(path, path / ADAPTER_DIR, base)) if lora else None
+
+    def save_adapter(step: int, path: Path) -> None:
+        save_adapter_from_checkpoint(path, path / ADAPTER_DIR, base)
+
+    on_save = save_adapter if lora else None
     say(f"fine-tuning ({fc.method}) at sequence length {seq_len}")
     result = train(RunConfig(model=mc, train=cfg.train, parallel=cfg.parallel), data, run_dir, resume=resume,
                    progress=progress, log=log, model_factory=model_factory, data=source_data,

@@ -1,4 +1,6 @@
-"""prepare under hostile conditions: reruns with other options, leftovers, stray workers (issue 15)."""
+"""prepare reruns safely: a rerun with other options does not reuse the work folder, leftovers of a
+killed or failed run are cleaned, a second prepare on one output is refused, and workers die with
+their killed parent."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""What a fresh user's trial found: each case is refused up front with one clear line."""
+"""Inputs a run cannot use are refused up front with one clear line: nonsense schedules, a shard
+folder given to report, a binary file given to finetune, a student longer than its teacher."""
 
 from __future__ import annotations
 
@@ -48,9 +49,3 @@ def test_a_student_longer_than_its_teacher_is_refused_before_a_run_folder(tiny_s
     assert "teacher's model.block_size 32" in capsys.readouterr().err
     assert not out.exists()
 
-
-def test_a_run_that_failed_before_its_first_row_can_be_started_again(tiny_shards, tmp_path):
-    run = tmp_path / "run"
-    run.mkdir()
-    (run / "metrics.jsonl").write_text("")  # opened, never written: the first step failed
-    assert cli(["pretrain", "--data", str(tiny_shards), "--out", str(run), *TINY]) == 0
