@@ -117,7 +117,7 @@ def main(argv: list[str]) -> int:
     import torch
 
     from gptforge.errors import InputError, require_extra
-    from gptforge.export.common import DTYPES, format_packages, load_source
+    from gptforge.export.common import DTYPES, check_export_out, format_packages, load_source
 
     if opts.quantize is not None:
         allowed = {"gguf": ("q8_0", "q4_0"), "onnx": ("int8",), "triton": ("int8",)}.get(opts.format, ())
@@ -127,8 +127,7 @@ def main(argv: list[str]) -> int:
     if opts.format in ("onnx", "triton") and opts.dtype == "bf16":
         raise InputError(f"--dtype bf16 cannot be written in the {opts.format} format (onnxruntime's CPU kernels lack "
                          "bfloat16): use f32 or f16")
-    if Path(opts.out).exists() and not opts.overwrite:
-        raise InputError(f"{opts.out} exists; choose another --out or pass --overwrite")
+    check_export_out(opts.source, opts.out, opts.overwrite, opts.tokenizer)
     require_extra(f"gptforge export --format {opts.format}", "export", format_packages(opts.format, opts.quantize))
     dtype = DTYPES[opts.dtype] if opts.dtype else None
     from gptforge.progress import progress
