@@ -86,7 +86,7 @@ def _tokenizer_dir(tokenizer: str | None) -> Path | None:
 def _gguf(opts: ExportOptions, model, tok_dir: Path | None) -> Path:
     """One .gguf file and an ollama Modelfile naming it, in the folder --out."""
     from gptforge.atomic import staged_dir
-    from gptforge.export.gguf import check_representable, gelu_note, gguf_filename, write_gguf
+    from gptforge.export.gguf import check_representable, gelu_note, gguf_filename, modelfile, write_gguf
 
     check_representable(model.config, opts.approximate_gelu)  # before anything is written
     dtype = opts.dtype or "f16"
@@ -101,7 +101,7 @@ def _gguf(opts: ExportOptions, model, tok_dir: Path | None) -> Path:
     with staged_dir(opts.out, opts.overwrite) as tmp:
         write_gguf(model, tok_dir, tmp / fname, dtype=dtype, quantize=opts.quantize, name=opts.name,
                    approximate_gelu=opts.approximate_gelu, warn=warn)
-        (tmp / "Modelfile").write_text(f"FROM ./{fname}\n")
+        (tmp / "Modelfile").write_text(modelfile(fname, model.config.block_size))
     return Path(opts.out) / fname
 
 
