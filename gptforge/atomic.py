@@ -124,6 +124,28 @@ def replace_dir(tmp: str | Path, out: str | Path) -> None:
     fsync_dir(out.parent)
 
 
+def check_not_inside(out: str | Path, inputs, option: str = "--out") -> None:
+    """Refuse an output folder whose replacement would delete an input: `out` is one of `inputs`
+    or a folder above one (`--out` inside an input is allowed: replacing it deletes only itself).
+
+    inputs: paths (files, folders, or globs: the part before the first `*?[` is compared).
+    Paths are compared after resolving symlinks and `..`.
+
+    Raises:
+        InputError: an input lies at or under `out` (the message names both and what to do).
+    """
+    from gptforge.errors import InputError
+
+    out_r = Path(out).resolve()
+    for inp in inputs:
+        text = str(inp)
+        cut = min((i for i in (text.find(c) for c in "*?[") if i >= 0), default=-1)
+        base_r = Path((os.path.dirname(text[:cut]) or ".") if cut >= 0 else text).resolve()
+        if base_r == out_r or out_r in base_r.parents:
+            raise InputError(f"{option} {out} holds the input {inp}: replacing it would delete that input; "
+                             f"choose an {option} outside it")
+
+
 def file_sha256(path: str | Path) -> str:
     """Hex SHA-256 of a file's bytes, read in 1 MiB pieces."""
     import hashlib

@@ -97,6 +97,47 @@ def run_command(name: str, fn, argv: list[str], debug: bool = False, error_exit:
         return error_exit
 
 
+def check_command(cmd: list[str], launcher: str) -> None:
+    """Check the gptforge command that `launcher` (launch, slurm) wraps, without running it: the
+    command name, and its options with the command's own parser (unknown options get their
+    "did you mean"); a model section is resolved too (an unknown --model preset).
+
+    Raises:
+        InputError: an unknown command or a bad model; SystemExit(2) after the command's own
+            one-line `error:` for an option its parser refuses.
+    """
+    import difflib
+    import importlib
+
+    from gptforge.errors import InputError
+
+    if not cmd:
+        return
+    name = cmd[0]
+    if name not in COMMANDS or name in ("launch", "slurm"):
+        close = difflib.get_close_matches(name, COMMANDS, n=1)
+        hint = f" (did you mean {close[0]!r}?)" if close else ""
+        raise InputError(f"{name!r} is not a gptforge command to run{hint}; see `gptforge --help`")
+    module = importlib.import_module(f"gptforge.commands.{name.replace('-', '_')}")
+    build = getattr(module, "build_parser", None)
+    if build is None:
+        return
+    from gptforge.options import parse_command
+
+    argv = list(cmd[1:])
+    for i in range(len(argv) - 1):  # `--resume auto` is rewritten by the command itself before parsing
+        if argv[i] == "--resume" and argv[i + 1] == "auto":
+            del argv[i + 1]
+            break
+    _opts, init = parse_command(build(), argv)
+    model = getattr(init, "model", None)
+    if model is not None and hasattr(model, "resolved"):
+        try:
+            model.resolved()
+        except ValueError as e:
+            raise InputError(f"{launcher} {name}: {e}") from None
+
+
 def raised_by_gptforge(e: BaseException) -> bool:
     """Whether the innermost frame of `e`'s traceback is gptforge's own code (not a library's)."""
     tb = e.__traceback__

@@ -57,19 +57,25 @@ def run_quickstart(out: Path, minutes: float = 10.0, vocab_size: int = 4096, pre
         max_files: use only N library files (for quick trials and tests).
         steps: a fixed number of optimizer steps instead of the time budget.
 
+    A rerun with the same `out` replaces the previous quickstart run in `out/run` (and `out/data`
+    when the corpus options changed); folders there that the quickstart did not write (no
+    `MARKER` file in `out`) are never replaced.
+
     Raises:
         FileNotFoundError: this Python ships no standard-library sources.
+        InputError: `out/run` or `out/data` exists but was not written by a quickstart.
     """
     from gptforge.runtime.checkpoint import find_checkpoint
     from gptforge.runtime.loading import load_for_inference
 
     out = Path(out)
     data_dir, run_dir = out / "data", out / "run"
+    _claim_folder(out, log)
     meta = _prepare_corpus(data_dir, _library_files(max_files), vocab_size, workers, progress, log)
     model_cfg = ModelConfig(preset=preset, block_size=block_size, vocab_size=meta["vocab_size"])
     tc = _plan_steps(model_cfg, minutes, steps, micro_batch_size, optimizer, log)
-    if run_dir.exists():  # the quickstart's own folder: a rerun starts a fresh run
-        log(f"      replacing the previous quickstart run in {run_dir}")
+    if run_dir.exists():  # the quickstart's own folder (`_claim_folder` checked): a rerun starts a fresh run
+        log(f"      deleting the previous quickstart run in {run_dir} (its trained model and metrics)")
         shutil.rmtree(run_dir)
     step, train_seconds = _train(RunConfig(model=model_cfg, train=tc), data_dir, run_dir, progress, log)
 
@@ -83,6 +89,33 @@ def run_quickstart(out: Path, minutes: float = 10.0, vocab_size: int = 4096, pre
     return QuickstartResult(data_dir=data_dir, run_dir=run_dir, checkpoint=ckpt, val_loss=val_loss,
                             val_bits_per_byte=val_bits_per_byte, unigram_entropy=h1, steps=step,
                             train_seconds=train_seconds, samples=samples)
+
+
+MARKER = ".gptforge-quickstart"
+"""File in the quickstart's --out folder saying that its data/ and run/ are the quickstart's own."""
+
+
+def _claim_folder(out: Path, log: Callable[[str], None]) -> None:
+    """Check that `out/data` and `out/run` are absent or the quickstart's own (`MARKER` in `out`),
+    say that a rerun replaces the previous run, then write the marker.
+
+    Raises:
+        InputError: `out/data` or `out/run` exists without the marker (the message says what to do).
+    """
+    from gptforge.atomic import atomic_write_text
+    from gptforge.errors import InputError
+
+    own = (out / MARKER).is_file()
+    for folder in (out / "data", out / "run"):
+        if folder.exists() and not own:
+            raise InputError(f"{folder} exists and was not written by gptforge quickstart (no {out / MARKER}); "
+                             f"the quickstart would replace it: move it away or choose another --out")
+    if own and (out / "run").exists():
+        log(f"note: this rerun replaces the previous quickstart run in {out / 'run'} (trained model included); "
+            f"copy it elsewhere first to keep it, or choose another --out")
+    out.mkdir(parents=True, exist_ok=True)
+    atomic_write_text(out / MARKER, "data/ and run/ in this folder were written by gptforge quickstart, "
+                                    "which replaces them on a rerun.\n")
 
 
 def _library_files(max_files: int | None) -> list[Path]:

@@ -73,7 +73,10 @@ def split_launch_options(parser, argv: list[str]) -> LaunchOptions:
 
 
 def main(argv: list[str]) -> int:
+    from gptforge.cli import check_command
+
     args = split_launch_options(build_parser(), argv)
+    check_command(args.command[1:] if args.command[:1] == ["--"] else args.command, "launch")
     cmd = torchrun_command(args)
     print(shlex.join(cmd), flush=True)
     if args.dry_run:

@@ -43,6 +43,9 @@ def main(argv: list[str]) -> int:
     if not cmd:
         raise InputError("no command given: add `-- pretrain --data DIR --out RUN ...`")
     check_world_size(cmd, args.nodes * nproc, "GPUs" if args.gpus_per_node else "processes")
+    from gptforge.cli import check_command
+
+    check_command(cmd, "slurm")
     from gptforge.atomic import atomic_write_text
 
     out = Path(args.out)

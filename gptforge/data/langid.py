@@ -73,6 +73,40 @@ def detect(text: str, max_chars: int = 0) -> tuple[str, float]:
     return labels[0].removeprefix("__label__"), min(1.0, float(scores[0]))
 
 
+# Common spellings that are not lid.176 labels: country codes and BCP 47 tags with a region.
+_ALIASES = {"cn": "zh", "tw": "zh", "hk": "zh", "jp": "ja", "kr": "ko", "gr": "el", "cz": "cs", "dk": "da",
+            "se": "sv", "ua": "uk", "iw": "he", "in": "id", "ji": "yi", "br": "pt", "us": "en", "uk": "en"}
+
+
+def known_languages() -> frozenset[str]:
+    """The ISO 639 codes the bundled lid.176 model can detect (176 labels)."""
+    labels, _ = load_model().predict("a", k=-1, threshold=-1.0)
+    return frozenset(label.removeprefix("__label__") for label in labels)
+
+
+def check_languages(languages, option: str = "--languages") -> None:
+    """Refuse a language code the langid model never outputs (it would drop every document).
+
+    Raises:
+        InputError: an unknown code; the message suggests the model's code for it (`cn`,
+            `zh-TW` -> zh) and how to see the codes.
+    """
+    import difflib
+
+    from gptforge.errors import InputError
+
+    known = known_languages()
+    for code in languages:
+        if code in known:
+            continue
+        base = code.replace("_", "-").split("-")[0].lower()
+        guess = base if base in known else _ALIASES.get(base) or _ALIASES.get(code.lower())
+        guess = guess or next(iter(difflib.get_close_matches(base, sorted(known), n=1)), None)
+        hint = f"did you mean {guess}? " if guess else ""
+        raise InputError(f"{option} {code}: not a language the langid model (fastText lid.176) detects; {hint}"
+                         f"use its ISO 639 codes such as en, zh, de, ja")
+
+
 @dataclass
 class LanguageID:
     """Keep documents whose detected language is in `languages` with score >= `min_score`.
@@ -95,7 +129,7 @@ class LanguageID:
 
     def __post_init__(self) -> None:
         self.languages = tuple(self.languages)
-        load_model()
+        check_languages(self.languages)
 
     def __call__(self, doc: Document) -> Document | str:
         lang, score = detect(doc.text, self.max_chars)

@@ -234,15 +234,18 @@ def prepare(cfg: PrepareConfig, show_progress: bool = True) -> PrepareResult:
     Raises:
         FileNotFoundError: an input path, recipe or --tokenizer file does not exist.
         FileExistsError: the output folder exists and is not empty, without `overwrite`.
+        InputError: an input or --tokenizer lies at or under the output folder.
         EmptyCorpusError: no document left (the message names the step that removed the last).
         BadInputError: bad input under `strict`.
         ValueError: an invalid option or recipe.
     """
+    from gptforge.atomic import check_not_inside
     from gptforge.runtime.lock import FolderLock
 
     t0 = time.perf_counter()
     cfg.validate()
     out_dir = Path(cfg.out)
+    check_not_inside(out_dir, [*cfg.inputs, *([cfg.tokenizer] if cfg.tokenizer else [])])
     with FolderLock(out_dir, command="gptforge prepare"):
         return _prepare_locked(cfg, out_dir, show_progress, t0)
 

@@ -81,6 +81,7 @@ def prepare_sources(cfg: PrepareConfig, sources: dict[str, list[str]], recipes: 
             missing a source or not > 0 in sum. FileExistsError: DIR is not empty (without
             overwrite). And what `prepare` raises, per source.
     """
+    from gptforge.atomic import check_not_inside
     from gptforge.data.mixture import normalize_weights
     from gptforge.data.shards import check_output_dir
     from gptforge.data.tokenizer import Tokenizer
@@ -93,6 +94,7 @@ def prepare_sources(cfg: PrepareConfig, sources: dict[str, list[str]], recipes: 
             raise ValueError(f"--source-recipe {name}: no --source named {name!r} (sources: {', '.join(sources)})")
     weights = normalize_weights(tokenizer_weights, list(sources)) if tokenizer_weights else None
     out_dir = Path(cfg.out)
+    check_not_inside(out_dir, [p for inp in sources.values() for p in inp] + ([cfg.tokenizer] if cfg.tokenizer else []))
     t0 = time.perf_counter()
     with FolderLock(out_dir, command="gptforge prepare --source"):
         if not cfg.overwrite and out_dir.exists() and (out_dir / "meta.json").exists():

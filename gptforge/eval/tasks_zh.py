@@ -2,7 +2,7 @@
 
 | format  | csv header                                   | split folders                                        |
 |---------|----------------------------------------------|------------------------------------------------------|
-| `cmmlu` | `,Question,A,B,C,D,Answer` (index column first) | `dev/SUBJECT.csv`, `test/SUBJECT.csv`              |
+| `cmmlu` | `,Question,A,B,C,D,Answer` (index column first, or without it) | `dev/SUBJECT.csv`, `test/SUBJECT.csv`              |
 | `ceval` | `id,question,A,B,C,D,answer,explanation`     | `dev/SUBJECT_dev.csv`, `val/SUBJECT_val.csv`, `test/SUBJECT_test.csv` |
 
 The prompt is lm-evaluation-harness 0.4's (tasks/cmmlu and tasks/ceval): the question, the
@@ -28,9 +28,14 @@ DESCRIPTIONS = {"cmmlu": "以下是关于{subject}的单项选择题，请直接
 
 
 def header_format(cells: list[str]) -> str | None:
-    """"cmmlu" or "ceval" when `cells` (a csv file's first row) is that benchmark's header, else None."""
+    """"cmmlu" or "ceval" when `cells` (a csv file's first row) is that benchmark's header, else None.
+
+    CMMLU's header is accepted with its leading index column (as published) and without it
+    (`Question,A,B,C,D,Answer`, as a csv saved without the index writes it): the header names the
+    columns either way.
+    """
     cells = [c.strip().lstrip("\ufeff") for c in cells]
-    if len(cells) == 7 and cells[1:] == HEADERS["cmmlu"]:
+    if cells[-6:] == HEADERS["cmmlu"] and len(cells) in (6, 7):
         return "cmmlu"
     if cells[:6] == HEADERS["ceval"]:
         return "ceval"

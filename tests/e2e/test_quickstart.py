@@ -27,3 +27,31 @@ def test_quickstart_learns_beyond_unigram(tmp_path):
     assert main(["export", str(r.run_dir), "--format", "gguf", "--out", str(tmp_path / "gguf"), "--quiet"]) == 0
     pytest.importorskip("onnxscript")
     assert main(["export", str(r.run_dir), "--format", "onnx", "--out", str(tmp_path / "onnx"), "--quiet"]) == 0
+
+
+TINY = dict(vocab_size=300, preset="qwen3-nano", micro_batch_size=4, block_size=32, max_files=6, workers=1,
+            steps=2, progress=False)
+
+
+@pytest.mark.parametrize("folder", ["run", "data"])
+def test_quickstart_never_replaces_folders_it_did_not_write(tmp_path, folder):
+    """`quickstart --out PROJ` replaced PROJ/run (a user's pretrain run) and PROJ/data (with notes)."""
+    from gptforge.errors import InputError
+
+    proj = tmp_path / "proj"
+    (proj / folder).mkdir(parents=True)
+    (proj / folder / "my_notes.txt").write_text("keep me\n")
+    with pytest.raises(InputError, match=f"{folder} exists and was not written by gptforge quickstart"):
+        run_quickstart(proj, log=lambda _: None, **TINY)
+    assert (proj / folder / "my_notes.txt").read_text() == "keep me\n"
+    assert not (proj / ("data" if folder == "run" else "run")).exists()
+
+
+def test_quickstart_rerun_says_it_replaces_the_previous_run(tmp_path):
+    first, second = [], []
+    r = run_quickstart(tmp_path / "qs", log=first.append, **TINY)
+    assert (tmp_path / "qs" / ".gptforge-quickstart").is_file() and not any("replaces" in x for x in first)
+    (r.run_dir / "stale.txt").write_text("from the first run\n")
+    run_quickstart(tmp_path / "qs", log=second.append, **TINY)
+    assert any("this rerun replaces the previous quickstart run" in x for x in second)
+    assert not (r.run_dir / "stale.txt").exists() and (r.run_dir / "checkpoints" / "latest").exists()

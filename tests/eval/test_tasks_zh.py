@@ -123,3 +123,13 @@ def test_bits_per_byte_on_chinese_text_counts_utf8_bytes(trained_run, tmp_path, 
     assert out["text_bytes"] == len(text.encode("utf-8")) > 2.5 * len(text)
     assert out["bytes"] == out["text_bytes"]
     assert out["bits_per_byte"] == pytest.approx(out["total_nats"] / math.log(2) / out["text_bytes"])
+
+
+def test_cmmlu_without_the_index_column(tmp_path):
+    """`Question,A,B,C,D,Answer` (no leading index column) read its header as an MMLU data row."""
+    path = _csv(tmp_path / "cmmlu" / "test" / "common_sense.csv", ["Question", "A", "B", "C", "D", "Answer"],
+                [list(q) for q in QUESTIONS])
+    task = load_task(path)
+    assert (task.format, len(task.examples)) == ("cmmlu", 4)
+    assert task.examples[0].contexts == ["中国的首都是哪座城市？\nA. 上海\nB. 北京\nC. 广州\nD. 深圳\n答案："]
+    assert [e.label for e in task.examples] == [1, 0, 2, 3]

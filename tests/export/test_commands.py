@@ -44,3 +44,20 @@ def test_prune_sparsity_command(gpt2_run, tmp_path, capsys):
     assert 0.05 < float((w == 0).float().mean()) < 0.6
     assert main(["prune", str(gpt2_run), "--out", str(tmp_path / "x"), "--n-layer", "1"]) == 1
     assert "--calibration" in capsys.readouterr().err
+
+
+def test_export_refuses_an_out_that_holds_the_source(tiny_shards, tmp_path, capsys):
+    """`export RUN --out RUN --overwrite` (hf) and `--out <parent of RUN> --overwrite` (gguf)
+    deleted the run they exported from."""
+    from tests.export.conftest import train_tiny
+
+    run = train_tiny(tiny_shards, tmp_path / "proj" / "run", "gpt2", steps=2)
+    before = sorted(p.relative_to(run) for p in run.rglob("*"))
+    assert (run / "config.yaml").is_file() and (run / "metrics.jsonl").is_file()
+    for fmt, out in (("hf", run), ("gguf", run.parent), ("hf", tmp_path)):
+        assert main(["export", str(run), "--format", fmt, "--out", str(out), "--overwrite"]) == 1
+        err = capsys.readouterr().err
+        assert "holds the input" in err and "--out" in err
+        assert sorted(p.relative_to(run) for p in run.rglob("*")) == before
+    assert main(["export", str(run), "--format", "hf", "--out", str(run / "hf")]) == 0  # inside the run is fine
+    assert (run / "hf" / "config.json").is_file() and (run / "config.yaml").is_file()

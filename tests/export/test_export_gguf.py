@@ -23,8 +23,12 @@ TEXTS = ["The quick brown fox jumps over the lazy dog.\n\n    def f(x):\n       
 
 def _export(run, out, *args) -> "gguf.GGUFReader":
     assert main(["export", str(run), "--format", "gguf", "--out", str(out), *args]) == 0
+    import yaml
+
     files = list(out.glob("*.gguf"))
-    assert len(files) == 1 and (out / "Modelfile").read_text() == f"FROM ./{files[0].name}\n"
+    block_size = yaml.safe_load((run / "config.yaml").read_text())["model"]["block_size"]
+    assert len(files) == 1 and (out / "Modelfile").read_text() == (  # ollama kept to the trained context
+        f"FROM ./{files[0].name}\nPARAMETER num_ctx {block_size}\n")
     return gguf.GGUFReader(files[0])
 
 

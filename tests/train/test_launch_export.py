@@ -25,9 +25,9 @@ def test_launch_dry_run_prints_the_torchrun_command(capsys):
     assert out.endswith("-m torch.distributed.run --standalone --nnodes 1 --nproc-per-node 4 "
                         "-m gptforge.cli pretrain --data d --out r")
     assert cli(["launch", "--nnodes", "2", "--nproc-per-node", "8", "--rdzv-endpoint", "n0:29500", "--dry-run",
-                "pretrain"]) == 0
+                "pretrain", "--data", "d", "--out", "r"]) == 0
     assert "--rdzv-backend c10d --rdzv-endpoint n0:29500 --rdzv-id gptforge --nnodes 2" in capsys.readouterr().out
-    assert cli(["launch", "--nnodes", "2", "--dry-run", "pretrain"]) == 2
+    assert cli(["launch", "--nnodes", "2", "--dry-run", "pretrain", "--data", "d", "--out", "r"]) == 2
     assert "needs --rdzv-endpoint" in capsys.readouterr().err
 
 

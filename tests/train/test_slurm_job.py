@@ -111,7 +111,7 @@ def test_cpu_mode_script_and_refusals(tmp_path, capsys):
                           env={"PATH": "/usr/bin:/bin"}).stdout.strip() == "4"
     given = tmp_path / "given.sbatch"
     assert cli(["slurm", "--nodes", "1", "--gpus-per-node", "0", "--nproc-per-node", "2", "--cpus-per-task", "6",
-                "--out", str(given), "--", "pretrain"]) == 0
+                "--out", str(given), "--", "pretrain", "--data", "d", "--out", "r"]) == 0
     assert "#SBATCH --cpus-per-task=6" in given.read_text() and "--exclusive" not in given.read_text()
     capsys.readouterr()
     refused = {
@@ -121,6 +121,21 @@ def test_cpu_mode_script_and_refusals(tmp_path, capsys):
         ("--gpus-per-node", "0", "--nproc-per-node", "2", "--nodes", "2"): "does not use the 4 processes",
     }
     for args, message in refused.items():
-        cmd = ["pretrain", "--parallel.dp_shard", "2"] if "--nodes" in args else ["pretrain"]
+        cmd = ["pretrain", "--data", "d", "--out", "r", *(["--parallel.dp_shard", "2"] if "--nodes" in args else [])]
         assert cli(["slurm", "--nodes", "1", *args, "--out", str(tmp_path / "x"), "--", *cmd]) == 2, args
         assert message in capsys.readouterr().err, args
+
+
+def test_the_wrapped_command_is_checked_with_its_own_parser(tmp_path, capsys):
+    """`slurm ... -- pretrain --train.max_stpes 10` (or --model gpt9) wrote the sbatch without complaint."""
+    base = ["slurm", "--nodes", "1", "--gpus-per-node", "0", "--nproc-per-node", "2", "--out", str(tmp_path / "j.sbatch"),
+            "--", "pretrain", "--data", "d", "--out", "r"]
+    with pytest.raises(SystemExit) as e:  # the command's own parser prints its one line and exits 2
+        cli([*base, "--train.max_stpes", "10"])
+    assert e.value.code == 2 and "did you mean --train.max_steps" in capsys.readouterr().err
+    assert cli([*base, "--model", "gpt9"]) == 2
+    assert "unknown preset 'gpt9'" in capsys.readouterr().err
+    assert cli([*base[:-6], "--", "pretrian", "--data", "d"]) == 2
+    assert "did you mean 'pretrain'" in capsys.readouterr().err
+    assert not (tmp_path / "j.sbatch").exists()
+    assert cli([*base, "--resume", "auto", "--model", "gpt2-nano"]) == 0 and (tmp_path / "j.sbatch").is_file()
