@@ -127,9 +127,10 @@ from tests.train.test_finetune import (  # noqa: E402,F401
     CHATML,
     _finetune,
     instructions,
-    one_thread,
     train_tokenizer,
 )
+
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 @pytest.fixture(scope="module")
