@@ -3,7 +3,7 @@
 Packages form layers, bottom to top; a module imports only from its own layer or those below it,
 and nothing imports `gptforge.commands` (the CLI loads a command by name):
 
-    base      gptforge (this file), atomic, config, presets, errors, progress, options
+    base      gptforge (this file), atomic, config, presets, errors, progress, ranges, options
     model     the GPT module, LoRA / 4-bit layers, Hugging Face tensor mapping and writing
     runtime   device and autocast, loss helpers, the checkpoint format, model loading, torchrun and Slurm launch
     data      readers, curation, tokenizer, token shards, batches

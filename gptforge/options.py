@@ -29,6 +29,8 @@ import typing
 from itertools import pairwise
 from typing import Any
 
+from gptforge.ranges import bounded, out_of_range, range_text  # noqa: F401  (bounded: re-exported for commands)
+
 
 def attribute_docs(cls: type) -> dict[str, str]:
     """{field name: its attribute docstring} of a dataclass, read from its source (and its bases')."""
@@ -110,40 +112,15 @@ def rewrite_model_shorthand(argv: list[str]) -> list[str]:
     return out
 
 
-def bounded(default: Any = None, low: float | None = None, high: float | None = None,
-            low_open: bool = False) -> Any:
-    """A dataclass field whose value (when not None) must lie in [low, high] (low excluded with
-    low_open; None: no bound). `parse_command` refuses a value outside, naming the option and the
-    range; --help shows the range.
-
-        stride: Optional[int] = bounded(None, low=1)
-    """
-    return dataclasses.field(default=default, metadata={"range": (low, high, low_open)})
-
-
-def range_text(low: float | None, high: float | None, low_open: bool = False) -> str:
-    """'>= 1', '> 0', 'in (0, 1]', 'in [0, 1]' for a `bounded` field's range."""
-    if high is None:
-        return f"{'>' if low_open else '>='} {low}"
-    if low is None:
-        return f"<= {high}"
-    return f"in {'(' if low_open else '['}{low}, {high}]"
-
-
 def check_ranges(opts: Any) -> None:
     """Raise ValueError naming the first `bounded` field of dataclass instance `opts` whose value
     is outside its range: "--stride must be >= 1, got 0"."""
-    for f in dataclasses.fields(opts):
-        if "range" not in f.metadata:
-            continue
-        value = getattr(opts, f.name)
-        if value is None:
-            continue
-        low, high, low_open = f.metadata["range"]
-        below = low is not None and (value <= low if low_open else value < low)
-        if below or (high is not None and value > high):
-            flag = f.metadata.get("flag", "--" + f.name.replace("_", "-"))
-            raise ValueError(f"{flag} must be {range_text(low, high, low_open)}, got {value}")
+    bad = out_of_range(opts)
+    if bad is not None:
+        name, value, allowed = bad
+        f = next(f for f in dataclasses.fields(opts) if f.name == name)
+        flag = f.metadata.get("flag", "--" + name.replace("_", "-"))
+        raise ValueError(f"{flag} must be {allowed}, got {value}")
 
 
 def add_options(parser, options: type, positional: tuple[str, ...] = ()) -> None:

@@ -6,6 +6,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal, Optional, Union
 
+from gptforge.ranges import bounded, out_of_range
+
 # Choices shared by a config field and the code that computes its value.
 Precision = Literal["auto", "fp32", "bf16", "fp16", "fp8"]
 OptimizerName = Literal["adamw", "sgd", "muon", "adamw8bit", "adafactor"]
@@ -16,11 +18,11 @@ Checkpointing = Literal["none", "selective", "full"]
 class TrainConfig:
     """Optimisation, schedule, precision, evaluation and checkpointing."""
 
-    max_steps: int = 1000
+    max_steps: int = bounded(1000, low=1)
     """Number of optimizer steps."""
-    micro_batch_size: int = 8
+    micro_batch_size: int = bounded(8, low=1)
     """Sequences per forward/backward pass (per data-parallel rank)."""
-    gradient_accumulation_steps: int = 1
+    gradient_accumulation_steps: int = bounded(1, low=1)
     """Micro-batches per optimizer step. global_batch_size = micro_batch_size *
     gradient_accumulation_steps * dp."""
     global_batch_size: Optional[int] = None
@@ -28,35 +30,35 @@ class TrainConfig:
     becomes global_batch_size / (micro_batch_size * dp), so the same run keeps its batches on any
     number of processes. Unset: micro_batch_size * gradient_accumulation_steps * dp, recorded in
     config.yaml (a resume on another number of processes then keeps it)."""
-    lr: Optional[float] = None
+    lr: Optional[float] = bounded(None, low=0.0)
     """Peak learning rate (AdamW's; with muon, that of the embeddings, head, norms and biases).
     Unset: derived from model.d_model when the run is resolved (gptforge.train.resolve; 0.0016 *
     (128 / d_model)^0.6, fitted on CPU runs, gptforge.train.optim.default_lr); on resume, the
     checkpoint's value."""
-    min_lr: Optional[float] = None
+    min_lr: Optional[float] = bounded(None, low=0.0)
     """Learning rate at the end of decay. Unset: lr / 10."""
-    warmup_steps: Optional[int] = None
+    warmup_steps: Optional[int] = bounded(None, low=0)
     """Linear warmup steps from 0 to lr. Unset: 5% of max_steps (after a time budget has set
     it), at least 10 and at most 1000 (and at most a quarter of the run)."""
     lr_schedule: Literal["cosine", "linear", "constant", "wsd"] = "cosine"
     """After warmup: cosine or linear decay to min_lr, constant, or warmup-stable-decay."""
-    schedule_start: int = 0
+    schedule_start: int = bounded(0, low=0)
     """Step at which the schedule (warmup, then decay) starts: lr_at(step) is the schedule of a
     run of max_steps - schedule_start steps evaluated at step - schedule_start (steps before it
     get the schedule's first value). Set it to the resume step to continue a run with a fresh
     schedule, e.g. a WSD cooldown from any checkpoint (`--train.lr_schedule wsd
     --train.decay_fraction 1 --train.warmup_steps 0 --train.schedule_start S`). 0: from step 0."""
-    decay_fraction: float = 0.2
+    decay_fraction: float = bounded(0.2, low=0.0, high=1.0)
     """wsd only: fraction of max_steps spent in the final linear decay."""
-    weight_decay: float = 0.1
+    weight_decay: float = bounded(0.1, low=0.0)
     """AdamW weight decay, applied to matrices only (not biases, norm weights)."""
-    beta1: float = 0.9
+    beta1: float = bounded(0.9, low=0.0, high=1.0)
     """AdamW beta1."""
-    beta2: float = 0.95
+    beta2: float = bounded(0.95, low=0.0, high=1.0)
     """AdamW beta2."""
-    eps: float = 1e-8
+    eps: float = bounded(1e-8, low=0.0)
     """AdamW epsilon."""
-    grad_clip: float = 1.0
+    grad_clip: float = bounded(1.0, low=0.0)
     """Clip the global gradient norm to this value; 0 disables clipping."""
     optimizer: OptimizerName = "adamw"
     """Optimizer. adamw (fused where the device supports it) and sgd run everywhere; muon:
@@ -69,9 +71,9 @@ class TrainConfig:
     ratio muon_lr / lr stays fixed); torch.optim.Muon also multiplies it by sqrt(max(1,
     rows/cols)) per matrix (Jordan et al. 2024, the "original" adjustment). Default 0.02 (the
     reference Muon implementation's)."""
-    muon_momentum: float = 0.95
+    muon_momentum: float = bounded(0.95, low=0.0, high=1.0)
     """muon: Nesterov momentum of the Muon matrices (reference value 0.95)."""
-    muon_weight_decay: float = 0.0
+    muon_weight_decay: float = bounded(0.0, low=0.0)
     """muon: decoupled weight decay of the Muon matrices (the matrices shrink by
     lr_muon * muon_weight_decay per step); the AdamW parameters keep weight_decay."""
     data_weights: Optional[dict[str, float]] = None
@@ -96,11 +98,11 @@ class TrainConfig:
     """Autocast precision: auto (what is fast on the device: bf16 on GPUs that have it and on CPUs
     whose measured bf16 matmuls beat fp32, else fp32; the choice is frozen in config.yaml), fp32,
     bf16 or fp16 (with a gradient scaler). fp8 is planner-only."""
-    eval_interval: int = 100
+    eval_interval: int = bounded(100, low=0)
     """Evaluate on the val split every N steps (and at the last step); 0 disables."""
-    eval_steps: int = 20
+    eval_steps: int = bounded(20, low=1)
     """Number of fixed val batches per evaluation."""
-    patience: int = 0
+    patience: int = bounded(0, low=0)
     """Early stopping: stop after this many evaluations without improvement; 0 disables."""
     eval_tasks: Optional[list[str]] = None
     """Task files (gptforge evaluate --tasks formats) scored every eval_interval steps, logged as
@@ -112,22 +114,22 @@ class TrainConfig:
     token-weighted mean over the sources' val splits), val/<source>/loss (one source of a
     mixture), or a task metric such as eval/<task>/acc (higher is better for accuracies and F1,
     lower for perplexities)."""
-    checkpoint_interval: int = 500
+    checkpoint_interval: int = bounded(500, low=0)
     """Write a checkpoint every N steps (and at the end); 0 writes only at the end."""
-    keep_checkpoints: int = 2
+    keep_checkpoints: int = bounded(2, low=1)
     """Number of recent step checkpoints kept (the best one is always kept)."""
-    stop_at_step: int = 0
+    stop_at_step: int = bounded(0, low=0)
     """End the run at this step as if interrupted (checkpoint written); 0 disables."""
-    max_minutes: float = 0.0
+    max_minutes: float = bounded(0.0, low=0.0)
     """Time budget in minutes: max_steps is set from a step time measured at start (so the schedule
     completes in time; frozen in config.yaml for an exact resume) and the run stops with a
     checkpoint when the budget is used up (counted over resumes). When set, it replaces
     max_steps, an explicit --train.max_steps included (at least 20 steps; the start says so in
     one line); keep it 0 to train exactly max_steps. 0 disables."""
-    max_minutes_steps: int = 0
+    max_minutes_steps: int = bounded(0, low=0)
     """Set when the run is resolved (gptforge.train.resolve): the max_steps that max_minutes resolved to
     (0: not resolved yet)."""
-    max_bad_steps: int = 5
+    max_bad_steps: int = bounded(5, low=1)
     """Stop after this many consecutive optimizer steps with a non-finite loss or gradient."""
     seed: int = 1337
     """Seed for initialisation, data sampling and dropout."""
@@ -139,9 +141,9 @@ class TrainConfig:
     compile: Union[bool, Literal["auto"]] = False
     """torch.compile each block: true, false, or auto (CUDA: true; CPU: whichever of compiled and
     eager steps runs faster for this shape, measured at start; frozen in config.yaml as true/false)."""
-    log_interval: int = 1
+    log_interval: int = bounded(1, low=1)
     """Write metrics every N steps."""
-    num_threads: int = 0
+    num_threads: int = bounded(0, low=0)
     """CPU threads for torch (0: leave torch's default)."""
     tensorboard: bool = True
     """Write TensorBoard event files to RUN_DIR/tb."""
@@ -156,7 +158,7 @@ class TrainConfig:
     (model, optimizer, schedule, RNG), skip the batches read since it and continue, logged as a
     `rollback` event (gptforge.train.rollback). Needs train.spike_alarms; single process or plain
     DDP (parallel.dp_replicate) only."""
-    max_rollbacks: int = 3
+    max_rollbacks: int = bounded(3, low=1)
     """spike_action rollback: rollbacks allowed in the run (counted over resumes); the next spike
     after them stops the run."""
     wandb_project: Optional[str] = None
@@ -172,32 +174,20 @@ class TrainConfig:
     PLANNER_ONLY = {"optimizer": ("adamw8bit", "adafactor"), "precision": ("fp8",)}
     """Values `gptforge plan` models but the trainer does not run."""
 
-    RANGES = {"max_steps": (1, None), "micro_batch_size": (1, None), "gradient_accumulation_steps": (1, None),
-              "lr": (0.0, None), "min_lr": (0.0, None), "warmup_steps": (0, None), "schedule_start": (0, None), "decay_fraction": (0.0, 1.0),
-              "weight_decay": (0.0, None), "beta1": (0.0, 1.0), "beta2": (0.0, 1.0), "eps": (0.0, None),
-              "grad_clip": (0.0, None), "eval_interval": (0, None), "eval_steps": (1, None), "patience": (0, None),
-              "checkpoint_interval": (0, None), "keep_checkpoints": (1, None), "stop_at_step": (0, None),
-              "max_minutes": (0.0, None), "max_minutes_steps": (0, None),
-              "max_bad_steps": (1, None), "log_interval": (1, None), "num_threads": (0, None),
-              "muon_momentum": (0.0, 1.0), "muon_weight_decay": (0.0, None), "max_rollbacks": (1, None)}
-    """Allowed (min, max) of each numeric field, both inclusive; None: unbounded."""
 
     def check_trainable(self) -> None:
         """Refuse, before anything starts, values the trainer cannot run: a number outside its
-        range (RANGES) or a planner-only optimizer/precision (PLANNER_ONLY).
+        range (its `bounded` field) or a planner-only optimizer/precision (PLANNER_ONLY).
 
         Raises:
             InputError: naming the option and the allowed range or values.
         """
         from gptforge.errors import InputError
 
-        for name, (lo, hi) in self.RANGES.items():
-            v = getattr(self, name)
-            if v is None:  # unset: filled when the run is resolved (gptforge.train.resolve)
-                continue
-            if (lo is not None and v < lo) or (hi is not None and v > hi):
-                allowed = f">= {lo}" if hi is None else f"in [{lo}, {hi}]"
-                raise InputError(f"train.{name}={v!r}: must be {allowed}")
+        bad = out_of_range(self)  # unset (None) fields are filled when the run is resolved
+        if bad is not None:
+            name, v, allowed = bad
+            raise InputError(f"train.{name}={v!r}: must be {allowed}")
         if self.schedule_start >= self.max_steps:
             raise InputError(f"train.schedule_start={self.schedule_start}: must be below train.max_steps "
                              f"({self.max_steps}); raise max_steps to extend the run")
