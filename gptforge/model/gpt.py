@@ -221,9 +221,10 @@ class Attention(nn.Module):
                 att = att.softmax(-1)
             att = F.dropout(att.type_as(q), p=p, training=self.training)
             y = att @ v
-        elif q.device.type == "cpu" and q.dtype == torch.bfloat16:
+        elif q.device.type == "cpu" and q.dtype == torch.bfloat16 and torch.is_grad_enabled():
             # On CPUs, torch's bf16 flash-attention backward is slower than its fp32 one (measured
-            # 1.6x on an AVX-512 Xeon, torch 2.13): under bf16 autocast, attend in fp32.
+            # 1.6x on an AVX-512 Xeon, torch 2.13): when training under bf16 autocast, attend in
+            # fp32. Without gradients (decoding) bf16 attends as it is: no upcast copy of the cache.
             y = F.scaled_dot_product_attention(q.float(), k.float(), v.float(), attn_mask=attn_mask, dropout_p=p,
                                                is_causal=is_causal).to(q.dtype)
         else:
