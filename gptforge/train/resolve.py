@@ -347,10 +347,13 @@ def resolve_training(cfg: RunConfig, env, data, run_dir: Path, resume: bool, log
 
     Raises:
         InputError: as `check_supported` and `pre_resolve`.
+        ValueError: as `ModelConfig.resolved` (an unknown preset, inconsistent shapes), before the probes.
     """
     from gptforge.runtime.device import resolve_precision
 
     check_supported(cfg, env, deepspeed)
+    # The model section first (an unknown preset, a bad shape): refused before any probe spends time.
+    ModelConfig(**{**to_dict(cfg.model), "vocab_size": cfg.model.vocab_size or int(data.vocab_size)}).resolved()
     precision = env.rank0_value(resolve_precision(cfg.train.precision, env.device, log))
     saved = saved_train_section(run_dir, resume)
     resume_step = int(ckpt_lib.find_checkpoint(run_dir).name.removeprefix("step_")) if resume else None

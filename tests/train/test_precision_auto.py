@@ -3,6 +3,7 @@ explicitly warns with both figures), and the choice is frozen in config.yaml."""
 
 from __future__ import annotations
 
+import pytest
 import torch
 import yaml
 
@@ -43,3 +44,14 @@ def test_auto_is_frozen_in_config_yaml(tiny_shards, tmp_path, monkeypatch):
                                       report=False)), tiny_shards, run, progress=False)
     assert yaml.safe_load((run / "config.yaml").read_text())["train"]["precision"] == "fp32"
 
+
+
+def test_unknown_preset_is_refused_before_the_precision_probe(tiny_shards, tmp_path, monkeypatch):
+    measured = []
+    monkeypatch.delenv("GPTFORGE_AUTO_PRECISION", raising=False)
+    monkeypatch.setattr(device_mod, "_CPU_PEAKS", {})
+    monkeypatch.setattr(device_mod, "measure_cpu_matmul_peak", lambda dtype=torch.float32, **kw: measured.append(dtype) or 1e9)
+    with pytest.raises(ValueError, match="unknown preset 'gpt9'"):
+        train(RunConfig(model=ModelConfig(preset="gpt9"), train=TrainConfig(max_steps=2, precision="auto")),
+              tiny_shards, tmp_path / "run", progress=False)
+    assert measured == []  # no matmul timed for a run that cannot start
