@@ -74,5 +74,6 @@ def main(argv: list[str]) -> int:
     result = distill(run_config_from(init), teacher, student, data, opts.out, alpha=alpha, temperature=temperature,
                      teacher_dtype=opts.teacher_dtype or saved.get("teacher_dtype"), resume=opts.resume,
                      progress=not opts.quiet, log=lambda m: console.print(m, highlight=False))
-    console.print(result.summary(), highlight=False)
+    if result.main:  # every rank returns a result; one line per run
+        console.print(result.summary(), highlight=False)
     return result.exit_code

@@ -65,5 +65,6 @@ def main(argv: list[str]) -> int:
     console = Console(stderr=False)
     result = finetune(init.finetune, cfg, opts.source, opts.data, opts.out, resume=opts.resume,
                       progress=not opts.quiet, log=lambda m: console.print(m, highlight=False))
-    console.print(result.summary(), highlight=False)
+    if result.main:  # every rank returns a result; one line per run
+        console.print(result.summary(), highlight=False)
     return result.exit_code

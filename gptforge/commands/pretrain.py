@@ -96,5 +96,6 @@ def main(argv: list[str]) -> int:
         return 0 if check.passed else 1
     result = train(cfg, data, opts.out, resume=opts.resume, progress=not opts.quiet,
                    log=lambda m: console.print(m, highlight=False))
-    console.print(result.summary(), highlight=False)
+    if result.main:  # every rank returns a result; one line per run
+        console.print(result.summary(), highlight=False)
     return result.exit_code

@@ -78,6 +78,8 @@ class TrainResult:
     """The signal (SIGINT 2, SIGTERM 15) that stopped the run, when one did."""
     max_steps: int | None = None
     """train.max_steps of the session."""
+    main: bool = True
+    """Whether this process is rank 0 (or the only one): commands print `summary()` from it alone."""
 
     def summary(self) -> str:
         """One line saying how the run ended."""
@@ -408,7 +410,7 @@ class Trainer:
                            val_loss=self.evaluator.last, best_val_loss=self.early_stop.best_val_loss,
                            stopped=self.stopped, tokens_seen=self.state["tokens_seen"], history=self.metrics.history,
                            signal=(stop.signal or signal.SIGTERM) if self.stopped == "signal" else None,
-                           max_steps=tc.max_steps)
+                           max_steps=tc.max_steps, main=self.main)
 
     def train_step(self, step: int, stop: StopFlag) -> tuple[dict[str, Any], bool, bool]:
         """One optimizer step (0-based `step`). Returns (metrics row, finite, any rank signalled)."""

@@ -39,6 +39,7 @@ def test_launch_fsdp_run_then_export(tiny_shards, tmp_path):
                           capture_output=True, text=True, env=env, timeout=300)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-4000:]
     assert "torch.distributed.run --standalone" in proc.stdout.splitlines()[0]
+    assert proc.stdout.count("stopped (max_steps) at step 2") == 1  # rank 0's line only, not one per rank
     assert [r["step"] for r in read_metrics(run)] == [1, 2]
     ckpt = ck.find_checkpoint(run)
     assert len(list(ckpt.glob("*.distcp"))) == 2  # one shard file per rank
