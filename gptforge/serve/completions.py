@@ -14,6 +14,7 @@ from typing import Any
 from fastapi import APIRouter, Request
 from fastapi.responses import Response
 
+from gptforge.infer.stream import StreamDetokenizer
 from gptforge.serve.openapi import route_doc
 from gptforge.serve.protocol import Completion, CompletionChunk, CompletionRequest
 from gptforge.serve.server import Server, Submission, sse, sse_error, usage
@@ -38,17 +39,21 @@ class CompletionCall:
 
     def logprob_block(self, entries, offset0: int) -> dict:
         """OpenAI completions logprobs of (token id, TokenLogprob or None) entries: tokens,
-        token_logprobs, top_logprobs, text_offset (characters, from offset0)."""
+        token_logprobs, top_logprobs, text_offset (characters, from offset0).
+
+        A token's offset is where its text starts in the decoded text: the decoded length of the
+        tokens before it (an incremental decode, so a token holding the first bytes of a character
+        and the token completing it share the character's offset, and no offset passes the text)."""
         piece = self.srv.piece
         out: dict[str, list[Any]] = {"tokens": [], "token_logprobs": [], "top_logprobs": [], "text_offset": []}
         offset = offset0
+        detok = StreamDetokenizer(self.srv.tok.decode)
         for token_id, lp in entries:
-            text = piece(token_id)
-            out["tokens"].append(text)
+            out["tokens"].append(piece(token_id))
             out["token_logprobs"].append(None if lp is None else lp.logprob)
             out["top_logprobs"].append(None if lp is None else {piece(t): v for t, v in lp.top})
             out["text_offset"].append(offset)
-            offset += len(text)
+            offset += len(detok.push(token_id))
         return out
 
     def echo_entries(self, j: int, ev) -> list:

@@ -20,6 +20,7 @@ from fastapi import Request
 from fastapi.responses import Response
 from pydantic import ValidationError
 
+from gptforge.data.tokenizer import token_bytes
 from gptforge.infer.engine import Engine, Event, SamplingParams
 from gptforge.serve.protocol import UNSUPPORTED, APIError
 
@@ -240,10 +241,16 @@ class Server:
     # ---- prompts ------------------------------------------------------------------------------
 
     def piece(self, token_id: int) -> str:
-        """The text of one token (as logprobs name it)."""
+        """The text of one token (as logprobs name it). A byte-level token that holds only part of a
+        UTF-8 character (a piece of a CJK character or an emoji) is spelled "bytes:" plus its bytes
+        as \\xNN escapes, as OpenAI's API spells such tokens, not as the U+FFFD its decode gives."""
         s = self._piece_cache.get(token_id)
         if s is None:
-            s = self._piece_cache[token_id] = self.tok.decode([token_id])
+            s = self.tok.decode([token_id])
+            raw = token_bytes(self.tok.id_to_token(token_id) or "") if "\ufffd" in s else None
+            if raw and not _is_utf8(raw):
+                s = "bytes:" + "".join(f"\\x{b:02x}" for b in raw)
+            self._piece_cache[token_id] = s
         return s
 
     def encode(self, text: str) -> list[int]:
@@ -449,3 +456,11 @@ def sse(obj) -> str:
 def sse_error(message: str) -> str:
     """The SSE event sent when generation fails after the stream has started (OpenAI's error object)."""
     return sse({"error": {"message": message, "type": "server_error", "param": None, "code": None}})
+
+
+def _is_utf8(raw: bytes) -> bool:
+    try:
+        raw.decode("utf-8")
+    except UnicodeDecodeError:
+        return False
+    return True

@@ -115,3 +115,20 @@ def test_chat_logprobs_and_top_logprobs(client):
         assert len(entry.top_logprobs) == 3
         assert entry.logprob == pytest.approx(entry.top_logprobs[0].logprob, abs=1e-5)  # greedy = the best
         assert bytes(entry.bytes).decode("utf-8", errors="replace") == entry.token
+
+
+def test_echo_logprobs_of_a_split_character_spell_bytes_and_keep_offsets_in_the_text(client, trained):
+    _model, tok = trained
+    prompt = "x = '字'\n"
+    ids = tok.encode(prompt)
+    r = client.completions.create(model="tiny", prompt=prompt, max_tokens=0, echo=True, logprobs=1)
+    c = r.choices[0]
+    tokens, offsets = c.logprobs.tokens, c.logprobs.text_offset
+    assert c.text == prompt and len(tokens) == len(ids)
+    assert not any(REPLACEMENT in t for t in tokens)
+    split = [t for t in tokens if t.startswith("bytes:")]
+    assert split and all(len(t) > len("bytes:") for t in split)
+    assert offsets == sorted(offsets) and offsets[0] == 0 and offsets[-1] < len(prompt)
+    # every token's offset points at the character it starts or continues
+    assert [prompt[o] for o in offsets][-1] == "\n"
+    assert prompt[offsets[tokens.index(split[0])]] == "字"
