@@ -11,7 +11,10 @@ redacting ordinary numbers would damage more text than the rare missed phone num
 
 Chinese text: mainland mobile numbers (11 digits from 1[3-9], optional +86 / 0086, spaces or
 dashes in the 3-4-4 grouping) and landlines with an area code (010-62345678, (021)12345678,
-0755-1234567) are phones, as are international numbers without separators (+14155550132);
+0755-1234567, 0755-8888 6666) are phones, with an extension after them (转 8021, ext. 12) taken
+along, as are international numbers without separators (+14155550132); ID numbers may be written
+in their 6-8-4 groups; internationalised e-mail addresses (张三@例子.中国, user@例子.cn) are
+e-mail;
 full-width digits, Latin letters and @ . - _ + ( ) are read as their
 ASCII forms (the placeholder replaces the full-width text); a CJK character next to an address
 or number is a boundary, as a space is. The order is e-mail, ID number, Chinese and E.164 phones, card,
@@ -40,25 +43,41 @@ _W = f"[^\\W{_CJK}]"
 
 EMAIL = re.compile(f"(?<!{_W})(?<![.+-])[A-Za-z0-9][A-Za-z0-9._%+-]{{0,63}}@"
                    f"(?:[A-Za-z0-9](?:[A-Za-z0-9-]{{0,61}}[A-Za-z0-9])?\\.)+[A-Za-z]{{2,24}}(?!{_W})")
+#: common top-level domains written in Chinese characters (an address's end must be known: CJK
+#: text runs on after it without a space).
+_CJK_TLDS = "中国|中國|公司|网络|網絡|香港|台湾|台灣|新加坡|在线|网址|集团|移动|商城|信息"
+#: an internationalised address (RFC 6531 local part, IDNA domain) that EMAIL, ASCII only, misses:
+#: labels may hold any letters; the top-level domain is Latin or one of _CJK_TLDS. A local part in
+#: CJK has no visible start in CJK text, so at most 4 such characters before the "@" are taken
+#: (a Chinese name is 2-4): a few characters of context may go with the address, never the reverse.
+EMAIL_IDN = re.compile(f"(?:(?<!{_W})(?<![.+-])[A-Za-z0-9][A-Za-z0-9._%+-]{{0,63}}|[^\\W\\d_]{{1,4}})@"
+                       f"(?:[^\\W_](?:[\\w-]{{0,61}}[^\\W_])?\\.)+(?:[A-Za-z]{{2,24}}(?!{_W})|(?:{_CJK_TLDS}))")
+#: a telephone extension after a number: 转 / 轉 / 分机 / 分機 (Chinese), ext or x, then 1-6 digits.
+_EXTENSION = "(?:[ \\t]*(?:转|轉|分机|分機|ext\\.?|x)[ \\t]*\\d{1,6})?"
+_EXTENSION_TAIL = re.compile("[ \t]*(?:转|轉|分机|分機|ext\\.?|x)[ \t]*\\d{1,6}$")
 CARD = re.compile(r"(?<![\d-])(?:\d[ -]?){12,18}\d(?![\d-])")
 IPV6 = re.compile(r"(?<![\w:])(?:[0-9A-Fa-f]{0,4}:){2,7}(?:[0-9A-Fa-f]{1,4}|(?:\d{1,3}\.){3}\d{1,3})?(?![\w:])")
 IPV4 = re.compile(r"(?<![\d.])(?:\d{1,3}\.){3}\d{1,3}(?![\d.]|\.\d)")
 # International prefix or area code, then groups separated by space, dot or dash; 9-15 digits.
-PHONE = re.compile(r"(?<![\w+])(?:\+\d{1,3}[ .-]?)?(?:\(\d{1,4}\)[ .-]?)?\d{2,4}(?:[ .-]\d{2,4}){1,4}(?![\w])")
+PHONE = re.compile(r"(?<![\w+])(?:\+\d{1,3}[ .-]?)?(?:\(\d{1,4}\)[ .-]?)?\d{2,4}(?:[ .-]\d{2,4}){1,4}"
+                   + _EXTENSION + r"(?![\w])")
 #: a count or amount in Chinese: digits followed by one of these are never a phone or ID number.
 _CN_UNIT = "年月日号號元万萬亿億个個次人件岁歲%％"
 #: mainland mobile: 1[3-9]X XXXX XXXX with optional +86 / 0086 and one kind of separator.
 CN_MOBILE = re.compile(f"(?<!{_W})(?<![+\\d-])(?:(?:\\+|00)86[ -]?)?1[3-9]\\d(?P<sep>[ -]?)\\d{{4}}(?P=sep)\\d{{4}}"
                        f"(?![\\d-]|{_W}|[{_CN_UNIT}])")
 #: mainland landline: area code 0XX or 0XXX (with a dash or space, or in parentheses), then a
-#: local number of 7-8 digits not starting with 0.
-CN_LANDLINE = re.compile(f"(?<!{_W})(?<![+\\d-])(?:\\(0\\d{{2,3}}\\) ?|0\\d{{2,3}}[ -])[1-9]\\d{{6,7}}"
-                         f"(?![\\d-]|{_W}|[{_CN_UNIT}])")
+#: local number of 7-8 digits not starting with 0 (its last 4 may be set apart by a space or
+#: dash), then an optional extension.
+CN_LANDLINE = re.compile(f"(?<!{_W})(?<![+\\d-])(?:\\(0\\d{{2,3}}\\) ?|0\\d{{2,3}}[ -])[1-9]\\d{{2,3}}[ -]?\\d{{4}}"
+                         f"{_EXTENSION}(?![\\d-]|{_W}|[{_CN_UNIT}])")
 #: an international number written without separators (E.164: "+", then 9-15 digits); a signed
 #: decimal ("+35236450.6") is not one.
 E164 = re.compile(f"(?<!{_W})(?<![+\\d])\\+[1-9]\\d{{8,14}}(?![\\d-]|{_W}|\\.\\d)")
 #: resident ID: 18 characters (17 digits and a check digit or X) or the old 15-digit form.
-CN_ID = re.compile(f"(?<!{_W})(?<![\\d-])(?:\\d{{17}}[\\dXx]|\\d{{15}})(?![\\d-]|{_W}|[{_CN_UNIT}])")
+CN_ID = re.compile(f"(?<!{_W})(?<![\\d-])(?:\\d{{17}}[\\dXx]|\\d{{15}}|\\d{{6}}(?P<sep>[ -])\\d{{8}}(?P=sep)\\d{{3}}[\\dXx]"
+                   f"|\\d{{6}}(?P<sep15>[ -])\\d{{6}}(?P=sep15)\\d{{3}})(?![\\d-]|{_W}|[{_CN_UNIT}])")
+"""Also written in its groups (region, birth date, sequence and check: 110101 19900307 1234)."""
 
 _DIGIT = re.compile(r"\d")
 _TRIGGER = re.compile(r"[\d@\uff10-\uff19\uff20]")
@@ -118,9 +137,14 @@ def resident_id_ok(s: str) -> bool:
     return False
 
 
+def _grouped_id_ok(s: str) -> bool:
+    return resident_id_ok(s.replace(" ", "").replace("-", ""))
+
+
 def _landline_ok(s: str) -> bool:
     # 3-digit area codes are 010 and 02X (local numbers of 8 digits); the others are 03XX-09XX
-    # (local numbers of 7 or 8 digits).
+    # (local numbers of 7 or 8 digits). An extension is not part of the local number.
+    s = _EXTENSION_TAIL.sub("", s)
     area = _AREA.match(s).group(1)
     local = len(_NON_DIGIT.sub("", s)) - len(area)
     if len(area) == 3:
@@ -153,7 +177,8 @@ class PIIRedactor:
         # Every check runs, in this order, even for a kind that is off: its matches are then left as
         # they are but still hidden from the later checks (a mobile number stays a mobile
         # number, never a card number, when phones are not redacted).
-        self._checks = [("email", EMAIL, None, "@"), ("id_number", CN_ID, resident_id_ok, None),
+        self._checks = [("email", EMAIL, None, "@"), ("email", EMAIL_IDN, None, "@"),
+                  ("id_number", CN_ID, _grouped_id_ok, None),
                   ("phone", CN_MOBILE, None, None), ("phone", CN_LANDLINE, _landline_ok, None),
                   ("phone", E164, None, "+"),
                   ("credit_card", CARD, _valid_card, None), ("ip_address", IPV6, _valid_ipv6, ":"),
@@ -226,7 +251,7 @@ def _valid_card(s: str) -> bool:
 
 
 def _valid_phone(s: str) -> bool:
-    return 9 <= sum(c.isdigit() for c in s) <= 15
+    return 9 <= sum(c.isdigit() for c in _EXTENSION_TAIL.sub("", s)) <= 15
 
 
 def _valid_ip(s: str) -> bool:

@@ -69,6 +69,15 @@ def test_luhn_and_kinds_option():
     ("电话：（０１０）６２３４５６７８", "电话：<PHONE>", "phone"),
     ("邮箱ｚｈａｎｇ＠ｅｘａｍｐｌｅ．ｃｏｍ。", "邮箱<EMAIL>。", "email"),
     ("服务器192.168.1.10端口", "服务器<IP_ADDRESS>端口", "ip_address"),
+    ("请拨打010-62345678转123联系", "请拨打<PHONE>联系", "phone"),          # the extension goes too
+    ("电话 (010) 6234 5678 转 8021。", "电话 <PHONE>。", "phone"),
+    ("座机：0755-8888 6666", "座机：<PHONE>", "phone"),
+    ("Call 415-555-0132 ext. 12 now", "Call <PHONE> now", "phone"),
+    ("身份证号 110105 19491231 002X 已登记", "身份证号 <ID_NUMBER> 已登记", "id_number"),  # in its groups
+    ("编号110105-19491231-002X。", "编号<ID_NUMBER>。", "id_number"),
+    ("邮箱 张三@例子.中国 联系", "邮箱 <EMAIL> 联系", "email"),              # internationalised
+    ("或写信给user@例子.cn。", "或写信给<EMAIL>。", "email"),
+    ("邮箱：wang@邮件.公司，", "邮箱：<EMAIL>，", "email"),
 ])
 def test_redacts_chinese(text, expected, kind):
     r = PIIRedactor()
@@ -85,6 +94,8 @@ def test_redacts_chinese(text, expected, kind):
     "旧证990105491231002的省份代码不存在。",            # province 99
     "旧证110105491331002的日期不存在。",                # month 13
     "电话012-3456789不是区号。",                        # 012 is no area code
+    "共110105 19491231 002Y件",                         # grouped, bad check character
+    "关注@张三 的微博，或 @李四。",                        # a mention has no domain
 ])
 def test_leaves_ordinary_chinese_numbers(text):
     r = PIIRedactor()
