@@ -24,10 +24,6 @@ from gptforge.plan.flops import parse_tokens  # noqa: F401  (re-exported: tests 
 
 SECTIONS = {"model": ModelConfig, "train": TrainConfig, "parallel": ParallelConfig}
 
-def _rewrite_model_shortcut(argv: list[str]) -> list[str]:
-    """`--model NAME` is short for `--model.preset NAME` (see `gptforge.options.rewrite_model_shorthand`)."""
-    return rewrite_model_shorthand(argv)
-
 
 PLAN_DESCRIPTION = ("Predict per-GPU memory (weights, gradients, optimizer states, activations, logits/loss, "
                     "buffers), FLOPs, tokens/s, MFU, step time, total time and cost of a training job.")
@@ -47,6 +43,8 @@ class PlanOptions:
     """Rank the fastest layouts that fit (needs --gpu; keeps the global batch)."""
     top: int = 5
     """How many layouts --recommend prints."""
+    host_memory_gb: Optional[float] = None
+    """With --recommend: CPU memory of one node in GiB; offload layouts that need more are dropped."""
     json: bool = False
     """Print one JSON object (bytes, FLOPs, seconds)."""
     measure: bool = False
@@ -93,7 +91,7 @@ def main(argv: list[str]) -> int:
     from gptforge.plan.answer import answer_fit, plan_job
 
     parser = _parser()
-    argv = _rewrite_model_shortcut(list(argv))
+    argv = rewrite_model_shorthand(list(argv))  # --model NAME is short for --model.preset NAME
     if any(a in ("-h", "--help") for a in argv):
         parser.print_help()
         return 0
@@ -121,7 +119,8 @@ def main(argv: list[str]) -> int:
         return 0
     try:
         answer = plan_job(init.model, init.train, init.parallel, init.finetune, gpu=ns.gpu, num_gpus=ns.num_gpus,
-                          tokens=ns.tokens, price=ns.price, measure=ns.measure, recommend=ns.recommend, top=ns.top)
+                          tokens=ns.tokens, price=ns.price, measure=ns.measure, recommend=ns.recommend, top=ns.top,
+                          host_memory_gb=ns.host_memory_gb)
         budget = None
         if ns.data:
             from gptforge.plan.mixture import mixture_budget
@@ -144,6 +143,6 @@ def main(argv: list[str]) -> int:
 
         print("\n" + format_budget(budget))
     if answer.recommendations is not None:
-        print("")
-        print(text.format_recommendations(answer.recommendations, answer.plan.num_gpus, ns.gpu))
+        print("\n" + text.format_recommendations(answer.recommendations, answer.plan.num_gpus, ns.gpu,
+                                                answer.host_memory_bytes))
     return 0

@@ -14,11 +14,13 @@ from gptforge.plan.flops import parse_tokens
 @dataclass
 class PlanAnswer:
     """A `gptforge.plan.Plan`, the `measure_step` result beside it (or None) and the ranked
-    layouts of `--recommend` (or None)."""
+    layouts of `--recommend` (or None); host_memory_bytes: the CPU memory per node they were
+    checked against (None: not given)."""
 
     plan: Any
     measured: Any = None
     recommendations: list | None = None
+    host_memory_bytes: int | None = None
 
     def to_dict(self) -> dict:
         """The JSON object `plan --json` prints (bytes, FLOPs, seconds)."""
@@ -32,10 +34,11 @@ class PlanAnswer:
 
 def plan_job(model: ModelConfig, train: TrainConfig, parallel: ParallelConfig, finetune: FinetuneConfig | None,
              *, gpu: str | None = None, num_gpus: int | None = None, tokens: str | None = None,
-             price: float | None = None, measure: bool = False, recommend: bool = False, top: int = 5) -> PlanAnswer:
+             price: float | None = None, measure: bool = False, recommend: bool = False, top: int = 5,
+             host_memory_gb: float | None = None) -> PlanAnswer:
     """Plan one job; with `measure`, run one training step under FakeTensorMode beside the formula;
     with `recommend`, rank the `top` fastest layouts of `num_gpus` x `gpu` that fit, keeping the
-    global batch in sequences.
+    global batch in sequences (offload layouts only within `host_memory_gb` GiB of CPU memory per node, when given).
 
     Raises:
         ValueError: no model given, a bad token count, or `recommend` without `gpu`.
@@ -46,7 +49,7 @@ def plan_job(model: ModelConfig, train: TrainConfig, parallel: ParallelConfig, f
         raise ValueError("no model given: pass --model NAME (e.g. gpt2-small) or model.* fields")
     n_tokens = parse_tokens(tokens) if tokens is not None else None
     p = make_plan(model, train, parallel, gpu=gpu, num_gpus=num_gpus, tokens=n_tokens, price=price, finetune=finetune)
-    answer = PlanAnswer(plan=p)
+    answer = PlanAnswer(plan=p, host_memory_bytes=None if host_memory_gb is None else int(host_memory_gb * 2**30))
     if measure:
         from rich.console import Console
 
@@ -62,7 +65,8 @@ def plan_job(model: ModelConfig, train: TrainConfig, parallel: ParallelConfig, f
 
         sequences = train.micro_batch_size * train.gradient_accumulation_steps * p.num_gpus // (parallel.tp * parallel.pp)
         answer.recommendations = rank_layouts(model, train, get_gpu(gpu), p.num_gpus, top=top,
-                                              global_batch_sequences=sequences)
+                                              global_batch_sequences=sequences,
+                                              host_memory_bytes=answer.host_memory_bytes)
     return answer
 
 

@@ -137,12 +137,16 @@ def format_plan(p, measured=None) -> str:
     return "\n".join(lines)
 
 
-def format_recommendations(recs: list, num_gpus: int, gpu: str) -> str:
+def format_recommendations(recs: list, num_gpus: int, gpu: str, host_memory_bytes: int | None = None) -> str:
     """The ranked layouts of `plan --recommend` (`gptforge.plan.search.recommend`'s candidates), one
-    numbered entry each with tokens/s, MFU, per-GPU GiB, headroom and the recipe lines to run it."""
+    numbered entry each with tokens/s, MFU, per-GPU GiB, headroom and the recipe lines to run it; an
+    offload layout also names the host memory it needs per node (checked when `host_memory_bytes`,
+    the node's CPU memory, is given)."""
     if not recs:
-        return ("No layout of these GPUs fits, even with full recomputation, ZeRO-3 and CPU offload: "
-                "use more GPUs or a larger card.")
+        host = (f" within {host_memory_bytes / GiB:,.0f} GiB of host memory per node"
+                if host_memory_bytes is not None else "")
+        return ("No layout of these GPUs fits, even with full recomputation, ZeRO-3 and CPU offload"
+                f"{host}: use more GPUs or a larger card.")
     first = recs[0]
     global_batch = first.train.micro_batch_size * first.train.gradient_accumulation_steps * first.parallel.dp
     lines = [f"Fastest layouts that fit ({num_gpus} x {gpu}, global batch kept at {global_batch} sequences):"]
@@ -153,6 +157,11 @@ def format_recommendations(recs: list, num_gpus: int, gpu: str) -> str:
                      f"micro_batch_size {tc.micro_batch_size} x accumulation {tc.gradient_accumulation_steps}, "
                      f"checkpointing {tc.activation_checkpointing}, ZeRO-{pc.zero_stage}, "
                      f"tp {pc.tp} pp {pc.pp} dp {pc.dp}, offload {pc.offload}")
+        if c.host_bytes_per_node:
+            checked = ("fits the given --host-memory-gb" if host_memory_bytes is not None
+                       else "not checked: give --host-memory-gb")
+            lines.append(f"   host memory for the offloaded states: {c.host_bytes_per_node / GiB:,.1f} GiB per node "
+                         f"({checked})")
         lines.append("   " + "\n   ".join(c.recipe_lines()))
     return "\n".join(lines)
 

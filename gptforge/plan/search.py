@@ -32,6 +32,9 @@ class Candidate:
     """Whole job, middle of the MFU range."""
     mfu: float
     headroom_bytes: int
+    host_bytes_per_node: int = 0
+    """Host (CPU) memory the offloaded model states take on one node: the per-GPU offloaded bytes
+    times the GPUs of a node; 0 without offload."""
 
     def recipe_lines(self) -> list[str]:
         """Config lines to paste into a recipe (YAML), the fields that differ between layouts."""
@@ -62,6 +65,7 @@ class Candidate:
             "headroom_bytes": self.headroom_bytes,
             "tokens_per_second": self.tokens_per_second,
             "mfu": self.mfu,
+            "host_bytes_per_node": self.host_bytes_per_node,
             "recipe": "\n".join(self.recipe_lines()),
         }
 
@@ -71,11 +75,15 @@ def _divisors(n: int) -> list[int]:
 
 
 def recommend(model: ModelConfig, train: TrainConfig, gpu: GPU, num_gpus: int, top: int = 5,
-              global_batch_sequences: int | None = None) -> list[Candidate]:
+              global_batch_sequences: int | None = None, host_memory_bytes: int | None = None,
+              gpus_per_node: int = 8) -> list[Candidate]:
     """The fastest layouts of `num_gpus` x `gpu` that fit, best first (at most `top`).
 
     global_batch_sequences: sequences per optimizer step to keep; default the train config's
     micro_batch_size * gradient_accumulation_steps * num_gpus (data parallel over all GPUs).
+    host_memory_bytes: CPU memory of one node; an offload layout is kept only when the offloaded
+    states of the node's min(num_gpus, gpus_per_node) GPUs fit in it (None: not checked, each
+    offload candidate says what it needs in `host_bytes_per_node`).
     Returns [] when nothing fits, even with full checkpointing, ZeRO-3 and offload.
     """
     train = planning_train(train, gpu)
@@ -116,12 +124,13 @@ def recommend(model: ModelConfig, train: TrainConfig, gpu: GPU, num_gpus: int, t
                                 except InputError:
                                     continue
                                 mem = estimate_memory(cfg, t2, par, capacity_bytes=gpu.memory_bytes)
-                                if not mem.fits:
+                                host = mem.cpu_offload_bytes * min(num_gpus, gpus_per_node)
+                                if not mem.fits or host_memory_bytes is not None and host > host_memory_bytes:
                                     continue
                                 lo, hi, _ = mfu_range(cfg, t2, par, n)
                                 m_mid = (lo + hi) / 2
                                 tps = m_mid * peak * num_gpus / f
-                                found.append(Candidate(t2, par, mem, tps, m_mid, gpu.memory_bytes - mem.total))
+                                found.append(Candidate(t2, par, mem, tps, m_mid, gpu.memory_bytes - mem.total, host))
         if found:
             break
     found.sort(key=lambda c: (-round(c.tokens_per_second, 6), -c.headroom_bytes))

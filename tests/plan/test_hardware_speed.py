@@ -96,3 +96,16 @@ def test_recommend_ranks_layouts_that_fit():
         assert c.train.micro_batch_size * c.train.gradient_accumulation_steps * c.parallel.dp == 32
         assert "zero_stage:" in "\n".join(c.recipe_lines())
     assert recommend(ModelConfig(preset="llama-3-70b"), TrainConfig(precision="bf16"), get_gpu("rtx3090"), 1) == []
+
+
+def test_recommend_offload_layouts_need_host_memory():
+    model, train, gpu = ModelConfig(preset="llama-2-70b"), TrainConfig(precision="bf16"), get_gpu("a100-80g")
+    unchecked = recommend(model, train, gpu, 8, top=20)
+    assert unchecked and all(c.parallel.offload != "none" for c in unchecked)  # 70B on 8 x 80 GB needs offload
+    for c in unchecked:  # a node holds the offloaded states of its 8 GPUs
+        assert c.host_bytes_per_node == 8 * c.memory.cpu_offload_bytes > 0
+    least = min(c.host_bytes_per_node for c in unchecked)
+    assert recommend(model, train, gpu, 8, top=20, host_memory_bytes=least - 1) == []
+    kept = recommend(model, train, gpu, 8, top=20, host_memory_bytes=least)
+    assert kept and all(c.host_bytes_per_node <= least for c in kept)
+    assert len(kept) < len(unchecked)
