@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import Optional
 
 from gptforge.config import ModelConfig, ParallelConfig, TrainConfig
-from gptforge.options import command_parser, parse_command, rewrite_model_shorthand
+from gptforge.options import bounded, command_parser, parse_command, rewrite_model_shorthand
 from gptforge.plan.flops import parse_tokens  # noqa: F401  (re-exported: tests and scripts use it from here)
 
 SECTIONS = {"model": ModelConfig, "train": TrainConfig, "parallel": ParallelConfig}
@@ -43,7 +43,7 @@ class PlanOptions:
     """Rank the fastest layouts that fit (needs --gpu; keeps the global batch)."""
     top: int = 5
     """How many layouts --recommend prints."""
-    host_memory_gb: Optional[float] = None
+    host_memory_gb: Optional[float] = bounded(None, low=0, low_open=True)
     """With --recommend: CPU memory of one node in GiB; offload layouts that need more are dropped."""
     json: bool = False
     """Print one JSON object (bytes, FLOPs, seconds)."""
@@ -129,7 +129,7 @@ def main(argv: list[str]) -> int:
             weights = parse_data_weights(ns.data_weights) if ns.data_weights else None
             budget = mixture_budget(ns.data if len(ns.data) > 1 else ns.data[0], weights, answer.plan.tokens)
     except ValueError as e:
-        print(f"gptforge plan: {e}", file=sys.stderr)
+        print(f"gptforge plan: error: {e}", file=sys.stderr)
         return 2
     if ns.json:
         d = answer.to_dict()
@@ -137,12 +137,12 @@ def main(argv: list[str]) -> int:
             d["mixture"] = [vars(r) for r in budget]
         print(json.dumps(d, indent=2, default=str))
         return 0
-    print(text.format_plan(answer.plan, answer.measured))
+    print(text.format_plan(answer.plan, answer.measured, recommending=ns.recommend))
     if budget is not None:
         from gptforge.plan.mixture import format_budget
 
         print("\n" + format_budget(budget))
     if answer.recommendations is not None:
         print("\n" + text.format_recommendations(answer.recommendations, answer.plan.num_gpus, ns.gpu,
-                                                answer.host_memory_bytes))
+                                                answer.host_memory_bytes, answer.host_needed_bytes))
     return 0

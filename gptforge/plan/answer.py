@@ -21,6 +21,8 @@ class PlanAnswer:
     measured: Any = None
     recommendations: list | None = None
     host_memory_bytes: int | None = None
+    host_needed_bytes: int | None = None
+    """When no layout fits in host_memory_bytes: the least host memory per node an offload layout needs."""
 
     def to_dict(self) -> dict:
         """The JSON object `plan --json` prints (bytes, FLOPs, seconds)."""
@@ -67,6 +69,9 @@ def plan_job(model: ModelConfig, train: TrainConfig, parallel: ParallelConfig, f
         answer.recommendations = rank_layouts(model, train, get_gpu(gpu), p.num_gpus, top=top,
                                               global_batch_sequences=sequences,
                                               host_memory_bytes=answer.host_memory_bytes)
+        if not answer.recommendations and answer.host_memory_bytes is not None:
+            unbounded = rank_layouts(model, train, get_gpu(gpu), p.num_gpus, top=1000, global_batch_sequences=sequences)
+            answer.host_needed_bytes = min((c.host_bytes_per_node for c in unbounded), default=None)
     return answer
 
 

@@ -61,8 +61,9 @@ _PART_LABELS = [
 ]
 
 
-def format_plan(p, measured=None) -> str:
-    """Human-readable report of a Plan (and of a fake-tensor measurement beside it)."""
+def format_plan(p, measured=None, recommending: bool = False) -> str:
+    """Human-readable report of a Plan (and of a fake-tensor measurement beside it); `recommending`:
+    the ranked layouts of --recommend follow it (the advice for a job that does not fit points there)."""
     m, sp = p.memory, p.speed
     mc, tc, pc = p.model, p.train, p.parallel
     name = mc.get("preset") or "custom"
@@ -103,8 +104,9 @@ def format_plan(p, measured=None) -> str:
             lines.append("  changes predicted to fit, cheapest first:")
             lines += [f"    {text}   (peak {b / GiB:.2f} GiB of tensors)" for text, b in p.fixes[:4]]
         elif not p.fits:
-            lines.append("  no single change of micro-batch, activation checkpointing or ZeRO stage fits: try "
-                         "--recommend, more GPUs, or fine-tuning with --finetune.method lora / qlora")
+            where = "see the layouts ranked below" if recommending else "try --recommend"
+            lines.append(f"  no single change of micro-batch, activation checkpointing or ZeRO stage fits: {where}, "
+                         "more GPUs, or fine-tuning with --finetune.method lora / qlora")
     lines.append("  other phases: " + ", ".join(f"{k} {v / GiB:.2f} GiB" for k, v in m.phases.items()
                                                  if k != m.peak_phase))
     if measured is not None:
@@ -137,16 +139,20 @@ def format_plan(p, measured=None) -> str:
     return "\n".join(lines)
 
 
-def format_recommendations(recs: list, num_gpus: int, gpu: str, host_memory_bytes: int | None = None) -> str:
+def format_recommendations(recs: list, num_gpus: int, gpu: str, host_memory_bytes: int | None = None,
+                           host_needed_bytes: int | None = None) -> str:
     """The ranked layouts of `plan --recommend` (`gptforge.plan.search.recommend`'s candidates), one
     numbered entry each with tokens/s, MFU, per-GPU GiB, headroom and the recipe lines to run it; an
     offload layout also names the host memory it needs per node (checked when `host_memory_bytes`,
-    the node's CPU memory, is given)."""
+    the node's CPU memory, is given; `host_needed_bytes`: the least an offload layout would need
+    when none fits in it)."""
     if not recs:
         host = (f" within {host_memory_bytes / GiB:,.0f} GiB of host memory per node"
                 if host_memory_bytes is not None else "")
+        need = (f" (the least an offload layout needs: {host_needed_bytes / GiB:,.1f} GiB per node)"
+                if host_needed_bytes else "")
         return ("No layout of these GPUs fits, even with full recomputation, ZeRO-3 and CPU offload"
-                f"{host}: use more GPUs or a larger card.")
+                f"{host}{need}: use more GPUs, a larger card" + (", or a node with more memory." if need else "."))
     first = recs[0]
     global_batch = first.train.micro_batch_size * first.train.gradient_accumulation_steps * first.parallel.dp
     lines = [f"Fastest layouts that fit ({num_gpus} x {gpu}, global batch kept at {global_batch} sequences):"]

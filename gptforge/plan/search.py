@@ -101,7 +101,8 @@ def recommend(model: ModelConfig, train: TrainConfig, gpu: GPU, num_gpus: int, t
                 if gbs % dp:
                     continue
                 per_rank = gbs // dp
-                for stage in ((0, 1, 2, 3) if dp > 1 else (0,)):
+                # One data-parallel rank: ZeRO-3 shards nothing, but it is how states are offloaded.
+                for stage in ((0, 1, 2, 3) if dp > 1 else (0, 3) if "none" not in offloads else (0,)):
                     if pp > 1 and stage >= 2:
                         continue  # ZeRO-2/3 shard gradients that pipeline accumulation keeps whole
                     for offload in offloads:

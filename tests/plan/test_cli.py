@@ -54,6 +54,16 @@ def test_recommend_prints_recipe_lines(capsys):
     assert "Fastest layouts that fit" in out and "zero_stage:" in out and "\n2. " in out
 
 
+def test_recommend_with_too_little_host_memory_says_what_an_offload_layout_needs(capsys):
+    rc, out, _ = run(capsys, "--model", "llama-2-70b", "--train.precision", "bf16", "--gpu", "a100-80g",
+                     "--num-gpus", "2", "--recommend", "--host-memory-gb", "512")
+    assert rc == 0
+    assert "try --recommend" not in out and "see the layouts ranked below" in out
+    assert "within 512 GiB of host memory per node (the least an offload layout needs: " in out
+    rc, _, err = run(capsys, "--model", "llama-2-70b", "--gpu", "a100-80g", "--recommend", "--host-memory-gb", "0")
+    assert rc == 2 and "--host-memory-gb must be > 0" in err
+
+
 def test_list_gpus(capsys):
     rc, out, _ = run(capsys, "--list-gpus")
     assert rc == 0

@@ -109,3 +109,12 @@ def test_recommend_offload_layouts_need_host_memory():
     kept = recommend(model, train, gpu, 8, top=20, host_memory_bytes=least)
     assert kept and all(c.host_bytes_per_node <= least for c in kept)
     assert len(kept) < len(unchecked)
+
+
+def test_recommend_offloads_on_a_single_gpu_through_zero3():
+    recs = recommend(ModelConfig(preset="llama-3-70b"), TrainConfig(precision="bf16"), get_gpu("h200"), 1)
+    assert recs and all(c.parallel.zero_stage == 3 and c.parallel.offload != "none" for c in recs)
+    assert all(c.parallel.world_size == 1 and c.host_bytes_per_node == c.memory.cpu_offload_bytes for c in recs)
+    # Models that fit a GPU as they are still get plain layouts (offload only when nothing else fits).
+    small = recommend(ModelConfig(preset="gpt2-small"), TrainConfig(precision="bf16"), get_gpu("h200"), 1)
+    assert small and all(c.parallel.offload == "none" and c.parallel.zero_stage == 0 for c in small)
