@@ -64,12 +64,14 @@ def run_quickstart(out: Path, minutes: float = 10.0, vocab_size: int = 4096, pre
     Raises:
         FileNotFoundError: this Python ships no standard-library sources.
         InputError: `out/run` or `out/data` exists but was not written by a quickstart.
+        ValueError: an unknown preset or a bad shape (before anything is prepared).
     """
     from gptforge.runtime.checkpoint import find_checkpoint
     from gptforge.runtime.loading import load_for_inference
 
     out = Path(out)
     data_dir, run_dir = out / "data", out / "run"
+    ModelConfig(preset=preset, block_size=block_size, vocab_size=vocab_size).resolved()  # a bad preset fails first
     _claim_folder(out, log)
     meta = _prepare_corpus(data_dir, _library_files(max_files), vocab_size, workers, progress, log)
     model_cfg = ModelConfig(preset=preset, block_size=block_size, vocab_size=meta["vocab_size"])

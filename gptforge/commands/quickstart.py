@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Optional
 
-from gptforge.options import command_parser, parse_command
+from gptforge.options import bounded, command_parser, parse_command
 
 REFERENCE_STEPS = 1045
 """Steps the README's reference quickstart planned for 10 minutes (measured with the earlier default,
@@ -21,7 +21,7 @@ DESCRIPTION = ("Build a corpus from the Python standard library's source files (
 class QuickstartOptions:
     out: str = "quickstart"
     """Output folder for data/ and run/."""
-    minutes: float = 10.0
+    minutes: float = bounded(10.0, low=0, low_open=True)
     """Training time budget in minutes; steps are set from a measured step time."""
     preset: str = "qwen3-micro"
     """Model preset (qwen3-micro: 4 layers, d_model 128, Qwen3 blocks, exports exactly to hf, gguf and
@@ -35,9 +35,9 @@ class QuickstartOptions:
     """Sequences per step."""
     block_size: int = 256
     """Context length in tokens."""
-    max_files: Optional[int] = None
+    max_files: Optional[int] = bounded(None, low=1)
     """Use only N library files (quick trials)."""
-    steps: Optional[int] = None
+    steps: Optional[int] = bounded(None, low=1)
     """Train exactly this many optimizer steps instead of filling --minutes."""
     workers: int = 0
     """Tokenizer worker processes (0: all cores)."""

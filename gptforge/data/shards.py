@@ -52,6 +52,9 @@ SPLITS = ("train", "val", "test")
 DEFAULT_MAX_SHARD_BYTES = 1 << 30
 
 
+_RAW_SUFFIXES = frozenset({".txt", ".md", ".jsonl", ".json", ".csv", ".parquet", ".gz", ".zst", ".bz2", ".xz", ".py"})
+"""File endings of corpus files `prepare` reads: a folder of them given as shards gets the right advice."""
+
 def dtype_for_vocab(vocab_size: int) -> np.dtype:
     """Little-endian uint16 when every id fits (vocab_size <= 65536), else uint32."""
     return np.dtype("<u2") if vocab_size <= 1 << 16 else np.dtype("<u4")
@@ -235,6 +238,9 @@ def load_meta(shard_dir: str | Path, verify_files: bool = True) -> dict[str, Any
         raise FileNotFoundError(f"shard folder {shard_dir} does not exist; create it with `gptforge prepare`")
     path = shard_dir / "meta.json"
     if not path.is_file():
+        if any(p.suffix in _RAW_SUFFIXES for p in shard_dir.iterdir() if p.is_file()):
+            raise FileNotFoundError(f"{shard_dir} holds raw text, not shards: prepare it into a new folder "
+                                    f"(`gptforge prepare {shard_dir} --out data/NAME`) and pass that folder")
         raise FileNotFoundError(f"{path} is missing: {shard_dir} is not a complete shard folder "
                                 f"(run `gptforge prepare ... --out {shard_dir}`)")
     try:

@@ -55,7 +55,11 @@ def _data_tokens(data: str, split_name: str, max_tokens: int | None, doc: dict):
         )
     split = meta["splits"].get(split_name)
     if not split or not split.get("tokens"):
-        raise InputError(f"{Path(data) / 'meta.json'}: split {split_name!r} is empty")
+        other = [k for k, v in meta["splits"].items() if k != split_name and (v or {}).get("tokens")]
+        hint = (f"prepare it with that split (`gptforge prepare ... --{split_name}-fraction 0.01`)"
+                if split_name in ("val", "test") else "choose another split")
+        raise InputError(f"{Path(data) / 'meta.json'}: split {split_name!r} is empty; {hint}"
+                         + (f", or use --split {other[0]}" if other else ""))
     stream = TokenStream([Path(data) / f for f in split["files"]], meta["dtype"])
     n = stream.num_tokens if max_tokens is None else min(max_tokens, stream.num_tokens)
     tokens = stream.read(0, n)

@@ -28,6 +28,7 @@ specialised to 1 by torch.export.
 from __future__ import annotations
 
 import json
+import logging
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -173,10 +174,18 @@ def export_onnx_graph(model: GPT, path: Path, dtype: torch.dtype = torch.float32
     shapes = ({0: auto, 1: auto}, {0: auto, 1: auto}, {0: auto, 1: auto},
               tuple({0: auto, 2: auto} for _ in past))
     ins, outs = io_names(cfg.n_layer)
+    # The exporter's registry logs one warning per torchvision op it cannot register when
+    # torchvision is absent; a GPT uses none of them.
+    registry_log = logging.getLogger("torch.onnx._internal.exporter._registration")
+    level = registry_log.level
+    registry_log.setLevel(logging.ERROR)
     with warnings.catch_warnings(), torch.no_grad():
         warnings.simplefilter("ignore")
-        program = torch.onnx.export(wrapper, (ids, am, pos, past), dynamo=True, dynamic_shapes=shapes,
-                                    opset_version=OPSET, input_names=ins, output_names=outs, verbose=False)
+        try:
+            program = torch.onnx.export(wrapper, (ids, am, pos, past), dynamo=True, dynamic_shapes=shapes,
+                                        opset_version=OPSET, input_names=ins, output_names=outs, verbose=False)
+        finally:
+            registry_log.setLevel(level)
     spec = io_spec(cfg, "float32" if dtype == torch.float32 else "float16")
     _name_dims(program.model, spec)
     # Weights near protobuf's 2 GB limit go to model.onnx.data beside the graph.

@@ -396,7 +396,7 @@ class Server:
             queued = waiting + n - free  # sequences of the queue once this request's have taken the free slots
             if queued > q:
                 wait = self.retry_after(queued - q)
-                raise APIError(429, f"the server is busy: {waiting} sequences already wait for one of {batch} "
+                raise APIError(429, f"the server is busy: {waiting} sequence(s) already wait for one of {batch} "
                                     f"cache slots (at most {q} may wait); retry after {wait} s",
                                code="queue_full", type="server_busy", headers={"Retry-After": str(wait)})
         sub = Submission(self, jobs)

@@ -67,3 +67,15 @@ def test_ids_beyond_the_vocabulary_are_refused(shards):
     f.write_bytes(bytes(raw))
     with pytest.raises(DamagedFileError, match="65535"):
         load_meta(shards)
+
+
+def test_a_folder_of_raw_text_given_as_shards_is_told_to_prepare_into_a_new_folder(tmp_path):
+    raw = tmp_path / "txt"
+    raw.mkdir()
+    (raw / "a.txt").write_text("some text\n")
+    with pytest.raises(FileNotFoundError) as e:
+        load_meta(raw)
+    assert f"gptforge prepare {raw} --out data/NAME" in str(e.value) and f"--out {raw}`" not in str(e.value)
+    (raw / "a.txt").unlink()  # an empty folder (an interrupted prepare) keeps the other advice
+    with pytest.raises(FileNotFoundError, match="is not a complete shard folder"):
+        load_meta(raw)

@@ -55,3 +55,22 @@ def test_quickstart_rerun_says_it_replaces_the_previous_run(tmp_path):
     run_quickstart(tmp_path / "qs", log=second.append, **TINY)
     assert any("this rerun replaces the previous quickstart run" in x for x in second)
     assert not (r.run_dir / "stale.txt").exists() and (r.run_dir / "checkpoints" / "latest").exists()
+
+
+@pytest.mark.parametrize("argv, said", [
+    (["--steps", "0"], "--steps must be >= 1, got 0"),
+    (["--minutes", "0"], "--minutes must be > 0"),
+    (["--max-files", "-3"], "--max-files must be >= 1, got -3"),
+    (["--preset", "gpt2-nanoo"], "did you mean 'gpt2-nano'"),
+])
+def test_quickstart_refuses_bad_options_before_preparing_anything(tmp_path, capsys, argv, said):
+    from gptforge.cli import main
+
+    out = tmp_path / "qs"
+    try:
+        rc = main(["quickstart", "--out", str(out), *argv])
+    except SystemExit as e:  # the option parser's exit
+        rc = e.code
+    assert rc not in (0, None)
+    assert said in capsys.readouterr().err
+    assert not out.exists()  # nothing prepared, no folder claimed

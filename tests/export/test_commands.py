@@ -61,3 +61,10 @@ def test_export_refuses_an_out_that_holds_the_source(tiny_shards, tmp_path, caps
         assert sorted(p.relative_to(run) for p in run.rglob("*")) == before
     assert main(["export", str(run), "--format", "hf", "--out", str(run / "hf")]) == 0  # inside the run is fine
     assert (run / "hf" / "config.json").is_file() and (run / "config.yaml").is_file()
+
+
+def test_evaluate_on_an_empty_split_says_how_to_get_one(gpt2_run, tiny_shards, capsys):
+    assert main(["evaluate", str(gpt2_run), "--data", str(tiny_shards), "--split", "test"]) != 0
+    err = capsys.readouterr().err
+    assert "split 'test' is empty; prepare it with that split (`gptforge prepare ... --test-fraction 0.01`)" in err
+    assert "or use --split train" in err or "or use --split val" in err
