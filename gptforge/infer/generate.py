@@ -139,13 +139,17 @@ def generate_batch(model: GPT, prompts: Sequence[Sequence[int]], max_new_tokens:
     Returns: one Generation per prompt, in order.
 
     Raises:
-        ValueError: an empty prompt (naming its index), stop strings without `decode`.
+        ValueError: an empty prompt (naming its index), stop strings without `decode`, `compile`
+            without `use_cache`.
     """
     for i, p in enumerate(prompts):
         if len(p) == 0:
             raise ValueError(f"prompt {i} is empty: give at least one token")
     if stop and decode is None:
         raise ValueError("stop strings need `decode` (token ids -> text)")
+    if compile and not use_cache:
+        raise ValueError("compile needs the KV cache (it compiles the cached decode step): drop use_cache=False "
+                         "(--no-cache) or compile")
     was_training = model.training
     model.eval()
     device = model.norm_f.weight.device  # not wte: a quantized embedding stores int8
@@ -158,7 +162,7 @@ def generate_batch(model: GPT, prompts: Sequence[Sequence[int]], max_new_tokens:
     starts = [cut_prompt(len(p), block, f"prompt {i}" if len(prompts) > 1 else "the prompt")
               for i, p in enumerate(prompts)]
     dec = None
-    if compile and use_cache:
+    if compile:
         width = max(len(t) - s for s, t in zip(starts, tokens, strict=True))
         dec = static_decoder(model, len(tokens), bucket_length(min(block, width + max_new_tokens - 1), block))
     results = [Generation() for _ in prompts]

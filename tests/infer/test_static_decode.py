@@ -94,3 +94,8 @@ def test_compiled_generate_equals_eager_gpt2_bf16_and_reuses_the_graph():
     assert torch.equal(generate(m, other, 12, temperature=0, compile=True), generate(m, other, 12, temperature=0))
     assert static_decoder(m, 1, 16) is dec
     assert torch._dynamo.utils.counters["stats"]["unique_graphs"] == frames
+
+
+def test_compile_without_the_cache_is_refused():
+    with pytest.raises(ValueError, match="compile needs the KV cache"):
+        generate_batch(_model("gpt2"), [[1, 2]], 3, temperature=0, use_cache=False, compile=True)
