@@ -81,8 +81,9 @@ class StaticDecoder:
         self.filled = 0  # Python's copy of `index`: checking it costs no tensor read
         # Inductor's C++ wrapper calls the kernels from C++: measured ~3x fewer seconds per token
         # than its Python wrapper on a 1 M-parameter model, whose decode step is all call overhead.
-        opts = {"cpp_wrapper": True} if options is None else options
-        self._compiled = torch.compile(self._step, fullgraph=True, dynamic=False, options=opts)
+        self.options = {"cpp_wrapper": True} if options is None else options
+        self._compiled = torch.compile(self._step, fullgraph=True, dynamic=False, options=self.options)
+        self.fullgraph = True
 
     def prefill(self, idx: torch.Tensor, position_ids: torch.Tensor | None, attn_mask: torch.Tensor | None,
                 pads: list[int]) -> torch.Tensor:
@@ -112,8 +113,18 @@ class StaticDecoder:
         """
         if self.filled >= self.length:
             raise ValueError(f"the static KV cache of {self.length} positions is full")
+        try:
+            logits = self._compiled(last)
+        except torch._dynamo.exc.Unsupported:
+            # A layer Dynamo cannot trace in one graph (tracing failed before anything ran):
+            # compile with graph breaks instead, still with static shapes.
+            if not self.fullgraph:
+                raise
+            self.fullgraph = False
+            self._compiled = torch.compile(self._step, dynamic=False, options=self.options)
+            logits = self._compiled(last)
         self.filled += 1
-        return self._compiled(last)
+        return logits
 
     def _step(self, last: torch.Tensor) -> torch.Tensor:
         # Keys 0..index are filled; a left-padded row's keys before its padding count are not real.

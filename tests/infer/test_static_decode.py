@@ -99,3 +99,18 @@ def test_compiled_generate_equals_eager_gpt2_bf16_and_reuses_the_graph():
 def test_compile_without_the_cache_is_refused():
     with pytest.raises(ValueError, match="compile needs the KV cache"):
         generate_batch(_model("gpt2"), [[1, 2]], 3, temperature=0, use_cache=False, compile=True)
+
+
+@needs_compiler
+def test_a_graph_break_falls_back_to_a_compile_with_breaks():
+    m = _model("gpt2")
+    norm = m.norm_f.forward
+
+    def broken(x):
+        torch._dynamo.graph_break()  # what an untraceable layer does to a fullgraph compile
+        return norm(x)
+
+    m.norm_f.forward = broken
+    prompt = torch.tensor([[2, 7, 1, 8]])
+    assert torch.equal(generate(m, prompt, 6, temperature=0, compile=True), generate(m, prompt, 6, temperature=0))
+    assert static_decoder(m, 1, 16).fullgraph is False
