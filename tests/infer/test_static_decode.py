@@ -114,3 +114,15 @@ def test_a_graph_break_falls_back_to_a_compile_with_breaks():
     prompt = torch.tensor([[2, 7, 1, 8]])
     assert torch.equal(generate(m, prompt, 6, temperature=0, compile=True), generate(m, prompt, 6, temperature=0))
     assert static_decoder(m, 1, 16).fullgraph is False
+
+
+@needs_compiler
+def test_generate_command_with_compile_prints_eager_text(trained_run, capsys):
+    from gptforge.cli import main
+
+    args = ["generate", str(trained_run), "--prompt", "def f(", "--max-new-tokens", "8", "--temperature", "0",
+            "--device", "cpu"]
+    assert main(args) == 0
+    eager = capsys.readouterr().out
+    assert main(args + ["--compile"]) == 0
+    assert capsys.readouterr().out == eager
