@@ -82,8 +82,8 @@ class StaticDecoder:
         # Inductor's C++ wrapper calls the kernels from C++: measured ~3x fewer seconds per token
         # than its Python wrapper on a 1 M-parameter model, whose decode step is all call overhead.
         self.options = {"cpp_wrapper": True} if options is None else options
-        self._compiled = torch.compile(self._step, fullgraph=True, dynamic=False, options=self.options)
         self.fullgraph = True
+        self._compiled = self._compile()
 
     def prefill(self, idx: torch.Tensor, position_ids: torch.Tensor | None, attn_mask: torch.Tensor | None,
                 pads: list[int]) -> torch.Tensor:
@@ -115,16 +115,23 @@ class StaticDecoder:
             raise ValueError(f"the static KV cache of {self.length} positions is full")
         try:
             logits = self._compiled(last)
-        except torch._dynamo.exc.Unsupported:
-            # A layer Dynamo cannot trace in one graph (tracing failed before anything ran):
-            # compile with graph breaks instead, still with static shapes.
+        except (torch._dynamo.exc.Unsupported, torch._dynamo.exc.FailOnRecompileLimitHit):
+            # A layer Dynamo cannot trace in one graph, or more graphs than Dynamo's recompile
+            # limit (tracing failed before anything ran): compile with graph breaks instead,
+            # still with static shapes (past the limit that runs eagerly, with Dynamo's warning).
             if not self.fullgraph:
                 raise
             self.fullgraph = False
-            self._compiled = torch.compile(self._step, dynamic=False, options=self.options)
+            self._compiled = self._compile()
             logits = self._compiled(last)
         self.filled += 1
         return logits
+
+    def _compile(self):
+        # isolate_recompiles: every decoder's graph counts against its own recompile limit, not
+        # against one limit shared by all decoders (all compile the same `_step` code).
+        return torch.compile(self._step, fullgraph=self.fullgraph, dynamic=False, options=self.options,
+                             isolate_recompiles=True)  # type: ignore[call-overload]  # not in torch 2.13's overload stubs
 
     def _step(self, last: torch.Tensor) -> torch.Tensor:
         # Keys 0..index are filled; a left-padded row's keys before its padding count are not real.

@@ -13,9 +13,10 @@ needs_compiler = pytest.mark.skipif(cpp_compiler() is None,
                                     reason="Inductor's CPU backend needs a C++ compiler (c++, g++, clang++)")
 
 
-def _model(arch: str, dtype=torch.float32, block_size: int = 40) -> GPT:
+def _model(arch: str, dtype=torch.float32, block_size: int = 40, n_layer: int = 1) -> GPT:
+    # One layer where a test compiles (compile time grows with the layers); two where it does not.
     torch.manual_seed(3)
-    cfg = ModelConfig(arch=arch, n_layer=2, n_head=2, n_kv_head=1 if arch == "llama" else 2, d_model=32,
+    cfg = ModelConfig(arch=arch, n_layer=n_layer, n_head=2, n_kv_head=1 if arch == "llama" else 2, d_model=32,
                       block_size=block_size, vocab_size=97).resolved()
     m = GPT(cfg).eval()
     # A trained-like margin: scale the head so greedy choices are not near-ties under rounding.
@@ -36,7 +37,7 @@ def test_bucket_length_is_a_power_of_two_capped_at_the_block():
 def test_uncompiled_static_step_gives_eager_greedy_tokens_with_left_padding(arch, dtype):
     # The step's logic (mask over unfilled and padding keys, positions from the index) run eagerly:
     # fast, and the compiled step runs the same function.
-    m = _model(arch, dtype)
+    m = _model(arch, dtype, n_layer=2)
     prompts = [[5, 9, 2, 7, 1, 3], [4, 8]]
     eager = generate_batch(m, prompts, 10, temperature=0)
     dec = StaticDecoder(m, 2, 32)
