@@ -127,3 +127,15 @@ def test_generate_command_with_compile_prints_eager_text(trained_run, capsys):
     eager = capsys.readouterr().out
     assert main(args + ["--compile"]) == 0
     assert capsys.readouterr().out == eager
+
+
+@needs_compiler
+def test_decoders_past_dynamos_recompile_limit_each_keep_their_one_graph():
+    m = _model("llama")
+    with torch._dynamo.config.patch(recompile_limit=1):
+        for length in (16, 32):  # two decoders, two graphs of the same `_step` code
+            dec = static_decoder(m, 1, length)
+            with torch.no_grad():
+                logits = dec.prefill(torch.tensor([[1, 2, 3]]), None, None, [0])
+                dec.step(logits.argmax(-1, keepdim=True))
+            assert dec.fullgraph  # no FailOnRecompileLimitHit, so no fallback
