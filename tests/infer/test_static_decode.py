@@ -127,6 +127,8 @@ def test_generate_command_with_compile_prints_eager_text(trained_run, capsys):
     eager = capsys.readouterr().out
     assert main(args + ["--compile"]) == 0
     assert capsys.readouterr().out == eager
+    assert main(args + ["--compile", "--no-cache"]) != 0
+    assert "compile needs the KV cache" in capsys.readouterr().err
 
 
 @needs_compiler
