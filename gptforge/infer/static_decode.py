@@ -67,7 +67,8 @@ class StaticDecoder:
     model's current weights, so loading new weights needs no rebuild.
 
     Usage: `logits = dec.prefill(idx, position_ids, attn_mask, pads)` then, per token,
-    `logits = dec.step(last)`; logits are (B, V).
+    `logits = dec.step(last)`; logits are (B, V). One generation at a time per decoder: the
+    buffers are its state, so two threads decoding the same model and shape at once would mix.
     """
 
     def __init__(self, model: GPT, batch: int, length: int, options: dict | None = None):
@@ -144,7 +145,8 @@ class StaticDecoder:
 
 _DECODERS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 """model -> {(batch, length, dtype, device): StaticDecoder}; not a submodule, so never in the
-state_dict."""
+state_dict. A decoder refers to its model, so an entry (model, buffers, compiled step) lives as
+long as the process."""
 
 
 def static_decoder(model: GPT, batch: int, length: int) -> StaticDecoder:
