@@ -92,11 +92,11 @@ class StaticDecoder:
         mask) eagerly into the buffers; returns the last position's logits (B, V).
 
         Raises:
-            ValueError: W + 1 > length (no room for a decode step).
+            ValueError: W > length.
         """
         W = idx.size(1)
-        if W + 1 > self.length:
-            raise ValueError(f"a window of {W} tokens leaves no room in a static cache of {self.length}")
+        if W > self.length:
+            raise ValueError(f"a window of {W} tokens does not fit in a static cache of {self.length}")
         for c in self.caches:
             c.pos = 0
         logits = self.model(idx, position_ids=position_ids, attn_mask=attn_mask, caches=self.caches, last_only=True)

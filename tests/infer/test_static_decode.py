@@ -62,8 +62,8 @@ def test_static_step_refuses_a_full_cache():
     dec = StaticDecoder(m, 1, 16)
     dec._compiled = dec._step
     with torch.no_grad():
-        with pytest.raises(ValueError, match="leaves no room"):
-            dec.prefill(torch.zeros(1, 16, dtype=torch.long), None, None, [0])
+        with pytest.raises(ValueError, match="17 tokens does not fit"):
+            dec.prefill(torch.zeros(1, 17, dtype=torch.long), None, None, [0])
         logits = dec.prefill(torch.zeros(1, 15, dtype=torch.long), None, None, [0])
         dec.step(logits.argmax(-1, keepdim=True))
         with pytest.raises(ValueError, match="16 positions is full"):
@@ -141,3 +141,18 @@ def test_decoders_past_dynamos_recompile_limit_each_keep_their_one_graph():
                 logits = dec.prefill(torch.tensor([[1, 2, 3]]), None, None, [0])
                 dec.step(logits.argmax(-1, keepdim=True))
             assert dec.fullgraph  # no FailOnRecompileLimitHit, so no fallback
+
+
+@pytest.mark.parametrize("arch", ["gpt2", "llama"])
+def test_generate_batch_through_uncompiled_static_steps_equals_eager(arch, monkeypatch):
+    # generate_batch's use of the decoder (buckets, re-prefill past the block, a prompt of exactly
+    # block_size tokens, padding, seeded sampling) with the step run eagerly: no compile needed.
+    monkeypatch.setattr(StaticDecoder, "_compile", lambda self: self._step)
+    m = _model(arch, block_size=24, n_layer=2)
+    cases = [([[5, 9, 2, 7, 1, 3, 11], [4, 8, 6]], 30, {}), ([list(range(1, 25))], 5, {}),
+             ([[3, 1, 4], [1, 5]], 12, {"temperature": 0.9, "top_k": 20, "seed": 4})]
+    for prompts, n, kw in cases:
+        kw = kw or {"temperature": 0}
+        eager = generate_batch(m, prompts, n, **kw)
+        static = generate_batch(m, prompts, n, compile=True, **kw)
+        assert [g.tokens for g in static] == [g.tokens for g in eager], (prompts, n, kw)
