@@ -6,7 +6,8 @@ step), in one process with the two variants alternating run by run, plus a per-t
 
 Random weights (vocabulary 1000, GPT-2 shapes with the tanh GELU, as bench/serve_throughput.py),
 a 32-token prompt, one thread. Prints, per preset and dtype, the median tokens/s of each variant
-over --rounds alternating runs (after a first, compiling call) and their ratio; with --profile,
+over --rounds alternating runs (after a first, compiling call), their ratio and whether the two
+gave the same greedy tokens; with --profile,
 where one eager token's time goes: the ATen operators' self time (top 6) and the rest of the wall
 time (Python, the module calls, the generation loop).
 """
@@ -37,22 +38,21 @@ def build(preset: str, dtype: torch.dtype):
     return GPT(ModelConfig(preset=preset, vocab_size=1000, **extra).resolved()).eval().to(dtype)
 
 
-def ab(model, idx, n: int, rounds: int) -> tuple[float, float, float]:
-    """(eager tok/s, compiled tok/s, compile seconds): medians over alternating runs."""
+def ab(model, idx, n: int, rounds: int) -> tuple[float, float, float, bool]:
+    """(eager tok/s, compiled tok/s, compile seconds, same greedy tokens): medians over
+    alternating runs."""
     from gptforge.infer.generate import generate
 
     t = time.perf_counter()
     same = torch.equal(generate(model, idx, n, temperature=0, compile=True), generate(model, idx, n, temperature=0))
     first = time.perf_counter() - t
-    if not same:
-        print("  note: compiled greedy tokens differ from eager's (random weights: near-ties under rounding)")
     eager, comp = [], []
     for _ in range(rounds):
         for out, c in ((eager, False), (comp, True)):
             t = time.perf_counter()
             generate(model, idx, n, temperature=0, compile=c)
             out.append(n / (time.perf_counter() - t))
-    return statistics.median(eager), statistics.median(comp), first
+    return statistics.median(eager), statistics.median(comp), first, same
 
 
 def profile(model, idx, n: int) -> str:
@@ -82,19 +82,20 @@ def main() -> int:
     args = ap.parse_args()
     torch.set_num_threads(1)
     print(f"Machine: {cpu_description()}, torch {torch.__version__}, 1 thread; load {os.getloadavg()[0]:.1f}")
-    print("| model | dtype | eager | compiled (static step) | compiled / eager | first call (compiles) | load |")
-    print("|---|---|---:|---:|---:|---:|---:|")
+    print("| model | dtype | eager | compiled (static step) | compiled / eager | first call (compiles) | "
+          "same greedy tokens | load |")
+    print("|---|---|---:|---:|---:|---:|---|---:|")
     notes = []
     for preset in args.presets:
         for d in args.dtypes.split(","):
             model = build(preset, DTYPES[d])
             idx = torch.randint(1, 1000, (1, 32), generator=torch.Generator().manual_seed(1))
             with torch.no_grad():
-                e, c, first = ab(model, idx, args.new_tokens, args.rounds)
+                e, c, first, same = ab(model, idx, args.new_tokens, args.rounds)
                 if args.profile:
                     notes.append(f"{preset} {d} eager: {profile(model, idx, args.new_tokens)}")
             print(f"| {preset} | {d} | {e:.0f} tok/s | {c:.0f} tok/s | {c / e:.2f}x | {first:.0f} s | "
-                  f"{os.getloadavg()[0]:.1f} |", flush=True)
+                  f"{'yes' if same else 'no (random weights: near-ties under rounding)'} | {os.getloadavg()[0]:.1f} |", flush=True)
     for n in notes:
         print("- " + n)
     return 0
