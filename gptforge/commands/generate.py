@@ -34,9 +34,10 @@ class GenerateOptions:
     """Treat --prompt as a user message: render it with the run's chat template (the one `finetune`
     trained with) and stop at the end-of-turn token."""
     compile: bool = False
-    """Run the forward passes through torch.compile (dynamic shapes): a one-off compile (seconds to
-    minutes on a CPU), then less per-token overhead; pays on small models (1.3-2.1x measured on a
-    1M-parameter one, none on an 11M one: bench/RESULTS.md)."""
+    """Decode through a compiled static-shape step (a fixed-length KV cache per power-of-two
+    length bucket, torch.compile with Inductor's C++ wrapper): a one-off compile (seconds to a few
+    minutes on a CPU, cached on disk), then less per-token overhead; pays most on small models
+    (bench/RESULTS.md, issue 29)."""
     best: bool = False
     """Use checkpoints/best instead of latest."""
     device: str = "auto"

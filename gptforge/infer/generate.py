@@ -11,12 +11,12 @@ the two paths give the same logits (up to float rounding) however long the gener
 from __future__ import annotations
 
 import warnings
-import weakref
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import torch
 
+from gptforge.infer.static_decode import StaticDecoder, bucket_length, static_decoder
 from gptforge.model.gpt import GPT
 
 
@@ -97,28 +97,6 @@ def padded_batch(rows: Sequence[Sequence[int]], device) -> tuple[torch.Tensor, t
     return idx, position_ids, mask[:, None], pads
 
 
-_COMPILED: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
-"""model -> its `torch.compile(model, dynamic=True)` wrapper, built once per model (not a
-submodule, so it never enters the model's state_dict)."""
-
-
-def compiled_forward(model: GPT) -> Callable[..., torch.Tensor]:
-    """`model`'s forward compiled by torch.compile with dynamic shapes, cached per model.
-
-    One graph serves every cache length (the KV cache's filled length and the position ids are
-    symbolic); the prefill (T > 1) and the one-token decode step are two graphs (Dynamo
-    specialises sizes 0 and 1). The first call of each traces and builds it (seconds to a minute
-    on a CPU, cached on disk by Inductor); later calls run the fused kernels with less Python
-    and dispatcher overhead per token than eager, which dominates the decode of small models.
-    The wrapper reads the model's current weights: training or loading new weights between calls
-    needs no rebuild.
-    """
-    fn = _COMPILED.get(model)
-    if fn is None:
-        fn = _COMPILED[model] = torch.compile(model, dynamic=True)
-    return fn
-
-
 @dataclass
 class Generation:
     """One row's result of `generate_batch`.
@@ -153,20 +131,25 @@ def generate_batch(model: GPT, prompts: Sequence[Sequence[int]], max_new_tokens:
     `use_cache` the prompts are prefilled once and each step feeds one token per row; without it
     every step recomputes the whole window. Past the context, both follow `slide_window`.
     A row stops at `eos_id` or when its decoded continuation contains one of the `stop` strings
-    (needs `decode`, ids -> text); the batch stops when every row has stopped. `compile` runs the
-    forward passes through `compiled_forward` (same logits up to float rounding; a first-call
-    compile cost per model).
+    (needs `decode`, ids -> text); the batch stops when every row has stopped. `compile` (with
+    the cache) decodes through a `StaticDecoder` (gptforge.infer.static_decode): eager prefill,
+    then a compiled one-token step over a static cache of a power-of-two length (same tokens up to
+    float rounding; the first call per model, batch size and length bucket compiles).
 
     Returns: one Generation per prompt, in order.
 
     Raises:
-        ValueError: an empty prompt (naming its index), stop strings without `decode`.
+        ValueError: an empty prompt (naming its index), stop strings without `decode`, `compile`
+            without `use_cache`.
     """
     for i, p in enumerate(prompts):
         if len(p) == 0:
             raise ValueError(f"prompt {i} is empty: give at least one token")
     if stop and decode is None:
         raise ValueError("stop strings need `decode` (token ids -> text)")
+    if compile and not use_cache:
+        raise ValueError("compile needs the KV cache (it compiles the cached decode step): drop use_cache=False "
+                         "(--no-cache) or compile")
     was_training = model.training
     model.eval()
     device = model.norm_f.weight.device  # not wte: a quantized embedding stores int8
@@ -175,26 +158,29 @@ def generate_batch(model: GPT, prompts: Sequence[Sequence[int]], max_new_tokens:
         gen = torch.Generator(device=device)
         gen.manual_seed(seed)
     block = model.config.block_size
-    forward = compiled_forward(model) if compile else model
     tokens = [list(p) for p in prompts]
     starts = [cut_prompt(len(p), block, f"prompt {i}" if len(prompts) > 1 else "the prompt")
               for i, p in enumerate(prompts)]
+    dec = None
+    if compile:
+        width = max(len(t) - s for s, t in zip(starts, tokens, strict=True))
+        dec = static_decoder(model, len(tokens), bucket_length(min(block, width + max_new_tokens - 1), block))
     results = [Generation() for _ in prompts]
     done = [False] * len(prompts)
-    caches, pads = None, None
+    caches, pads, nxt = None, None, None
     for _ in range(max_new_tokens):
         new_starts = [slide_window(s, len(t), block) for s, t in zip(starts, tokens, strict=True)]
         if not use_cache or caches is None or new_starts != starts:
             starts = new_starts
             idx, pos, mask, pads = padded_batch([t[s:] for s, t in zip(starts, tokens, strict=True)], device)
-            if use_cache:
-                caches = model.make_caches(len(tokens))
-            logits = forward(idx, position_ids=pos, attn_mask=mask, caches=caches, last_only=True)
+            logits, caches = _prefill(model, dec, idx, pos, mask, pads, use_cache)
+        elif dec is not None:
+            logits = dec.step(nxt)
         else:
-            last, pos, mask = _decode_inputs(tokens, starts, pads, caches[0].pos, device)
-            logits = forward(last, position_ids=pos, attn_mask=mask, caches=caches, last_only=True)
-        nxt = sample_next(logits[:, -1, :], temperature, top_k, top_p, gen)[:, 0].tolist()
-        _take_tokens(nxt, tokens, results, done, eos_id, stop, decode)
+            last, pos, mask = _decode_inputs(nxt, starts, tokens, pads, caches[0].pos, device)
+            logits = model(last, position_ids=pos, attn_mask=mask, caches=caches, last_only=True)[:, -1]
+        nxt = sample_next(logits, temperature, top_k, top_p, gen)
+        _take_tokens(nxt[:, 0].tolist(), tokens, results, done, eos_id, stop, decode)
         if all(done):
             break
     model.train(was_training)
@@ -203,17 +189,27 @@ def generate_batch(model: GPT, prompts: Sequence[Sequence[int]], max_new_tokens:
     return results
 
 
-def _decode_inputs(tokens: list[list[int]], starts: list[int], pads: list[int], cache_len: int,
-                   device) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
-    """Inputs of one cached decode step of `generate_batch`: (last, position_ids, attn_mask).
+def _prefill(model: GPT, dec: StaticDecoder | None, idx: torch.Tensor, pos: torch.Tensor | None,
+             mask: torch.Tensor | None, pads: list[int], use_cache: bool) -> tuple[torch.Tensor, list | None]:
+    """The prefill (or, without the cache, the whole-window pass) of `generate_batch` over the
+    left-padded window idx (B, W): (last-position logits (B, V), the caches or None)."""
+    if dec is not None:
+        return dec.prefill(idx, pos, mask, pads), dec.caches
+    caches = model.make_caches(idx.size(0)) if use_cache else None
+    return model(idx, position_ids=pos, attn_mask=mask, caches=caches, last_only=True)[:, -1], caches
 
-    last: each row's newest token, (B, 1) int64. When some row is left-padded (`pads`, from the
-    prefill's `padded_batch`), position_ids (B, 1) is each real token's position within its window
-    (`tokens[b][starts[b]:]`) and attn_mask (B, 1, 1, S) bool hides the padding among the
-    S = cache_len + 1 keys (the cache's `cache_len` filled positions and this token); both are
-    None otherwise (the cache's own positions and plain causal attention suffice).
+
+def _decode_inputs(last: torch.Tensor, starts: list[int], tokens: list[list[int]], pads: list[int],
+                   cache_len: int, device) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
+    """Inputs of one cached eager decode step of `generate_batch`: (last, position_ids, attn_mask).
+
+    last: each row's newest token, (B, 1) int64, the previous step's sample as it is. When some
+    row is left-padded (`pads`, from the prefill's `padded_batch`), position_ids (B, 1) is each
+    real token's position within its window (`tokens[b][starts[b]:]`) and attn_mask (B, 1, 1, S)
+    bool hides the padding among the S = cache_len + 1 keys (the cache's `cache_len` filled
+    positions and this token); both are None otherwise (the cache's own positions and plain
+    causal attention suffice).
     """
-    last = torch.tensor([[t[-1]] for t in tokens], dtype=torch.long, device=device)
     if not any(pads):
         return last, None, None
     lengths = [len(t) - s for s, t in zip(starts, tokens, strict=True)]
@@ -265,7 +261,7 @@ def generate(model: GPT, idx: torch.Tensor, max_new_tokens: int, temperature: fl
     paths). A prompt longer than block_size keeps its last block_size tokens, with a warning.
     Generation stops early when every row has produced `eos_id`; rows that stopped earlier are
     filled with `eos_id`. For prompts of different lengths and stop strings, see `generate_batch`;
-    for `compile`, `compiled_forward`.
+    for `compile`, `StaticDecoder`.
 
     Raises:
         ValueError: an empty prompt.
