@@ -151,6 +151,41 @@ def engine_rate(model, decode, prompts, n, batch):
     return len(prompts) * n / (time.perf_counter() - t)
 
 
+def engine_clients(model, decode, prompts, n, clients, per_client, batch=8) -> dict:
+    """The HTTP run's workload in process, as its reference: `clients` closed-loop clients, each
+    submitting its next request (the same prompt order as the load generator's) as soon as its
+    previous one finishes, on an engine of the same max batch, stepped in this thread. Returns
+    tokens/s and the engine's `EngineStats`."""
+    from gptforge.infer.engine import Engine, SamplingParams
+
+    eng = Engine(model, decode, max_batch_size=batch)
+    done = [0] * clients
+
+    def send(c):
+        def on_event(ev):
+            if ev.finish_reason:
+                done[c] += 1
+                if done[c] < per_client:
+                    send(c)
+        eng.submit(prompts[(c + done[c]) % len(prompts)], SamplingParams(max_tokens=n, temperature=0), on_event)
+
+    for c in range(clients):
+        send(c)
+    t = time.perf_counter()
+    while eng.step():
+        pass
+    return {"rate": clients * per_client * n / (time.perf_counter() - t), "stats": eng.stats}
+
+
+def breakdown(st, wall: float) -> dict:
+    """Per-step figures of an EngineStats over `wall` seconds: share of the wall in steps, ms per
+    decode pass, rows per decode pass, prefill share of the step time, engine thread CPU seconds."""
+    return {"busy": st.seconds / wall, "decode_ms": 1e3 * st.decode_seconds / max(st.decode_passes, 1),
+            "rows": st.decode_rows / max(st.decode_passes, 1), "prefill_share": st.prefill_seconds / max(st.seconds, 1e-9),
+            "prefill_per_pass": st.prefill_sequences / max(st.prefill_passes, 1), "engine_cpu": st.cpu_seconds,
+            "emit_ms": 1e3 * st.emit_seconds / max(st.steps, 1), "steps": st.steps}
+
+
 def hf_batch_rate(hf, prompts, n):
     idx = torch.tensor(prompts)
     with torch.no_grad():
@@ -207,19 +242,6 @@ def http_load(model, tok_file, prompts, n, clients=8, per_client=3) -> dict:
 
     app = create_app(model, tok_file, ServeConfig(model_name="bench", max_batch_size=min(clients, 8)))
     engine = app.state.server.engine
-    busy = {"seconds": 0.0, "steps": 0, "rows": 0}
-    plain_step = engine.step
-
-    def timed_step():
-        t0 = time.perf_counter()
-        rows = len(engine.running)
-        did = plain_step()
-        busy["seconds"] += time.perf_counter() - t0
-        busy["steps"] += int(did)
-        busy["rows"] += rows
-        return did
-
-    engine.step = timed_step
     sock = socket.socket()
     sock.bind(("127.0.0.1", 0))
     server = uvicorn.Server(uvicorn.Config(app, log_level="warning"))
@@ -243,8 +265,7 @@ def http_load(model, tok_file, prompts, n, clients=8, per_client=3) -> dict:
     ttfts = sorted(r["ttfts"])
     return {"p50": statistics.median(ttfts), "p99": ttfts[min(len(ttfts) - 1, int(round(0.99 * (len(ttfts) - 1))))],
             "rate": sum(r["tokens"]) / r["wall"], "client_cpu": r["cpu"], "wall": r["wall"],
-            "server_cpu": server_cpu, "engine_share": busy["seconds"] / r["wall"],
-            "rows_per_step": busy["rows"] / max(busy["steps"], 1), "steps": busy["steps"]}
+            "server_cpu": server_cpu, **breakdown(engine.stats, r["wall"])}
 def _ratio(ours: float, theirs) -> str:
     return f"{theirs:.0f} tok/s | {ours / theirs:.2f}x" if isinstance(theirs, float) else f"{theirs} | -"
 
@@ -267,20 +288,31 @@ def tables(rows: list[dict], args) -> str:
         ours = max(eager, comp or 0.0)
         t2.append(f"| {r['preset']} | {eager:.0f} / {comp or 0:.0f} tok/s | "
                   + " | ".join(_ratio(ours, r["runtimes"][n]) for n in names) + " |")
+    w = f"{args.clients}x{args.per_client}"
     t3 = ["| model | engine 1 stream | engine 8 streams | 8 / 1 | transformers batch 8 | "
-          f"HTTP {args.clients}x{args.per_client} streams | HTTP / engine 8 | TTFT p50 / p99 | "
-          "load generator CPU | server process CPU | HTTP wall | engine busy | sequences per decode step |",
-          "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+          f"in-process {w} (before / after) | HTTP {w} streams | HTTP / in-process | TTFT p50 / p99 | "
+          "load generator CPU | server process CPU | HTTP wall |",
+          "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    t4 = ["| model | run | engine busy | engine thread CPU | rest of the server process CPU | ms per decode pass "
+          "| sequences per decode pass | prefill share of step time | sequences per prefill pass | ms in callbacks per step |",
+          "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for r in rows:
         h = r.get("http")
         if not h:
             continue
+        ref = (r["ref"][0]["rate"] + r["ref"][1]["rate"]) / 2
         t3.append(f"| {r['preset']} | {r['agg1']:.0f} tok/s | {r['agg8']:.0f} tok/s | {r['agg8'] / r['agg1']:.2f}x | "
-                  f"{r['hf8']:.0f} tok/s | {h['rate']:.0f} tok/s | {h['rate'] / r['agg8']:.2f}x | "
-                  f"{h['p50'] * 1e3:.0f} / {h['p99'] * 1e3:.0f} ms | {h['client_cpu']:.1f} s | "
-                  f"{h['server_cpu']:.1f} s | {h['wall']:.1f} s | {100 * h['engine_share']:.0f}% | "
-                  f"{h['rows_per_step']:.1f} |")
-    parts = (t1, t2, t3) if all(r.get("http") for r in rows) else (t1, t2)
+                  f"{r['hf8']:.0f} tok/s | {r['ref'][0]['rate']:.0f} / {r['ref'][1]['rate']:.0f} tok/s | "
+                  f"{h['rate']:.0f} tok/s | {h['rate'] / ref:.2f}x | {h['p50'] * 1e3:.0f} / {h['p99'] * 1e3:.0f} ms | "
+                  f"{h['client_cpu']:.1f} s | {h['server_cpu']:.1f} s | {h['wall']:.1f} s |")
+        for name, b, rest in (("in-process (before)", r["ref"][0]["breakdown"], "-"),
+                              ("HTTP", h, f"{h['server_cpu'] - h['engine_cpu']:.1f} s")):
+            t4.append(f"| {r['preset']} | {name} | {100 * b['busy']:.0f}% | {b['engine_cpu']:.1f} s | {rest} | "
+                      f"{b['decode_ms']:.1f} | {b['rows']:.1f} | {100 * b['prefill_share']:.0f}% | "
+                      f"{b['prefill_per_pass']:.1f} | {b['emit_ms']:.2f} |")
+    parts = (t1, t2, t3, t4) if all(r.get("http") for r in rows) else (t1, t2)
+    if args.serving_only:
+        parts = (t3, t4)
     return "\n\n".join("\n".join(t) for t in parts) + "\n"
 
 
@@ -290,18 +322,26 @@ def measure(preset: str, tok, tmp: Path, args) -> dict:
     g = torch.Generator().manual_seed(1)
     prompts = [torch.randint(1, 1000, (args.prompt_tokens,), generator=g).tolist() for _ in range(8)]
     r: dict = {"preset": preset, "single": {}}
-    for d in args.dtypes.split(","):
+    for d in ([] if args.serving_only else args.dtypes.split(",")):
         r["single"][d] = single_stream(model, hf, prompts[0], args.new_tokens, DTYPES[d], not args.no_compile)
         print(f"{preset} {d}: gptforge {r['single'][d][0]:.0f} vs transformers {r['single'][d][1]:.0f} tok/s; "
               f"compiled {r['single'][d][2]}", flush=True)
-    r["runtimes"] = other_runtimes(model, tmp / "tok", tmp / f"{preset}-x", prompts[0], args.new_tokens, args.threads)
+    r["runtimes"] = {} if args.serving_only else other_runtimes(model, tmp / "tok", tmp / f"{preset}-x", prompts[0],
+                                                                 args.new_tokens, args.threads)
     print(f"{preset}: {r['runtimes']}", flush=True)
     r["agg1"] = engine_rate(model, tok.decode, prompts[:1], args.new_tokens, 1)
     r["agg8"] = engine_rate(model, tok.decode, prompts, args.new_tokens, 8)
     r["hf8"] = hf_batch_rate(hf, prompts, args.new_tokens)
     if not args.skip_http:
-        r["http"] = http_load(model, tmp / "tok" / "tokenizer.json", prompts, args.new_tokens, args.clients,
-                              args.per_client)
+        # The reference runs before and after the HTTP run, so a change of the machine's load shows.
+        r["ref"] = []
+        for when in ("before", "after"):
+            ref = engine_clients(model, tok.decode, prompts, args.new_tokens, args.clients, args.per_client)
+            ref["breakdown"] = breakdown(ref["stats"], args.clients * args.per_client * args.new_tokens / ref["rate"])
+            r["ref"].append(ref)
+            if when == "before":
+                r["http"] = http_load(model, tmp / "tok" / "tokenizer.json", prompts, args.new_tokens, args.clients,
+                                      args.per_client)
         print(f"{preset}: engine 1={r['agg1']:.0f} 8={r['agg8']:.0f}; HF batch 8={r['hf8']:.0f}; HTTP {r['http']}",
               flush=True)
     return r
@@ -320,6 +360,8 @@ def main() -> int:
     ap.add_argument("--clients", type=int, default=8, help="concurrent HTTP streaming clients (issue's full load: 32)")
     ap.add_argument("--per-client", type=int, default=3, help="requests per client (issue's full load: 10)")
     ap.add_argument("--no-compile", action="store_true", help="leave out gptforge's compiled decode")
+    ap.add_argument("--serving-only", action="store_true",
+                    help="only the engine and HTTP table (no single-stream decode, no other runtimes)")
     ap.add_argument("--skip-http", action="store_true", help="no HTTP part (third table left out)")
     ap.add_argument("--write", action="store_true", help="append the tables to bench/RESULTS.md")
     args = ap.parse_args()

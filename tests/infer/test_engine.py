@@ -136,11 +136,11 @@ def test_a_failed_prefill_answers_its_request_and_frees_the_slot(trained, monkey
     real_prefill = eng._prefill
     calls = {"n": 0}
 
-    def failing_once(seq):
+    def failing_once(seqs):
         calls["n"] += 1
         if calls["n"] == 1:
             raise RuntimeError("injected prefill failure")
-        return real_prefill(seq)
+        return real_prefill(seqs)
 
     monkeypatch.setattr(eng, "_prefill", failing_once)
     done = [threading.Event(), threading.Event()]
