@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import copy
+import dataclasses
 import json
 import os
 import statistics
@@ -177,6 +178,11 @@ def engine_clients(model, decode, prompts, n, clients, per_client, batch=8) -> d
     return {"rate": clients * per_client * n / (time.perf_counter() - t), "stats": eng.stats}
 
 
+def since(now, before):
+    """The EngineStats accumulated between the snapshot `before` and `now`."""
+    return type(now)(**{f.name: getattr(now, f.name) - getattr(before, f.name) for f in dataclasses.fields(now)})
+
+
 def breakdown(st, wall: float) -> dict:
     """Per-step figures of an EngineStats over `wall` seconds: share of the wall in steps, ms per
     decode pass, rows per decode pass, prefill share of the step time, engine thread CPU seconds."""
@@ -197,35 +203,49 @@ def hf_batch_rate(hf, prompts, n):
 def load_generator(spec: dict) -> dict:
     """The HTTP clients, run in their own process (`--load-generator`, spec as JSON on stdin):
     spec["clients"] threads, each sending spec["per_client"] streaming completions one after the
-    other. Returns TTFTs (s), completion token counts, the wall seconds and this process's CPU
-    seconds (user + system, all threads)."""
+    other. One untimed request first warms the server (its first request builds what FastAPI and
+    pydantic build lazily; the in-process reference runs on a warm engine too); the clock starts once
+    every thread has made its HTTP client (making one loads certificates: tens of ms each, which is
+    the load generator's cost, not the server's). Returns TTFTs (s), completion token counts, the
+    wall seconds and this process's CPU seconds (user + system, all threads) of the timed part."""
     import httpx
 
     ttfts, tokens = [], []
+    prompts = spec["prompts"]
+
+    def request(h, prompt, n):
+        body = {"model": "bench", "prompt": prompt, "max_tokens": n, "temperature": 0, "stream": True,
+                "stream_options": {"include_usage": True}}
+        t0, first, count = time.perf_counter(), None, None
+        with h.stream("POST", spec["url"], json=body) as r:
+            for line in r.iter_lines():
+                if not line.startswith("data: {"):
+                    continue
+                chunk = json.loads(line[6:])
+                if chunk["choices"] and first is None:
+                    first = time.perf_counter() - t0
+                if chunk.get("usage"):
+                    count = chunk["usage"]["completion_tokens"]
+        return first, count
+
+    with httpx.Client(timeout=300) as h:
+        request(h, prompts[0], 2)
+    ready = threading.Barrier(spec["clients"] + 1)
 
     def client(c):
         with httpx.Client(timeout=300) as h:
+            ready.wait()
             for k in range(spec["per_client"]):
-                prompts = spec["prompts"]
-                body = {"model": "bench", "prompt": prompts[(c + k) % len(prompts)], "max_tokens": spec["n"],
-                        "temperature": 0, "stream": True, "stream_options": {"include_usage": True}}
-                t0 = time.perf_counter()
-                first = None
-                with h.stream("POST", spec["url"], json=body) as r:
-                    for line in r.iter_lines():
-                        if not line.startswith("data: {"):
-                            continue
-                        chunk = json.loads(line[6:])
-                        if chunk["choices"] and first is None:
-                            first = time.perf_counter() - t0
-                        if chunk.get("usage"):
-                            tokens.append(chunk["usage"]["completion_tokens"])
+                first, count = request(h, prompts[(c + k) % len(prompts)], spec["n"])
                 ttfts.append(first)
+                tokens.append(count)
 
-    cpu0, t = time.process_time(), time.perf_counter()
     threads = [threading.Thread(target=client, args=(c,)) for c in range(spec["clients"])]
     for x in threads:
         x.start()
+    ready.wait()
+    print("timing", flush=True)  # the server process starts its clocks (http_load)
+    cpu0, t = time.process_time(), time.perf_counter()
     for x in threads:
         x.join()
     return {"ttfts": ttfts, "tokens": tokens, "wall": time.perf_counter() - t, "cpu": time.process_time() - cpu0}
@@ -251,21 +271,29 @@ def http_load(model, tok_file, prompts, n, clients=8, per_client=3) -> dict:
         time.sleep(0.02)
     spec = {"url": f"http://127.0.0.1:{sock.getsockname()[1]}/v1/completions", "prompts": prompts, "n": n,
             "clients": clients, "per_client": per_client}
-    cpu0 = time.process_time()
-    proc = subprocess.run([sys.executable, __file__, "--load-generator"], input=json.dumps(spec),
-                          capture_output=True, text=True, env=dict(os.environ, OMP_NUM_THREADS="1"))
+    errors = tempfile.TemporaryFile("w+")
+    proc = subprocess.Popen([sys.executable, __file__, "--load-generator"], stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, stderr=errors, text=True, env=dict(os.environ, OMP_NUM_THREADS="1"))
+    assert proc.stdin is not None and proc.stdout is not None
+    proc.stdin.write(json.dumps(spec))
+    proc.stdin.close()
+    proc.stdout.readline()  # "timing": the warm-up request is done and every client is ready
+    cpu0, stats0 = time.process_time(), copy.copy(engine.stats)
+    out = proc.stdout.read()
+    proc.wait()
     server_cpu = time.process_time() - cpu0
     server.should_exit = True
     th.join(10)
     if proc.returncode:
-        raise RuntimeError(f"load generator failed:\n{proc.stderr[-2000:]}")
-    r = json.loads(proc.stdout.splitlines()[-1])
+        errors.seek(0)
+        raise RuntimeError(f"load generator failed:\n{errors.read()[-2000:]}")
+    r = json.loads(out.splitlines()[-1])
     if len(r["tokens"]) != clients * per_client:
         raise RuntimeError(f"only {len(r['tokens'])} of {clients * per_client} streamed requests completed")
     ttfts = sorted(r["ttfts"])
     return {"p50": statistics.median(ttfts), "p99": ttfts[min(len(ttfts) - 1, int(round(0.99 * (len(ttfts) - 1))))],
             "rate": sum(r["tokens"]) / r["wall"], "client_cpu": r["cpu"], "wall": r["wall"],
-            "server_cpu": server_cpu, **breakdown(engine.stats, r["wall"])}
+            "server_cpu": server_cpu, **breakdown(since(engine.stats, stats0), r["wall"])}
 def _ratio(ours: float, theirs) -> str:
     return f"{theirs:.0f} tok/s | {ours / theirs:.2f}x" if isinstance(theirs, float) else f"{theirs} | -"
 
@@ -363,9 +391,13 @@ def main() -> int:
     ap.add_argument("--serving-only", action="store_true",
                     help="only the engine and HTTP table (no single-stream decode, no other runtimes)")
     ap.add_argument("--skip-http", action="store_true", help="no HTTP part (third table left out)")
+    ap.add_argument("--switch-interval", type=float, default=None,
+                    help="sys.setswitchinterval of this (server) process, seconds (default Python's 0.005)")
     ap.add_argument("--write", action="store_true", help="append the tables to bench/RESULTS.md")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
+    if args.switch_interval is not None:
+        sys.setswitchinterval(args.switch_interval)
     import transformers
 
     from gptforge.data.stdlib_corpus import stdlib_files

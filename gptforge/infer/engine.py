@@ -223,8 +223,8 @@ class Engine:
         max_model_len: positions per sequence (prompt + generated), at most model.block_size.
 
     Use `submit` from any thread; call `step()` yourself or `start()` a background thread.
-    Callbacks (`on_event`) run on the engine's thread and must be quick (e.g. hand the event to an
-    asyncio loop with call_soon_threadsafe).
+    Callbacks (`on_event`) run on the engine's thread and must be quick (e.g. queue the event for an
+    asyncio loop, which one of `step_hooks` then wakes once for the whole step).
 
     Raises:
         ValueError: max_model_len above the model's block_size, or max_batch_size < 1.
@@ -256,6 +256,9 @@ class Engine:
         self._paused = False
         self.steps = 0
         self.stats = EngineStats()
+        self.step_hooks: list[Callable[[], None]] = []
+        """Called on the engine's thread after each step has delivered its events, e.g. to wake an
+        event loop once per step instead of once per event."""
 
     # ---- requests -----------------------------------------------------------------------------
 
@@ -345,6 +348,7 @@ class Engine:
         for seq, ev in events:
             if not seq.cancelled:
                 seq.on_event(ev)
+        self._run_hooks()
         st, t2 = self.stats, time.perf_counter()
         st.steps, st.emit_seconds = st.steps + 1, st.emit_seconds + t2 - t1
         st.seconds, st.cpu_seconds = st.seconds + t2 - t0, st.cpu_seconds + time.thread_time() - c0
@@ -474,6 +478,11 @@ class Engine:
             self._release(seq)
             seq.finished = True
             seq.on_event(Event(finish_reason="cancelled"))
+        self._run_hooks()
+
+    def _run_hooks(self) -> None:
+        for hook in self.step_hooks:
+            hook()
 
     def pause(self) -> None:
         """Hold the background thread before its next step until `resume()`: submitted requests stay
@@ -506,3 +515,4 @@ class Engine:
                     self.running = []
                 for s in failed:
                     s.on_event(Event(finish_reason="error", error=f"{type(e).__name__}: {e}"))
+                self._run_hooks()
