@@ -16,9 +16,12 @@ folder (loaded back with `AutoModelForCausalLM`), an ONNX folder and GGUF files:
    (in process), and transformers' `generate` on a batch of 8 as a reference;
 3. through HTTP (`gptforge serve`'s app on 127.0.0.1 in this process, max batch 8) with the load
    generator in its own process (--clients streaming clients x --per-client requests, default
-   8 x 3): aggregate tokens/s against the in-process engine's at 8 streams, time to first token
-   p50/p99, the CPU seconds of the load generator and of the server process, and where the server's
-   time went (share of the wall time spent in engine steps, sequences decoded per step).
+   8 x 3): aggregate tokens/s against the in-process engine running the same closed-loop workload
+   (`engine_clients`: same clients, requests, prompts and max batch), the two alternating for
+   --rounds rounds; time to first token p50/p99, the CPU seconds of the load generator and of the
+   server process, and where the server's time went (`EngineStats`: share of the wall time in engine
+   steps, the engine thread's CPU and the rest of the process's, ms per decode pass, sequences per
+   decode and prefill pass, prefill share, time in the event callbacks), in process and under HTTP.
 Prints Markdown tables; --write appends them to bench/RESULTS.md with the command line.
 """
 
@@ -318,7 +321,7 @@ def tables(rows: list[dict], args) -> str:
                   + " | ".join(_ratio(ours, r["runtimes"][n]) for n in names) + " |")
     w = f"{args.clients}x{args.per_client}"
     t3 = ["| model | engine 1 stream | engine 8 streams | 8 / 1 | transformers batch 8 | "
-          f"in-process {w} (before / after) | HTTP {w} streams | HTTP / in-process | TTFT p50 / p99 | "
+          f"in-process {w} (before / after) | HTTP {w} streams | HTTP / in-process (every round) | TTFT p50 / p99 | "
           "load generator CPU | server process CPU | HTTP wall |",
           "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     t4 = ["| model | run | engine busy | engine thread CPU | rest of the server process CPU | ms per decode pass "
@@ -331,7 +334,8 @@ def tables(rows: list[dict], args) -> str:
         ref = (r["ref"][0]["rate"] + r["ref"][1]["rate"]) / 2
         t3.append(f"| {r['preset']} | {r['agg1']:.0f} tok/s | {r['agg8']:.0f} tok/s | {r['agg8'] / r['agg1']:.2f}x | "
                   f"{r['hf8']:.0f} tok/s | {r['ref'][0]['rate']:.0f} / {r['ref'][1]['rate']:.0f} tok/s | "
-                  f"{h['rate']:.0f} tok/s | {h['rate'] / ref:.2f}x | {h['p50'] * 1e3:.0f} / {h['p99'] * 1e3:.0f} ms | "
+                  f"{h['rate']:.0f} tok/s | {h['rate'] / ref:.2f}x ({', '.join(f'{x:.2f}' for x in r['ratios'])}) | "
+                  f"{h['p50'] * 1e3:.0f} / {h['p99'] * 1e3:.0f} ms | "
                   f"{h['client_cpu']:.1f} s | {h['server_cpu']:.1f} s | {h['wall']:.1f} s |")
         for name, b, rest in (("in-process (before)", r["ref"][0]["breakdown"], "-"),
                               ("HTTP", h, f"{h['server_cpu'] - h['engine_cpu']:.1f} s")):
@@ -361,15 +365,22 @@ def measure(preset: str, tok, tmp: Path, args) -> dict:
     r["agg8"] = engine_rate(model, tok.decode, prompts, args.new_tokens, 8)
     r["hf8"] = hf_batch_rate(hf, prompts, args.new_tokens)
     if not args.skip_http:
-        # The reference runs before and after the HTTP run, so a change of the machine's load shows.
-        r["ref"] = []
-        for when in ("before", "after"):
+        # In-process reference and HTTP runs alternate (ref, HTTP, ref, HTTP, ..., ref): each HTTP
+        # run is divided by the mean of the references just before and after it, so a change of the
+        # machine's load between runs lands on both sides; the table shows the median round.
+        def reference():
             ref = engine_clients(model, tok.decode, prompts, args.new_tokens, args.clients, args.per_client)
             ref["breakdown"] = breakdown(ref["stats"], args.clients * args.per_client * args.new_tokens / ref["rate"])
-            r["ref"].append(ref)
-            if when == "before":
-                r["http"] = http_load(model, tmp / "tok" / "tokenizer.json", prompts, args.new_tokens, args.clients,
-                                      args.per_client)
+            return ref
+
+        refs, https = [reference()], []
+        for _ in range(args.rounds):
+            https.append(http_load(model, tmp / "tok" / "tokenizer.json", prompts, args.new_tokens, args.clients,
+                                   args.per_client))
+            refs.append(reference())
+        ratios = [h["rate"] / ((refs[i]["rate"] + refs[i + 1]["rate"]) / 2) for i, h in enumerate(https)]
+        m = sorted(range(len(ratios)), key=ratios.__getitem__)[len(ratios) // 2]
+        r["http"], r["ref"], r["ratios"] = https[m], (refs[m], refs[m + 1]), ratios
         print(f"{preset}: engine 1={r['agg1']:.0f} 8={r['agg8']:.0f}; HF batch 8={r['hf8']:.0f}; HTTP {r['http']}",
               flush=True)
     return r
@@ -391,6 +402,7 @@ def main() -> int:
     ap.add_argument("--serving-only", action="store_true",
                     help="only the engine and HTTP table (no single-stream decode, no other runtimes)")
     ap.add_argument("--skip-http", action="store_true", help="no HTTP part (third table left out)")
+    ap.add_argument("--rounds", type=int, default=3, help="HTTP runs, each between two in-process references")
     ap.add_argument("--switch-interval", type=float, default=None,
                     help="sys.setswitchinterval of this (server) process, seconds (default Python's 0.005)")
     ap.add_argument("--write", action="store_true", help="append the tables to bench/RESULTS.md")
