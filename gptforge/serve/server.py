@@ -108,7 +108,7 @@ class EventRelay:
     every stream thus cost one wake-up of the loop (a write to its self-pipe), not one per token, and
     the loop wakes after the engine has finished with them, not in the middle. While a delivery is
     scheduled and has not run yet (the loop is behind), later steps' events join it without another
-    wake-up, and a stream then finds several events at once (`Submission.drain`).
+    wake-up, and a stream then finds several events at once (`coalesce` sends them in one write).
     """
 
     def __init__(self, loop: asyncio.AbstractEventLoop):
