@@ -2,7 +2,8 @@
 same weights, in one run.
 
     python bench/serve_throughput.py [--new-tokens 128] [--prompt-tokens 32] [--threads 1]
-        [--dtypes fp32,bf16] [--presets gpt2-mini llama-micro] [--write]
+        [--dtypes fp32,bf16] [--presets gpt2-mini llama-micro] [--serving-only] [--rounds 3]
+        [--uvicorn-loop auto|asyncio] [--uvicorn-http auto|h11] [--switch-interval S] [--write]
 
 For each preset (random weights, vocabulary 1000 from a BPE trained on the standard library; GPT-2
 shapes with the tanh GELU that GPT-2 and llama.cpp's gpt2 graph use), exported as a Hugging Face
