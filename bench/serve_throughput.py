@@ -2,7 +2,8 @@
 same weights, in one run.
 
     python bench/serve_throughput.py [--new-tokens 128] [--prompt-tokens 32] [--threads 1]
-        [--dtypes fp32,bf16] [--presets gpt2-mini llama-micro] [--write]
+        [--dtypes fp32,bf16] [--presets gpt2-mini llama-micro] [--serving-only] [--rounds 3]
+        [--uvicorn-loop auto|asyncio] [--uvicorn-http auto|h11] [--switch-interval S] [--write]
 
 For each preset (random weights, vocabulary 1000 from a BPE trained on the standard library; GPT-2
 shapes with the tanh GELU that GPT-2 and llama.cpp's gpt2 graph use), exported as a Hugging Face
@@ -17,9 +18,12 @@ folder (loaded back with `AutoModelForCausalLM`), an ONNX folder and GGUF files:
    (in process), and transformers' `generate` on a batch of 8 as a reference;
 3. through HTTP (`gptforge serve`'s app on 127.0.0.1 in this process, max batch 8) with the load
    generator in its own process (--clients streaming clients x --per-client requests, default
-   8 x 3): aggregate tokens/s against the in-process engine's at 8 streams, time to first token
-   p50/p99, the CPU seconds of the load generator and of the server process, and where the server's
-   time went (share of the wall time spent in engine steps, sequences decoded per step).
+   8 x 3): aggregate tokens/s against the in-process engine running the same closed-loop workload
+   (`engine_clients`: same clients, requests, prompts and max batch), the two alternating for
+   --rounds rounds; time to first token p50/p99, the CPU seconds of the load generator and of the
+   server process, and where the server's time went (`EngineStats`: share of the wall time in engine
+   steps, the engine thread's CPU and the rest of the process's, ms per decode pass, sequences per
+   decode and prefill pass, prefill share, time in the event callbacks), in process and under HTTP.
 Prints Markdown tables; --write appends them to bench/RESULTS.md with the command line.
 """
 
@@ -27,6 +31,7 @@ from __future__ import annotations
 
 import argparse
 import copy
+import dataclasses
 import json
 import os
 import statistics
@@ -158,6 +163,47 @@ def engine_rate(model, decode, prompts, n, batch):
     return len(prompts) * n / (time.perf_counter() - t)
 
 
+def engine_clients(model, decode, prompts, n, clients, per_client, batch=8) -> dict:
+    """The HTTP run's workload in process, as its reference: `clients` closed-loop clients, each
+    submitting its next request (the same prompt order as the load generator's) as soon as its
+    previous one finishes, on an engine of the same max batch, stepped in this thread. Returns
+    tokens/s and the engine's `EngineStats`."""
+    from gptforge.infer.engine import Engine, SamplingParams
+
+    eng = Engine(model, decode, max_batch_size=batch)
+    done = [0] * clients
+
+    def send(c):
+        def on_event(ev):
+            if ev.finish_reason:
+                done[c] += 1
+                if done[c] < per_client:
+                    send(c)
+        eng.submit(prompts[(c + done[c]) % len(prompts)], SamplingParams(max_tokens=n, temperature=0), on_event)
+
+    for c in range(clients):
+        send(c)
+    t, cpu0 = time.perf_counter(), time.process_time()
+    while eng.step():
+        pass
+    return {"rate": clients * per_client * n / (time.perf_counter() - t), "stats": eng.stats,
+            "cpu": time.process_time() - cpu0}
+
+
+def since(now, before):
+    """The EngineStats accumulated between the snapshot `before` and `now`."""
+    return type(now)(**{f.name: getattr(now, f.name) - getattr(before, f.name) for f in dataclasses.fields(now)})
+
+
+def breakdown(st, wall: float) -> dict:
+    """Per-step figures of an EngineStats over `wall` seconds: share of the wall in steps, ms per
+    decode pass, rows per decode pass, prefill share of the step time, engine thread CPU seconds."""
+    return {"busy": st.seconds / wall, "decode_ms": 1e3 * st.decode_seconds / max(st.decode_passes, 1),
+            "rows": st.decode_rows / max(st.decode_passes, 1), "prefill_share": st.prefill_seconds / max(st.seconds, 1e-9),
+            "prefill_per_pass": st.prefill_sequences / max(st.prefill_passes, 1), "engine_cpu": st.cpu_seconds,
+            "emit_ms": 1e3 * st.emit_seconds / max(st.steps, 1), "steps": st.steps}
+
+
 def hf_batch_rate(hf, prompts, n):
     idx = torch.tensor(prompts)
     with torch.no_grad():
@@ -169,41 +215,55 @@ def hf_batch_rate(hf, prompts, n):
 def load_generator(spec: dict) -> dict:
     """The HTTP clients, run in their own process (`--load-generator`, spec as JSON on stdin):
     spec["clients"] threads, each sending spec["per_client"] streaming completions one after the
-    other. Returns TTFTs (s), completion token counts, the wall seconds and this process's CPU
-    seconds (user + system, all threads)."""
+    other. One untimed request first warms the server (its first request builds what FastAPI and
+    pydantic build lazily; the in-process reference runs on a warm engine too); the clock starts once
+    every thread has made its HTTP client (making one loads certificates: tens of ms each, which is
+    the load generator's cost, not the server's). Returns TTFTs (s), completion token counts, the
+    wall seconds and this process's CPU seconds (user + system, all threads) of the timed part."""
     import httpx
 
     ttfts, tokens = [], []
+    prompts = spec["prompts"]
+
+    def request(h, prompt, n):
+        body = {"model": "bench", "prompt": prompt, "max_tokens": n, "temperature": 0, "stream": True,
+                "stream_options": {"include_usage": True}}
+        t0, first, count = time.perf_counter(), None, None
+        with h.stream("POST", spec["url"], json=body) as r:
+            for line in r.iter_lines():
+                if not line.startswith("data: {"):
+                    continue
+                chunk = json.loads(line[6:])
+                if chunk["choices"] and first is None:
+                    first = time.perf_counter() - t0
+                if chunk.get("usage"):
+                    count = chunk["usage"]["completion_tokens"]
+        return first, count
+
+    with httpx.Client(timeout=300) as h:
+        request(h, prompts[0], 2)
+    ready = threading.Barrier(spec["clients"] + 1)
 
     def client(c):
         with httpx.Client(timeout=300) as h:
+            ready.wait()
             for k in range(spec["per_client"]):
-                prompts = spec["prompts"]
-                body = {"model": "bench", "prompt": prompts[(c + k) % len(prompts)], "max_tokens": spec["n"],
-                        "temperature": 0, "stream": True, "stream_options": {"include_usage": True}}
-                t0 = time.perf_counter()
-                first = None
-                with h.stream("POST", spec["url"], json=body) as r:
-                    for line in r.iter_lines():
-                        if not line.startswith("data: {"):
-                            continue
-                        chunk = json.loads(line[6:])
-                        if chunk["choices"] and first is None:
-                            first = time.perf_counter() - t0
-                        if chunk.get("usage"):
-                            tokens.append(chunk["usage"]["completion_tokens"])
+                first, count = request(h, prompts[(c + k) % len(prompts)], spec["n"])
                 ttfts.append(first)
+                tokens.append(count)
 
-    cpu0, t = time.process_time(), time.perf_counter()
     threads = [threading.Thread(target=client, args=(c,)) for c in range(spec["clients"])]
     for x in threads:
         x.start()
+    ready.wait()
+    print("timing", flush=True)  # the server process starts its clocks (http_load)
+    cpu0, t = time.process_time(), time.perf_counter()
     for x in threads:
         x.join()
     return {"ttfts": ttfts, "tokens": tokens, "wall": time.perf_counter() - t, "cpu": time.process_time() - cpu0}
 
 
-def http_load(model, tok_file, prompts, n, clients=8, per_client=3) -> dict:
+def http_load(model, tok_file, prompts, n, clients=8, per_client=3, loop="auto", http="auto") -> dict:
     """Serve `model` in this process and drive it from a load-generator process; returns its
     figures (see the module docstring, item 3)."""
     import socket
@@ -214,44 +274,38 @@ def http_load(model, tok_file, prompts, n, clients=8, per_client=3) -> dict:
 
     app = create_app(model, tok_file, ServeConfig(model_name="bench", max_batch_size=min(clients, 8)))
     engine = app.state.server.engine
-    busy = {"seconds": 0.0, "steps": 0, "rows": 0}
-    plain_step = engine.step
-
-    def timed_step():
-        t0 = time.perf_counter()
-        rows = len(engine.running)
-        did = plain_step()
-        busy["seconds"] += time.perf_counter() - t0
-        busy["steps"] += int(did)
-        busy["rows"] += rows
-        return did
-
-    engine.step = timed_step
     sock = socket.socket()
     sock.bind(("127.0.0.1", 0))
-    server = uvicorn.Server(uvicorn.Config(app, log_level="warning"))
+    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", loop=loop, http=http))
     th = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
     th.start()
     while not server.started:
         time.sleep(0.02)
     spec = {"url": f"http://127.0.0.1:{sock.getsockname()[1]}/v1/completions", "prompts": prompts, "n": n,
             "clients": clients, "per_client": per_client}
-    cpu0 = time.process_time()
-    proc = subprocess.run([sys.executable, __file__, "--load-generator"], input=json.dumps(spec),
-                          capture_output=True, text=True, env=dict(os.environ, OMP_NUM_THREADS="1"))
+    errors = tempfile.TemporaryFile("w+")
+    proc = subprocess.Popen([sys.executable, __file__, "--load-generator"], stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, stderr=errors, text=True, env=dict(os.environ, OMP_NUM_THREADS="1"))
+    assert proc.stdin is not None and proc.stdout is not None
+    proc.stdin.write(json.dumps(spec))
+    proc.stdin.close()
+    proc.stdout.readline()  # "timing": the warm-up request is done and every client is ready
+    cpu0, stats0 = time.process_time(), copy.copy(engine.stats)
+    out = proc.stdout.read()
+    proc.wait()
     server_cpu = time.process_time() - cpu0
     server.should_exit = True
     th.join(10)
     if proc.returncode:
-        raise RuntimeError(f"load generator failed:\n{proc.stderr[-2000:]}")
-    r = json.loads(proc.stdout.splitlines()[-1])
+        errors.seek(0)
+        raise RuntimeError(f"load generator failed:\n{errors.read()[-2000:]}")
+    r = json.loads(out.splitlines()[-1])
     if len(r["tokens"]) != clients * per_client:
         raise RuntimeError(f"only {len(r['tokens'])} of {clients * per_client} streamed requests completed")
     ttfts = sorted(r["ttfts"])
     return {"p50": statistics.median(ttfts), "p99": ttfts[min(len(ttfts) - 1, int(round(0.99 * (len(ttfts) - 1))))],
             "rate": sum(r["tokens"]) / r["wall"], "client_cpu": r["cpu"], "wall": r["wall"],
-            "server_cpu": server_cpu, "engine_share": busy["seconds"] / r["wall"],
-            "rows_per_step": busy["rows"] / max(busy["steps"], 1), "steps": busy["steps"]}
+            "server_cpu": server_cpu, **breakdown(since(engine.stats, stats0), r["wall"])}
 def _ratio(ours: float, theirs) -> str:
     return f"{theirs:.0f} tok/s | {ours / theirs:.2f}x" if isinstance(theirs, float) else f"{theirs} | -"
 
@@ -274,20 +328,34 @@ def tables(rows: list[dict], args) -> str:
         ours = max(eager, comp or 0.0)
         t2.append(f"| {r['preset']} | {eager:.0f} / {comp or 0:.0f} tok/s | "
                   + " | ".join(_ratio(ours, r["runtimes"][n]) for n in names) + " |")
+    w = f"{args.clients}x{args.per_client}"
     t3 = ["| model | engine 1 stream | engine 8 streams | 8 / 1 | transformers batch 8 | "
-          f"HTTP {args.clients}x{args.per_client} streams | HTTP / engine 8 | TTFT p50 / p99 | "
-          "load generator CPU | server process CPU | HTTP wall | engine busy | sequences per decode step |",
+          f"in-process {w} (before / after) | HTTP {w} streams | HTTP / in-process (every round) | TTFT p50 / p99 | "
+          "load generator CPU | server process CPU | HTTP wall | in-process CPU / HTTP server CPU (every round) |",
           "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    t4 = ["| model | run | engine busy | engine thread CPU | rest of the server process CPU | ms per decode pass "
+          "| sequences per decode pass | prefill share of step time | sequences per prefill pass | ms in callbacks per step |",
+          "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for r in rows:
         h = r.get("http")
         if not h:
             continue
+        ref = (r["ref"][0]["rate"] + r["ref"][1]["rate"]) / 2
         t3.append(f"| {r['preset']} | {r['agg1']:.0f} tok/s | {r['agg8']:.0f} tok/s | {r['agg8'] / r['agg1']:.2f}x | "
-                  f"{r['hf8']:.0f} tok/s | {h['rate']:.0f} tok/s | {h['rate'] / r['agg8']:.2f}x | "
-                  f"{h['p50'] * 1e3:.0f} / {h['p99'] * 1e3:.0f} ms | {h['client_cpu']:.1f} s | "
-                  f"{h['server_cpu']:.1f} s | {h['wall']:.1f} s | {100 * h['engine_share']:.0f}% | "
-                  f"{h['rows_per_step']:.1f} |")
-    parts = (t1, t2, t3) if all(r.get("http") for r in rows) else (t1, t2)
+                  f"{r['hf8']:.0f} tok/s | {r['ref'][0]['rate']:.0f} / {r['ref'][1]['rate']:.0f} tok/s | "
+                  f"{h['rate']:.0f} tok/s | {h['rate'] / ref:.2f}x ({', '.join(f'{x:.2f}' for x in r['ratios'])}) | "
+                  f"{h['p50'] * 1e3:.0f} / {h['p99'] * 1e3:.0f} ms | "
+                  f"{h['client_cpu']:.1f} s | {h['server_cpu']:.1f} s | {h['wall']:.1f} s | "
+                  f"{sorted(r['cpu_ratios'])[len(r['cpu_ratios']) // 2]:.2f}x "
+                  f"({', '.join(f'{x:.2f}' for x in r['cpu_ratios'])}) |")
+        for name, b, rest in (("in-process (before)", r["ref"][0]["breakdown"], "-"),
+                              ("HTTP", h, f"{h['server_cpu'] - h['engine_cpu']:.1f} s")):
+            t4.append(f"| {r['preset']} | {name} | {100 * b['busy']:.0f}% | {b['engine_cpu']:.1f} s | {rest} | "
+                      f"{b['decode_ms']:.1f} | {b['rows']:.1f} | {100 * b['prefill_share']:.0f}% | "
+                      f"{b['prefill_per_pass']:.1f} | {b['emit_ms']:.2f} |")
+    parts = (t1, t2, t3, t4) if all(r.get("http") for r in rows) else (t1, t2)
+    if args.serving_only:
+        parts = (t3, t4)
     return "\n\n".join("\n".join(t) for t in parts) + "\n"
 
 
@@ -297,18 +365,37 @@ def measure(preset: str, tok, tmp: Path, args) -> dict:
     g = torch.Generator().manual_seed(1)
     prompts = [torch.randint(1, 1000, (args.prompt_tokens,), generator=g).tolist() for _ in range(8)]
     r: dict = {"preset": preset, "single": {}}
-    for d in args.dtypes.split(","):
+    for d in ([] if args.serving_only else args.dtypes.split(",")):
         r["single"][d] = single_stream(model, hf, prompts[0], args.new_tokens, DTYPES[d], not args.no_compile)
         print(f"{preset} {d}: gptforge {r['single'][d][0]:.0f} vs transformers {r['single'][d][1]:.0f} tok/s; "
               f"compiled {r['single'][d][2]}", flush=True)
-    r["runtimes"] = other_runtimes(model, tmp / "tok", tmp / f"{preset}-x", prompts[0], args.new_tokens, args.threads)
+    r["runtimes"] = {} if args.serving_only else other_runtimes(model, tmp / "tok", tmp / f"{preset}-x", prompts[0],
+                                                                 args.new_tokens, args.threads)
     print(f"{preset}: {r['runtimes']}", flush=True)
     r["agg1"] = engine_rate(model, tok.decode, prompts[:1], args.new_tokens, 1)
     r["agg8"] = engine_rate(model, tok.decode, prompts, args.new_tokens, 8)
     r["hf8"] = hf_batch_rate(hf, prompts, args.new_tokens)
     if not args.skip_http:
-        r["http"] = http_load(model, tmp / "tok" / "tokenizer.json", prompts, args.new_tokens, args.clients,
-                              args.per_client)
+        # In-process reference and HTTP runs alternate (ref, HTTP, ref, HTTP, ..., ref): each HTTP
+        # run is divided by the mean of the references just before and after it, so a change of the
+        # machine's load between runs lands on both sides; the table shows the median round.
+        def reference():
+            ref = engine_clients(model, tok.decode, prompts, args.new_tokens, args.clients, args.per_client)
+            ref["breakdown"] = breakdown(ref["stats"], args.clients * args.per_client * args.new_tokens / ref["rate"])
+            return ref
+
+        refs, https = [reference()], []
+        for _ in range(args.rounds):
+            https.append(http_load(model, tmp / "tok" / "tokenizer.json", prompts, args.new_tokens, args.clients,
+                                   args.per_client, args.uvicorn_loop, args.uvicorn_http))
+            refs.append(reference())
+        ratios = [h["rate"] / ((refs[i]["rate"] + refs[i + 1]["rate"]) / 2) for i, h in enumerate(https)]
+        # The same comparison in CPU seconds of the serving process (in process: the engine's; HTTP:
+        # the engine's, the event loop's and uvicorn's): on a shared machine a process's rate follows
+        # its CPU time per token, and CPU time moves less with the load than wall time does.
+        cpu_ratios = [((refs[i]["cpu"] + refs[i + 1]["cpu"]) / 2) / h["server_cpu"] for i, h in enumerate(https)]
+        m = sorted(range(len(ratios)), key=ratios.__getitem__)[len(ratios) // 2]
+        r["http"], r["ref"], r["ratios"], r["cpu_ratios"] = https[m], (refs[m], refs[m + 1]), ratios, cpu_ratios
         print(f"{preset}: engine 1={r['agg1']:.0f} 8={r['agg8']:.0f}; HF batch 8={r['hf8']:.0f}; HTTP {r['http']}",
               flush=True)
     return r
@@ -327,10 +414,19 @@ def main() -> int:
     ap.add_argument("--clients", type=int, default=8, help="concurrent HTTP streaming clients (issue's full load: 32)")
     ap.add_argument("--per-client", type=int, default=3, help="requests per client (issue's full load: 10)")
     ap.add_argument("--no-compile", action="store_true", help="leave out gptforge's compiled decode")
+    ap.add_argument("--serving-only", action="store_true",
+                    help="only the engine and HTTP table (no single-stream decode, no other runtimes)")
     ap.add_argument("--skip-http", action="store_true", help="no HTTP part (third table left out)")
+    ap.add_argument("--rounds", type=int, default=3, help="HTTP runs, each between two in-process references")
+    ap.add_argument("--uvicorn-loop", default="auto", help="uvicorn's loop: auto (uvloop when installed) or asyncio")
+    ap.add_argument("--uvicorn-http", default="auto", help="uvicorn's HTTP parser: auto (httptools when installed) or h11")
+    ap.add_argument("--switch-interval", type=float, default=None,
+                    help="sys.setswitchinterval of this (server) process, seconds (default Python's 0.005)")
     ap.add_argument("--write", action="store_true", help="append the tables to bench/RESULTS.md")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
+    if args.switch_interval is not None:
+        sys.setswitchinterval(args.switch_interval)
     import transformers
 
     from gptforge.data.stdlib_corpus import stdlib_files

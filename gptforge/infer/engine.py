@@ -34,47 +34,71 @@ from gptforge.model.gpt import GPT
 log = logging.getLogger(__name__)
 
 
+class SlotBatch:
+    """Which cache slots the rows of one forward pass use, computed once and shared by every layer.
+
+    slots (B,) and filled (B,): each row's slot and the positions it has filled before this pass;
+    T: the new positions per row. Derived: `pos` (B, T) int64, the absolute positions of the new
+    tokens; `S`, the key length every row reads (longest filled + T); `leading` when the rows are
+    slots 0..B-1 in order (the cache is then read as a view, no copy); `uniform`, the common filled
+    length when every row has the same one (plain slice writes, no index tensors).
+
+    Raises:
+        ValueError: a row's positions would run past the slot's `max_len`.
+    """
+
+    def __init__(self, slots: list[int], filled: list[int], T: int, max_len: int, device):
+        B = len(slots)
+        self.T, self.S = T, max(filled) + T
+        if self.S > max_len:
+            raise ValueError(f"KV cache slot overflow: position {self.S - 1} >= max_len {max_len}")
+        self.leading = slots == list(range(B))
+        self.uniform = filled[0] if min(filled) == max(filled) else None
+        self.slot_idx = torch.tensor(slots, device=device)
+        self.pos = torch.tensor(filled, device=device)[:, None] + torch.arange(T, device=device)[None, :]
+        self.rows = self.slot_idx[:, None].expand(B, T)
+
+
 class SlotKVCache:
     """Keys/values of one attention layer for `n_slots` sequences, each with its own length.
 
-    k, v: (n_slots, n_kv_head, max_len, head_dim). Before a forward pass, `bind(slots, lengths)`
-    names the batch rows' slots (B,) and how many positions each has filled (B,); `update` then
-    writes the new keys of row b at positions lengths[b].. of slot slots[b] and returns the keys
-    and values of the rows' slots up to the longest filled length, (B, n_kv_head, S, head_dim).
-    Positions of a row beyond its own length hold stale values: the attention mask must hide them
-    (`Engine` builds it). Duck-types `gptforge.model.gpt.KVCache` for `GPT.forward`.
+    k, v: (n_slots, n_kv_head, max_len, head_dim). Before a forward pass, `bind(batch)` names the
+    batch rows' slots and filled lengths (a `SlotBatch`); `update` then writes the new keys of row b
+    at positions filled[b].. of slot slots[b] and returns the keys and values of the rows' slots up to
+    the longest filled length plus the new ones, (B, n_kv_head, S, head_dim). Positions of a row
+    beyond its own length hold stale values: the attention mask must hide them (`Engine` builds
+    it). Duck-types `gptforge.model.gpt.KVCache` for `GPT.forward`.
     """
 
     def __init__(self, n_slots: int, n_kv_head: int, max_len: int, head_dim: int, device, dtype):
         self.k = torch.zeros(n_slots, n_kv_head, max_len, head_dim, device=device, dtype=dtype)
         self.v = torch.zeros_like(self.k)
         self.pos = 0  # unused: the engine always passes position ids
-        self.slots: torch.Tensor | None = None
-        self.lengths: torch.Tensor | None = None
-        self.leading = 0
+        self.batch: SlotBatch | None = None
 
-    def bind(self, slots: torch.Tensor, lengths: torch.Tensor, leading: int = 0, uniform: int | None = None) -> None:
-        """leading: B when the rows are slots 0..B-1 in order (the cache is then read as a view, no copy);
-        uniform: the common length when every row has filled the same number of positions."""
-        self.slots, self.lengths, self.leading, self.uniform = slots, lengths, leading, uniform
+    def bind(self, batch: SlotBatch) -> None:
+        """Use `batch`'s slots and lengths for the next `update`."""
+        self.batch = batch
 
     def update(self, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        B, _, T, _ = k.shape
-        if self.leading and self.uniform is not None and self.uniform + T <= self.k.size(2):
-            L = self.uniform  # the common case of equal lengths in slots 0..B-1: plain slice writes
-            self.k[:B, :, L:L + T] = k
-            self.v[:B, :, L:L + T] = v
-            return self.k[:B, :, :L + T], self.v[:B, :, :L + T]
-        pos = self.lengths[:, None] + torch.arange(T, device=k.device)[None, :]  # (B, T)
-        if int(pos.max()) >= self.k.size(2):
-            raise ValueError(f"KV cache slot overflow: position {int(pos.max())} >= max_len {self.k.size(2)}")
-        rows = self.slots[:, None].expand(B, T)
-        self.k[rows, :, pos] = k.transpose(1, 2).to(self.k.dtype)
-        self.v[rows, :, pos] = v.transpose(1, 2).to(self.v.dtype)
-        S = int(self.lengths.max()) + T
-        if self.leading:
-            return self.k[: self.leading, :, :S], self.v[: self.leading, :, :S]
-        return self.k[self.slots, :, :S], self.v[self.slots, :, :S]
+        b = self.batch
+        assert b is not None, "bind() a SlotBatch before the forward pass"
+        B, T, S = k.size(0), b.T, b.S
+        k, v = k.to(self.k.dtype), v.to(self.v.dtype)
+        if b.uniform is not None:  # equal lengths: slice writes (and, for slots 0..B-1, slice reads)
+            L = b.uniform
+            if b.leading:
+                self.k[:B, :, L:L + T] = k
+                self.v[:B, :, L:L + T] = v
+                return self.k[:B, :, :S], self.v[:B, :, :S]
+            self.k[b.slot_idx, :, L:L + T] = k
+            self.v[b.slot_idx, :, L:L + T] = v
+        else:
+            self.k[b.rows, :, b.pos] = k.transpose(1, 2)
+            self.v[b.rows, :, b.pos] = v.transpose(1, 2)
+        if b.leading:
+            return self.k[:B, :, :S], self.v[:B, :, :S]
+        return self.k[b.slot_idx, :, :S], self.v[b.slot_idx, :, :S]
 
 
 @dataclass
@@ -130,6 +154,30 @@ class Event:
     error: str | None = None
 
 
+@dataclass
+class EngineStats:
+    """Where an engine's steps spent their time, cumulative since it was built (benchmarks and
+    profiling read it). Seconds are wall seconds (time.perf_counter); cpu_seconds is the CPU time of
+    the thread that ran the steps (time.thread_time), so wall minus CPU is time waiting for a core or
+    the GIL.
+
+    steps: steps that did work. prefill_passes / prefill_sequences: forward passes over admitted
+    prompts and the sequences they held. decode_passes / decode_rows: one-token forward passes and
+    the sequences they held. emit_seconds: time in the `on_event` callbacks.
+    """
+
+    steps: int = 0
+    seconds: float = 0.0
+    cpu_seconds: float = 0.0
+    prefill_passes: int = 0
+    prefill_sequences: int = 0
+    prefill_seconds: float = 0.0
+    decode_passes: int = 0
+    decode_rows: int = 0
+    decode_seconds: float = 0.0
+    emit_seconds: float = 0.0
+
+
 class Request:
     """The engine's state of one request (create through `Engine.submit`)."""
 
@@ -175,8 +223,8 @@ class Engine:
         max_model_len: positions per sequence (prompt + generated), at most model.block_size.
 
     Use `submit` from any thread; call `step()` yourself or `start()` a background thread.
-    Callbacks (`on_event`) run on the engine's thread and must be quick (e.g. hand the event to an
-    asyncio loop with call_soon_threadsafe).
+    Callbacks (`on_event`) run on the engine's thread and must be quick (e.g. queue the event for an
+    asyncio loop, which one of `step_hooks` then wakes once for the whole step).
 
     Raises:
         ValueError: max_model_len above the model's block_size, or max_batch_size < 1.
@@ -207,6 +255,10 @@ class Engine:
         self._stop = False
         self._paused = False
         self.steps = 0
+        self.stats = EngineStats()
+        self.step_hooks: list[Callable[[], None]] = []
+        """Called on the engine's thread after each step has delivered its events, e.g. to wake an
+        event loop once per step instead of once per event."""
 
     # ---- requests -----------------------------------------------------------------------------
 
@@ -258,6 +310,7 @@ class Engine:
     @torch.no_grad()
     def step(self) -> bool:
         """Run one scheduling step (see the module docstring). Returns False when there was nothing to do."""
+        t0, c0 = time.perf_counter(), time.thread_time()
         with self._cv:
             for seq in [s for s in self.running if s.cancelled or s.finished]:
                 self._release(seq)
@@ -275,8 +328,8 @@ class Engine:
         self.steps += 1
         events: list[tuple[Request, Event]] = []
         try:
-            for seq in admitted:
-                events += self._prefill(seq)
+            if admitted:
+                events += self._prefill(admitted)
             if decoding:
                 events += self._decode(decoding)
         except BaseException:
@@ -291,56 +344,83 @@ class Engine:
                 if seq.finished:
                     self._release(seq)
             self.running = [s for s in self.running if not s.finished]
+        t1 = time.perf_counter()
         for seq, ev in events:
             if not seq.cancelled:
                 seq.on_event(ev)
+        self._run_hooks()
+        st, t2 = self.stats, time.perf_counter()
+        st.steps, st.emit_seconds = st.steps + 1, st.emit_seconds + t2 - t1
+        st.seconds, st.cpu_seconds = st.seconds + t2 - t0, st.cpu_seconds + time.thread_time() - c0
         return True
 
-    def _forward(self, seqs: list[Request], ids: list[list[int]], last_only: bool) -> torch.Tensor:
-        """Feed `ids[b]` (equal lengths T) to row b at its own positions; logits (B, T or 1, V)."""
+    def _forward(self, seqs: list[Request], ids: list[list[int]], filled: list[int],
+                 select: list[int] | None = None, last_only: bool = False) -> torch.Tensor:
+        """Feed `ids[b]` (equal lengths T: pad shorter ones) to row b at positions filled[b]...
+
+        Returns the logits of every position (B, T, V); with last_only those of the last (B, 1, V);
+        with select one position per row, (B, V).
+        """
         T = len(ids[0])
-        slot_list = [s.slot for s in seqs]
-        filled = [self._filled(s, T) for s in seqs]
-        slots = torch.tensor(slot_list, device=self.device)
-        lengths = torch.tensor(filled, device=self.device)
-        leading = len(seqs) if slot_list == list(range(len(seqs))) else 0
-        uniform = filled[0] if min(filled) == max(filled) else None
+        batch = SlotBatch([s.slot for s in seqs], filled, T, self.max_model_len, self.device)
         for c in self.caches:
-            c.bind(slots, lengths, leading, uniform)
-        ar = torch.arange(T, device=self.device)
-        pos = lengths[:, None] + ar[None, :]  # (B, T)
-        S = max(filled) + T
+            c.bind(batch)
         mask = None
-        if T > 1 or min(filled) != max(filled):
+        if batch.uniform is None or (T > 1 and batch.uniform > 0):
             # Row b sees its own filled positions and its new ones causally; not the stale rest of its slot.
-            mask = (torch.arange(S, device=self.device)[None, None, :] <= pos[:, :, None])[:, None]  # (B, 1, T, S)
-        # else: one new token per row and every row fills all S positions: nothing to hide.
+            key = torch.arange(batch.S, device=self.device)
+            mask = (key[None, None, :] <= batch.pos[:, :, None])[:, None]  # (B, 1, T, S)
+        # else: rows starting at 0 (causal prefill), or one new token per row with every row filling
+        # all S positions: the model's own causal masking hides nothing that should be seen.
         idx = torch.tensor(ids, dtype=torch.long, device=self.device)
-        return self.model(idx, position_ids=pos, attn_mask=mask, caches=self.caches, last_only=last_only)
+        sel = None
+        if select is not None:
+            sel = (torch.arange(len(seqs), device=self.device), torch.tensor(select, device=self.device))
+        return self.model(idx, position_ids=batch.pos, attn_mask=mask, caches=self.caches, select=sel,
+                          last_only=last_only)
 
-    @staticmethod
-    def _filled(seq: Request, T: int) -> int:
-        # Positions already in the slot before this pass: the prompt's during prefill (T = prompt),
-        # else everything but the newest generated token.
-        return seq.length - T
+    def _prefill(self, seqs: list[Request]) -> list[tuple[Request, Event]]:
+        """Prefill the sequences admitted in one step: those without prompt_logprobs in one forward
+        pass over their prompts, right-padded to the longest (the padding fills slot positions past
+        each prompt, which the row's later tokens overwrite and its mask hides meanwhile); each one
+        with prompt_logprobs alone, since it needs the logits of every prompt position."""
+        t0 = time.perf_counter()
+        out: list[tuple[Request, Event]] = []
+        batch = [s for s in seqs if s.params.prompt_logprobs is None]
+        if batch:
+            T = max(len(s.prompt) for s in batch)
+            ids = [s.prompt + [0] * (T - len(s.prompt)) for s in batch]
+            logits = self._forward(batch, ids, [0] * len(batch), select=[len(s.prompt) - 1 for s in batch]).float()
+            out += [(s, self._first_event(s, logits[b], Event())) for b, s in enumerate(batch)]
+        for s in seqs:
+            if s.params.prompt_logprobs is not None:
+                logits = self._forward([s], [s.prompt], [0])[0].float()  # (T, V)
+                logp = logits[:-1].log_softmax(-1)
+                first = Event(prompt_logprobs=[None] + [
+                    _logprob_entry(logp[t], s.prompt[t + 1], s.params.prompt_logprobs) for t in range(len(s.prompt) - 1)])
+                out.append((s, self._first_event(s, logits[-1], first)))
+        st = self.stats
+        st.prefill_passes += int(bool(batch)) + len(seqs) - len(batch)
+        st.prefill_sequences += len(seqs)
+        st.prefill_seconds += time.perf_counter() - t0
+        return out
 
-    def _prefill(self, seq: Request) -> list[tuple[Request, Event]]:
-        p = seq.params
-        want_prompt = p.prompt_logprobs is not None
-        logits = self._forward([seq], [seq.prompt], last_only=not want_prompt)[0].float()  # (T or 1, V)
-        first = Event()
-        if want_prompt:
-            logp = logits[:-1].log_softmax(-1)
-            first.prompt_logprobs = [None] + [_logprob_entry(logp[t], seq.prompt[t + 1], p.prompt_logprobs)
-                                              for t in range(len(seq.prompt) - 1)]
-        if p.max_tokens == 0:
+    def _first_event(self, seq: Request, logits: torch.Tensor, first: Event) -> Event:
+        """The first event of `seq` after its prefill, from the logits (V,) of its last prompt token."""
+        if seq.params.max_tokens == 0:
             self._finish(seq, "length", first)
-            return [(seq, first)]
-        return [(seq, self._sample(seq, logits[-1], first))]
+            return first
+        return self._sample(seq, logits, first)
 
     def _decode(self, seqs: list[Request]) -> list[tuple[Request, Event]]:
-        logits = self._forward(seqs, [[s.generated[-1]] for s in seqs], last_only=True)[:, -1].float()
-        return [(s, self._sample(s, logits[b], Event())) for b, s in enumerate(seqs)]
+        t0 = time.perf_counter()
+        logits = self._forward(seqs, [[s.generated[-1]] for s in seqs], [s.length - 1 for s in seqs],
+                               last_only=True)[:, -1].float()  # (B, V)
+        out = [(s, self._sample(s, logits[b], Event())) for b, s in enumerate(seqs)]
+        st = self.stats
+        st.decode_passes, st.decode_rows = st.decode_passes + 1, st.decode_rows + len(seqs)
+        st.decode_seconds += time.perf_counter() - t0
+        return out
 
     def _sample(self, seq: Request, logits: torch.Tensor, ev: Event) -> Event:
         """Sample seq's next token from its logits (V,), append it, and fill `ev`."""
@@ -398,6 +478,11 @@ class Engine:
             self._release(seq)
             seq.finished = True
             seq.on_event(Event(finish_reason="cancelled"))
+        self._run_hooks()
+
+    def _run_hooks(self) -> None:
+        for hook in self.step_hooks:
+            hook()
 
     def pause(self) -> None:
         """Hold the background thread before its next step until `resume()`: submitted requests stay
@@ -430,3 +515,4 @@ class Engine:
                     self.running = []
                 for s in failed:
                     s.on_event(Event(finish_reason="error", error=f"{type(e).__name__}: {e}"))
+                self._run_hooks()

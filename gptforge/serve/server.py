@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import json
 import math
+import threading
 import time
 import weakref
 from dataclasses import dataclass
@@ -101,6 +102,45 @@ def _max_token_chars(hf_tokenizer) -> int:
     return longest * (2 if hf_tokenizer.normalizer is not None else 1)
 
 
+class EventRelay:
+    """Hands engine events (from the engine's thread) to asyncio queues on one event loop, a step at
+    a time: `push` only stores them; `wake` (an engine step hook, run after the step has pushed all
+    of its events) schedules one `call_soon_threadsafe` that delivers them all. A step's events for
+    every stream thus cost one wake-up of the loop (a write to its self-pipe), not one per token, and
+    the loop wakes after the engine has finished with them, not in the middle. While a delivery is
+    scheduled and has not run yet (the loop is behind), later steps' events join it without another
+    wake-up, and a stream then finds several events at once (`coalesce` sends them in one write).
+    """
+
+    def __init__(self, loop: asyncio.AbstractEventLoop):
+        self.loop = loop
+        self._lock = threading.Lock()
+        self._pending: list[tuple[asyncio.Queue, Any]] = []
+        self._scheduled = False
+
+    def push(self, queue: asyncio.Queue, item) -> None:
+        """Hold `item` for `queue` until the next `wake` (callable from any thread)."""
+        with self._lock:
+            self._pending.append((queue, item))
+
+    def wake(self) -> None:
+        """Deliver everything pushed so far on the loop's thread (callable from any thread)."""
+        with self._lock:
+            if not self._pending or self._scheduled:
+                return
+            self._scheduled = True
+        try:
+            self.loop.call_soon_threadsafe(self._deliver)
+        except RuntimeError:  # the event loop has closed: the server is shutting down
+            pass
+
+    def _deliver(self) -> None:
+        with self._lock:
+            items, self._pending, self._scheduled = self._pending, [], False
+        for queue, item in items:
+            queue.put_nowait(item)
+
+
 class Submission:
     """The engine sequences of one request, submitted together; `events` streams what they produce.
 
@@ -109,7 +149,7 @@ class Submission:
     """
 
     def __init__(self, srv: Server, jobs: list[tuple[list[int], SamplingParams]]):
-        loop = asyncio.get_running_loop()
+        relay = srv.relay(asyncio.get_running_loop())
         self.srv, self.n = srv, len(jobs)
         self.queue: asyncio.Queue = asyncio.Queue()
         self.seqs: list[Any] = []
@@ -118,10 +158,7 @@ class Submission:
 
         def sink(i):
             def on_event(ev: Event):
-                try:
-                    loop.call_soon_threadsafe(queue.put_nowait, (i, ev))
-                except RuntimeError:  # the event loop has closed: the server is shutting down
-                    pass
+                relay.push(queue, (i, ev))
             return on_event
 
         try:
@@ -150,12 +187,15 @@ class Submission:
         left = self.n
         try:
             while left:
-                try:
-                    i, ev = await asyncio.wait_for(self.queue.get(), timeout=0.5)
-                except asyncio.TimeoutError:
-                    if await request.is_disconnected():
-                        return
-                    continue
+                if not self.queue.empty():  # no timer when an event is already there
+                    i, ev = self.queue.get_nowait()
+                else:
+                    try:
+                        i, ev = await asyncio.wait_for(self.queue.get(), timeout=0.5)
+                    except asyncio.TimeoutError:
+                        if await request.is_disconnected():
+                            return
+                        continue
                 started.setdefault(i, time.monotonic())
                 if ev.token_id is not None:
                     self.srv.metrics.generation_tokens.inc()
@@ -165,6 +205,24 @@ class Submission:
                 yield i, ev
         finally:
             self._cancel()
+
+
+async def coalesce(sub: Submission, chunks):
+    """The strings of the async generator `chunks` (SSE events of `sub`'s answer), joined into one
+    write while `sub` already holds its next events: when the event loop is behind the engine, a
+    stream sends what has piled up at once instead of one socket write per token. A chunk made while
+    nothing else is waiting goes out at once, so the stream's latency is unchanged."""
+    buf: list[str] = []
+    try:
+        async for c in chunks:
+            buf.append(c)
+            if sub.queue.empty():
+                yield "".join(buf)
+                buf = []
+        if buf:
+            yield "".join(buf)
+    finally:
+        await chunks.aclose()  # at once, not at garbage collection: its end cancels the sequences
 
 
 def _cancel_all(engine: Engine, seqs) -> None:
@@ -191,6 +249,25 @@ class Server:
         self.created = int(time.time())
         self.slot_seconds = 1.0  # running mean of the seconds a sequence holds a cache slot (Retry-After)
         self._piece_cache: dict[int, str] = {}
+        # One relay per event loop serving this app (tests run several loops); replaced, never
+        # mutated, so that the engine's thread can walk it while a loop adds its relay.
+        self._relays: tuple[EventRelay, ...] = ()
+        self._relays_lock = threading.Lock()
+        self.engine.step_hooks.append(self._wake_relays)
+
+    def relay(self, loop: asyncio.AbstractEventLoop) -> EventRelay:
+        """The `EventRelay` of `loop` (made on first use; those of closed loops are dropped then)."""
+        for r in self._relays:
+            if r.loop is loop:
+                return r
+        with self._relays_lock:
+            r = EventRelay(loop)
+            self._relays = tuple(x for x in self._relays if not x.loop.is_closed()) + (r,)
+        return r
+
+    def _wake_relays(self) -> None:
+        for r in self._relays:
+            r.wake()
 
     # ---- request bodies -----------------------------------------------------------------------
 
@@ -370,7 +447,7 @@ class Server:
         start = time.monotonic()
         sub = self.submit(call.jobs)
         if req.stream:
-            return StreamingResponse(call.stream(request, sub, start), media_type="text/event-stream",
+            return StreamingResponse(coalesce(sub, call.stream(request, sub, start)), media_type="text/event-stream",
                                      headers={"Cache-Control": "no-cache"})
         return await call.respond(request, sub, start)
 

@@ -136,11 +136,11 @@ def test_a_failed_prefill_answers_its_request_and_frees_the_slot(trained, monkey
     real_prefill = eng._prefill
     calls = {"n": 0}
 
-    def failing_once(seq):
+    def failing_once(seqs):
         calls["n"] += 1
         if calls["n"] == 1:
             raise RuntimeError("injected prefill failure")
-        return real_prefill(seq)
+        return real_prefill(seqs)
 
     monkeypatch.setattr(eng, "_prefill", failing_once)
     done = [threading.Event(), threading.Event()]
@@ -164,3 +164,37 @@ def test_a_failed_prefill_answers_its_request_and_frees_the_slot(trained, monkey
     finally:
         eng.stop()
     assert eng.free_slots == [0] and not eng.running
+
+
+def test_requests_admitted_together_share_one_prefill_pass_and_stats_count_them(trained):
+    model, tok = trained
+    eng = Engine(model, tok.decode, max_batch_size=4)
+    prompts = [tok.encode(t) for t in ("import os", "x", "def main():\n    return 1", "class A:")]
+    assert len({len(p) for p in prompts}) > 1  # different lengths: the pass pads
+    jobs = [(p, SamplingParams(max_tokens=3, temperature=0, logprobs=2)) for p in prompts]
+    jobs.append((prompts[0], SamplingParams(max_tokens=2, temperature=0, prompt_logprobs=0)))  # waits for a slot
+    out = _run(eng, jobs)
+    st = eng.stats
+    # Step 1 admits the four plain requests in one pass; the prompt_logprobs one, admitted later,
+    # gets a pass of its own (it needs the logits of every prompt position).
+    assert (st.prefill_passes, st.prefill_sequences) == (2, 5)
+    assert st.decode_rows == sum(q.max_tokens - 1 for _, q in jobs)  # the first token comes from the prefill
+    assert st.steps == eng.steps and st.seconds >= st.prefill_seconds + st.decode_seconds > 0
+    assert [len(_tokens(o)) for o in out] == [3, 3, 3, 3, 2]
+    # The padded pass gives each prompt the greedy continuation it gets alone (where not a near-tie).
+    compared = 0
+    for (p, q), o in zip(jobs[:4], out, strict=False):
+        compared += _agree_where_decisive(_run(Engine(model, tok.decode, max_batch_size=1), [(p, q)])[0], o)
+    assert compared >= 8
+
+
+def test_step_hooks_run_once_per_step_after_its_events(trained):
+    model, tok = trained
+    eng = Engine(model, tok.decode, max_batch_size=2)
+    log: list[str] = []
+    eng.step_hooks.append(lambda: log.append("hook"))
+    for t in ("import", "x"):
+        eng.submit(tok.encode(t), SamplingParams(max_tokens=2, temperature=0), lambda ev: log.append("event"))
+    while eng.step():
+        pass
+    assert log == ["event", "event", "hook"] * 2  # two steps: prefill (+ first tokens), then the last tokens
