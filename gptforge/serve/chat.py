@@ -13,9 +13,10 @@ import uuid
 from fastapi import APIRouter, Request
 from fastapi.responses import Response
 
-from gptforge.infer.engine import Event
+from gptforge.infer.engine import Event, TokenLogprob
+from gptforge.serve.logprobs import AnsweredLogprobs
 from gptforge.serve.openapi import route_doc
-from gptforge.serve.protocol import ChatCompletion, ChatCompletionChunk, ChatRequest
+from gptforge.serve.protocol import APIError, ChatCompletion, ChatCompletionChunk, ChatRequest
 from gptforge.serve.server import Server, Submission, sse, sse_error, usage
 
 router = APIRouter()
@@ -27,6 +28,8 @@ class ChatCall:
 
     def __init__(self, srv: Server, req: ChatRequest):
         self.srv, self.req = srv, req
+        if req.top_logprobs is not None and not req.logprobs:
+            raise APIError(400, "top_logprobs needs logprobs: true", "top_logprobs", "invalid_value")
         self.ids = ids = srv.chat_ids(req.messages)
         max_tokens = req.max_completion_tokens if req.max_completion_tokens is not None else req.max_tokens
         top = req.top_logprobs if req.top_logprobs is not None else 0
@@ -36,13 +39,15 @@ class ChatCall:
         self.rid, self.created = f"chatcmpl-{uuid.uuid4().hex}", int(time.time())
         self.include_usage = bool(req.stream_options and req.stream_options.include_usage)
 
-    def content_logprob(self, ev: Event) -> dict:
-        """OpenAI's logprobs.content entry of one generated token."""
-        piece = self.srv.piece
-        lp, text = ev.logprob, piece(ev.token_id)
-        return {"token": text, "logprob": lp.logprob, "bytes": list(text.encode("utf-8")),
-                "top_logprobs": [{"token": piece(t), "logprob": v, "bytes": list(piece(t).encode())}
-                                 for t, v in lp.top]}
+    def content_logprob(self, token_id: int, lp: TokenLogprob) -> dict:
+        """OpenAI's logprobs.content entry of one generated token (bytes: the token's own bytes)."""
+        piece, raw = self.srv.piece, self.srv.token_bytes
+        return {"token": piece(token_id), "logprob": lp.logprob, "bytes": raw(token_id),
+                "top_logprobs": [{"token": piece(t), "logprob": v, "bytes": raw(t)} for t, v in lp.top]}
+
+    def content(self, ev: Event, answered: AnsweredLogprobs) -> list[dict]:
+        """logprobs.content entries of the generated tokens whose text the answer now holds."""
+        return [self.content_logprob(t, lp) for t, lp, _ in answered.push(ev) if lp is not None]
 
     def chunk(self, choices: list, **extra) -> str:
         c = {"id": self.rid, "object": "chat.completion.chunk", "created": self.created,
@@ -56,6 +61,7 @@ class ChatCall:
         metrics, req = self.srv.metrics, self.req
         completion_tokens = 0
         started: set[int] = set()
+        answered = [AnsweredLogprobs(self.srv.tok.decode) for _ in self.jobs]
         async for j, ev in sub.timed_events(request, start, metrics):
             if ev.finish_reason == "error":
                 yield sse_error(ev.error)
@@ -67,8 +73,9 @@ class ChatCall:
             if ev.token_id is not None:
                 completion_tokens += 1
             lp = None
-            if req.logprobs and ev.token_id is not None:
-                lp = {"content": [self.content_logprob(ev)]}
+            if req.logprobs:
+                content = self.content(ev, answered[j])
+                lp = {"content": content} if content else None
             if ev.text or lp is not None:
                 yield self.chunk([{"index": j, "delta": {"content": ev.text}, "logprobs": lp, "finish_reason": None}])
             if ev.finish_reason:
@@ -82,10 +89,11 @@ class ChatCall:
         """The whole answer (a ChatCompletion), or 499 when the client went away first."""
         req = self.req
         lps: list[list] = [[] for _ in self.jobs]
+        answered = [AnsweredLogprobs(self.srv.tok.decode) for _ in self.jobs]
 
         def gather(j, ev):
-            if req.logprobs and ev.token_id is not None:
-                lps[j].append(self.content_logprob(ev))
+            if req.logprobs:
+                lps[j] += self.content(ev, answered[j])
 
         done = await self.srv.collect(request, sub, start, gather)
         if done is None:

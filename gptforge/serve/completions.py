@@ -14,7 +14,7 @@ from typing import Any
 from fastapi import APIRouter, Request
 from fastapi.responses import Response
 
-from gptforge.infer.stream import StreamDetokenizer
+from gptforge.serve.logprobs import AnsweredLogprobs, Entry, prompt_entries
 from gptforge.serve.openapi import route_doc
 from gptforge.serve.protocol import Completion, CompletionChunk, CompletionRequest
 from gptforge.serve.server import Server, Submission, sse, sse_error, usage
@@ -37,27 +37,28 @@ class CompletionCall:
         self.include_usage = bool(req.stream_options and req.stream_options.include_usage)
         self.n_prompt = sum(len(p) for p in prompts)
 
-    def logprob_block(self, entries, offset0: int) -> dict:
-        """OpenAI completions logprobs of (token id, TokenLogprob or None) entries: tokens,
-        token_logprobs, top_logprobs, text_offset (characters, from offset0).
-
-        A token's offset is where its text starts in the decoded text: the decoded length of the
-        tokens before it (an incremental decode, so a token holding the first bytes of a character
-        and the token completing it share the character's offset, and no offset passes the text)."""
+    def logprob_block(self, entries: list[Entry]) -> dict:
+        """OpenAI completions logprobs of `entries` (gptforge.serve.logprobs): tokens,
+        token_logprobs, top_logprobs, text_offset (characters from the prompt's start)."""
         piece = self.srv.piece
         out: dict[str, list[Any]] = {"tokens": [], "token_logprobs": [], "top_logprobs": [], "text_offset": []}
-        offset = offset0
-        detok = StreamDetokenizer(self.srv.tok.decode)
-        for token_id, lp in entries:
+        for token_id, lp, offset in entries:
             out["tokens"].append(piece(token_id))
             out["token_logprobs"].append(None if lp is None else lp.logprob)
             out["top_logprobs"].append(None if lp is None else {piece(t): v for t, v in lp.top})
             out["text_offset"].append(offset)
-            offset += len(detok.push(token_id))
         return out
 
-    def echo_entries(self, j: int, ev) -> list:
-        return list(zip(self.jobs[j][0], ev.prompt_logprobs, strict=False)) if ev.prompt_logprobs is not None else []
+    def entries(self, j: int, ev, answered: AnsweredLogprobs) -> list[Entry]:
+        """Choice j's entries for one event: its echoed prompt's (first event) and the generated
+        tokens whose text the answer now holds."""
+        echo = (prompt_entries(self.srv.tok.decode, self.jobs[j][0], ev.prompt_logprobs)
+                if ev.prompt_logprobs is not None else [])
+        return echo + answered.push(ev)
+
+    def answered(self) -> list[AnsweredLogprobs]:
+        """One tracker per choice, offsets after its prompt's text."""
+        return [AnsweredLogprobs(self.srv.tok.decode, len(self.prompt_text(j))) for j in range(len(self.jobs))]
 
     def prompt_text(self, j: int) -> str:
         return self.srv.tok.decode(self.jobs[j][0])
@@ -74,19 +75,18 @@ class CompletionCall:
         metrics, req = self.srv.metrics, self.req
         echoed: set[int] = set()
         completion_tokens = 0
+        answered = self.answered()
         async for j, ev in sub.timed_events(request, start, metrics):
             if ev.finish_reason == "error":
                 yield sse_error(ev.error)
                 return
-            text, entries = ev.text, []
+            text = ev.text
             if req.echo and j not in echoed:  # a choice's first chunk starts with its prompt
                 echoed.add(j)
                 text = self.prompt_text(j) + text
-                entries = self.echo_entries(j, ev)
             if ev.token_id is not None:
                 completion_tokens += 1
-                entries = entries + [(ev.token_id, ev.logprob)]
-            lp = self.logprob_block(entries, 0) if req.logprobs is not None else None
+            lp = self.logprob_block(self.entries(j, ev, answered[j])) if req.logprobs is not None else None
             yield self.chunk([{"index": j, "text": text, "logprobs": lp, "finish_reason": ev.finish_reason}])
         if self.include_usage:
             yield self.chunk([], usage=usage(self.n_prompt, completion_tokens))
@@ -96,13 +96,11 @@ class CompletionCall:
     async def respond(self, request: Request, sub: Submission, start: float) -> Response:
         """The whole answer (a Completion), or 499 when the client went away first."""
         req = self.req
-        entries: list[list] = [[] for _ in self.jobs]
+        entries: list[list[Entry]] = [[] for _ in self.jobs]
+        answered = self.answered()
 
         def gather(j, ev):
-            if req.echo:
-                entries[j] += self.echo_entries(j, ev)
-            if ev.token_id is not None:
-                entries[j].append((ev.token_id, ev.logprob))
+            entries[j] += self.entries(j, ev, answered[j])
 
         done = await self.srv.collect(request, sub, start, gather)
         if done is None:
@@ -113,7 +111,7 @@ class CompletionCall:
             head = self.prompt_text(j) if req.echo else ""
             lp = None
             if req.logprobs is not None:
-                lp = self.logprob_block(entries[j], 0 if req.echo else len(self.prompt_text(j)))
+                lp = self.logprob_block(entries[j])
             choices.append({"index": j, "text": head + texts[j], "logprobs": lp, "finish_reason": reasons[j]})
         return self.srv.ok(ENDPOINT, Completion.model_validate({
             "id": self.rid, "created": self.created, "model": self.srv.cfg.model_name, "choices": choices,

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from fastapi import APIRouter, Request
 from fastapi.responses import PlainTextResponse, Response
+from starlette.concurrency import run_in_threadpool
 
 from gptforge.serve.openapi import route_doc
 from gptforge.serve.protocol import (
@@ -74,8 +75,14 @@ async def tokenize(request: Request) -> Response:
     srv.check_model(req.model)
     if (req.prompt is None) == (req.messages is None):
         raise APIError(400, "give exactly one of `prompt` or `messages`", "prompt", "invalid_value")
-    ids = srv.encode(req.prompt) if req.prompt is not None else srv.chat_ids(req.messages, bounded=False)
-    return srv.ok("/tokenize", TokenizeResponse(count=len(ids), max_model_len=srv.max_model_len, tokens=ids))
+
+    def answer() -> Response:
+        ids = srv.encode(req.prompt) if req.prompt is not None else srv.chat_ids(req.messages, bounded=False)
+        return srv.ok("/tokenize", TokenizeResponse(count=len(ids), max_model_len=srv.max_model_len, tokens=ids))
+
+    # A long text takes seconds to tokenize and serialize: off the event loop, so /health and the
+    # streams of other requests keep answering meanwhile.
+    return await run_in_threadpool(answer)
 
 
 @router.post("/detokenize", response_class=Response, summary="The text of token ids",

@@ -33,7 +33,7 @@ Unsupported = Annotated[Any, WithJsonSchema({
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)  # the schema's types: "5", or true for a number, is a 400
 
 
 class StreamOptions(_Strict):

@@ -330,6 +330,11 @@ class Server:
             self._piece_cache[token_id] = s
         return s
 
+    def token_bytes(self, token_id: int) -> list[int]:
+        """The bytes one token stands for (a byte-level token's own bytes, else its text's UTF-8)."""
+        raw = token_bytes(self.tok.id_to_token(token_id) or "")
+        return list(raw) if raw is not None else list(self.tok.decode([token_id]).encode("utf-8"))
+
     def encode(self, text: str) -> list[int]:
         """Ids of a prompt string; special-token spellings in it ("<|endoftext|>") are those tokens, as in
         OpenAI's and vLLM's completions (chat message contents, by contrast, are always plain text)."""
