@@ -3,18 +3,23 @@
 Each match is replaced by a typed placeholder ("<EMAIL>", "<IP_ADDRESS>", "<PHONE>",
 "<ID_NUMBER>", "<CREDIT_CARD>") and counted per kind. Candidates are found by regular
 expressions and then validated where a validator exists: IP addresses with the standard
-library's `ipaddress`, card numbers with the Luhn checksum (ISO/IEC 7812-1, annex B), mainland
+library's `ipaddress` (not after "version"/"v"), card numbers with the Luhn checksum (ISO/IEC
+7812-1, annex B) and a major network's issuer prefix and length, mainland
 Chinese resident ID numbers with their ISO 7064 MOD 11-2 check character (GB 11643-1999) or, for
 the old 15-digit form, a valid province code and birth date, so that arbitrary long numbers
 are not mistaken for PII. The patterns are deliberately conservative (precision over recall):
-redacting ordinary numbers would damage more text than the rare missed phone number.
+redacting ordinary numbers would damage more text than the rare missed phone number. So other
+grouped numbers are phones only with phone evidence (a +country code, a parenthesised area code,
+the North American 3-3-4 shape, or a phone word shortly before them on the line), a card number
+needs its printed grouping (4-4-4-4, Amex 4-6-5) or a card word before it on the line, and a
+number right after an order, invoice or serial number label is never a phone.
 
 Chinese text: mainland mobile numbers (11 digits from 1[3-9], optional +86 / 0086, spaces or
 dashes in the 3-4-4 grouping) and landlines with an area code (010-62345678, (021)12345678,
-0755-1234567, 0755-8888 6666) are phones, with an extension after them (转 8021, ext. 12) taken
+0755-1234567, 0755-8888 6666) are phones, with an extension after them (转 8021, ext. 12, -123) taken
 along, as are international numbers without separators (+14155550132); ID numbers may be written
-in their 6-8-4 groups; internationalised e-mail addresses (张三@例子.中国, user@例子.cn) are
-e-mail;
+in their 6-8-4 groups; internationalised e-mail addresses (张三@例子.中国, user@例子.cn, иван@пример.рф) are
+e-mail; a number directly or after a space followed by a Chinese unit (元, 年, 人 ...) is none;
 full-width digits, Latin letters and @ . - _ + ( ) are read as their
 ASCII forms (the placeholder replaces the full-width text); a CJK character next to an address
 or number is a boundary, as a space is. The order is e-mail, ID number, Chinese and E.164 phones, card,
