@@ -57,7 +57,8 @@ _CJK_TLDS = "中国|中國|公司|网络|網絡|香港|台湾|台灣|新加坡|�
 #: boundary. A local part in a spaced script starts at a word boundary; one in CJK has no visible
 #: start in CJK text, so at most 4 such characters before the "@" are taken (a Chinese name is
 #: 2-4): a few characters of context may go with the address, never the reverse.
-EMAIL_IDN = re.compile(f"(?:(?<!{_W})(?<![.+-])[^\\W_{_CJK}](?:[^\\W{_CJK}]|[.%+-]){{0,63}}|[^\\W\\d_]{{1,4}})@"
+EMAIL_IDN = re.compile(f"(?:(?<!{_W})(?<![.+-])(?:[A-Za-z0-9][A-Za-z0-9._%+-]{{0,63}}"
+                       f"|[^\\W\\d_A-Za-z{_CJK}](?:[^\\W{_CJK}]|[.%+-]){{0,63}})|[^\\W\\d_]{{1,4}})@"
                        f"(?:[^\\W_](?:[\\w-]{{0,61}}[^\\W_])?\\.)+(?:[A-Za-z]{{2,24}}(?!{_W})|(?:{_CJK_TLDS})"
                        f"|[^\\W\\d_A-Za-z{_CJK}]{{2,24}}(?!\\w))")
 #: a telephone extension after a number: 转 / 轉 / 分机 / 分機 (Chinese), ext or x, then 1-6 digits.
@@ -326,7 +327,7 @@ def _valid_phone(m: re.Match) -> bool:
     # a +country code, a parenthesised area code, the North American shape or a phone word.
     s = m.group(0)
     number = _EXTENSION_TAIL.sub("", s)
-    if not 9 <= sum(c.isdigit() for c in number) <= 15:
+    if not 9 <= len(_NON_DIGIT.sub("", number)) <= 15:
         return False
     if not _not_labelled(m):
         return False
