@@ -150,6 +150,8 @@ def test_chinese_guides_have_no_false_positives(zh_guides):
     "v1.2.3.4 released",
     "订单号 13812345678 已发货",         # a labelled order number, though in a mobile range
     "1 800 555 0199 in a list",          # spaced groups without a phone word
+    "at 1969-09-30 13:00:00 in Kwajalein",   # from the standard library's sources: a date and time
+    "gives 0.09999999999999995 instead",      # ... and a decimal fraction (Luhn-valid digits)
 ])
 def test_grouped_numbers_without_phone_evidence_stay(text):
     r = PIIRedactor()
