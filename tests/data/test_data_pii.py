@@ -152,6 +152,9 @@ def test_chinese_guides_have_no_false_positives(zh_guides):
     "1 800 555 0199 in a list",          # spaced groups without a phone word
     "at 1969-09-30 13:00:00 in Kwajalein",   # from the standard library's sources: a date and time
     "gives 0.09999999999999995 instead",      # ... and a decimal fraction (Luhn-valid digits)
+    "hotel 030 12345678",                    # a phone word inside another word is none
+    "cellar 2021 1234 5678",
+    "scorecard 4111111111111111",
 ])
 def test_grouped_numbers_without_phone_evidence_stay(text):
     r = PIIRedactor()
@@ -169,6 +172,10 @@ def test_grouped_numbers_without_phone_evidence_stay(text):
     ("mail иван.петров@пример.рф, спасибо", "mail <EMAIL>, спасибо", "email"),
     ("γιαννης@παράδειγμα.ελ και", "<EMAIL> και", "email"),
     ("server 1.2.3.4 down", "server <IP_ADDRESS> down", "ip_address"),
+    ("Mobile 0171 1234567", "Mobile <PHONE>", "phone"),
+    ("電話 (02) 2345 6789", "電話 <PHONE>", "phone"),
+    ("热线：400 123 4567", "热线：<PHONE>", "phone"),
+    ("credit card no. 4111111111111111", "credit card no. <CREDIT_CARD>", "credit_card"),
 ])
 def test_phones_and_addresses_with_evidence_are_found(text, expected, kind):
     r = PIIRedactor()
