@@ -176,8 +176,10 @@ def _landline_ok(m: re.Match) -> bool:
     area = _AREA.match(m.group(0)).group(1)
     local = len(_NON_DIGIT.sub("", m.group("local")))
     if len(area) == 3:
-        return (area == "010" or area[1] == "2") and local == 8
-    return area[1] in "3456789" and local in (7, 8) and _not_labelled(m)
+        ok = (area == "010" or area[1] == "2") and local == 8
+    else:
+        ok = area[1] in "3456789" and local in (7, 8)
+    return ok and _not_labelled(m)
 
 
 def _not_labelled(m: re.Match) -> bool:

@@ -149,6 +149,8 @@ def test_chinese_guides_have_no_false_positives(zh_guides):
     "version 1.2.3.4",
     "v1.2.3.4 released",
     "订单号 13812345678 已发货",         # a labelled order number, though in a mobile range
+    "订单号：010-62345678",              # ... or in a landline's shape
+    "Invoice 0755-1234567 paid",
     "1 800 555 0199 in a list",          # spaced groups without a phone word
     "at 1969-09-30 13:00:00 in Kwajalein",   # from the standard library's sources: a date and time
     "gives 0.09999999999999995 instead",      # ... and a decimal fraction (Luhn-valid digits)
