@@ -3,7 +3,9 @@
 Each variant gets its own model (same seed) and fused AdamW; after 3 warm-up steps (compilation
 included, timed and printed with the losses) the variants' steps alternate, so a change in the
 machine's load lands on all of them. A step: forward, summed token loss / tokens, backward,
-clip_grad_norm_(1.0), AdamW step. Random tokens, vocabulary 65 (nanoGPT's shakespeare-char).
+clip_grad_norm_(1.0), AdamW step. Random tokens, vocabulary 65 (nanoGPT's shakespeare-char). glibc's
+malloc keeps freed blocks for reuse, as a CPU training run sets it (gptforge.runtime.host_memory);
+--malloc-default leaves glibc's defaults.
 
 Variants are PRECISION:MODE with MODE eager, block (per-block torch.compile, what
 `--train.compile true` does), model (`module.compile()`, whole model) or full (model and loss
@@ -25,6 +27,7 @@ import torch
 from gptforge.config import ModelConfig, TrainConfig
 from gptforge.model.gpt import GPT
 from gptforge.runtime.device import autocast_context
+from gptforge.runtime.host_memory import keep_freed_memory
 from gptforge.runtime.loss import token_loss_sum
 from gptforge.train.optim import build_optimizer
 from gptforge.train.parallel.parallelize import apply_compile
@@ -70,7 +73,10 @@ def main() -> int:
     ap.add_argument("variants", help="comma-separated PRECISION:MODE, e.g. fp32:eager,fp32:block,bf16:model")
     ap.add_argument("--repeat", type=int, default=10, help="Timed steps per variant (default 10).")
     ap.add_argument("--threads", type=int, default=os.cpu_count() or 1)
+    ap.add_argument("--malloc-default", action="store_true", help="Keep glibc's malloc defaults.")
     args = ap.parse_args()
+    if not args.malloc_default:
+        keep_freed_memory()
     torch.set_num_threads(args.threads)
     c = SHAPES[args.shape]
     mc = ModelConfig(arch="gpt2", n_layer=c["n_layer"], n_head=c["n_head"], d_model=c["d_model"], block_size=256,
