@@ -9,7 +9,9 @@ malloc keeps freed blocks for reuse, as a CPU training run sets it (gptforge.run
 
 Variants are PRECISION:MODE with MODE eager, block (per-block torch.compile, what
 `--train.compile true` does), model (`module.compile()`, whole model) or full (model and loss
-compiled as one function).
+compiled as one function); a `-unfused` suffix (fp32:eager-unfused) keeps the three q/k/v matmuls
+instead of the fused one (gptforge.model.gpt.Attention.project_qkv). Each line gives the median wall
+time and the median process CPU time of a step (CPU time moves less with other processes' load).
 
     OMP_WAIT_POLICY=PASSIVE python bench/train_step_variants.py a fp32:eager,fp32:block [--repeat 10]
 """
@@ -37,9 +39,15 @@ SHAPES = {"a": dict(n_layer=4, n_head=4, d_model=128, batch=16), "b": dict(n_lay
 
 def make_step(mc: ModelConfig, variant: str, x: torch.Tensor, y: torch.Tensor):
     prec, mode = variant.split(":")
+    mode, _, fused = mode.partition("-")
     torch.manual_seed(0)
     m = GPT(mc)
     m.train()
+    if fused == "unfused":
+        for block in m.blocks:
+            block.attn.fuses_qkv = lambda: False  # type: ignore[method-assign]  # this model only
+    elif fused:
+        raise SystemExit(f"unknown suffix -{fused}: -unfused or none")
     opt = build_optimizer(m, TrainConfig(lr=1e-3), "cpu")
 
     def fwd(x, y):
@@ -92,14 +100,17 @@ def main() -> int:
         losses = [steps[v]() for _ in range(3)]
         print(f"{v}: first 3 steps {time.perf_counter() - t0:.1f} s, losses {losses}", flush=True)
     times: dict[str, list[float]] = {v: [] for v in steps}
+    cpu: dict[str, list[float]] = {v: [] for v in steps}
     for _ in range(args.repeat):
         for v, s in steps.items():
-            t = time.perf_counter()
+            t, c0 = time.perf_counter(), time.process_time()
             s()
             times[v].append(time.perf_counter() - t)
+            cpu[v].append(time.process_time() - c0)
     for v, ts in times.items():
         med = statistics.median(ts)
-        print(f"({args.shape}) {v}: median {med * 1000:,.1f} ms, {c['batch'] * 256 / med:,.0f} tokens/s")
+        print(f"({args.shape}) {v}: median {med * 1000:,.1f} ms, {c['batch'] * 256 / med:,.0f} tokens/s; "
+              f"CPU time {statistics.median(cpu[v]) * 1000:,.1f} ms")
     print(f"load average {os.getloadavg()[0]:.1f}")
     return 0
 
