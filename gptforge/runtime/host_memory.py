@@ -3,7 +3,7 @@
 A CPU training step allocates and frees the same activation and gradient buffers every step. glibc's
 malloc serves blocks above its mmap threshold (128 KiB, raised dynamically up to 32 MiB) with fresh
 `mmap` pages and returns them to the kernel on free, and trims the heap top above its trim threshold,
-so each step page-faults (and the kernel zeroes) its buffers again: about 8,000 minor faults, 32 MiB,
+so each step page-faults (and the kernel zeroes) its buffers again: about 9,400 minor faults (37 MiB)
 per step of a 4-layer d_model 128 model at batch 16 x 256 tokens under bf16 autocast (bench/RESULTS.md,
 issue 29). Raising both thresholds keeps freed blocks in the heap for the next step's reuse: after a
 few steps, once the heap has grown to fit a step's blocks, the faults go to about zero. The price is

@@ -41,9 +41,9 @@ def apply_compile(model: nn.Module, whole: bool = False) -> nn.Module:
     """torch.compile `model` in place; parameter and state_dict names stay as they are.
 
     whole=True: the whole model as one graph (`nn.Module.compile`), which lets Inductor fuse across
-    block boundaries and the head (measured 8% faster than per block on a 2-core EPYC under bf16 for
-    a 4-layer d128 model, bench/RESULTS.md issue 29); for a single process, where no parallel wrapper
-    needs per-block modules. whole=False: each block separately, as tensor/pipeline parallelism,
+    block boundaries and the head, and keeps no activations at graph boundaries (step times in
+    bench/RESULTS.md, issue 29); for a single process, where no parallel wrapper needs per-block
+    modules. whole=False: each block separately, as tensor/pipeline parallelism,
     FSDP2 per-block sharding and DeepSpeed need (fast to compile; the repeated block graph is reused).
     Calls under `torch.compiler.set_stance("force_eager")` run the eager modules either way.
     """
