@@ -139,8 +139,9 @@ class TrainConfig:
     """Recompute activations in backward: none, selective (attention and MLP inner activations
     of every other block) or full (every block)."""
     compile: Union[bool, Literal["auto"]] = False
-    """torch.compile each block: true, false, or auto (CUDA: true; CPU: whichever of compiled and
-    eager steps runs faster for this shape, measured at start; frozen in config.yaml as true/false)."""
+    """torch.compile the model (the whole model in a single process, each block under a parallel
+    layout or DeepSpeed): true, false, or auto (CUDA: true; CPU: whichever of compiled and eager
+    steps runs faster for this shape, measured at start; frozen in config.yaml as true/false)."""
     log_interval: int = bounded(1, low=1)
     """Write metrics every N steps."""
     num_threads: int = bounded(0, low=0)

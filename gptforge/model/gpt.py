@@ -169,6 +169,42 @@ class Attention(nn.Module):
         if value_embedding:
             self.v_embed = nn.Embedding(cfg.vocab_size, cfg.n_kv_head * cfg.head_dim)
 
+    def fuses_qkv(self) -> bool:
+        """Whether `project_qkv` runs one matmul for q, k and v: with gradients on (training), when
+        q_proj, k_proj and v_proj are plain nn.Linear layers holding plain parameters, without hooks.
+        LoRA and quantized layers (other classes), tensor-parallel or FSDP2 DTensor parameters and
+        pruning's reparametrized weights keep the three matmuls; so does inference (no gradients),
+        where concatenating the weights on every decoded token would copy them once more per token.
+        """
+        if not torch.is_grad_enabled():
+            return False
+        for m in (self.q_proj, self.k_proj, self.v_proj):
+            if type(m) is not nn.Linear or m._forward_hooks or m._forward_pre_hooks:
+                return False
+            if type(m.weight) is not nn.Parameter or (m.bias is not None and type(m.bias) is not nn.Parameter):
+                return False
+        return True
+
+    def project_qkv(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """x (B, T, C) -> q (B, T, n_head * hd), k and v (B, T, n_kv_head * hd) each.
+
+        When `fuses_qkv`, one F.linear over the three weights (and biases) concatenated at call time:
+        one (C, (n_head + 2 n_kv_head) hd) matmul instead of three narrower ones, the parameters,
+        their names, the tensor-parallel plan, LoRA targets and checkpoints unchanged. The
+        concatenation costs one copy of the weights per forward (their gradients are split back in
+        backward), small beside a training batch's matmul (step times in bench/RESULTS.md, issue 29).
+        """
+        if not self.fuses_qkv():
+            return self.q_proj(x), self.k_proj(x), self.v_proj(x)
+        bias = None
+        if self.q_proj.bias is not None:
+            bias = torch.cat((self.q_proj.bias, self.k_proj.bias, self.v_proj.bias))
+        weight = torch.cat((self.q_proj.weight, self.k_proj.weight, self.v_proj.weight))
+        qkv = F.linear(x, weight, bias)
+        q_width, kv_width = self.q_proj.weight.shape[0], self.k_proj.weight.shape[0]
+        q, k, v = qkv.split((q_width, kv_width, kv_width), dim=-1)
+        return q, k, v
+
     def forward(self, x, rope=None, cache: KVCache | None = None, attn_mask=None, *, idx=None):
         """x: (B, T, C) -> (B, T, C).
 
@@ -180,10 +216,10 @@ class Attention(nn.Module):
             ValueError: a value-embedding layer called without token ids (e.g. a pipeline stage).
         """
         B, T, _ = x.shape
+        q, k, v = self.project_qkv(x)
         # Heads may be sharded by tensor parallelism: infer the local count from the output width.
-        q = self.q_proj(x).view(B, T, -1, self.head_dim).transpose(1, 2)
-        k = self.k_proj(x).view(B, T, -1, self.head_dim).transpose(1, 2)
-        v = self.v_proj(x)
+        q = q.view(B, T, -1, self.head_dim).transpose(1, 2)
+        k = k.view(B, T, -1, self.head_dim).transpose(1, 2)
         if hasattr(self, "v_embed"):
             if idx is None:
                 raise ValueError("model.value_embeddings needs the token ids in every block; this caller "
@@ -230,9 +266,13 @@ class Attention(nn.Module):
         elif q.device.type == "cpu" and q.dtype == torch.bfloat16 and torch.is_grad_enabled():
             # On CPUs, torch's bf16 flash-attention backward is slower than its fp32 one (measured
             # 1.6x on an AVX-512 Xeon, torch 2.13): when training under bf16 autocast, attend in
-            # fp32. Without gradients (decoding) bf16 attends as it is: no upcast copy of the cache.
-            y = F.scaled_dot_product_attention(q.float(), k.float(), v.float(), attn_mask=attn_mask, dropout_p=p,
-                                               is_causal=is_causal).to(q.dtype)
+            # fp32. CPU autocast lists scaled_dot_product_attention as a bf16 op and would cast the
+            # fp32 copies straight back (eager and compiled alike): the call leaves autocast.
+            # Without gradients (decoding) bf16 attends as it is: no upcast copy of the cache.
+            with torch.autocast("cpu", enabled=False):
+                y = F.scaled_dot_product_attention(q.float(), k.float(), v.float(), attn_mask=attn_mask,
+                                                   dropout_p=p, is_causal=is_causal)
+            y = y.to(q.dtype)
         else:
             y = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, dropout_p=p, is_causal=is_causal,
                                                enable_gqa=gqa)

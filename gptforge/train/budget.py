@@ -10,11 +10,13 @@ import torch
 from gptforge.config import ModelConfig, TrainConfig
 
 
-def measure_step_seconds(model_cfg: ModelConfig, train_cfg: TrainConfig, repeats: int = 3) -> float:
+def measure_step_seconds(model_cfg: ModelConfig, train_cfg: TrainConfig, repeats: int = 3,
+                         whole: bool = True) -> float:
     """Seconds per optimizer step of this shape on this machine (median of `repeats` after a warm-up),
     measured on random tokens with the same model, optimizer, batch and precision as the run, and
-    compiled per block (as `gptforge.train.parallel.parallelize.apply_compile`) when `train_cfg.compile is True`
-    (the warm-up step then includes the compilation). train_cfg: pre-resolved (train.lr set:
+    compiled as the run compiles (`gptforge.train.parallel.parallelize.apply_compile`: the whole model
+    when `whole`, per block otherwise) when `train_cfg.compile is True` (the warm-up step then
+    includes the compilation). train_cfg: pre-resolved (train.lr set:
     gptforge.train.resolve.pre_resolve); ValueError otherwise (gptforge.train.optim.require_resolved)."""
     from gptforge.model.gpt import GPT
     from gptforge.runtime.device import pick_device, resolve_precision
@@ -28,7 +30,7 @@ def measure_step_seconds(model_cfg: ModelConfig, train_cfg: TrainConfig, repeats
     if train_cfg.compile is True:
         from gptforge.train.parallel.parallelize import apply_compile
 
-        apply_compile(model)
+        apply_compile(model, whole=whole)
     opt = build_optimizer(model, train_cfg, device.type)
     g = torch.Generator().manual_seed(0)
     shape = (train_cfg.micro_batch_size, cfg.block_size)

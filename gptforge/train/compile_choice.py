@@ -61,20 +61,23 @@ def cpp_compiler() -> str | None:
 
 
 def measure_compile(model_cfg: ModelConfig, train_cfg: TrainConfig, precision: str, device: torch.device,
-                    steps: int = PROBE_STEPS) -> CompileProbe:
-    """Median optimizer-step seconds of the run's shape, eager against compiled (per block, as
-    `gptforge.train.parallel.parallelize.apply_compile` does), on random tokens.
+                    steps: int = PROBE_STEPS, whole: bool = True) -> CompileProbe:
+    """Median optimizer-step seconds of the run's shape, eager against compiled as the run will
+    compile (`gptforge.train.parallel.parallelize.apply_compile`: the whole model when `whole`, as a
+    single process does; per block otherwise, as the parallel layouts do), on random tokens.
 
-    One model and optimizer serve both sides: the compiled blocks wrap the same modules, so the
-    probe holds one copy of the weights; eager and compiled steps alternate, so a change in the
-    machine's load lands on both. Cost: 2 warm-up steps (the compiled one includes compilation,
-    typically 5-30 s on a CPU, less from Inductor's on-disk cache) plus 2 * `steps` timed steps,
-    fewer (at least 1 per side) where `steps` of them would take over PROBE_SECONDS per side.
-    The compilation is not wasted: the run's own compile of the same graphs hits the cache.
+    One model and optimizer serve both sides: the eager steps run the same compiled model under
+    `torch.compiler.set_stance("force_eager")`, so the probe holds one copy of the weights; eager
+    and compiled steps alternate, so a change in the machine's load lands on both. Cost: 2 warm-up
+    steps (the compiled one includes compilation, typically 5-30 s on a CPU, less from Inductor's
+    on-disk cache) plus 2 * `steps` timed steps, fewer (at least 1 per side) where `steps` of them
+    would take over PROBE_SECONDS per side. The compilation is not wasted: the run's own compile of
+    the same graphs hits the cache.
     train_cfg: pre-resolved (train.lr set: gptforge.train.resolve.pre_resolve); ValueError otherwise.
     """
     from gptforge.model.gpt import GPT
     from gptforge.train.optim import build_optimizer
+    from gptforge.train.parallel.parallelize import apply_compile
     from gptforge.train.step import forward_backward
 
     t_start = time.perf_counter()
@@ -87,15 +90,12 @@ def measure_compile(model_cfg: ModelConfig, train_cfg: TrainConfig, precision: s
     micro = [(torch.randint(0, cfg.vocab_size, shape, generator=g), torch.randint(0, cfg.vocab_size, shape, generator=g))
              for _ in range(train_cfg.gradient_accumulation_steps)]
     divisor = float(micro[0][1].numel() * len(micro))
-    names = [name for name, _ in model.blocks.named_children()]
-    eager_blocks = [getattr(model.blocks, n) for n in names]
-    compiled_blocks = [torch.compile(b) for b in eager_blocks]
+    apply_compile(model, whole=whole)
 
     def step(compiled: bool) -> float:
-        for n, b in zip(names, compiled_blocks if compiled else eager_blocks, strict=True):
-            setattr(model.blocks, n, b)
         t0 = time.perf_counter()
-        forward_backward(model, micro, divisor, device, precision)
+        with torch.compiler.set_stance("default" if compiled else "force_eager"):
+            forward_backward(model, micro, divisor, device, precision)
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
         opt.zero_grad(set_to_none=True)
@@ -117,11 +117,12 @@ def resolve_compile(value: bool | str, model_cfg: ModelConfig, train_cfg: TrainC
                     device: torch.device, log: Callable[[str], None] | None = None,
                     measure: Callable[..., CompileProbe] | None = None,
                     agree: Callable[[list[float]], list[float]] | None = None,
-                    on_probe: Callable[[CompileProbe], None] | None = None) -> bool:
+                    on_probe: Callable[[CompileProbe], None] | None = None, whole: bool = True) -> bool:
     """What `train.compile` means for this run: a bool as given; `auto` -> compile on CUDA, on a CPU
     compile when `measure` finds the compiled step at least MIN_GAIN faster, eager elsewhere (MPS) and
     on a CPU without a C++ compiler. The choice and the measured figures are passed to `log`.
-    `measure(model_cfg, train_cfg, precision, device) -> CompileProbe` defaults to `measure_compile`.
+    `measure(model_cfg, train_cfg, precision, device, whole=whole) -> CompileProbe` defaults to
+    `measure_compile`; whole: the run compiles the whole model (a single process) rather than per block.
 
     `agree(values) -> values` sums the probe's two step times over processes (an all-reduce), so
     every rank takes the same decision. GPTFORGE_AUTO_COMPILE=true/false pins auto's result.
@@ -148,14 +149,15 @@ def resolve_compile(value: bool | str, model_cfg: ModelConfig, train_cfg: TrainC
     if cpp_compiler() is None:
         say("train.compile auto -> false: no C++ compiler (c++, g++ or clang++) on PATH for Inductor's CPU kernels")
         return False
-    probe = (measure or measure_compile)(model_cfg, train_cfg, precision, device)
+    probe = (measure or measure_compile)(model_cfg, train_cfg, precision, device, whole=whole)
     if on_probe is not None:
         on_probe(probe)
     eager, compiled = probe.eager_s, probe.compiled_s
     if agree is not None:
         eager, compiled = agree([eager, compiled])
     chosen = compiled < (1 - MIN_GAIN) * eager
-    say(f"train.compile auto -> {str(chosen).lower()}: step {compiled * 1000:,.0f} ms compiled vs "
+    how = "whole model" if whole else "per block"
+    say(f"train.compile auto -> {str(chosen).lower()}: step {compiled * 1000:,.0f} ms compiled ({how}) vs "
         f"{eager * 1000:,.0f} ms eager ({precision}; probe {probe.total_s:.1f} s, of which "
         f"{probe.warmup_s:.1f} s compiling)")
     return chosen

@@ -379,7 +379,8 @@ def _probe_compile(pre: RunConfig, env, saved: dict | None, log) -> tuple[bool, 
         return kept, None
     probes: list[CompileProbe] = []
     chosen = resolve_compile(tc.compile, pre.model, tc, tc.precision, env.device, log,
-                             agree=env.all_reduce_sum if env.distributed else None, on_probe=probes.append)
+                             agree=env.all_reduce_sum if env.distributed else None, on_probe=probes.append,
+                             whole=not env.distributed)
     return chosen, (probes[0] if probes else None)
 
 
@@ -399,7 +400,7 @@ def _probe_budget(pre: RunConfig, probe: CompileProbe | None, env) -> tuple[floa
         how, spent = f"{side}, from the compile probe", probe.total_s
     else:
         t0 = time.perf_counter()
-        step_s = budget.measure_step_seconds(pre.model, tc)
+        step_s = budget.measure_step_seconds(pre.model, tc, whole=not env.distributed)
         how, spent = f"{side}, measured", time.perf_counter() - t0
     step_s, spent, how = env.rank0_value((step_s, round(spent, 1), how))
     return step_s, how, spent

@@ -38,27 +38,38 @@ def write_samples(run_dir: Path, model: GPT, device: torch.device, data_dir: Pat
     """RUN/samples.json: a greedy and a sampled continuation (temperature 0.8, seed 0) of each
     prompt of `sample_prompts` (its origin in "prompt_source"), for the run report; `step` is
     the model's optimizer step. `model`: the whole (unsharded) model; its train/eval mode is
-    restored. Skipped when the run has no tokenizer.json."""
+    restored. A compiled model decodes eagerly (`torch.compiler.set_stance("force_eager")`): its
+    training graph does not fit decoding's growing KV cache, and recompiling per length costs more
+    than these few tokens. Skipped when the run has no tokenizer.json."""
     tok_file = run_dir / "tokenizer.json"
     if not tok_file.is_file():
         return
     from gptforge.data.tokenizer import Tokenizer
-    from gptforge.infer.generate import generate
 
     tok = Tokenizer.from_file(tok_file)
     source, prompts = sample_prompts(data_dir, tok)
     was = model.training
     model.eval()
+    with torch.compiler.set_stance("force_eager"):
+        out = _continuations(model, device, tok, prompts, max_new_tokens)
+    model.train(was)
+    atomic_write_text(run_dir / "samples.json",
+                      json.dumps({"step": step, "prompt_source": source, "samples": out},
+                                 indent=2, ensure_ascii=False) + "\n")
+
+
+def _continuations(model: GPT, device: torch.device, tok, prompts: list[tuple[str, list[int]]],
+                   max_new_tokens: int) -> list[dict]:
+    """A greedy and a sampled (temperature 0.8, seed 0) continuation of each prompt."""
+    from gptforge.infer.generate import generate
+
     out = []
     for prompt, ids in prompts:
         idx = torch.tensor([ids], dtype=torch.long, device=device)
         for mode, temp in (("greedy", 0.0), ("sampled", 0.8)):
             new = generate(model, idx, max_new_tokens, temperature=temp, seed=0)[0, len(ids):].tolist()
             out.append({"prompt": prompt, "mode": mode, "text": tok.decode(new)})
-    model.train(was)
-    atomic_write_text(run_dir / "samples.json",
-                      json.dumps({"step": step, "prompt_source": source, "samples": out},
-                                 indent=2, ensure_ascii=False) + "\n")
+    return out
 
 
 def write_run_end(run_dir: Path, stopped: str | None, model: GPT | None, device: torch.device,

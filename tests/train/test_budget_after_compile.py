@@ -50,14 +50,16 @@ def test_budget_uses_chosen_side_and_subtracts_probe_time(tiny_shards, tmp_path,
 
 
 def test_measured_budget_uses_chosen_compile(tiny_shards, tmp_path, monkeypatch):
-    """Without a probe (compile given), the step is measured with the run's compile setting."""
+    """Without a probe (compile given), the step is measured with the run's compile setting: a single
+    process compiles the whole model."""
     seen = []
-    monkeypatch.setattr(budget, "measure_step_seconds", lambda mc, tc, repeats=3: seen.append(tc.compile) or 0.5)
+    monkeypatch.setattr(budget, "measure_step_seconds",
+                        lambda mc, tc, repeats=3, whole=False: seen.append((tc.compile, whole)) or 0.5)
     monkeypatch.setattr(trainer_mod.Trainer, "train", lambda self: (self.close(), self)[1])
     cfg = _cfg()
     cfg = RunConfig(model=cfg.model, train=TrainConfig(**{**cfg.train.__dict__, "compile": True}))
     t = train(cfg, tiny_shards, tmp_path / "run", progress=False)
-    assert seen == [True] and t.tc.max_steps == int(60 / 0.5)
+    assert seen == [(True, True)] and t.tc.max_steps == int(60 / 0.5)
 
 
 def test_steps_for_minutes_takes_off_spent_seconds():

@@ -17,8 +17,9 @@ MC = ModelConfig(preset="gpt2-nano", block_size=32, vocab_size=384)
 
 
 def _probe(eager_s, compiled_s):
-    def measure(model_cfg, train_cfg, precision, device):
-        assert precision == "fp32" and device == CPU
+    def measure(model_cfg, train_cfg, precision, device, whole=False):
+        # A single process compiles the whole model, and the probe measures what the run will use.
+        assert precision == "fp32" and device == CPU and whole is True
         return CompileProbe(eager_s=eager_s, compiled_s=compiled_s, warmup_s=1.0, total_s=2.0)
     return measure
 
@@ -33,7 +34,7 @@ def test_auto_picks_the_faster_measured_side(with_compiler):
     said = []
     tc = TrainConfig(compile="auto")
     assert resolve_compile("auto", MC, tc, "fp32", CPU, said.append, measure=_probe(0.20, 0.10)) is True
-    assert "auto -> true" in said[-1] and "100 ms compiled vs 200 ms eager" in said[-1]
+    assert "auto -> true" in said[-1] and "100 ms compiled (whole model) vs 200 ms eager" in said[-1]
     assert resolve_compile("auto", MC, tc, "fp32", CPU, said.append, measure=_probe(0.10, 0.20)) is False
     # Within MIN_GAIN of eager: eager is kept.
     assert resolve_compile("auto", MC, tc, "fp32", CPU, said.append, measure=_probe(0.100, 0.098)) is False
@@ -99,3 +100,30 @@ def test_compiled_training_matches_eager(tiny_shards, tmp_path, monkeypatch):
     # Fused kernels may round differently from eager's: the losses agree closely, not bit for bit.
     assert max(abs(x - y) for x, y in zip(a, b, strict=True)) < 2e-3
     assert b[-1] < b[0]
+
+
+@pytest.mark.skipif(not HAS_CXX, reason="no C++ compiler for Inductor's CPU backend")
+def test_single_process_compiles_the_whole_model_and_samples_decode_eagerly(tiny_shards, tmp_path, monkeypatch):
+    """`train.compile true` without a layout: one graph for the whole model (the blocks stay plain
+    modules, the names stay), and the end-of-run samples decode eagerly (no compile per length)."""
+    import json
+
+    import gptforge.train.trainer as trainer_mod
+    from gptforge.model.gpt import Block
+
+    laid_out = []
+    real = trainer_mod.parallelize
+    monkeypatch.setattr(trainer_mod, "parallelize", lambda *a, **k: laid_out.append(real(*a, **k)) or laid_out[-1])
+    cfg = _cfg(True)
+    cfg = RunConfig(model=cfg.model, train=TrainConfig(**{**cfg.train.__dict__, "report": True, "max_steps": 3}))
+    torch._dynamo.reset()
+    train(cfg, tiny_shards, tmp_path / "run", progress=False)
+    core = laid_out[0].core
+    assert all(type(b) is Block for b in core.blocks)  # not per-block OptimizedModules
+    assert core._compiled_call_impl is not None  # nn.Module.compile: the whole forward is compiled
+    assert not any("_orig_mod" in k for k in core.state_dict())
+    doc = json.loads((tmp_path / "run" / "samples.json").read_text())
+    assert doc["step"] == 3 and len(doc["samples"]) == 8
+    # Training compiled one graph; 8 decodes of up to 32 tokens would have added many more.
+    frames = torch._dynamo.utils.counters["stats"]["unique_graphs"]
+    assert 0 < frames <= 3

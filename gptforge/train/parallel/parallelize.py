@@ -6,7 +6,7 @@ Order, as in torchtitan's `parallelize_llama`/`pipeline_llama`:
 2. tensor parallel (`parallelize_module`): q/k/v/up/gate colwise, o/down rowwise, with sequence
    parallel norms (the residual stream between blocks is split along the sequence);
 3. activation checkpointing, per block;
-4. torch.compile, per block;
+4. torch.compile: per block, or the whole model for a single process (`apply_compile`);
 5. data parallel: FSDP2 `fully_shard` per block then the root (ZeRO-2/3, HSDP with
    dp_replicate), or DDP (replicated, ZeRO-1's gradient all-reduce).
 
@@ -37,8 +37,19 @@ if TYPE_CHECKING:
     from torch.nn.parallel import DistributedDataParallel
 
 
-def apply_compile(model: nn.Module) -> nn.Module:
-    """Compile each block separately (fast to compile; repeated structure is reused)."""
+def apply_compile(model: nn.Module, whole: bool = False) -> nn.Module:
+    """torch.compile `model` in place; parameter and state_dict names stay as they are.
+
+    whole=True: the whole model as one graph (`nn.Module.compile`), which lets Inductor fuse across
+    block boundaries and the head, and keeps no activations at graph boundaries (step times in
+    bench/RESULTS.md, issue 29); for a single process, where no parallel wrapper needs per-block
+    modules. whole=False: each block separately, as tensor/pipeline parallelism,
+    FSDP2 per-block sharding and DeepSpeed need (fast to compile; the repeated block graph is reused).
+    Calls under `torch.compiler.set_stance("force_eager")` run the eager modules either way.
+    """
+    if whole:
+        model.compile()
+        return model
     blocks = cast(nn.Module, model.blocks)
     for name, block in list(blocks.named_children()):
         setattr(blocks, name, torch.compile(block))
@@ -259,7 +270,7 @@ def parallelize(model: GPT, tc: TrainConfig, pc: ParallelConfig, env,
                 pp_loss_fn: Callable | None = None) -> Parallelized:
     """Lay `model` (a full GPT, built identically on every rank) out on this rank's devices.
 
-    Single process without a layout: activation checkpointing and compile only.
+    Single process without a layout: activation checkpointing and compile (of the whole model) only.
 
     Raises:
         ValueError: a layout the model cannot take (heads not divisible by tp, fewer layers
@@ -271,7 +282,7 @@ def parallelize(model: GPT, tc: TrainConfig, pc: ParallelConfig, env,
         model.to(env.device)
         apply_activation_checkpointing(model, tc.activation_checkpointing)
         if tc.compile:
-            apply_compile(model)
+            apply_compile(model, whole=True)
         return Parallelized(module=model, core=model)
 
     cfg = model.config
