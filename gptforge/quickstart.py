@@ -39,6 +39,9 @@ class QuickstartResult:
     samples: list[str]
 
 
+VAL_FILES = 4
+"""Files the quickstart's val split holds at least (when the corpus has enough of them)."""
+
 def run_quickstart(out: Path, minutes: float = 10.0, vocab_size: int = 4096, preset: str = "qwen3-micro",
                    micro_batch_size: int = 16, block_size: int = 256, max_files: int | None = None,
                    workers: int = 0, steps: int | None = None, progress: bool = True,
@@ -147,8 +150,11 @@ def _prepare_corpus(data_dir: Path, files: list[Path], vocab_size: int, workers:
         log(f"[1/4] reusing the prepared corpus in {data_dir} (same files and vocabulary)")
     else:
         log(f"[1/4] preparing {len(files)} standard-library source files -> {data_dir}")
+        # 2% of the library's ~700 files; a few files at least when --max-files keeps the corpus small,
+        # so the val loss and its comparison with the unigram entropy rest on more than one file.
+        val_fraction = min(0.2, max(0.02, VAL_FILES / len(files)))
         prepare(PrepareConfig(inputs=inputs, out=str(data_dir), vocab_size=vocab_size,
-                              val_fraction=0.02, seed=1337, workers=workers, overwrite=True, recipe="code"),
+                              val_fraction=val_fraction, seed=1337, workers=workers, overwrite=True, recipe="code"),
                 show_progress=progress)
     return load_meta(data_dir)
 
