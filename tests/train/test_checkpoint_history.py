@@ -117,7 +117,7 @@ def test_data_path_is_recorded_absolute_and_old_relative_paths_are_found(tiny_sh
 def test_max_minutes_says_it_replaced_an_explicit_max_steps(tiny_shards, tmp_path, monkeypatch):
     import gptforge.train.budget as budget
 
-    monkeypatch.setattr(budget, "measure_step_seconds", lambda mc, tc, repeats=3: 0.1)
+    monkeypatch.setattr(budget, "measure_step_seconds", lambda mc, tc, repeats=3, whole=True: 0.1)
     said = []
     r = train(_cfg(50, max_minutes=0.05), tiny_shards, tmp_path / "run", progress=False, log=said.append)
     line = [m for m in said if "train.max_minutes 0.05" in m]

@@ -117,6 +117,7 @@ def test_single_process_compiles_the_whole_model_and_samples_decode_eagerly(tiny
     cfg = _cfg(True)
     cfg = RunConfig(model=cfg.model, train=TrainConfig(**{**cfg.train.__dict__, "report": True, "max_steps": 3}))
     torch._dynamo.reset()
+    torch._dynamo.utils.counters.clear()  # reset() keeps the counts of earlier tests in this process
     train(cfg, tiny_shards, tmp_path / "run", progress=False)
     core = laid_out[0].core
     assert all(type(b) is Block for b in core.blocks)  # not per-block OptimizedModules

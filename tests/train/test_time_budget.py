@@ -13,7 +13,7 @@ from gptforge.train.run import train
 def test_a_time_budgeted_run_sets_its_steps_stops_and_resumes(tiny_shards, tmp_path, monkeypatch):
     import gptforge.train.budget as budget
 
-    monkeypatch.setattr(budget, "measure_step_seconds", lambda mc, tc, repeats=3: 5.0)  # 5 s/step
+    monkeypatch.setattr(budget, "measure_step_seconds", lambda mc, tc, repeats=3, whole=True: 5.0)  # 5 s/step
     cfg = RunConfig(model=ModelConfig(preset="gpt2-nano", block_size=32),
                     train=TrainConfig(max_minutes=5.0, micro_batch_size=2, eval_interval=0, warmup_steps=2,
                                       tensorboard=False, report=False))
