@@ -61,7 +61,7 @@ class ChatCall:
         metrics, req = self.srv.metrics, self.req
         completion_tokens = 0
         started: set[int] = set()
-        answered = [AnsweredLogprobs(self.srv.tok.decode) for _ in self.jobs]
+        answered = [AnsweredLogprobs(self.srv.tok.decode) for _ in self.jobs] if req.logprobs else []
         async for j, ev in sub.timed_events(request, start, metrics):
             if ev.finish_reason == "error":
                 yield sse_error(ev.error)
@@ -89,7 +89,7 @@ class ChatCall:
         """The whole answer (a ChatCompletion), or 499 when the client went away first."""
         req = self.req
         lps: list[list] = [[] for _ in self.jobs]
-        answered = [AnsweredLogprobs(self.srv.tok.decode) for _ in self.jobs]
+        answered = [AnsweredLogprobs(self.srv.tok.decode) for _ in self.jobs] if req.logprobs else []
 
         def gather(j, ev):
             if req.logprobs:

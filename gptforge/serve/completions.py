@@ -36,6 +36,7 @@ class CompletionCall:
         self.rid, self.created = f"cmpl-{uuid.uuid4().hex}", int(time.time())
         self.include_usage = bool(req.stream_options and req.stream_options.include_usage)
         self.n_prompt = sum(len(p) for p in prompts)
+        self._prompt_texts: dict[int, str] = {}
 
     def logprob_block(self, entries: list[Entry]) -> dict:
         """OpenAI completions logprobs of `entries` (gptforge.serve.logprobs): tokens,
@@ -57,11 +58,17 @@ class CompletionCall:
         return echo + answered.push(ev)
 
     def answered(self) -> list[AnsweredLogprobs]:
-        """One tracker per choice, offsets after its prompt's text."""
+        """One tracker per choice, offsets after its prompt's text (none without logprobs: no
+        per-token decode is spent on them)."""
+        if self.req.logprobs is None:
+            return []
         return [AnsweredLogprobs(self.srv.tok.decode, len(self.prompt_text(j))) for j in range(len(self.jobs))]
 
     def prompt_text(self, j: int) -> str:
-        return self.srv.tok.decode(self.jobs[j][0])
+        """Choice j's prompt as text, decoded once."""
+        if j not in self._prompt_texts:
+            self._prompt_texts[j] = self.srv.tok.decode(self.jobs[j][0])
+        return self._prompt_texts[j]
 
     def chunk(self, choices: list, **extra) -> str:
         c = {"id": self.rid, "object": "text_completion", "created": self.created, "model": self.srv.cfg.model_name,
@@ -100,7 +107,8 @@ class CompletionCall:
         answered = self.answered()
 
         def gather(j, ev):
-            entries[j] += self.entries(j, ev, answered[j])
+            if answered:
+                entries[j] += self.entries(j, ev, answered[j])
 
         done = await self.srv.collect(request, sub, start, gather)
         if done is None:
