@@ -5,6 +5,7 @@ config keys (`gptforge.config.TrainConfig.check_trainable`) alike."""
 from __future__ import annotations
 
 import dataclasses
+import math
 from typing import Any
 
 
@@ -30,7 +31,7 @@ def range_text(low: float | None, high: float | None, low_open: bool = False) ->
 
 def out_of_range(opts: Any) -> tuple[str, Any, str] | None:
     """(field name, value, allowed range text) of the first `bounded` field of dataclass instance
-    `opts` whose value (when not None) lies outside its range, or None. The one range check of
+    `opts` whose value (when not None) lies outside its range or is not finite, or None. The one range check of
     command options (`check_ranges`) and of config keys (`TrainConfig.check_trainable`)."""
     for f in dataclasses.fields(opts):
         if "range" not in f.metadata:
@@ -39,6 +40,8 @@ def out_of_range(opts: Any) -> tuple[str, Any, str] | None:
         if value is None:
             continue
         low, high, low_open = f.metadata["range"]
+        if isinstance(value, float) and not math.isfinite(value):  # "1e400" parses as inf
+            return f.name, value, range_text(low, high, low_open) + " (a finite number)"
         below = low is not None and (value <= low if low_open else value < low)
         if below or (high is not None and value > high):
             return f.name, value, range_text(low, high, low_open)

@@ -31,7 +31,7 @@ class QuickstartOptions:
     """train.optimizer: muon (Muon on the hidden matrices, AdamW on the rest) or adamw."""
     vocab_size: int = 4096
     """BPE vocabulary size."""
-    micro_batch_size: int = 16
+    micro_batch_size: int = bounded(16, low=1)
     """Sequences per step."""
     block_size: int = 256
     """Context length in tokens."""
@@ -39,7 +39,7 @@ class QuickstartOptions:
     """Use only N library files (quick trials)."""
     steps: Optional[int] = bounded(None, low=1)
     """Train exactly this many optimizer steps instead of filling --minutes."""
-    workers: int = 0
+    workers: int = bounded(0, low=0)
     """Tokenizer worker processes (0: all cores)."""
     quiet: bool = False
     """No progress bars."""

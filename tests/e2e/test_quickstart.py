@@ -62,6 +62,9 @@ def test_quickstart_rerun_says_it_replaces_the_previous_run(tmp_path):
     (["--minutes", "0"], "--minutes must be > 0"),
     (["--max-files", "-3"], "--max-files must be >= 1, got -3"),
     (["--preset", "gpt2-nanoo"], "did you mean 'gpt2-nano'"),
+    (["--minutes", "1e400"], "--minutes must be > 0 (a finite number), got inf"),
+    (["--micro-batch-size", "0"], "--micro-batch-size must be >= 1, got 0"),
+    (["--workers", "-3"], "--workers must be >= 0, got -3"),
 ])
 def test_quickstart_refuses_bad_options_before_preparing_anything(tmp_path, capsys, argv, said):
     from gptforge.cli import main
