@@ -234,6 +234,9 @@ def load_meta(shard_dir: str | Path, verify_files: bool = True) -> dict[str, Any
             this gptforge cannot read.
     """
     shard_dir = Path(shard_dir)
+    if shard_dir.is_file():
+        raise FileNotFoundError(f"{shard_dir} is a file, not a shard folder: prepare it into a new folder "
+                                f"(`gptforge prepare {shard_dir} --out data/NAME`) and pass that folder")
     if not shard_dir.is_dir():
         raise FileNotFoundError(f"shard folder {shard_dir} does not exist; create it with `gptforge prepare`")
     path = shard_dir / "meta.json"

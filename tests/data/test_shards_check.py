@@ -76,6 +76,8 @@ def test_a_folder_of_raw_text_given_as_shards_is_told_to_prepare_into_a_new_fold
     with pytest.raises(FileNotFoundError) as e:
         load_meta(raw)
     assert f"gptforge prepare {raw} --out data/NAME" in str(e.value) and f"--out {raw}`" not in str(e.value)
+    with pytest.raises(FileNotFoundError, match="is a file, not a shard folder"):
+        load_meta(raw / "a.txt")
     (raw / "a.txt").unlink()  # an empty folder (an interrupted prepare) keeps the other advice
     with pytest.raises(FileNotFoundError, match="is not a complete shard folder"):
         load_meta(raw)
