@@ -3,7 +3,8 @@ same weights, in one run.
 
     python bench/serve_throughput.py [--new-tokens 128] [--prompt-tokens 32] [--threads 1]
         [--dtypes fp32,bf16] [--presets gpt2-mini llama-micro] [--serving-only] [--rounds 3]
-        [--uvicorn-loop auto|asyncio] [--uvicorn-http auto|h11] [--switch-interval S] [--write]
+        [--uvicorn-loop auto|asyncio] [--uvicorn-http auto|h11] [--switch-interval S] [--engine-process]
+        [--write]
 
 For each preset (random weights, vocabulary 1000 from a BPE trained on the standard library; GPT-2
 shapes with the tanh GELU that GPT-2 and llama.cpp's gpt2 graph use), exported as a Hugging Face
@@ -16,7 +17,8 @@ folder (loaded back with `AutoModelForCausalLM`), an ONNX folder and GGUF files:
    (llama-cpp-python, GGUF f32 and q8_0, greedy: top_k 1), each at --threads threads;
 2. aggregate tokens/s of the continuous-batching engine with 8 concurrent streams vs 1
    (in process), and transformers' `generate` on a batch of 8 as a reference;
-3. through HTTP (`gptforge serve`'s app on 127.0.0.1 in this process, max batch 8) with the load
+3. through HTTP (`gptforge serve`'s app on 127.0.0.1 in this process, max batch 8; with
+   --engine-process its engine in a child process, whose CPU counts as the server's) with the load
    generator in its own process (--clients streaming clients x --per-client requests, default
    8 x 3): aggregate tokens/s against the in-process engine running the same closed-loop workload
    (`engine_clients`: same clients, requests, prompts and max batch), the two alternating for
@@ -263,16 +265,18 @@ def load_generator(spec: dict) -> dict:
     return {"ttfts": ttfts, "tokens": tokens, "wall": time.perf_counter() - t, "cpu": time.process_time() - cpu0}
 
 
-def http_load(model, tok_file, prompts, n, clients=8, per_client=3, loop="auto", http="auto") -> dict:
-    """Serve `model` in this process and drive it from a load-generator process; returns its
-    figures (see the module docstring, item 3)."""
+def http_load(model, tok_file, prompts, n, clients=8, per_client=3, loop="auto", http="auto",
+              engine_process=False) -> dict:
+    """Serve `model` in this process (with `engine_process`, its engine in a child process) and drive
+    it from a load-generator process; returns its figures (see the module docstring, item 3)."""
     import socket
 
     import uvicorn
 
     from gptforge.serve.app import ServeConfig, create_app
 
-    app = create_app(model, tok_file, ServeConfig(model_name="bench", max_batch_size=min(clients, 8)))
+    app = create_app(model, tok_file, ServeConfig(model_name="bench", max_batch_size=min(clients, 8),
+                                                  engine_process=engine_process))
     engine = app.state.server.engine
     sock = socket.socket()
     sock.bind(("127.0.0.1", 0))
@@ -291,9 +295,11 @@ def http_load(model, tok_file, prompts, n, clients=8, per_client=3, loop="auto",
     proc.stdin.close()
     proc.stdout.readline()  # "timing": the warm-up request is done and every client is ready
     cpu0, stats0 = time.process_time(), copy.copy(engine.stats)
+    child0 = getattr(engine, "child_cpu_seconds", 0.0)
     out = proc.stdout.read()
     proc.wait()
-    server_cpu = time.process_time() - cpu0
+    # the engine process's CPU (as of its last step) counts as the server's
+    server_cpu = time.process_time() - cpu0 + getattr(engine, "child_cpu_seconds", 0.0) - child0
     server.should_exit = True
     th.join(10)
     if proc.returncode:
@@ -387,7 +393,7 @@ def measure(preset: str, tok, tmp: Path, args) -> dict:
         refs, https = [reference()], []
         for _ in range(args.rounds):
             https.append(http_load(model, tmp / "tok" / "tokenizer.json", prompts, args.new_tokens, args.clients,
-                                   args.per_client, args.uvicorn_loop, args.uvicorn_http))
+                                   args.per_client, args.uvicorn_loop, args.uvicorn_http, args.engine_process))
             refs.append(reference())
         ratios = [h["rate"] / ((refs[i]["rate"] + refs[i + 1]["rate"]) / 2) for i, h in enumerate(https)]
         # The same comparison in CPU seconds of the serving process (in process: the engine's; HTTP:
@@ -422,6 +428,8 @@ def main() -> int:
     ap.add_argument("--uvicorn-http", default="auto", help="uvicorn's HTTP parser: auto (httptools when installed) or h11")
     ap.add_argument("--switch-interval", type=float, default=None,
                     help="sys.setswitchinterval of this (server) process, seconds (default Python's 0.005)")
+    ap.add_argument("--engine-process", action="store_true",
+                    help="serve with the engine in its own process (`gptforge serve --engine-process`)")
     ap.add_argument("--write", action="store_true", help="append the tables to bench/RESULTS.md")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)

@@ -213,6 +213,19 @@ def _logprob_entry(logp_row: torch.Tensor, token_id: int, n: int) -> TokenLogpro
     return TokenLogprob(token_id, float(logp_row[token_id]), top)
 
 
+def check_request(prompt: Sequence[int], params: SamplingParams, max_model_len: int) -> None:
+    """Refuse a request no engine of context `max_model_len` (positions) can run.
+
+    Raises:
+        ValueError: an empty prompt, or prompt + max_tokens longer than max_model_len (naming both).
+    """
+    if not prompt:
+        raise ValueError("the prompt is empty: give at least one token")
+    if len(prompt) + params.max_tokens > max_model_len:
+        raise ValueError(f"the prompt has {len(prompt)} tokens and max_tokens is {params.max_tokens}: "
+                         f"together more than the model's context of {max_model_len} tokens")
+
+
 class Engine:
     """Continuous-batching generation over one model (see the module docstring).
 
@@ -268,11 +281,7 @@ class Engine:
         Raises:
             ValueError: an empty prompt, or prompt + max_tokens longer than max_model_len (naming both).
         """
-        if not prompt:
-            raise ValueError("the prompt is empty: give at least one token")
-        if len(prompt) + params.max_tokens > self.max_model_len:
-            raise ValueError(f"the prompt has {len(prompt)} tokens and max_tokens is {params.max_tokens}: "
-                             f"together more than the model's context of {self.max_model_len} tokens")
+        check_request(prompt, params, self.max_model_len)
         seq = Request(prompt, params, on_event, self.decode, self.device)
         with self._cv:
             self.waiting.append(seq)
@@ -292,6 +301,16 @@ class Engine:
     @property
     def num_running(self) -> int:
         return len(self.running)
+
+    @property
+    def alive(self) -> bool:
+        """False once `stop()` has been called (an in-process engine lives as long as its server)."""
+        return not self._stop
+
+    @property
+    def num_free_slots(self) -> int:
+        """Cache slots no sequence holds (a request admitted at the next step takes one)."""
+        return len(self.free_slots)
 
     # ---- one step -----------------------------------------------------------------------------
 

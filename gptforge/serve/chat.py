@@ -108,7 +108,7 @@ class ChatCall:
 
 
 @router.post(ENDPOINT, response_class=Response, summary="Answer a conversation",
-             **route_doc(ChatRequest, ChatCompletion, ChatCompletionChunk, errors=(400, 404, 413, 429, 500)))
+             **route_doc(ChatRequest, ChatCompletion, ChatCompletionChunk, errors=(400, 404, 413, 429, 500, 503)))
 async def chat_completions(request: Request) -> Response:
     """The assistant's next message, `n` choices; with `stream`, server-sent ChatCompletionChunks."""
     srv: Server = request.app.state.server

@@ -127,7 +127,7 @@ class CompletionCall:
 
 
 @router.post(ENDPOINT, response_class=Response, summary="Complete a prompt",
-             **route_doc(CompletionRequest, Completion, CompletionChunk, errors=(400, 404, 413, 429, 500)))
+             **route_doc(CompletionRequest, Completion, CompletionChunk, errors=(400, 404, 413, 429, 500, 503)))
 async def completions(request: Request) -> Response:
     """Text after each prompt, `n` choices per prompt; with `stream`, server-sent CompletionChunks."""
     srv: Server = request.app.state.server

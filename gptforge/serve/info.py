@@ -28,9 +28,13 @@ def _server(request: Request) -> Server:
     return request.app.state.server
 
 
-@router.get("/health", response_class=Response, summary="Liveness", **route_doc(errors=(), description="Serving"))
-async def health() -> Response:
-    """200 with an empty body while the server runs."""
+@router.get("/health", response_class=Response, summary="Liveness",
+            **route_doc(errors=(503,), description="Serving"))
+async def health(request: Request) -> Response:
+    """200 with an empty body while the server and its engine run; 503 when the engine has stopped
+    (an engine process that exited)."""
+    if not request.app.state.server.engine.alive:
+        raise APIError(503, "the engine is not running", code="engine_down", type="server_error")
     return Response(status_code=200)
 
 

@@ -27,6 +27,7 @@ _ERRORS = {
     413: "The body is over the server's limit (`request_too_large`)",
     429: "Too many sequences wait for a cache slot (`queue_full`); retry after Retry-After seconds",
     500: "Generation failed inside the engine",
+    503: "The engine is not running (an engine process that has exited)",
 }
 
 

@@ -23,6 +23,7 @@ from pydantic import ValidationError
 
 from gptforge.data.tokenizer import token_bytes
 from gptforge.infer.engine import Engine, Event, SamplingParams
+from gptforge.infer.engine_process import EngineProcess
 from gptforge.serve.protocol import UNSUPPORTED, APIError
 
 # Temperatures below this sample greedily, as vLLM's SamplingParams does (_SAMPLING_EPS): dividing
@@ -53,12 +54,15 @@ class ServeConfig:
     max_queue: int | None = None
     """Sequences that may wait for a cache slot beyond those being decoded; a request that would
     queue more gets 429 with Retry-After. None: no bound."""
+    engine_process: bool = False
+    """Run the engine in its own process (`gptforge.infer.engine_process`), so that the event loop
+    and the model do not share one interpreter lock; the child starts with the app (seconds)."""
 
 
 class Metrics:
     """Prometheus metrics of one server, in their own registry (several apps may share a process)."""
 
-    def __init__(self, engine: Engine):
+    def __init__(self, engine: Engine | EngineProcess):
         from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
         r = self.registry = CollectorRegistry()
@@ -225,7 +229,7 @@ async def coalesce(sub: Submission, chunks):
         await chunks.aclose()  # at once, not at garbage collection: its end cancels the sequences
 
 
-def _cancel_all(engine: Engine, seqs) -> None:
+def _cancel_all(engine: Engine | EngineProcess, seqs) -> None:
     for s in seqs:
         if not s.finished:
             engine.cancel(s)
@@ -242,7 +246,11 @@ class Server:
         self.tok = Tokenizer.from_file(tokenizer_file)
         self.chat = ChatTokenizer.from_dir(tokenizer_file)
         self.template = DEFAULT_TEMPLATE if cfg.chat_template == "default" else None
-        self.engine = Engine(model, self.tok.decode, cfg.max_batch_size, cfg.max_model_len)
+        self.engine: Engine | EngineProcess
+        if cfg.engine_process:
+            self.engine = EngineProcess(model, tokenizer_file, cfg.max_batch_size, cfg.max_model_len)
+        else:
+            self.engine = Engine(model, self.tok.decode, cfg.max_batch_size, cfg.max_model_len)
         self.max_model_len = self.engine.max_model_len
         self.max_prompt_chars = self.max_model_len * _max_token_chars(self.chat.tokenizer)
         self.metrics = Metrics(self.engine)
@@ -473,15 +481,18 @@ class Server:
                 raise _err(400, f"the request has {n} sequences (prompts x n): more than this server takes at once "
                                 f"({batch} decoded + {q} queued); send fewer prompts or a smaller n", "n",
                            "invalid_value")
-            free = len(self.engine.free_slots)  # read first: a step admitting in between lowers the count
-            waiting = len(self.engine.waiting)
+            free = self.engine.num_free_slots  # read first: a step admitting in between lowers the count
+            waiting = self.engine.num_waiting
             queued = waiting + n - free  # sequences of the queue once this request's have taken the free slots
             if queued > q:
                 wait = self.retry_after(queued - q)
                 raise APIError(429, f"the server is busy: {waiting} sequence(s) already wait for one of {batch} "
                                     f"cache slots (at most {q} may wait); retry after {wait} s",
                                code="queue_full", type="server_busy", headers={"Retry-After": str(wait)})
-        sub = Submission(self, jobs)
+        try:
+            sub = Submission(self, jobs)
+        except RuntimeError as e:  # an engine process that has died
+            raise APIError(503, f"the engine is not running: {e}", code="engine_down", type="server_error") from e
         self.metrics.prompt_tokens.inc(sum(len(p) for p, _ in jobs))
         return sub
 

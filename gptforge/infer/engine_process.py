@@ -1,0 +1,316 @@
+"""A continuous-batching `Engine` in its own process, driven from the parent through a pipe.
+
+In one process the engine's thread and an HTTP server's event loop share one interpreter lock:
+while the loop frames and writes a step's tokens, the engine waits for the lock between its torch
+calls. `EngineProcess` runs the `Engine` in a child process (started with "spawn", so no threads or
+locks of the parent are inherited) and offers the same calls the server makes on an `Engine`:
+`submit`, `cancel`, `pause` / `resume`, `start` / `stop`, `step_hooks`, `stats`, `num_waiting`,
+`num_running`, `num_free_slots`, `max_batch_size` and `max_model_len`.
+
+The child gets the model's tensors through torch.multiprocessing (shared memory, not a copy) and
+builds the detokenizer from the tokenizer file itself, so detokenization, stop strings and
+log-probabilities run beside the model, as in process. Messages:
+
+- parent -> child: ("submit", id, prompt, params), ("cancel", id), ("pause",), ("resume",), ("stop",)
+- child -> parent: ("ready",) once the engine runs; ("events", [(id, Event), ...], EngineStats,
+  child CPU seconds) once per step that produced events; ("stopped", EngineStats, CPU seconds) last.
+
+The child ignores SIGINT and SIGTERM (a Ctrl-C or a `kill` of the process group reaches the parent,
+which drains and then stops the child) and stops by itself when the parent's end of the pipe
+closes. When the child dies, every unfinished request gets an "error" event and later submissions
+raise RuntimeError.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import signal
+import threading
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.multiprocessing as mp
+
+from gptforge.infer.engine import Engine, EngineStats, Event, Request, SamplingParams, check_request
+from gptforge.model.gpt import GPT
+
+log = logging.getLogger(__name__)
+
+START_TIMEOUT_S = 120.0
+"""Seconds `start` waits for the child to import torch, map the weights and report ready."""
+
+
+class RemoteRequest:
+    """The parent's view of one request in the child engine: `started` after its first event,
+    `finished` after the event with a finish_reason (or after `EngineProcess.cancel`)."""
+
+    def __init__(self, rid: int, n_prompt: int, on_event: Callable[[Event], None]):
+        self.rid, self.n_prompt, self.on_event = rid, n_prompt, on_event
+        self.started = False
+        self.finished = False
+        self.cancelled = False
+
+
+class EngineProcess:
+    """An `Engine` (gptforge.infer.engine) over `model` in a child process.
+
+    Args:
+        model: a GPT in eval mode (CPU or CUDA); its tensors are shared with the child, not copied.
+        tokenizer_file: the tokenizer.json the child decodes with (gptforge.data.tokenizer.Tokenizer).
+        max_batch_size, max_model_len: as for `Engine`.
+        threads: torch intra-op threads of the child (default: this process's torch.get_num_threads()).
+
+    `start()` spawns the child and waits until it is ready; `submit` may be called from any thread.
+    `on_event` callbacks and `step_hooks` run on this process's reader thread, once per child step.
+
+    Raises:
+        ValueError: max_model_len above the model's block_size, or max_batch_size < 1.
+    """
+
+    def __init__(self, model: GPT, tokenizer_file: str | Path, max_batch_size: int = 8,
+                 max_model_len: int | None = None, threads: int | None = None):
+        block = model.config.block_size
+        max_model_len = max_model_len or block
+        if max_model_len > block:
+            raise ValueError(f"max_model_len {max_model_len} exceeds the model's block_size {block}")
+        if max_batch_size < 1:
+            raise ValueError(f"max_batch_size must be >= 1, got {max_batch_size}")
+        self.model = model.eval()
+        self.tokenizer_file = str(tokenizer_file)
+        self.max_batch_size, self.max_model_len = max_batch_size, max_model_len
+        self.threads = threads or torch.get_num_threads()
+        self.stats = EngineStats()
+        self.child_cpu_seconds = 0.0
+        """CPU seconds (user + system) of the child process, as of its last message."""
+        self.step_hooks: list[Callable[[], None]] = []
+        self._requests: dict[int, RemoteRequest] = {}
+        self._ids = itertools.count()
+        self._lock = threading.Lock()  # guards _requests and sends on the pipe
+        self._conn: Any = None  # multiprocessing Connection while started
+        self._proc: Any = None  # the spawned Process while started
+        self._reader: threading.Thread | None = None
+        self._ready = threading.Event()
+        self._dead: str | None = None
+
+    # ---- lifecycle ----------------------------------------------------------------------------
+
+    def start(self) -> None:
+        """Spawn the child and wait until its engine runs (seconds: it imports torch).
+
+        Raises:
+            RuntimeError: the child exited or did not report ready within START_TIMEOUT_S.
+        """
+        if self._proc is not None:
+            return
+        ctx = mp.get_context("spawn")
+        self._conn, child_end = ctx.Pipe()
+        self._proc = ctx.Process(target=_child_main, name="gptforge-engine", daemon=True,
+                                 args=(child_end, self.model, self.tokenizer_file, self.max_batch_size,
+                                       self.max_model_len, self.threads))
+        try:
+            self._proc.start()
+        except Exception as e:  # noqa: BLE001 - pickling the model: hooks, lambdas, compiled wrappers
+            self._proc = None
+            raise RuntimeError(f"the model cannot be sent to an engine process ({type(e).__name__}: {e}); "
+                               "serve it in process instead") from e
+        finally:
+            child_end.close()
+        self._dead = None
+        self._reader = threading.Thread(target=self._read, name="gptforge-engine-reader", daemon=True)
+        self._reader.start()
+        if not self._ready.wait(START_TIMEOUT_S) or self._dead:
+            why = self._dead or f"no answer in {START_TIMEOUT_S:.0f} s"
+            self.stop(timeout=5)
+            raise RuntimeError(f"the engine process did not start: {why}")
+
+    def stop(self, timeout: float = 10.0) -> None:
+        """Stop the child (its unfinished sequences get "cancelled" events) and wait for it."""
+        if self._proc is None:
+            return
+        try:
+            self._send(("stop",))
+        except (OSError, RuntimeError):
+            pass
+        if self._reader is not None:
+            self._reader.join(timeout)
+        self._proc.join(timeout)
+        if self._proc.is_alive():
+            self._proc.kill()
+            self._proc.join(5)
+        self._conn.close()
+        self._proc, self._reader = None, None
+        self._ready.clear()
+        self._fail_all(Event(finish_reason="cancelled"))
+
+    @property
+    def alive(self) -> bool:
+        """Whether the child runs and answers."""
+        return self._proc is not None and self._dead is None and self._proc.is_alive()
+
+    # ---- requests -----------------------------------------------------------------------------
+
+    def submit(self, prompt: Sequence[int], params: SamplingParams, on_event: Callable[[Event], None]) -> RemoteRequest:
+        """Queue a request in the child; `on_event` receives its Events until one has a finish_reason.
+
+        Raises:
+            ValueError: an empty prompt, or prompt + max_tokens longer than max_model_len.
+            RuntimeError: the engine process is not running (never started, stopped, or died).
+        """
+        check_request(prompt, params, self.max_model_len)
+        req = RemoteRequest(next(self._ids), len(prompt), on_event)
+        with self._lock:
+            if not self.alive:
+                raise RuntimeError(f"the engine process is not running{': ' + self._dead if self._dead else ''}")
+            self._requests[req.rid] = req
+            self._conn.send(("submit", req.rid, list(prompt), params))
+        return req
+
+    def cancel(self, req: RemoteRequest) -> None:
+        """Stop a request; its slot frees at the child's next step (no event is sent after this)."""
+        with self._lock:
+            req.cancelled = req.finished = True
+            self._requests.pop(req.rid, None)
+            if self.alive:
+                self._conn.send(("cancel", req.rid))
+
+    def pause(self) -> None:
+        """Hold the child's engine before its next step until `resume()` (see `Engine.pause`)."""
+        self._send(("pause",))
+
+    def resume(self) -> None:
+        """Let the child's engine step again after `pause()`."""
+        self._send(("resume",))
+
+    @property
+    def num_waiting(self) -> int:
+        """Requests submitted that have had no event yet (waiting for a slot, or in their prefill)."""
+        return sum(not r.started for r in list(self._requests.values()))
+
+    @property
+    def num_running(self) -> int:
+        """Requests that have had events and not finished."""
+        return sum(r.started for r in list(self._requests.values()))
+
+    @property
+    def num_free_slots(self) -> int:
+        """Cache slots that no started request holds."""
+        return max(0, self.max_batch_size - self.num_running)
+
+    # ---- the reader thread --------------------------------------------------------------------
+
+    def _send(self, msg) -> None:
+        with self._lock:
+            if self._conn is None or self._conn.closed:
+                raise RuntimeError("the engine process is not running")
+            self._conn.send(msg)
+
+    def _read(self) -> None:
+        conn, proc = self._conn, self._proc
+        try:
+            while True:
+                msg = conn.recv()
+                if msg[0] == "events":
+                    self._deliver(msg[1])
+                    self.stats, self.child_cpu_seconds = msg[2], msg[3]
+                    self._run_hooks()
+                elif msg[0] == "ready":
+                    self._ready.set()
+                elif msg[0] == "stopped":
+                    self.stats, self.child_cpu_seconds = msg[1], msg[2]
+                    return
+        except (EOFError, OSError):
+            proc.join(1)
+            self._dead = f"the engine process exited with code {proc.exitcode}"
+            log.error("%s", self._dead)
+            self._ready.set()
+            self._fail_all(Event(finish_reason="error", error=self._dead))
+
+    def _deliver(self, events: list[tuple[int, Event]]) -> None:
+        for rid, ev in events:
+            req = self._requests.get(rid)
+            if req is None or req.cancelled:
+                continue
+            req.started = True
+            if ev.finish_reason:
+                req.finished = True
+                with self._lock:
+                    self._requests.pop(rid, None)
+            req.on_event(ev)
+
+    def _fail_all(self, ev: Event) -> None:
+        with self._lock:
+            left = [r for r in self._requests.values() if not r.finished]
+            self._requests.clear()
+        for r in left:
+            r.finished = True
+            r.on_event(Event(finish_reason=ev.finish_reason, error=ev.error))
+        self._run_hooks()
+
+    def _run_hooks(self) -> None:
+        for hook in self.step_hooks:
+            hook()
+
+
+def _child_main(conn, model: GPT, tokenizer_file: str, max_batch_size: int, max_model_len: int,
+                threads: int) -> None:
+    """The child: an Engine in a thread, this thread reading the parent's messages."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    torch.set_num_threads(threads)
+    from gptforge.data.tokenizer import Tokenizer
+    engine = Engine(model, Tokenizer.from_file(tokenizer_file).decode, max_batch_size, max_model_len)
+    send_lock, seqs_lock = threading.Lock(), threading.Lock()
+    pending: list[tuple[int, Event]] = []
+    seqs: dict[int, Request] = {}  # unfinished requests by the parent's id (for cancel)
+
+    def flush() -> None:  # a step hook: one message per step
+        if not pending:
+            return
+        batch = pending[:]
+        pending.clear()
+        with send_lock:
+            conn.send(("events", batch, engine.stats, time.process_time()))
+
+    def sink(rid: int):
+        def on_event(ev: Event) -> None:
+            pending.append((rid, ev))
+            if ev.finish_reason:
+                with seqs_lock:
+                    seqs.pop(rid, None)
+        return on_event
+
+    engine.step_hooks.append(flush)
+    engine.start()
+    with send_lock:
+        conn.send(("ready",))
+    try:
+        while True:
+            msg = conn.recv()
+            kind = msg[0]
+            if kind == "submit":
+                with seqs_lock:  # held until stored: its finishing event (engine thread) pops it after
+                    seqs[msg[1]] = engine.submit(msg[2], msg[3], sink(msg[1]))
+            elif kind == "cancel":
+                with seqs_lock:
+                    seq = seqs.pop(msg[1], None)
+                if seq is not None:
+                    engine.cancel(seq)
+            elif kind == "pause":
+                engine.pause()
+            elif kind == "resume":
+                engine.resume()
+            elif kind == "stop":
+                break
+    except (EOFError, OSError):  # the parent has gone
+        pass
+    engine.stop()
+    flush()
+    try:
+        with send_lock:
+            conn.send(("stopped", engine.stats, time.process_time()))
+    except (OSError, EOFError):
+        pass
