@@ -42,6 +42,13 @@ class QuickstartResult:
 VAL_FILES = 4
 """Files the quickstart's val split holds at least (when the corpus has enough of them)."""
 
+SHORT_VAL_ADVICE = ("Give the quickstart more library files (a larger --max-files, or leave it out for the whole "
+                    "library), or a smaller --block-size.")
+"""The fix the trainer's warning names when the quickstart's val split is shorter than one window
+(gptforge.train.sources.ShardSource: its default names `gptforge prepare` options, which the
+quickstart does not take)."""
+
+
 def run_quickstart(out: Path, minutes: float = 10.0, vocab_size: int = 4096, preset: str = "qwen3-micro",
                    micro_batch_size: int = 16, block_size: int = 256, max_files: int | None = None,
                    workers: int = 0, steps: int | None = None, progress: bool = True,
@@ -198,11 +205,15 @@ def _plan_steps(model_cfg: ModelConfig, minutes: float, steps: int | None, micro
 
 def _train(run: RunConfig, data_dir: Path, run_dir: Path, progress: bool,
            log: Callable[[str], None]) -> tuple[int, float]:
-    """Step 2: train `run` on the shards; returns (the last step, wall-clock seconds of training)."""
+    """Step 2: train `run` on the shards; returns (the last step, wall-clock seconds of training).
+    A val split too short to evaluate is reported with the quickstart's own options (SHORT_VAL_ADVICE)."""
     from gptforge.train.run import train
+    from gptforge.train.sources import ShardSource
 
     t0 = time.perf_counter()
-    result = train(run, data_dir, run_dir, progress=progress, log=log)
+    source = ShardSource(data_dir, eval_steps=run.train.eval_steps, micro_batch_size=run.train.micro_batch_size,
+                         log=log, short_val_advice=SHORT_VAL_ADVICE)
+    result = train(run, data_dir, run_dir, progress=progress, log=log, data=source)
     return result.step, time.perf_counter() - t0
 
 

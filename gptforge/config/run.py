@@ -14,18 +14,27 @@ from gptforge.config.train import TrainConfig
 SECTIONS = {"model": ModelConfig, "train": TrainConfig, "parallel": ParallelConfig}
 
 
+def _first_word(option: str) -> str:
+    """An option name's first word: 'list' of 'list-gpus', 'train' of 'train.max_steps'."""
+    return re.split(r"[-._]", option, maxsplit=1)[0]
+
+
 def explain_unknown(message: str, sections: dict[str, type] = SECTIONS, options: list[str] | None = None) -> str:
     """Add a 'did you mean' hint to a jsonargparse error about an unknown option or key.
 
     options: the command's own option names without the leading `--` (its parser's, sections'
     dotted keys included), so a hint names only an option that command takes; default: the
-    dotted keys of `sections`."""
+    dotted keys of `sections`. The hint is the closest name by difflib's ratio, a close one with
+    the same first word preferred."""
     valid = options if options is not None else [f"{s}.{f.name}" for s, cls in sections.items() for f in fields(cls)]
     hints = []
-    for bad in re.findall(r"--([A-Za-z_][\w.]*)", message):
-        close = difflib.get_close_matches(bad, valid, n=1, cutoff=0.5)
+    # Whole option names, hyphens included (--list-models, not --list), no trailing '.' or '-'.
+    for bad in re.findall(r"--([A-Za-z_](?:[\w.-]*\w)?)", message):
+        close = difflib.get_close_matches(bad, valid, n=3, cutoff=0.5)
+        # A candidate with the same first word wins (--list-models: --list-gpus, not --model).
+        same = [c for c in close if _first_word(c) == _first_word(bad)]
         if close:
-            hints.append(f"unknown option --{bad}: did you mean --{close[0]}?")
+            hints.append(f"unknown option --{bad}: did you mean --{(same or close)[0]}?")
     m = re.search(r"Option '(\w+)\.(\w+)' is not accepted", message)
     if m and m.group(1) not in sections:
         close = difflib.get_close_matches(m.group(1), list(sections), n=1, cutoff=0.5)

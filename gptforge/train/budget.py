@@ -8,6 +8,7 @@ import numpy as np
 import torch
 
 from gptforge.config import ModelConfig, TrainConfig
+from gptforge.runtime.host_memory import keep_freed_memory
 
 
 def measure_step_seconds(model_cfg: ModelConfig, train_cfg: TrainConfig, repeats: int = 3,
@@ -16,7 +17,9 @@ def measure_step_seconds(model_cfg: ModelConfig, train_cfg: TrainConfig, repeats
     measured on random tokens with the same model, optimizer, batch and precision as the run, and
     compiled as the run compiles (`gptforge.train.parallel.parallelize.apply_compile`: the whole model
     when `whole`, per block otherwise) when `train_cfg.compile is True` (the warm-up step then
-    includes the compilation). train_cfg: pre-resolved (train.lr set:
+    includes the compilation). On a CPU it first sets glibc's allocator policy as the CPU run does
+    (`gptforge.runtime.host_memory.keep_freed_memory`, process-wide): without it every step
+    page-faults its buffers again and the figure overestimates the run's step. train_cfg: pre-resolved (train.lr set:
     gptforge.train.resolve.pre_resolve); ValueError otherwise (gptforge.train.optim.require_resolved)."""
     from gptforge.model.gpt import GPT
     from gptforge.runtime.device import pick_device, resolve_precision
@@ -25,6 +28,8 @@ def measure_step_seconds(model_cfg: ModelConfig, train_cfg: TrainConfig, repeats
 
     device = pick_device(train_cfg.device)
     precision = resolve_precision(train_cfg.precision, device)
+    if device.type == "cpu":
+        keep_freed_memory()  # as gptforge.train.run.train does before a CPU run's first step
     cfg = model_cfg.resolved()
     model = GPT(cfg).to(device)
     if train_cfg.compile is True:

@@ -19,6 +19,7 @@ from typing import Callable
 import torch
 
 from gptforge.config import ModelConfig, TrainConfig
+from gptforge.runtime.host_memory import keep_freed_memory
 
 AUTO_COMPILE_ENV = "GPTFORGE_AUTO_COMPILE"
 """Environment variable that pins what `train.compile auto` resolves to (true or false), skipping
@@ -72,7 +73,8 @@ def measure_compile(model_cfg: ModelConfig, train_cfg: TrainConfig, precision: s
     steps (the compiled one includes compilation, typically 5-30 s on a CPU, less from Inductor's
     on-disk cache) plus 2 * `steps` timed steps, fewer (at least 1 per side) where `steps` of them
     would take over PROBE_SECONDS per side. The compilation is not wasted: the run's own compile of
-    the same graphs hits the cache.
+    the same graphs hits the cache. On a CPU glibc's allocator policy is set first, as the CPU run
+    sets it (`gptforge.runtime.host_memory.keep_freed_memory`, process-wide and idempotent).
     train_cfg: pre-resolved (train.lr set: gptforge.train.resolve.pre_resolve); ValueError otherwise.
     """
     from gptforge.model.gpt import GPT
@@ -81,6 +83,8 @@ def measure_compile(model_cfg: ModelConfig, train_cfg: TrainConfig, precision: s
     from gptforge.train.step import forward_backward
 
     t_start = time.perf_counter()
+    if device.type == "cpu":
+        keep_freed_memory()  # as gptforge.train.run.train does before a CPU run's first step
     cfg = model_cfg.resolved()
     model = GPT(cfg).to(device)
     model.train()

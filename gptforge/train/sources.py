@@ -102,6 +102,12 @@ def with_document_mask(pairs: list, eos_id: int | None) -> list:
     return out
 
 
+SHORT_VAL_ADVICE = ("Prepare with a larger --val-fraction (a single big file is one document: split it with "
+                    "--doc-separator), or use a smaller model.block_size.")
+"""What a `gptforge pretrain` user can do about a val split shorter than one window (`gptforge prepare`'s
+options); a workflow that prepares the data itself passes its own (ShardSource's short_val_advice)."""
+
+
 class ShardSource:
     """A `gptforge prepare` shard folder: random training windows, fixed validation windows.
 
@@ -111,6 +117,8 @@ class ShardSource:
         eval_steps, micro_batch_size: validation uses eval_steps * micro_batch_size windows.
         tokenizer_json: the model's tokenizer; the shards must have been tokenized with it.
         log: where a warning about a missing validation split goes.
+        short_val_advice: the fix that warning names for a val split shorter than one window
+            (SHORT_VAL_ADVICE: `gptforge prepare`'s options, for data the user prepared).
 
     Raises:
         MissingInputError: no meta.json. InputError: shards of another tokenizer, or fewer
@@ -118,7 +126,8 @@ class ShardSource:
     """
 
     def __init__(self, data_dir: str | Path, seq_len: int | None = None, eval_steps: int = 20,
-                 micro_batch_size: int = 8, tokenizer_json: Path | None = None, log=None):
+                 micro_batch_size: int = 8, tokenizer_json: Path | None = None, log=None,
+                 short_val_advice: str = SHORT_VAL_ADVICE):
         from gptforge.data.shards import load_meta
         from gptforge.data.tokenizer import Tokenizer
 
@@ -132,6 +141,7 @@ class ShardSource:
                 )
         self.vocab_size = int(self.meta["vocab_size"])
         self.eval_steps, self.micro_batch_size, self.log = eval_steps, micro_batch_size, log
+        self.short_val_advice = short_val_advice
         tok = self.data_dir / "tokenizer.json"
         # With the model's own tokenizer given (fine-tuning), the run directory already holds it.
         self.tokenizer_file = tok if tok.exists() and tokenizer_json is None else None
@@ -166,8 +176,7 @@ class ShardSource:
             n_val = (val or {}).get("tokens", 0)
             self.log(f"WARNING: no validation: the val split of {self.data_dir} has {n_val:,} tokens, fewer than one "
                      f"window of block_size + 1 = {seq_len + 1}; evaluation, the best checkpoint and early stopping "
-                     "are off. Prepare with a larger --val-fraction (a single big file is one document: split it "
-                     "with --doc-separator), or use a smaller model.block_size.")
+                     f"are off. {self.short_val_advice}")
         self.seq_len = seq_len
         # meta.json always records eos_id (gptforge.data.shards.load_meta checks it).
         self.document_mask_eos = int(self.meta["eos_id"]) if tc.document_mask else None

@@ -77,3 +77,27 @@ def test_quickstart_refuses_bad_options_before_preparing_anything(tmp_path, caps
     assert rc not in (0, None)
     assert said in capsys.readouterr().err
     assert not out.exists()  # nothing prepared, no folder claimed
+
+
+def test_quickstart_short_val_warning_names_quickstart_options(tiny_shards, tmp_path, monkeypatch):
+    """The quickstart's trainer source names `gptforge quickstart` options, not `gptforge prepare` ones."""
+    import gptforge.train.run as run_module
+    from gptforge.config import ModelConfig, RunConfig, TrainConfig
+    from gptforge.quickstart import _train
+    from gptforge.train.mixture_source import open_source
+    from tests.train.test_short_val_advice import short_val_warning
+
+    lines: list[str] = []
+    handed = {}
+
+    def fake_train(cfg, data_dir, run_dir, progress=True, log=None, *, data=None, **kw):
+        # The source train() trains on: the one handed in, else the folder's own (as train() opens it).
+        handed["data"] = data or open_source(data_dir, cfg.train.eval_steps, cfg.train.micro_batch_size, log)
+        return type("Result", (), {"step": 0})()
+
+    monkeypatch.setattr(run_module, "train", fake_train)
+    run = RunConfig(model=ModelConfig(preset="qwen3-nano"), train=TrainConfig(micro_batch_size=1))
+    _train(run, tiny_shards, tmp_path / "run", False, lines.append)
+    warning = short_val_warning(handed["data"], lines)
+    assert "--max-files" in warning and "--block-size" in warning
+    assert "--val-fraction" not in warning and "--doc-separator" not in warning and "model.block_size" not in warning

@@ -71,6 +71,14 @@ def test_list_gpus(capsys):
         assert name in out
 
 
+@pytest.mark.parametrize("option", ["--list-models", "--list-gpu"])
+def test_an_unknown_list_option_is_quoted_whole(capsys, option):
+    """The hint quoted `--list` (the name cut at its first hyphen) and offered --model for --list-models."""
+    rc, _, err = run(capsys, option)
+    assert rc == 2 and f"unknown option {option}: did you mean --list-gpus?" in err
+    assert "unknown option --list:" not in err
+
+
 def test_errors_name_the_field(capsys):
     rc, _, err = run(capsys, "--model", "gpt2-small", "--train.micro_batch", "4")
     assert rc == 2 and "micro_batch_size" in err

@@ -36,6 +36,7 @@ import torch
 from gptforge.atomic import atomic_write_json
 from gptforge.config import ModelConfig, ParallelConfig, RunConfig, TrainConfig
 from gptforge.errors import InputError
+from gptforge.runtime.host_memory import keep_freed_memory
 
 HEAD_DIM = 16
 TOKEN_LADDER = (1, 2, 4)
@@ -122,11 +123,14 @@ def train_config(max_steps: int, options: dict) -> TrainConfig:
 def measure_step_seconds(mc: ModelConfig, tc: TrainConfig, device: torch.device, steps: int = 5) -> float:
     """Median wall seconds of one training step of `GPT(mc)` as the trainer runs it (its
     forward_backward, gradient clipping and optimizer from `build_optimizer`) on random tokens of
-    shape (tc.micro_batch_size, block_size), after two warm-up steps."""
+    shape (tc.micro_batch_size, block_size), after two warm-up steps. On a CPU glibc's allocator policy
+    is set first, as each run's training sets it (`gptforge.runtime.host_memory.keep_freed_memory`)."""
     from gptforge.model.gpt import GPT
     from gptforge.train.optim import build_optimizer
     from gptforge.train.step import forward_backward
 
+    if device.type == "cpu":
+        keep_freed_memory()  # as gptforge.train.run.train does before a CPU run's first step
     torch.manual_seed(0)
     model = GPT(mc.resolved()).to(device)
     opt = build_optimizer(model, tc, device.type)
