@@ -156,3 +156,33 @@ def test_generate_batch_through_uncompiled_static_steps_equals_eager(arch, monke
         eager = generate_batch(m, prompts, n, **kw)
         static = generate_batch(m, prompts, n, compile=True, **kw)
         assert [g.tokens for g in static] == [g.tokens for g in eager], (prompts, n, kw)
+
+
+def test_row_matvec_passes_eager_calls_through():
+    from gptforge.infer.static_decode import RowMatvec
+
+    x, w, b = torch.randn(1, 8), torch.randn(5, 8), torch.randn(5)
+    with RowMatvec():
+        y = torch.nn.functional.linear(x, w, b)
+    assert torch.equal(y, torch.nn.functional.linear(x, w, b))
+
+
+@needs_compiler
+@pytest.mark.parametrize("rows", [1, 2, 3])
+def test_row_matvec_traces_one_or_two_rows_as_a_reduction(rows):
+    from torch._inductor.utils import run_and_get_code
+
+    from gptforge.infer.static_decode import RowMatvec
+
+    torch._dynamo.reset()
+    x, w, b = torch.randn(rows, 1, 16), torch.randn(24, 16), torch.randn(24)
+
+    def f(x, w, b):
+        with RowMatvec():
+            return torch.nn.functional.linear(x, w, b)
+
+    y, (code, *_) = run_and_get_code(torch.compile(f, fullgraph=True, dynamic=False), x, w, b)
+    assert y.shape == (rows, 1, 24)
+    torch.testing.assert_close(y, torch.nn.functional.linear(x, w, b), rtol=1e-5, atol=1e-5)
+    calls_blas = "addmm" in code or "mm(" in code
+    assert calls_blas == (rows > 2), code[-1500:]
