@@ -213,6 +213,21 @@ def _logprob_entry(logp_row: torch.Tensor, token_id: int, n: int) -> TokenLogpro
     return TokenLogprob(token_id, float(logp_row[token_id]), top)
 
 
+def engine_context(model: GPT, max_batch_size: int, max_model_len: int | None) -> int:
+    """The positions per sequence of an engine over `model` (max_model_len, default its block_size).
+
+    Raises:
+        ValueError: max_model_len above the model's block_size, or max_batch_size < 1.
+    """
+    block = model.config.block_size
+    max_model_len = max_model_len or block
+    if max_model_len > block:
+        raise ValueError(f"max_model_len {max_model_len} exceeds the model's block_size {block}")
+    if max_batch_size < 1:
+        raise ValueError(f"max_batch_size must be >= 1, got {max_batch_size}")
+    return max_model_len
+
+
 def check_request(prompt: Sequence[int], params: SamplingParams, max_model_len: int) -> None:
     """Refuse a request no engine of context `max_model_len` (positions) can run.
 
@@ -245,12 +260,7 @@ class Engine:
 
     def __init__(self, model: GPT, decode: Callable[[list[int]], str], max_batch_size: int = 8,
                  max_model_len: int | None = None):
-        block = model.config.block_size
-        max_model_len = max_model_len or block
-        if max_model_len > block:
-            raise ValueError(f"max_model_len {max_model_len} exceeds the model's block_size {block}")
-        if max_batch_size < 1:
-            raise ValueError(f"max_batch_size must be >= 1, got {max_batch_size}")
+        max_model_len = engine_context(model, max_batch_size, max_model_len)
         self.model = model.eval()
         self.decode = decode
         self.max_batch_size = max_batch_size

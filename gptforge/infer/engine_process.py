@@ -35,7 +35,7 @@ from typing import Any
 import torch
 import torch.multiprocessing as mp
 
-from gptforge.infer.engine import Engine, EngineStats, Event, Request, SamplingParams, check_request
+from gptforge.infer.engine import Engine, EngineStats, Event, Request, SamplingParams, check_request, engine_context
 from gptforge.model.gpt import GPT
 
 log = logging.getLogger(__name__)
@@ -73,12 +73,7 @@ class EngineProcess:
 
     def __init__(self, model: GPT, tokenizer_file: str | Path, max_batch_size: int = 8,
                  max_model_len: int | None = None, threads: int | None = None):
-        block = model.config.block_size
-        max_model_len = max_model_len or block
-        if max_model_len > block:
-            raise ValueError(f"max_model_len {max_model_len} exceeds the model's block_size {block}")
-        if max_batch_size < 1:
-            raise ValueError(f"max_batch_size must be >= 1, got {max_batch_size}")
+        max_model_len = engine_context(model, max_batch_size, max_model_len)
         self.model = model.eval()
         self.tokenizer_file = str(tokenizer_file)
         self.max_batch_size, self.max_model_len = max_batch_size, max_model_len
