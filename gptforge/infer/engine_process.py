@@ -13,7 +13,8 @@ log-probabilities run beside the model, as in process. Messages:
 
 - parent -> child: ("submit", id, prompt, params), ("cancel", id), ("pause",), ("resume",), ("stop",)
 - child -> parent: ("ready",) once the engine runs; ("events", [(id, Event), ...], EngineStats,
-  child CPU seconds) once per step that produced events; ("stopped", EngineStats, CPU seconds) last.
+  child CPU seconds) once per step that produced events; ("alive", EngineStats, CPU seconds) after
+  HEARTBEAT_S without another message; ("stopped", EngineStats, CPU seconds) last.
 
 The child ignores SIGINT and SIGTERM (a Ctrl-C or a `kill` of the process group reaches the parent,
 which drains and then stops the child) and stops by itself when the parent's end of the pipe
@@ -42,6 +43,12 @@ log = logging.getLogger(__name__)
 
 START_TIMEOUT_S = 120.0
 """Seconds `start` waits for the child to import torch, map the weights and report ready."""
+HEARTBEAT_S = 1.0
+"""The child's reader thread sends ("alive", ...) after this many seconds without a message."""
+STALL_S = 10.0
+"""A child that has sent nothing for this long (stopped, or hung outside its engine thread) is not
+`alive`: /health answers 503 and submissions are refused. A long engine step does not count: the
+heartbeat comes from another thread of the child."""
 
 
 class RemoteRequest:
@@ -90,6 +97,7 @@ class EngineProcess:
         self._reader: threading.Thread | None = None
         self._ready = threading.Event()
         self._dead: str | None = None
+        self._last_seen = time.monotonic()  # of the child's last message
 
     # ---- lifecycle ----------------------------------------------------------------------------
 
@@ -115,6 +123,7 @@ class EngineProcess:
         finally:
             child_end.close()
         self._dead = None
+        self._last_seen = time.monotonic()
         self._reader = threading.Thread(target=self._read, name="gptforge-engine-reader", daemon=True)
         self._reader.start()
         if not self._ready.wait(START_TIMEOUT_S) or self._dead:
@@ -143,8 +152,21 @@ class EngineProcess:
 
     @property
     def alive(self) -> bool:
-        """Whether the child runs and answers."""
-        return self._proc is not None and self._dead is None and self._proc.is_alive()
+        """Whether the child runs and has answered within STALL_S seconds."""
+        return self.down_reason() is None
+
+    def down_reason(self) -> str | None:
+        """Why the engine process cannot take work (not started, exited, silent), or None."""
+        if self._proc is None:
+            return "the engine process is not running"
+        if self._dead is not None:
+            return self._dead
+        if not self._proc.is_alive():
+            return f"the engine process exited with code {self._proc.exitcode}"
+        silent = time.monotonic() - self._last_seen
+        if silent > STALL_S:
+            return f"the engine process has not answered for {silent:.0f} s"
+        return None
 
     # ---- requests -----------------------------------------------------------------------------
 
@@ -158,8 +180,9 @@ class EngineProcess:
         check_request(prompt, params, self.max_model_len)
         req = RemoteRequest(next(self._ids), len(prompt), on_event)
         with self._lock:
-            if not self.alive:
-                raise RuntimeError(f"the engine process is not running{': ' + self._dead if self._dead else ''}")
+            why = self.down_reason()
+            if why is not None:
+                raise RuntimeError(why)
             self._requests[req.rid] = req
             self._conn.send(("submit", req.rid, list(prompt), params))
         return req
@@ -208,12 +231,15 @@ class EngineProcess:
         try:
             while True:
                 msg = conn.recv()
+                self._last_seen = time.monotonic()
                 if msg[0] == "events":
                     self._deliver(msg[1])
                     self.stats, self.child_cpu_seconds = msg[2], msg[3]
                     self._run_hooks()
                 elif msg[0] == "ready":
                     self._ready.set()
+                elif msg[0] == "alive":
+                    self.stats, self.child_cpu_seconds = msg[1], msg[2]
                 elif msg[0] == "stopped":
                     self.stats, self.child_cpu_seconds = msg[1], msg[2]
                     return
@@ -255,6 +281,7 @@ def _child_main(conn, model: GPT, tokenizer_file: str, max_batch_size: int, max_
     """The child: an Engine in a thread, this thread reading the parent's messages."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    _name_process(b"gptforge-engine")
     torch.set_num_threads(threads)
     from gptforge.data.tokenizer import Tokenizer
     engine = Engine(model, Tokenizer.from_file(tokenizer_file).decode, max_batch_size, max_model_len)
@@ -267,8 +294,14 @@ def _child_main(conn, model: GPT, tokenizer_file: str, max_batch_size: int, max_
             return
         batch = pending[:]
         pending.clear()
-        with send_lock:
-            conn.send(("events", batch, engine.stats, time.process_time()))
+        _send_quietly(("events", batch, engine.stats, time.process_time()))
+
+    def _send_quietly(msg) -> None:
+        try:
+            with send_lock:
+                conn.send(msg)
+        except OSError:  # the parent has gone: the reader sees the pipe's end and stops the engine
+            pass
 
     def sink(rid: int):
         def on_event(ev: Event) -> None:
@@ -284,6 +317,9 @@ def _child_main(conn, model: GPT, tokenizer_file: str, max_batch_size: int, max_
         conn.send(("ready",))
     try:
         while True:
+            if not conn.poll(HEARTBEAT_S):
+                _send_quietly(("alive", engine.stats, time.process_time()))
+                continue
             msg = conn.recv()
             kind = msg[0]
             if kind == "submit":
@@ -304,8 +340,15 @@ def _child_main(conn, model: GPT, tokenizer_file: str, max_batch_size: int, max_
         pass
     engine.stop()
     flush()
+    _send_quietly(("stopped", engine.stats, time.process_time()))
+
+
+def _name_process(name: bytes) -> None:
+    """Set the kernel's name of this process (what `pgrep NAME` and `ps -o comm` show; Linux only,
+    at most 15 bytes)."""
     try:
-        with send_lock:
-            conn.send(("stopped", engine.stats, time.process_time()))
-    except (OSError, EOFError):
+        import ctypes
+
+        ctypes.CDLL(None).prctl(15, name[:15], 0, 0, 0)  # PR_SET_NAME
+    except (OSError, AttributeError):  # not Linux / no prctl: the name stays python
         pass

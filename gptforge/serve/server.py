@@ -73,6 +73,8 @@ class Metrics:
             lambda: engine.num_waiting)
         Gauge("gptforge_running_sequences", "Sequences being decoded", registry=r).set_function(
             lambda: engine.num_running)
+        Gauge("gptforge_engine_up", "1 while the engine runs and answers, else 0 (see /health)",
+              registry=r).set_function(lambda: float(engine.alive))
         buckets = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30)
         self.ttft = Histogram("gptforge_time_to_first_token_seconds", "Time from request to its first token",
                               buckets=buckets, registry=r)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import signal
+import subprocess
 import threading
 import time
 
@@ -124,6 +125,9 @@ def test_the_server_over_an_engine_process_and_a_child_that_dies(trained, tokeni
         engine = srv.app.state.server.engine
         assert isinstance(engine, EngineProcess) and engine.alive
         assert httpx.get(srv.url + "/health", timeout=30).status_code == 200
+        assert "gptforge_engine_up 1.0" in httpx.get(srv.url + "/metrics", timeout=30).text
+        assert subprocess.run(["pgrep", "-P", str(os.getpid()), "gptforge-engine"], capture_output=True,
+                              text=True).stdout.split().count(str(engine._proc.pid)) == 1
         r = _post(srv, body)
         assert r.status_code == 200, r.text
         # the same text as the in-process server of the other tests
@@ -147,5 +151,36 @@ def test_the_server_over_an_engine_process_and_a_child_that_dies(trained, tokeni
         t.join(30)
         assert result["r"].status_code == 500 and "engine process exited" in result["r"].json()["error"]["message"]
         assert httpx.get(srv.url + "/health", timeout=30).status_code == 503
+        assert "gptforge_engine_up 0.0" in httpx.get(srv.url + "/metrics", timeout=30).text
         r = _post(srv, body)
         assert r.status_code == 503 and r.json()["error"]["code"] == "engine_down"
+        assert r.json()["error"]["message"] == "the engine is not running: the engine process exited with code -9"
+
+
+def test_a_stopped_child_is_not_alive_and_an_idle_one_stays_alive(trained, tokenizer_file, monkeypatch):
+    from gptforge.infer import engine_process
+
+    monkeypatch.setattr(engine_process, "STALL_S", 3.0)
+    model, _tok = trained
+    eng = EngineProcess(model, tokenizer_file, max_batch_size=1, max_model_len=64)
+    eng.start()
+    try:
+        time.sleep(4.5)  # idle past STALL_S: the child's heartbeats keep it alive
+        assert eng.alive
+        os.kill(eng._proc.pid, signal.SIGSTOP)
+        deadline = time.time() + 15
+        while eng.alive:
+            assert time.time() < deadline, "a stopped child still counts as alive"
+            time.sleep(0.1)
+        assert "has not answered for" in eng.down_reason()
+        with pytest.raises(RuntimeError, match="has not answered"):
+            eng.submit([1, 2], SamplingParams(max_tokens=2), lambda ev: None)
+        os.kill(eng._proc.pid, signal.SIGCONT)
+        while not eng.alive:
+            assert time.time() < deadline + 10, "the resumed child did not answer again"
+            time.sleep(0.1)
+        got = Collector(1)
+        eng.submit([1, 2], SamplingParams(max_tokens=2, temperature=0), got.sink(0))
+        got.wait()
+    finally:
+        eng.stop()
