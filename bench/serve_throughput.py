@@ -335,8 +335,9 @@ def tables(rows: list[dict], args) -> str:
         t2.append(f"| {r['preset']} | {eager:.0f} / {comp or 0:.0f} tok/s | "
                   + " | ".join(_ratio(ours, r["runtimes"][n]) for n in names) + " |")
     w = f"{args.clients}x{args.per_client}"
+    where = ", engine process" if args.engine_process else ""
     t3 = ["| model | engine 1 stream | engine 8 streams | 8 / 1 | transformers batch 8 | "
-          f"in-process {w} (before / after) | HTTP {w} streams | HTTP / in-process (every round) | TTFT p50 / p99 | "
+          f"in-process {w} (before / after) | HTTP {w} streams{where} | HTTP / in-process (every round) | TTFT p50 / p99 | "
           "load generator CPU | server process CPU | HTTP wall | in-process CPU / HTTP server CPU (every round) |",
           "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     t4 = ["| model | run | engine busy | engine thread CPU | rest of the server process CPU | ms per decode pass "
