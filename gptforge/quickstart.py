@@ -48,6 +48,14 @@ SHORT_VAL_ADVICE = ("Give the quickstart more library files (a larger --max-file
 (gptforge.train.sources.ShardSource: its default names `gptforge prepare` options, which the
 quickstart does not take)."""
 
+FEW_FILES_ADVICE = ("give the quickstart more library files (a larger --max-files, or leave it out for the whole "
+                    "library; each file is one document), for a split by document")
+"""The fix prepare's warning names when the quickstart's corpus has too few files for a split by document
+(gptforge.data.prepare.prepare: its default names `gptforge prepare`'s --doc-separator)."""
+
+EVAL_STEPS = 8
+"""Validation batches of --micro-batch-size windows at each of the quickstart's evaluations."""
+
 
 def run_quickstart(out: Path, minutes: float = 10.0, vocab_size: int = 4096, preset: str = "qwen3-micro",
                    micro_batch_size: int = 16, block_size: int = 256, max_files: int | None = None,
@@ -162,7 +170,7 @@ def _prepare_corpus(data_dir: Path, files: list[Path], vocab_size: int, workers:
         val_fraction = min(0.2, max(0.02, VAL_FILES / len(files)))
         prepare(PrepareConfig(inputs=inputs, out=str(data_dir), vocab_size=vocab_size,
                               val_fraction=val_fraction, seed=1337, workers=workers, overwrite=True, recipe="code"),
-                show_progress=progress)
+                show_progress=progress, few_documents_advice=FEW_FILES_ADVICE)
     return load_meta(data_dir)
 
 
@@ -196,7 +204,7 @@ def _plan_steps(model_cfg: ModelConfig, minutes: float, steps: int | None, micro
     # lr, min_lr, warmup and muon_lr unset: the size-aware defaults (printed at the start of training).
     tc = TrainConfig(max_steps=max_steps, micro_batch_size=micro_batch_size, optimizer=optimizer,
                      weight_decay=0.1, eval_interval=max(10, max_steps // 10),
-                     eval_steps=8, checkpoint_interval=max(50, max_steps // 4), seed=1337, num_threads=threads)
+                     eval_steps=EVAL_STEPS, checkpoint_interval=max(50, max_steps // 4), seed=1337, num_threads=threads)
     log(f"[2/4] training {model_cfg.preset} with {optimizer} (block_size {model_cfg.block_size}, "
         f"batch {micro_batch_size}) for {max_steps} steps: "
         f"{step_s:.3f} s/step measured with {threads} thread(s), about {max_steps * step_s / 60:.1f} min")
@@ -206,13 +214,15 @@ def _plan_steps(model_cfg: ModelConfig, minutes: float, steps: int | None, micro
 def _train(run: RunConfig, data_dir: Path, run_dir: Path, progress: bool,
            log: Callable[[str], None]) -> tuple[int, float]:
     """Step 2: train `run` on the shards; returns (the last step, wall-clock seconds of training).
-    A val split too short to evaluate is reported with the quickstart's own options (SHORT_VAL_ADVICE)."""
+    A val split too short to evaluate is reported with the quickstart's own options (SHORT_VAL_ADVICE),
+    as is one holding fewer windows than asked."""
     from gptforge.train.run import train
     from gptforge.train.sources import ShardSource
 
     t0 = time.perf_counter()
     source = ShardSource(data_dir, eval_steps=run.train.eval_steps, micro_batch_size=run.train.micro_batch_size,
-                         log=log, short_val_advice=SHORT_VAL_ADVICE)
+                         log=log, short_val_advice=SHORT_VAL_ADVICE,
+                         eval_windows_origin=f"{run.train.eval_steps} evaluation batches x --micro-batch-size")
     result = train(run, data_dir, run_dir, progress=progress, log=log, data=source)
     return result.step, time.perf_counter() - t0
 

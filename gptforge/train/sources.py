@@ -107,6 +107,10 @@ SHORT_VAL_ADVICE = ("Prepare with a larger --val-fraction (a single big file is 
 """What a `gptforge pretrain` user can do about a val split shorter than one window (`gptforge prepare`'s
 options); a workflow that prepares the data itself passes its own (ShardSource's short_val_advice)."""
 
+EVAL_WINDOWS_ORIGIN = "train.eval_steps x micro_batch_size"
+"""Where the number of validation windows asked comes from, as a `gptforge pretrain` user sets it;
+a workflow with its own options passes its own wording (ShardSource's eval_windows_origin)."""
+
 
 class ShardSource:
     """A `gptforge prepare` shard folder: random training windows, fixed validation windows.
@@ -119,6 +123,8 @@ class ShardSource:
         log: where a warning about a missing validation split goes.
         short_val_advice: the fix that warning names for a val split shorter than one window
             (SHORT_VAL_ADVICE: `gptforge prepare`'s options, for data the user prepared).
+        eval_windows_origin: what sets the validation windows asked, in the note about a val split
+            holding fewer (EVAL_WINDOWS_ORIGIN: the training config's fields).
 
     Raises:
         MissingInputError: no meta.json. InputError: shards of another tokenizer, or fewer
@@ -127,7 +133,7 @@ class ShardSource:
 
     def __init__(self, data_dir: str | Path, seq_len: int | None = None, eval_steps: int = 20,
                  micro_batch_size: int = 8, tokenizer_json: Path | None = None, log=None,
-                 short_val_advice: str = SHORT_VAL_ADVICE):
+                 short_val_advice: str = SHORT_VAL_ADVICE, eval_windows_origin: str = EVAL_WINDOWS_ORIGIN):
         from gptforge.data.shards import load_meta
         from gptforge.data.tokenizer import Tokenizer
 
@@ -141,7 +147,7 @@ class ShardSource:
                 )
         self.vocab_size = int(self.meta["vocab_size"])
         self.eval_steps, self.micro_batch_size, self.log = eval_steps, micro_batch_size, log
-        self.short_val_advice = short_val_advice
+        self.short_val_advice, self.eval_windows_origin = short_val_advice, eval_windows_origin
         tok = self.data_dir / "tokenizer.json"
         # With the model's own tokenizer given (fine-tuning), the run directory already holds it.
         self.tokenizer_file = tok if tok.exists() and tokenizer_json is None else None
@@ -169,8 +175,8 @@ class ShardSource:
             self.val_offsets = eval_windows(self.val_stream, seq_len, asked)
             if len(self.val_offsets) < asked and self.log is not None:
                 self.log(f"validation: the val split of {self.data_dir} holds {len(self.val_offsets)} windows of "
-                         f"{seq_len + 1} tokens, fewer than the {asked} asked (train.eval_steps x "
-                         "micro_batch_size): each is scored once")
+                         f"{seq_len + 1} tokens, fewer than the {asked} asked ({self.eval_windows_origin}): "
+                         "each is scored once")
         self.has_val = self.val_stream is not None
         if tc.eval_interval > 0 and not self.has_val and self.log is not None:
             n_val = (val or {}).get("tokens", 0)

@@ -101,3 +101,46 @@ def test_quickstart_short_val_warning_names_quickstart_options(tiny_shards, tmp_
     warning = short_val_warning(handed["data"], lines)
     assert "--max-files" in warning and "--block-size" in warning
     assert "--val-fraction" not in warning and "--doc-separator" not in warning and "model.block_size" not in warning
+
+
+def _handed_source(tiny_shards, tmp_path, monkeypatch, run, lines):
+    """The ShardSource the quickstart's `_train` hands to train() (train() itself stubbed out)."""
+    import gptforge.train.run as run_module
+    from gptforge.quickstart import _train
+
+    handed = {}
+
+    def fake_train(cfg, data_dir, run_dir, progress=True, log=None, *, data=None, **kw):
+        handed["data"] = data
+        return type("Result", (), {"step": 0})()
+
+    monkeypatch.setattr(run_module, "train", fake_train)
+    _train(run, tiny_shards, tmp_path / "run", False, lines.append)
+    return handed["data"]
+
+
+def test_quickstart_few_val_windows_note_names_no_train_fields(tiny_shards, tmp_path, monkeypatch):
+    """`quickstart --max-files 30` said "fewer than the 128 asked (train.eval_steps x micro_batch_size)"."""
+    from gptforge.config import ModelConfig, RunConfig, TrainConfig
+
+    lines: list[str] = []
+    run = RunConfig(model=ModelConfig(preset="qwen3-nano"), train=TrainConfig(micro_batch_size=16, eval_steps=8))
+    source = _handed_source(tiny_shards, tmp_path, monkeypatch, run, lines)
+    window = int(source.meta["splits"]["val"]["tokens"]) // 4  # a few val windows, far fewer than 128
+    try:
+        source.batches(window, TrainConfig(micro_batch_size=1, eval_interval=1), 0, 1)
+    finally:
+        source.close()
+    (note,) = [m for m in lines if "asked" in m]
+    assert "fewer than the 128 asked" in note and "--micro-batch-size" in note
+    assert "train.eval_steps" not in note and "micro_batch_size" not in note
+
+
+def test_quickstart_one_file_split_warning_names_max_files(tmp_path, caplog):
+    """`quickstart --max-files 1` advised prepare's --doc-separator for a split by document."""
+    from gptforge.quickstart import _library_files, _prepare_corpus
+
+    with caplog.at_level("WARNING", logger="gptforge.data"):
+        _prepare_corpus(tmp_path / "data", _library_files(1), 300, 1, False, lambda _: None)
+    assert "split by position" in caplog.text and "--max-files" in caplog.text
+    assert "--doc-separator" not in caplog.text
