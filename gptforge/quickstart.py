@@ -48,6 +48,18 @@ SHORT_VAL_ADVICE = ("Give the quickstart more library files (a larger --max-file
 (gptforge.train.sources.ShardSource: its default names `gptforge prepare` options, which the
 quickstart does not take)."""
 
+SHORT_TRAIN_ADVICE = ("give the quickstart more library files (a larger --max-files, or leave it out for the whole "
+                      "library), or a smaller --block-size")
+"""The fix the error names when the quickstart's train split is shorter than one window."""
+
+FEW_FILES_ADVICE = ("give the quickstart more library files (a larger --max-files, or leave it out for the whole "
+                    "library; each file is one document), for a split by document")
+"""The fix prepare's warning names when the quickstart's corpus has too few files for a split by document
+(gptforge.data.prepare.prepare: its default names `gptforge prepare`'s --doc-separator)."""
+
+EVAL_STEPS = 8
+"""Validation batches of --micro-batch-size windows at each of the quickstart's evaluations."""
+
 
 def run_quickstart(out: Path, minutes: float = 10.0, vocab_size: int = 4096, preset: str = "qwen3-micro",
                    micro_batch_size: int = 16, block_size: int = 256, max_files: int | None = None,
@@ -73,7 +85,8 @@ def run_quickstart(out: Path, minutes: float = 10.0, vocab_size: int = 4096, pre
 
     Raises:
         FileNotFoundError: this Python ships no standard-library sources.
-        InputError: `out/run` or `out/data` exists but was not written by a quickstart.
+        InputError: `out/run` or `out/data` exists but was not written by a quickstart, or the
+            prepared train split holds fewer tokens than one window (block_size + 1).
         ValueError: an unknown preset or a bad shape (before anything is prepared).
     """
     from gptforge.runtime.checkpoint import find_checkpoint
@@ -85,11 +98,13 @@ def run_quickstart(out: Path, minutes: float = 10.0, vocab_size: int = 4096, pre
     _claim_folder(out, log)
     meta = _prepare_corpus(data_dir, _library_files(max_files), vocab_size, workers, progress, log)
     model_cfg = ModelConfig(preset=preset, block_size=block_size, vocab_size=meta["vocab_size"])
+    source = _open_source(data_dir, micro_batch_size, log)
+    source.check_window(block_size)  # before any step is timed on a shape the data cannot fill
     tc = _plan_steps(model_cfg, minutes, steps, micro_batch_size, optimizer, log)
     if run_dir.exists():  # the quickstart's own folder (`_claim_folder` checked): a rerun starts a fresh run
         log(f"      deleting the previous quickstart run in {run_dir} (its trained model and metrics)")
         shutil.rmtree(run_dir)
-    step, train_seconds = _train(RunConfig(model=model_cfg, train=tc), data_dir, run_dir, progress, log)
+    step, train_seconds = _train(RunConfig(model=model_cfg, train=tc), source, run_dir, progress, log)
 
     log("[3/4] evaluating on the whole val split")
     model, ckpt, _doc, tok_path = load_for_inference(run_dir, "cpu")
@@ -162,7 +177,7 @@ def _prepare_corpus(data_dir: Path, files: list[Path], vocab_size: int, workers:
         val_fraction = min(0.2, max(0.02, VAL_FILES / len(files)))
         prepare(PrepareConfig(inputs=inputs, out=str(data_dir), vocab_size=vocab_size,
                               val_fraction=val_fraction, seed=1337, workers=workers, overwrite=True, recipe="code"),
-                show_progress=progress)
+                show_progress=progress, few_documents_advice=FEW_FILES_ADVICE)
     return load_meta(data_dir)
 
 
@@ -181,39 +196,56 @@ def _fastest_threads(model_cfg: ModelConfig, probe: TrainConfig) -> tuple[int, f
     return threads, timings[threads]
 
 
+THREADS_PROBE_MIN_STEPS = 100
+"""With --steps, the fewest steps for which the threads probe still runs (`_fastest_threads`: about 8
+steps' time, under a tenth of the training from here on); a shorter run keeps torch's threads untimed."""
+
+
 def _plan_steps(model_cfg: ModelConfig, minutes: float, steps: int | None, micro_batch_size: int,
                 optimizer: OptimizerName, log: Callable[[str], None]) -> TrainConfig:
     """Step 2's plan: the training config whose step count (`steps`, or as many as a measured step
-    time fits in `minutes`) lets the learning-rate schedule finish inside the budget."""
+    time fits in `minutes`) lets the learning-rate schedule finish inside the budget. With `steps`
+    nothing needs the step time: the threads probe runs only for THREADS_PROBE_MIN_STEPS steps or more."""
     from gptforge.train.budget import steps_for_minutes
     from gptforge.train.optim import resolve_lr_defaults
 
-    # The timing probe's optimizer runs at the run's own size-aware lr (the lr does not change the timing).
-    probe = resolve_lr_defaults(model_cfg, TrainConfig(micro_batch_size=micro_batch_size, optimizer=optimizer))
-    threads, step_s = _fastest_threads(model_cfg, probe)
-    # Evaluations take ~10% of the budget; the rest is optimizer steps.
-    max_steps = steps or steps_for_minutes(minutes, step_s)
+    step_s: float | None = None
+    if steps is not None and steps < THREADS_PROBE_MIN_STEPS:
+        threads, max_steps = torch.get_num_threads(), steps
+    else:
+        # The timing probe's optimizer runs at the run's own size-aware lr (the lr does not change the timing).
+        probe = resolve_lr_defaults(model_cfg, TrainConfig(micro_batch_size=micro_batch_size, optimizer=optimizer))
+        threads, step_s = _fastest_threads(model_cfg, probe)
+        # Evaluations take ~10% of the budget; the rest is optimizer steps.
+        max_steps = steps or steps_for_minutes(minutes, step_s)
     # lr, min_lr, warmup and muon_lr unset: the size-aware defaults (printed at the start of training).
     tc = TrainConfig(max_steps=max_steps, micro_batch_size=micro_batch_size, optimizer=optimizer,
                      weight_decay=0.1, eval_interval=max(10, max_steps // 10),
-                     eval_steps=8, checkpoint_interval=max(50, max_steps // 4), seed=1337, num_threads=threads)
+                     eval_steps=EVAL_STEPS, checkpoint_interval=max(50, max_steps // 4), seed=1337, num_threads=threads)
+    timing = (f"{step_s:.3f} s/step measured with {threads} thread(s), about {max_steps * step_s / 60:.1f} min"
+              if step_s is not None else f"{threads} thread(s), no timing probe for a short --steps run")
     log(f"[2/4] training {model_cfg.preset} with {optimizer} (block_size {model_cfg.block_size}, "
-        f"batch {micro_batch_size}) for {max_steps} steps: "
-        f"{step_s:.3f} s/step measured with {threads} thread(s), about {max_steps * step_s / 60:.1f} min")
+        f"batch {micro_batch_size}) for {max_steps} steps: {timing}")
     return tc
 
 
-def _train(run: RunConfig, data_dir: Path, run_dir: Path, progress: bool,
-           log: Callable[[str], None]) -> tuple[int, float]:
-    """Step 2: train `run` on the shards; returns (the last step, wall-clock seconds of training).
-    A val split too short to evaluate is reported with the quickstart's own options (SHORT_VAL_ADVICE)."""
-    from gptforge.train.run import train
+def _open_source(data_dir: Path, micro_batch_size: int, log: Callable[[str], None]):
+    """The trainer's source on the quickstart's shards (gptforge.train.sources.ShardSource): its messages
+    about a split shorter than one window, or a val split holding fewer windows than asked, name the
+    quickstart's own options (SHORT_VAL_ADVICE, SHORT_TRAIN_ADVICE), not `gptforge prepare`'s."""
     from gptforge.train.sources import ShardSource
 
+    return ShardSource(data_dir, eval_steps=EVAL_STEPS, micro_batch_size=micro_batch_size, log=log,
+                       short_val_advice=SHORT_VAL_ADVICE, short_train_advice=SHORT_TRAIN_ADVICE,
+                       eval_windows_origin=f"{EVAL_STEPS} evaluation batches x --micro-batch-size")
+
+
+def _train(run: RunConfig, source, run_dir: Path, progress: bool, log: Callable[[str], None]) -> tuple[int, float]:
+    """Step 2: train `run` on `source` (`_open_source`); returns (the last step, wall-clock seconds of training)."""
+    from gptforge.train.run import train
+
     t0 = time.perf_counter()
-    source = ShardSource(data_dir, eval_steps=run.train.eval_steps, micro_batch_size=run.train.micro_batch_size,
-                         log=log, short_val_advice=SHORT_VAL_ADVICE)
-    result = train(run, data_dir, run_dir, progress=progress, log=log, data=source)
+    result = train(run, source.data_dir, run_dir, progress=progress, log=log, data=source)
     return result.step, time.perf_counter() - t0
 
 

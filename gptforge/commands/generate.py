@@ -59,7 +59,12 @@ def main(argv: list[str]) -> int:
     from gptforge.runtime.device import pick_device
     from gptforge.runtime.loading import load_for_inference
 
-    device = pick_device(args.device)
+    if args.compile and args.no_cache:  # generate() refuses it too, in its Python arguments' names
+        from gptforge.errors import InputError
+
+        raise InputError("--compile needs the KV cache (it compiles the cached decode step): drop --no-cache "
+                         "or --compile")
+    device = pick_device(args.device, "--device")
     model, ckpt, _doc, tok_path = load_for_inference(args.model, device, "best" if args.best else "latest")
     if tok_path is None:
         raise FileNotFoundError(f"no tokenizer.json found beside {ckpt} or its run directory")

@@ -48,6 +48,7 @@ from gptforge.data.phases.curate import auto_shard_bytes, plan_shards, run_curat
 from gptforge.data.phases.encode import encode_documents, language_rates, run_encode
 from gptforge.data.phases.pool import WorkerPool, default_workers
 from gptforge.data.phases.split import (
+    FEW_DOCUMENTS_ADVICE,
     EmptyCorpusError,
     SplitRule,
     assign_split,
@@ -228,8 +229,13 @@ def work_fingerprint(cfg: PrepareConfig, files: list[Path], curate_options: dict
     return fingerprint_of(files, options)
 
 
-def prepare(cfg: PrepareConfig, show_progress: bool = True) -> PrepareResult:
+def prepare(cfg: PrepareConfig, show_progress: bool = True,
+            few_documents_advice: str = FEW_DOCUMENTS_ADVICE) -> PrepareResult:
     """Run the whole prepare pipeline (see module docstring) and write the shard folder.
+
+    `few_documents_advice`: the fix the warning names when the corpus has too few documents for
+    a split by document (FEW_DOCUMENTS_ADVICE: `gptforge prepare`'s options); a workflow that
+    prepares its own corpus (the quickstart) passes one that names its own options.
 
     Raises:
         FileNotFoundError: an input path, recipe or --tokenizer file does not exist.
@@ -247,7 +253,7 @@ def prepare(cfg: PrepareConfig, show_progress: bool = True) -> PrepareResult:
     out_dir = Path(cfg.out)
     check_not_inside(out_dir, [*cfg.inputs, *([cfg.tokenizer] if cfg.tokenizer else [])])
     with FolderLock(out_dir, command="gptforge prepare"):
-        return _prepare_locked(cfg, out_dir, show_progress, t0)
+        return _prepare_locked(cfg, out_dir, show_progress, t0, few_documents_advice)
 
 
 def _remove_leftovers(out_dir: Path) -> None:
@@ -354,7 +360,8 @@ def plan_output(cfg: PrepareConfig, out_dir: Path, t0: float) -> _Plan | Prepare
     return _Plan(cfg, out_dir, files, recipe_dict, recipe, shards, work, reused, fingerprint_sha)
 
 
-def _prepare_locked(cfg: PrepareConfig, out_dir: Path, show_progress: bool, t0: float) -> PrepareResult:
+def _prepare_locked(cfg: PrepareConfig, out_dir: Path, show_progress: bool, t0: float,
+                    few_documents_advice: str = FEW_DOCUMENTS_ADVICE) -> PrepareResult:
     """`prepare` once the output folder's lock is held: cleans up after itself on every exit."""
     from gptforge.progress import Phases
 
@@ -366,7 +373,7 @@ def _prepare_locked(cfg: PrepareConfig, out_dir: Path, show_progress: bool, t0: 
         timings: dict[str, float] = {}
         progress = Phases(enabled=show_progress, transient=False, unit="shards")
         with progress, _executor(cfg, out_dir, plan.work, plan.files) as pool:
-            curated, splits = curate_and_split(plan, pool, progress, timings)
+            curated, splits = curate_and_split(plan, pool, progress, timings, few_documents_advice)
             mask_step = plan.recipe.mask_step.name if plan.recipe.mask_step is not None else None
             tokenizer, tok_path = run_tokenizer(tokenizer, plan.work, curated.masks, splits, mask_step, cfg.vocab_size,
                                                 cfg.min_frequency, cfg.tokenizer_train_bytes, pool, timings)
@@ -382,8 +389,9 @@ def _prepare_locked(cfg: PrepareConfig, out_dir: Path, show_progress: bool, t0: 
     return result
 
 
-def curate_and_split(plan: _Plan, pool, progress, timings: dict[str, float]):
-    """Phases 1 and 2 of one output: (curated (phases.curate), Splits)."""
+def curate_and_split(plan: _Plan, pool, progress, timings: dict[str, float],
+                     few_documents_advice: str = FEW_DOCUMENTS_ADVICE):
+    """Phases 1 and 2 of one output: (curated (phases.curate), Splits); `few_documents_advice` as `prepare`."""
     cfg, work = plan.cfg, plan.work
     if plan.reused:
         log.info(f"resuming from {work.root}")
@@ -393,7 +401,7 @@ def curate_and_split(plan: _Plan, pool, progress, timings: dict[str, float]):
     curated = run_curate(plan.recipe, tasks, work, pool, progress, timings)
     warn_heavy_steps(curated.steps)
     splits = run_split(cfg.split_rule(), work, curated.masks, plan.files, curated.read, curated.normalize,
-                       curated.steps, cfg.doc_separator)
+                       curated.steps, cfg.doc_separator, few_documents_advice)
     return curated, splits
 
 

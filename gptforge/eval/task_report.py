@@ -18,7 +18,7 @@ def _model_and_tokenizer(model: str, device: str, best: bool):
     from gptforge.data.tokenizer import Tokenizer
     from gptforge.runtime.device import pick_device
 
-    dev = pick_device(device)
+    dev = pick_device(device, "--device")
     net, ckpt, _doc, tok_path = load_eval_model(model, dev, best)
     if tok_path is None:
         raise MissingInputError(f"no tokenizer.json found for {ckpt} (checkpoint, run directory, data folder)")

@@ -124,7 +124,7 @@ def evaluate_perplexity(model: str, *, data: str | None = None, text: str | None
     from gptforge.eval.perplexity import evaluate_tokens
     from gptforge.runtime.device import pick_device
 
-    dev = pick_device(device)
+    dev = pick_device(device, "--device")
     net, ckpt, doc, tok_path = load_eval_model(model, dev, best)
     if data:
         from gptforge.data.mixture import mixture_folders

@@ -149,7 +149,7 @@ def generate_batch(model: GPT, prompts: Sequence[Sequence[int]], max_new_tokens:
         raise ValueError("stop strings need `decode` (token ids -> text)")
     if compile and not use_cache:
         raise ValueError("compile needs the KV cache (it compiles the cached decode step): drop use_cache=False "
-                         "(--no-cache) or compile")
+                         "or compile=True")
     was_training = model.training
     model.eval()
     device = model.norm_f.weight.device  # not wte: a quantized embedding stores int8

@@ -14,11 +14,14 @@ from gptforge.config import Precision
 AUTOCAST_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
 
 
-def pick_device(name: str) -> torch.device:
+def pick_device(name: str, option: str = "train.device") -> torch.device:
     """`auto` -> CUDA if available, then MPS, then CPU; otherwise torch.device(name).
 
+    `option`: the setting the error names, as the caller's user sets it (a config field such as
+    `train.device`, or a command-line option such as `--device`).
+
     Raises:
-        ValueError: an unavailable device was asked for.
+        ValueError: an unavailable device was asked for (naming `option`).
     """
     if name == "auto":
         if torch.cuda.is_available():
@@ -28,7 +31,8 @@ def pick_device(name: str) -> torch.device:
         return torch.device("cpu")
     dev = torch.device(name)
     if dev.type == "cuda" and not torch.cuda.is_available():
-        raise ValueError(f"train.device={name!r} but CUDA is not available here; use auto or cpu")
+        asked = f"{option} {name}" if option.startswith("--") else f"{option}={name!r}"
+        raise ValueError(f"{asked} but CUDA is not available here; use auto or cpu")
     return dev
 
 

@@ -142,7 +142,7 @@ def load_model(path: str | Path, device: str = "auto", precision: str = "auto"):
     dtypes = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
     if precision not in ("auto", *dtypes):
         raise InputError(f"--precision {precision!r}: use auto, fp32, bf16 or fp16")
-    dev = pick_device(device)
+    dev = pick_device(device, "--device")
     path = Path(path)
     if not path.exists():
         raise MissingInputError(f"{path}: no such run directory, checkpoint or Hugging Face folder")

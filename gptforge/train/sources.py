@@ -107,6 +107,14 @@ SHORT_VAL_ADVICE = ("Prepare with a larger --val-fraction (a single big file is 
 """What a `gptforge pretrain` user can do about a val split shorter than one window (`gptforge prepare`'s
 options); a workflow that prepares the data itself passes its own (ShardSource's short_val_advice)."""
 
+EVAL_WINDOWS_ORIGIN = "train.eval_steps x micro_batch_size"
+"""Where the number of validation windows asked comes from, as a `gptforge pretrain` user sets it;
+a workflow with its own options passes its own wording (ShardSource's eval_windows_origin)."""
+
+SHORT_TRAIN_ADVICE = "use a smaller block size or more data"
+"""What a `gptforge pretrain` user can do about a train split shorter than one window; a workflow
+with its own options passes its own (ShardSource's short_train_advice)."""
+
 
 class ShardSource:
     """A `gptforge prepare` shard folder: random training windows, fixed validation windows.
@@ -119,6 +127,10 @@ class ShardSource:
         log: where a warning about a missing validation split goes.
         short_val_advice: the fix that warning names for a val split shorter than one window
             (SHORT_VAL_ADVICE: `gptforge prepare`'s options, for data the user prepared).
+        short_train_advice: the fix the error names for a train split shorter than one window
+            (`check_window`).
+        eval_windows_origin: what sets the validation windows asked, in the note about a val split
+            holding fewer (EVAL_WINDOWS_ORIGIN: the training config's fields).
 
     Raises:
         MissingInputError: no meta.json. InputError: shards of another tokenizer, or fewer
@@ -127,7 +139,8 @@ class ShardSource:
 
     def __init__(self, data_dir: str | Path, seq_len: int | None = None, eval_steps: int = 20,
                  micro_batch_size: int = 8, tokenizer_json: Path | None = None, log=None,
-                 short_val_advice: str = SHORT_VAL_ADVICE):
+                 short_val_advice: str = SHORT_VAL_ADVICE, eval_windows_origin: str = EVAL_WINDOWS_ORIGIN,
+                 short_train_advice: str = SHORT_TRAIN_ADVICE):
         from gptforge.data.shards import load_meta
         from gptforge.data.tokenizer import Tokenizer
 
@@ -141,7 +154,8 @@ class ShardSource:
                 )
         self.vocab_size = int(self.meta["vocab_size"])
         self.eval_steps, self.micro_batch_size, self.log = eval_steps, micro_batch_size, log
-        self.short_val_advice = short_val_advice
+        self.short_val_advice, self.eval_windows_origin = short_val_advice, eval_windows_origin
+        self.short_train_advice = short_train_advice
         tok = self.data_dir / "tokenizer.json"
         # With the model's own tokenizer given (fine-tuning), the run directory already holds it.
         self.tokenizer_file = tok if tok.exists() and tokenizer_json is None else None
@@ -153,14 +167,24 @@ class ShardSource:
         n = self.meta["splits"]["train"]["tokens"]
         self.description = f"{n:,} train tokens in {self.data_dir}" + (f", windows of {seq_len}" if seq_len else "")
 
+    def check_window(self, seq_len: int) -> None:
+        """Refuse a window of `seq_len` + 1 tokens that the train split cannot fill (training, and any
+        timing of its shape, needs more train tokens than one window).
+
+        Raises:
+            InputError: naming the folder, its train tokens and `short_train_advice`.
+        """
+        n = self.meta["splits"]["train"].get("tokens", 0)
+        if n <= seq_len + 1:
+            raise InputError(f"{self.data_dir}: {n} train tokens, fewer than one window of {seq_len + 1} tokens "
+                             f"(block_size + 1); {self.short_train_advice}")
+
     def batches(self, block_size: int, tc, dp_rank: int, dp_size: int) -> ShardBatches:
         from gptforge.data.loader import TokenStream, TrainBatches, eval_windows
 
         seq_len = self.seq_len or block_size
+        self.check_window(seq_len)
         split = self.meta["splits"]["train"]
-        if split.get("tokens", 0) <= seq_len + 1:
-            raise InputError(f"{self.data_dir}: {split.get('tokens', 0)} train tokens, fewer than one window of "
-                             f"{seq_len + 1} tokens; use a smaller block size or more data")
         self.train_stream = TokenStream([self.data_dir / f for f in split["files"]], self.meta["dtype"])
         val = self.meta["splits"].get("val")
         if tc.eval_interval > 0 and val and val.get("tokens", 0) > seq_len + 1:
@@ -169,8 +193,8 @@ class ShardSource:
             self.val_offsets = eval_windows(self.val_stream, seq_len, asked)
             if len(self.val_offsets) < asked and self.log is not None:
                 self.log(f"validation: the val split of {self.data_dir} holds {len(self.val_offsets)} windows of "
-                         f"{seq_len + 1} tokens, fewer than the {asked} asked (train.eval_steps x "
-                         "micro_batch_size): each is scored once")
+                         f"{seq_len + 1} tokens, fewer than the {asked} asked ({self.eval_windows_origin}): "
+                         "each is scored once")
         self.has_val = self.val_stream is not None
         if tc.eval_interval > 0 and not self.has_val and self.log is not None:
             n_val = (val or {}).get("tokens", 0)

@@ -49,3 +49,12 @@ def test_empty_separator_is_refused(tmp_path, stdlib_texts):
     with pytest.raises(ValueError, match="empty separator"):
         prepare(PrepareConfig(inputs=[str(src)], out=str(tmp_path / "data"), doc_separator=""), show_progress=False)
     assert not (tmp_path / "data").exists()
+
+
+def test_one_document_advice_names_doc_separator_for_prepare(tmp_path, stdlib_texts, caplog):
+    """prepare's own users keep the advice that names its --doc-separator (the quickstart passes its own)."""
+    src = _one_file(tmp_path, stdlib_texts)
+    with caplog.at_level("WARNING", logger="gptforge.data"):
+        prepare(PrepareConfig(inputs=[str(src)], out=str(tmp_path / "data"), vocab_size=400, val_fraction=0.1,
+                              workers=1, recipe="none"), show_progress=False)
+    assert "give more documents, or cut a file into documents with --doc-separator" in caplog.text

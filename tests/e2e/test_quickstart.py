@@ -79,25 +79,81 @@ def test_quickstart_refuses_bad_options_before_preparing_anything(tmp_path, caps
     assert not out.exists()  # nothing prepared, no folder claimed
 
 
-def test_quickstart_short_val_warning_names_quickstart_options(tiny_shards, tmp_path, monkeypatch):
+def test_quickstart_short_val_warning_names_quickstart_options(tiny_shards):
     """The quickstart's trainer source names `gptforge quickstart` options, not `gptforge prepare` ones."""
-    import gptforge.train.run as run_module
-    from gptforge.config import ModelConfig, RunConfig, TrainConfig
-    from gptforge.quickstart import _train
-    from gptforge.train.mixture_source import open_source
+    from gptforge.quickstart import _open_source
     from tests.train.test_short_val_advice import short_val_warning
 
     lines: list[str] = []
+    warning = short_val_warning(_open_source(tiny_shards, 1, lines.append), lines)
+    assert "--max-files" in warning and "--block-size" in warning
+    assert "--val-fraction" not in warning and "--doc-separator" not in warning and "model.block_size" not in warning
+
+
+def test_quickstart_trains_on_its_own_source(tiny_shards, tmp_path, monkeypatch):
+    """`_train` hands train() the source it is given (the quickstart's, with its own messages)."""
+    import gptforge.train.run as run_module
+    from gptforge.config import ModelConfig, RunConfig, TrainConfig
+    from gptforge.quickstart import _open_source, _train
+
     handed = {}
 
     def fake_train(cfg, data_dir, run_dir, progress=True, log=None, *, data=None, **kw):
-        # The source train() trains on: the one handed in, else the folder's own (as train() opens it).
-        handed["data"] = data or open_source(data_dir, cfg.train.eval_steps, cfg.train.micro_batch_size, log)
+        handed["data"], handed["dir"] = data, data_dir
         return type("Result", (), {"step": 0})()
 
     monkeypatch.setattr(run_module, "train", fake_train)
-    run = RunConfig(model=ModelConfig(preset="qwen3-nano"), train=TrainConfig(micro_batch_size=1))
-    _train(run, tiny_shards, tmp_path / "run", False, lines.append)
-    warning = short_val_warning(handed["data"], lines)
-    assert "--max-files" in warning and "--block-size" in warning
-    assert "--val-fraction" not in warning and "--doc-separator" not in warning and "model.block_size" not in warning
+    source = _open_source(tiny_shards, 1, lambda _: None)
+    _train(RunConfig(model=ModelConfig(preset="qwen3-nano"), train=TrainConfig(micro_batch_size=1)), source,
+           tmp_path / "run", False, lambda _: None)
+    assert handed["data"] is source and handed["dir"] == tiny_shards
+
+
+def test_quickstart_few_val_windows_note_names_no_train_fields(tiny_shards):
+    """`quickstart --max-files 30` said "fewer than the 128 asked (train.eval_steps x micro_batch_size)"."""
+    from gptforge.config import TrainConfig
+    from gptforge.quickstart import _open_source
+
+    lines: list[str] = []
+    source = _open_source(tiny_shards, 16, lines.append)
+    window = int(source.meta["splits"]["val"]["tokens"]) // 4  # a few val windows, far fewer than 128
+    try:
+        source.batches(window, TrainConfig(micro_batch_size=1, eval_interval=1), 0, 1)
+    finally:
+        source.close()
+    (note,) = [m for m in lines if "asked" in m]
+    assert "fewer than the 128 asked" in note and "--micro-batch-size" in note
+    assert "train.eval_steps" not in note and "micro_batch_size" not in note
+
+
+def test_quickstart_one_file_split_warning_names_max_files(tmp_path, caplog):
+    """`quickstart --max-files 1` advised prepare's --doc-separator for a split by document."""
+    from gptforge.quickstart import _library_files, _prepare_corpus
+
+    with caplog.at_level("WARNING", logger="gptforge.data"):
+        _prepare_corpus(tmp_path / "data", _library_files(1), 300, 1, False, lambda _: None)
+    assert "split by position" in caplog.text and "--max-files" in caplog.text
+    assert "--doc-separator" not in caplog.text
+
+
+def test_quickstart_refuses_a_block_longer_than_its_train_split_before_timing(tmp_path, monkeypatch):
+    """`quickstart --max-files 2 --block-size 4096` timed 16x4096-token steps for 100 s on 3,161 train tokens
+    (here the tiny vocabulary gives more tokens: a longer block)."""
+    import gptforge.train.budget as budget
+    from gptforge.errors import InputError
+
+    monkeypatch.setattr(budget, "measure_step_seconds", lambda *a, **k: pytest.fail("timed a shape the data cannot fill"))
+    with pytest.raises(InputError, match=r"fewer than one window of 100001 tokens.*--max-files.*--block-size"):
+        run_quickstart(tmp_path / "qs", log=lambda _: None, **{**TINY, "block_size": 100_000, "max_files": 2,
+                                                                "minutes": 1.0, "steps": None})
+    assert not (tmp_path / "qs" / "run").exists()
+
+
+def test_quickstart_short_steps_run_times_nothing(tmp_path, monkeypatch):
+    """With a short --steps run nothing needs a step time: the threads probe is skipped."""
+    import gptforge.train.budget as budget
+
+    monkeypatch.setattr(budget, "measure_step_seconds", lambda *a, **k: pytest.fail("a short --steps run timed steps"))
+    lines: list[str] = []
+    r = run_quickstart(tmp_path / "qs", log=lines.append, **TINY)
+    assert r.steps == TINY["steps"] and any("no timing probe" in m for m in lines)

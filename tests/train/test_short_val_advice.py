@@ -25,3 +25,17 @@ def test_pretrain_warning_names_prepare_options(tiny_shards):
     warning = short_val_warning(ShardSource(tiny_shards, log=lines.append), lines)
     assert "Prepare with a larger --val-fraction" in warning and "--doc-separator" in warning
     assert "model.block_size" in warning and "--max-files" not in warning
+
+
+def test_pretrain_short_train_error_keeps_its_wording(tiny_shards):
+    """A train split shorter than one window: pretrain's error (ShardSource.check_window, also run by batches)."""
+    import pytest
+
+    from gptforge.errors import InputError
+
+    source = ShardSource(tiny_shards)
+    n = int(source.meta["splits"]["train"]["tokens"])
+    source.check_window(n - 2)  # one window fits
+    with pytest.raises(InputError, match=f"{n} train tokens, fewer than one window of {n + 1} tokens.*"
+                                         "use a smaller block size or more data"):
+        source.batches(n, TrainConfig(micro_batch_size=1), 0, 1)

@@ -130,8 +130,14 @@ def _snap(text: str, pos: int) -> int:
     return pos
 
 
+FEW_DOCUMENTS_ADVICE = "give more documents, or cut a file into documents with --doc-separator, for a split by document"
+"""What a `gptforge prepare` user can do when the corpus has too few documents for a split by document
+(`_position_split`'s warning); a workflow that prepares the data itself passes its own (`few_documents_advice`)."""
+
+
 def _position_split(rule: SplitRule, scan: _Scan, work: WorkFolder, masks: list, moved: dict[str, str],
-                    doc_separator: str | None = None, rstats: ReadStats | None = None) -> tuple[dict[str, list], int]:
+                    doc_separator: str | None = None, rstats: ReadStats | None = None,
+                    few_documents_advice: str = FEW_DOCUMENTS_ADVICE) -> tuple[dict[str, list], int]:
     """Val/test cut from the end of the largest train document, when the document split leaves them empty.
 
     nanoGPT's layout (one input.txt) is one document, so a split by document gives val nothing:
@@ -140,7 +146,8 @@ def _position_split(rule: SplitRule, scan: _Scan, work: WorkFolder, masks: list,
     val (test) split, cut just after a line break. With enough documents nothing is cut.
     Every copy of that document (the same split key) is cut alike. Updates `scan.documents`.
     Returns ({split key: [[0, "train"], [start, split], ...]}, pieces the cuts add). `rstats`
-    (what reading found) lets the warning say when --doc-separator occurred in no file.
+    (what reading found) lets the warning say when --doc-separator occurred in no file;
+    `few_documents_advice` is the fix the warning names otherwise.
     """
     missing = [s for s, f in (("test", rule.test_fraction), ("val", rule.val_fraction)) if f > 0 and not scan.documents[s]]
     if not missing:
@@ -182,7 +189,7 @@ def _position_split(rule: SplitRule, scan: _Scan, work: WorkFolder, masks: list,
     where = f"the one document of {best[2].rsplit('@', 1)[0]}" if not_found else best[2]
     advice = (f"--doc-separator {doc_separator!r} was not found in the input (each file was read as one "
               "document): check the separator, or give more documents, for a split by document" if not_found
-              else "give more documents, or cut a file into documents with --doc-separator, for a split by document")
+              else few_documents_advice)
     log.warning(f"the corpus has too few documents for a {'/'.join(missing)} split by document "
                 f"({sum(scan.documents.values()) - len(cut)} after curation): split by position inside "
                 f"{where} instead, as nanoGPT does ({shares}, of {n:,}); {advice}")
@@ -252,9 +259,11 @@ def _scan(rule: SplitRule, work: WorkFolder, masks: list) -> _Scan:
 
 
 def run_split(rule: SplitRule, work: WorkFolder, masks: list, files: list[Path], read: ReadStats,
-              normalize: NormalizeStats, steps: list[StepStats], doc_separator: str | None) -> Splits:
+              normalize: NormalizeStats, steps: list[StepStats], doc_separator: str | None,
+              few_documents_advice: str = FEW_DOCUMENTS_ADVICE) -> Splits:
     """Phase 2 (see the module docstring); `read`, `normalize`, `steps`: the curation counts, for
-    the message when nothing is left.
+    the message when nothing is left; `few_documents_advice`: the fix named when a split by
+    position replaces the split by document (`_position_split`).
 
     Raises:
         EmptyCorpusError: no document left, or none for the train split.
@@ -281,5 +290,5 @@ def run_split(rule: SplitRule, work: WorkFolder, masks: list, files: list[Path],
     if scan.documents["train"] == 0:
         raise EmptyCorpusError(f"no document left for the train split ({total_docs} documents, all in "
                                f"val/test); lower --val-fraction/--test-fraction or add documents")
-    cuts, pieces = _position_split(rule, scan, work, masks, moved, doc_separator, read)
+    cuts, pieces = _position_split(rule, scan, work, masks, moved, doc_separator, read, few_documents_advice)
     return Splits(rule, moved, cuts, scan.documents, total_docs, pieces)

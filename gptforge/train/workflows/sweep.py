@@ -170,7 +170,7 @@ def plan_sweep(data_dir: str | Path, budget_seconds: float, sizes: list[str], to
     options = {"sizes": [f"{a}x{b}" for a, b in shapes], "tokens": None if tokens is None else [int(t) for t in tokens],
                "block_size": block_size, "micro_batch_size": micro_batch_size, "lr": lr, "seed": seed,
                "device": device, "budget_seconds": budget_seconds, "tokenizer_sha256": meta["tokenizer_sha256"]}
-    dev = pick_device(device)
+    dev = pick_device(device, "--device")
     vocab = int(meta["vocab_size"])
     val_tokens = int((meta["splits"].get("val") or {}).get("tokens") or 0)
     if val_tokens < 2:
@@ -283,7 +283,7 @@ def run_sweep(plan: SweepPlan, data_dir: str | Path, out: str | Path,
     say = log or (lambda m: None)
     out, data_dir = Path(out), Path(data_dir)
     opts = plan.options
-    device = pick_device(opts["device"])
+    device = pick_device(opts["device"], "--device")
     vocab = None
     t_start = time.perf_counter()
     finished = []
