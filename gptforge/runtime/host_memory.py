@@ -25,14 +25,18 @@ KEEP_BYTES = 1 << 30
 """Blocks up to this size come from the heap, and up to this much free heap top is kept (1 GiB)."""
 
 
-def keep_freed_memory(limit_bytes: int = KEEP_BYTES) -> bool:
+def keep_freed_memory(limit_bytes: int = KEEP_BYTES, *, device_type: str = "cpu") -> bool:
     """Have glibc's malloc reuse freed blocks up to `limit_bytes` instead of unmapping them
     (mallopt M_MMAP_THRESHOLD and M_TRIM_THRESHOLD, see mallopt(3)). Process-wide and idempotent;
-    blocks above the limit are still mapped and unmapped as before.
+    blocks above the limit are still mapped and unmapped as before. `device_type`: the torch device
+    type the caller trains or times on; for any but "cpu" nothing is changed (its step's buffers are
+    not host memory).
 
-    Returns True when applied; False on a C library other than glibc (musl, macOS, Windows), where
-    nothing is changed.
+    Returns True when applied; False for another device type, or on a C library other than glibc
+    (musl, macOS, Windows), where nothing is changed.
     """
+    if device_type != "cpu":
+        return False
     if platform.system() != "Linux" or platform.libc_ver()[0] != "glibc":
         return False
     try:

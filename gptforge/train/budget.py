@@ -28,8 +28,7 @@ def measure_step_seconds(model_cfg: ModelConfig, train_cfg: TrainConfig, repeats
 
     device = pick_device(train_cfg.device)
     precision = resolve_precision(train_cfg.precision, device)
-    if device.type == "cpu":
-        keep_freed_memory()  # as gptforge.train.run.train does before a CPU run's first step
+    keep_freed_memory(device_type=device.type)  # as gptforge.train.run.train does before the first step
     cfg = model_cfg.resolved()
     model = GPT(cfg).to(device)
     if train_cfg.compile is True:

@@ -83,8 +83,7 @@ def measure_compile(model_cfg: ModelConfig, train_cfg: TrainConfig, precision: s
     from gptforge.train.step import forward_backward
 
     t_start = time.perf_counter()
-    if device.type == "cpu":
-        keep_freed_memory()  # as gptforge.train.run.train does before a CPU run's first step
+    keep_freed_memory(device_type=device.type)  # as gptforge.train.run.train does before the first step
     cfg = model_cfg.resolved()
     model = GPT(cfg).to(device)
     model.train()

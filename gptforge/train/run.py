@@ -85,10 +85,9 @@ def train(cfg: RunConfig, data_dir: str | Path | list, run_dir: str | Path, resu
     if tc.num_threads:
         torch.set_num_threads(tc.num_threads)
     cfg, env, ds_config = start_processes(cfg)
-    if env.device.type == "cpu":
-        from gptforge.runtime.host_memory import keep_freed_memory
+    from gptforge.runtime.host_memory import keep_freed_memory
 
-        keep_freed_memory()  # no page faults on every step's buffers (gptforge.runtime.host_memory)
+    keep_freed_memory(device_type=env.device.type)  # no page faults on every step's buffers on a CPU
     lock = None
     advice_cfg: RunConfig | ResolvedRun = cfg
     try:

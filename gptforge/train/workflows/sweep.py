@@ -129,8 +129,7 @@ def measure_step_seconds(mc: ModelConfig, tc: TrainConfig, device: torch.device,
     from gptforge.train.optim import build_optimizer
     from gptforge.train.step import forward_backward
 
-    if device.type == "cpu":
-        keep_freed_memory()  # as gptforge.train.run.train does before a CPU run's first step
+    keep_freed_memory(device_type=device.type)  # as gptforge.train.run.train does before the first step
     torch.manual_seed(0)
     model = GPT(mc.resolved()).to(device)
     opt = build_optimizer(model, tc, device.type)
