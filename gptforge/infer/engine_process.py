@@ -55,11 +55,10 @@ class RemoteRequest:
     """The parent's view of one request in the child engine: `started` after its first event,
     `finished` after the event with a finish_reason (or after `EngineProcess.cancel`)."""
 
-    def __init__(self, rid: int, n_prompt: int, on_event: Callable[[Event], None]):
-        self.rid, self.n_prompt, self.on_event = rid, n_prompt, on_event
+    def __init__(self, rid: int, on_event: Callable[[Event], None]):
+        self.rid, self.on_event = rid, on_event
         self.started = False
         self.finished = False
-        self.cancelled = False
 
 
 class EngineProcess:
@@ -178,7 +177,7 @@ class EngineProcess:
             RuntimeError: the engine process is not running (never started, stopped, or died).
         """
         check_request(prompt, params, self.max_model_len)
-        req = RemoteRequest(next(self._ids), len(prompt), on_event)
+        req = RemoteRequest(next(self._ids), on_event)
         with self._lock:
             why = self.down_reason()
             if why is not None:
@@ -190,7 +189,7 @@ class EngineProcess:
     def cancel(self, req: RemoteRequest) -> None:
         """Stop a request; its slot frees at the child's next step (no event is sent after this)."""
         with self._lock:
-            req.cancelled = req.finished = True
+            req.finished = True
             self._requests.pop(req.rid, None)
             if self.alive:
                 self._conn.send(("cancel", req.rid))
@@ -253,7 +252,7 @@ class EngineProcess:
     def _deliver(self, events: list[tuple[int, Event]]) -> None:
         for rid, ev in events:
             req = self._requests.get(rid)
-            if req is None or req.cancelled:
+            if req is None:  # cancelled (or failed) meanwhile
                 continue
             req.started = True
             if ev.finish_reason:
