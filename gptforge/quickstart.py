@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Callable
 import torch
 
 from gptforge.config import ModelConfig, OptimizerName, RunConfig, TrainConfig
+from gptforge.errors import InputError
 
 if TYPE_CHECKING:
     import numpy as np
@@ -58,6 +59,9 @@ FEW_FILES_ADVICE = ("give the quickstart more library files (a larger --max-file
 (gptforge.data.prepare.prepare: its default names `gptforge prepare`'s --doc-separator)."""
 
 EVAL_STEPS = 8
+
+QUICKSTART_OPTIMIZERS = ("muon", "adamw")
+"""The optimizers the quickstart's recipe is tuned for (--optimizer; its --help names these)."""
 """Validation batches of --micro-batch-size windows at each of the quickstart's evaluations."""
 
 
@@ -88,6 +92,7 @@ def run_quickstart(out: Path, minutes: float = 10.0, vocab_size: int = 4096, pre
         InputError: `out/run` or `out/data` exists but was not written by a quickstart, or the
             prepared train split holds fewer tokens than one window (block_size + 1).
         ValueError: an unknown preset or a bad shape (before anything is prepared).
+        InputError (also before): an optimizer other than QUICKSTART_OPTIMIZERS.
     """
     from gptforge.runtime.checkpoint import find_checkpoint
     from gptforge.runtime.loading import load_for_inference
@@ -95,6 +100,8 @@ def run_quickstart(out: Path, minutes: float = 10.0, vocab_size: int = 4096, pre
     out = Path(out)
     data_dir, run_dir = out / "data", out / "run"
     ModelConfig(preset=preset, block_size=block_size, vocab_size=vocab_size).resolved()  # a bad preset fails first
+    if optimizer not in QUICKSTART_OPTIMIZERS:
+        raise InputError(f"--optimizer {optimizer!r}: the quickstart trains with {' or '.join(QUICKSTART_OPTIMIZERS)}")
     _claim_folder(out, log)
     meta = _prepare_corpus(data_dir, _library_files(max_files), vocab_size, workers, progress, log)
     model_cfg = ModelConfig(preset=preset, block_size=block_size, vocab_size=meta["vocab_size"])

@@ -21,7 +21,7 @@ def pick_device(name: str, option: str = "train.device") -> torch.device:
     `train.device`, or a command-line option such as `--device`).
 
     Raises:
-        ValueError: an unavailable device was asked for (naming `option`).
+        ValueError: an unknown or unavailable device was asked for (naming `option`).
     """
     if name == "auto":
         if torch.cuda.is_available():
@@ -29,7 +29,11 @@ def pick_device(name: str, option: str = "train.device") -> torch.device:
         if getattr(torch.backends, "mps", None) is not None and torch.backends.mps.is_available():
             return torch.device("mps")
         return torch.device("cpu")
-    dev = torch.device(name)
+    try:
+        dev = torch.device(name)
+    except RuntimeError:  # torch's parser: "Expected one of cpu, cuda, ..." with a traceback
+        shown = f"{option} {name!r}" if option.startswith("--") else f"{option}={name!r}"
+        raise ValueError(f"{shown}: not a device; use auto, cpu, cuda, cuda:N or mps") from None
     if dev.type == "cuda" and not torch.cuda.is_available():
         asked = f"{option} {name}" if option.startswith("--") else f"{option}={name!r}"
         raise ValueError(f"{asked} but CUDA is not available here; use auto or cpu")

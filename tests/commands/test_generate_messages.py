@@ -42,3 +42,12 @@ def test_training_config_keeps_its_field_name(monkeypatch):
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     with pytest.raises(ValueError, match=r"train.device='cuda' but CUDA is not available here"):
         pick_device("cuda")
+
+
+def test_a_device_name_torch_does_not_know_is_one_error_naming_the_option():
+    from gptforge.runtime.device import pick_device
+
+    with pytest.raises(ValueError, match=r"--device 'tpu': not a device; use auto, cpu, cuda"):
+        pick_device("tpu", "--device")
+    with pytest.raises(ValueError, match=r"train.device='': not a device"):
+        pick_device("")

@@ -65,6 +65,7 @@ def test_quickstart_rerun_says_it_replaces_the_previous_run(tmp_path):
     (["--minutes", "1e400"], "--minutes must be > 0 (a finite number), got inf"),
     (["--micro-batch-size", "0"], "--micro-batch-size must be >= 1, got 0"),
     (["--workers", "-3"], "--workers must be >= 0, got -3"),
+    (["--optimizer", "sgdx"], "--optimizer 'sgdx': the quickstart trains with muon or adamw"),
 ])
 def test_quickstart_refuses_bad_options_before_preparing_anything(tmp_path, capsys, argv, said):
     from gptforge.cli import main
