@@ -210,13 +210,36 @@ def choice_error(parser, message: str, argv: list[str]) -> str | None:
     if not allowed and expected is None:
         return None
     flag = next(iter(action.option_strings), key.group(1))
+    typed = typed_value(flag, argv)  # jsonargparse quotes the value it read: 1e9 as 1000000000.0
+    value = typed if typed is not None else given.group(1).strip()
     want = f"allowed values: {', '.join(allowed)}" if allowed else f"expected {expected}"
-    line = f"{flag}: invalid value {given.group(1).strip()!r}; {want}"
-    on_cli = any(a == flag or a.startswith(flag + "=") for a in argv)
+    line = f"{flag}: invalid value {value!r}; {want}"
+    if expected == "an integer" and _integral(value):
+        line += f" (in digits: {int(float(value))})"
     recipes = [argv[i + 1] for i, a in enumerate(argv[:-1]) if a == "--config"]
-    if recipes and not on_cli:
+    if recipes and typed is None:
         line += f" (key {key.group(1)} in recipe {recipes[-1]})"
     return line
+
+
+def typed_value(flag: str, argv: list[str]) -> str | None:
+    """The value of the last `flag VALUE` or `flag=VALUE` in `argv`, as the user typed it; None
+    when `flag` is not on the command line (a recipe set it)."""
+    value = None
+    for i, a in enumerate(argv):
+        if a == flag and i + 1 < len(argv):
+            value = argv[i + 1]
+        elif a.startswith(flag + "="):
+            value = a[len(flag) + 1:]
+    return value
+
+
+def _integral(text: str) -> bool:
+    """Whether `text` is a finite number with an integer value written otherwise (1e9, 2.0)."""
+    try:
+        return float(text).is_integer()
+    except ValueError:
+        return False
 
 
 def parse_command(parser, argv: list[str]) -> tuple[Any, Any]:
