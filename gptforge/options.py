@@ -242,6 +242,18 @@ def _integral(text: str) -> bool:
         return False
 
 
+def named_as_typed(parser, message: str) -> str:
+    """argparse's "the following arguments are required: out, gpus_per_node" with each option's
+    own spelling (--out, --gpus-per-node); positional arguments keep their names. Any other
+    message is returned as it is."""
+    head = "the following arguments are required: "
+    if not message.startswith(head):
+        return message
+    flags = {a.dest: a.option_strings[0] for a in parser._actions if a.option_strings}
+    names = [n.strip() for n in message[len(head):].split(",")]
+    return head + ", ".join(flags.get(n, n) for n in names)
+
+
 def parse_command(parser, argv: list[str]) -> tuple[Any, Any]:
     """Parse `argv` with a `command_parser`.
 
@@ -271,7 +283,8 @@ def parse_command(parser, argv: list[str]) -> tuple[Any, Any]:
             raise SystemExit(2) from None
         own = [o[2:] for a in parser._actions for o in a.option_strings
                if o.startswith("--") and o not in ("--help", "--print_config")]
-        print(f"{parser.prog}: error: {describe_parse_error(str(e), argv, own)}", file=sys.stderr)
+        message = describe_parse_error(named_as_typed(parser, str(e)), argv, own)
+        print(f"{parser.prog}: error: {message}", file=sys.stderr)
         raise SystemExit(2) from None
     init = parser.instantiate(ns) if hasattr(parser, "instantiate") else ns
     cls = getattr(parser, "options_class", None)

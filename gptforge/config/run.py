@@ -100,16 +100,17 @@ class RunConfig:
 def describe_parse_error(message: str, argv: list[str], options: list[str] | None = None) -> str:
     """A parser's error as one line with hints: the nearest valid option or key (among `options`,
     the command's own; see `explain_unknown`), the recipe file it came from, `--model.preset` for
-    `--model NAME`; a missing `--config` file as "--config FILE: no such file"."""
+    `--model NAME`; a missing `--config` file as "--config FILE: no such file" (or "is a folder")."""
     message = " ".join(message.split())  # jsonargparse's and PyYAML's messages span lines
     recipes = [a.split("=", 1)[1] if a.startswith("--config=") else argv[i + 1] for i, a in enumerate(argv)
                if a.startswith("--config=") or (a == "--config" and i + 1 < len(argv))]
-    if re.match(r'Parser key "config": File does not exist', message):
+    if re.match(r'Parser key "config": (File does not exist|Path is not a file)', message):
         import os
 
-        missing = [r for r in recipes if not os.path.exists(r)]
+        missing = [r for r in recipes if not os.path.isfile(r)]
         if missing:
-            return f"--config {missing[0]}: no such file (give a YAML recipe with one section per config group)"
+            what = "is a folder, not a file" if os.path.isdir(missing[0]) else "no such file"
+            return f"--config {missing[0]}: {what} (give a YAML recipe with one section per config group)"
     parts = [explain_unknown(message, options=options, argv=argv)]
     for recipe in recipes:
         if "<unicode string>" in parts[0]:

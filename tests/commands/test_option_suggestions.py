@@ -30,6 +30,7 @@ def test_suggestion_comes_from_the_commands_own_options(argv, hint, capsys):
     (["pretrain", "--data", "d", "--out", "o", "--train.lr", "-1e-3"],
      "--train.lr needs a value, and '-1e-3' reads as an option: write --train.lr=-1e-3"),
     (["generate", "run", "--top-k"], "--top-k needs a value"),
+    (["pretrain", "--data", "d"], "the following arguments are required: --out"),
     (["generate", "run", "--promt", "x", "--top-kk", "3"],
      "unknown option --promt: did you mean --prompt?; unknown option --top-kk: did you mean --top-k?"),
 ])

@@ -124,6 +124,8 @@ def test_a_missing_recipe_is_one_line_naming_the_option(capsys, tmp_path):
     rc, _, err = run(capsys, "--model", "gpt2-nano", "--config", missing)
     assert rc == 2 and err.strip() == f"gptforge plan: error: --config {missing}: no such file " \
                                       "(give a YAML recipe with one section per config group)"
+    rc, _, err = run(capsys, "--model", "gpt2-nano", f"--config={tmp_path}")
+    assert rc == 2 and err.strip().startswith(f"gptforge plan: error: --config {tmp_path}: is a folder, not a file")
 
 
 def test_measure_flag_prints_tracked_peak(capsys):
