@@ -210,13 +210,48 @@ def choice_error(parser, message: str, argv: list[str]) -> str | None:
     if not allowed and expected is None:
         return None
     flag = next(iter(action.option_strings), key.group(1))
+    typed = typed_value(flag, argv)  # jsonargparse quotes the value it read: 1e9 as 1000000000.0
+    value = typed if typed is not None else given.group(1).strip()
     want = f"allowed values: {', '.join(allowed)}" if allowed else f"expected {expected}"
-    line = f"{flag}: invalid value {given.group(1).strip()!r}; {want}"
-    on_cli = any(a == flag or a.startswith(flag + "=") for a in argv)
+    line = f"{flag}: invalid value {value!r}; {want}"
+    if expected == "an integer" and _integral(value):
+        line += f" (in digits: {int(float(value))})"
     recipes = [argv[i + 1] for i, a in enumerate(argv[:-1]) if a == "--config"]
-    if recipes and not on_cli:
+    if recipes and typed is None:
         line += f" (key {key.group(1)} in recipe {recipes[-1]})"
     return line
+
+
+def typed_value(flag: str, argv: list[str]) -> str | None:
+    """The value of the last `flag VALUE` or `flag=VALUE` in `argv`, as the user typed it; None
+    when `flag` is not on the command line (a recipe set it)."""
+    value = None
+    for i, a in enumerate(argv):
+        if a == flag and i + 1 < len(argv):
+            value = argv[i + 1]
+        elif a.startswith(flag + "="):
+            value = a[len(flag) + 1:]
+    return value
+
+
+def _integral(text: str) -> bool:
+    """Whether `text` is a finite number with an integer value written otherwise (1e9, 2.0)."""
+    try:
+        return float(text).is_integer()
+    except ValueError:
+        return False
+
+
+def named_as_typed(parser, message: str) -> str:
+    """argparse's "the following arguments are required: out, gpus_per_node" with each option's
+    own spelling (--out, --gpus-per-node); positional arguments keep their names. Any other
+    message is returned as it is."""
+    head = "the following arguments are required: "
+    if not message.startswith(head):
+        return message
+    flags = {a.dest: a.option_strings[0] for a in parser._actions if a.option_strings}
+    names = [n.strip() for n in message[len(head):].split(",")]
+    return head + ", ".join(flags.get(n, n) for n in names)
 
 
 def parse_command(parser, argv: list[str]) -> tuple[Any, Any]:
@@ -248,7 +283,8 @@ def parse_command(parser, argv: list[str]) -> tuple[Any, Any]:
             raise SystemExit(2) from None
         own = [o[2:] for a in parser._actions for o in a.option_strings
                if o.startswith("--") and o not in ("--help", "--print_config")]
-        print(f"{parser.prog}: error: {describe_parse_error(str(e), argv, own)}", file=sys.stderr)
+        message = describe_parse_error(named_as_typed(parser, str(e)), argv, own)
+        print(f"{parser.prog}: error: {message}", file=sys.stderr)
         raise SystemExit(2) from None
     init = parser.instantiate(ns) if hasattr(parser, "instantiate") else ns
     cls = getattr(parser, "options_class", None)

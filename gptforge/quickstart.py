@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Callable
 
 import torch
 
-from gptforge.config import ModelConfig, OptimizerName, RunConfig, TrainConfig
+from gptforge.config import ModelConfig, OptimizerName, RunConfig, TrainConfig, check_preset
 from gptforge.errors import InputError
 
 if TYPE_CHECKING:
@@ -91,7 +91,7 @@ def run_quickstart(out: Path, minutes: float = 10.0, vocab_size: int = 4096, pre
         FileNotFoundError: this Python ships no standard-library sources.
         InputError: `out/run` or `out/data` exists but was not written by a quickstart, or the
             prepared train split holds fewer tokens than one window (block_size + 1).
-        ValueError: an unknown preset or a bad shape (before anything is prepared).
+        ValueError: an unknown preset (naming --preset) or a bad shape (before anything is prepared).
         InputError (also before): an optimizer other than QUICKSTART_OPTIMIZERS.
     """
     from gptforge.runtime.checkpoint import find_checkpoint
@@ -99,7 +99,8 @@ def run_quickstart(out: Path, minutes: float = 10.0, vocab_size: int = 4096, pre
 
     out = Path(out)
     data_dir, run_dir = out / "data", out / "run"
-    ModelConfig(preset=preset, block_size=block_size, vocab_size=vocab_size).resolved()  # a bad preset fails first
+    check_preset(preset, "--preset")  # named as the quickstart's option, before anything is prepared
+    ModelConfig(preset=preset, block_size=block_size, vocab_size=vocab_size).resolved()  # a bad shape fails first
     if optimizer not in QUICKSTART_OPTIMIZERS:
         raise InputError(f"--optimizer {optimizer!r}: the quickstart trains with {' or '.join(QUICKSTART_OPTIMIZERS)}")
     _claim_folder(out, log)

@@ -1,6 +1,6 @@
 """Numeric ranges of dataclass fields: `bounded` declares a field's allowed range in its metadata,
 `out_of_range` is the one check, used for command options (`gptforge.options.check_ranges`) and
-config keys (`gptforge.config.TrainConfig.check_trainable`) alike."""
+config keys (`gptforge.config.TrainConfig.check_values`) alike."""
 
 from __future__ import annotations
 
@@ -32,7 +32,7 @@ def range_text(low: float | None, high: float | None, low_open: bool = False) ->
 def out_of_range(opts: Any) -> tuple[str, Any, str] | None:
     """(field name, value, allowed range text) of the first `bounded` field of dataclass instance
     `opts` whose value (when not None) lies outside its range or is not finite, or None. The one range check of
-    command options (`check_ranges`) and of config keys (`TrainConfig.check_trainable`)."""
+    command options (`check_ranges`) and of config keys (`TrainConfig.check_values`)."""
     for f in dataclasses.fields(opts):
         if "range" not in f.metadata:
             continue

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Optional
 
+from gptforge.data.tokenizer import MIN_VOCAB_SIZE
 from gptforge.options import bounded, command_parser, parse_command
 
 REFERENCE_STEPS = 1048
@@ -30,11 +31,12 @@ class QuickstartOptions:
     cap, relu2), it stays in gptforge's format)."""
     optimizer: str = "muon"
     """train.optimizer: muon (Muon on the hidden matrices, AdamW on the rest) or adamw."""
-    vocab_size: int = 4096
-    """BPE vocabulary size."""
+    vocab_size: int = bounded(4096, low=MIN_VOCAB_SIZE)
+    """BPE vocabulary size, including the 256 byte tokens and <|endoftext|> (a small --max-files corpus
+    may stop short of it)."""
     micro_batch_size: int = bounded(16, low=1)
     """Sequences per step."""
-    block_size: int = 256
+    block_size: int = bounded(256, low=1)
     """Context length in tokens."""
     max_files: Optional[int] = bounded(None, low=1)
     """Use only N library files (quick trials)."""

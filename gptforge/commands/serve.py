@@ -43,6 +43,27 @@ SERVE_PACKAGES = {"fastapi": "fastapi", "uvicorn": "uvicorn", "prometheus_client
 """The `serve` extra: {module: pip package}."""
 
 
+def check_options(opts: ServeOptions) -> None:
+    """Refuse, before any package or model is loaded, option values no model can serve (the upper
+    bound of --max-model-len, the model's block_size, is checked once the model is loaded).
+
+    Raises:
+        InputError: naming the option and its allowed values.
+    """
+    from gptforge.errors import InputError
+
+    if opts.max_batch_size < 1:
+        raise InputError(f"--max-batch-size must be >= 1, got {opts.max_batch_size}")
+    if opts.max_model_len is not None and opts.max_model_len < 1:
+        raise InputError(f"--max-model-len must be >= 1 (and at most the model's block_size), got {opts.max_model_len}")
+    if opts.max_queue is not None and opts.max_queue < 0:
+        raise InputError(f"--max-queue must be >= 0, got {opts.max_queue}")
+    if not 0 < opts.port < 65536:
+        raise InputError(f"--port must be in 1..65535, got {opts.port}")
+    if opts.chat_template not in (None, "default"):
+        raise InputError(f"--chat-template {opts.chat_template!r}: the only value is `default`")
+
+
 def main(argv: list[str]) -> int:
     from pathlib import Path
 
@@ -50,15 +71,8 @@ def main(argv: list[str]) -> int:
     from gptforge.options import command_parser, parse_command
 
     opts, _ = parse_command(command_parser("gptforge serve", DESCRIPTION, ServeOptions, positional=("model",)), argv)
+    check_options(opts)
     require_extra("gptforge serve", "serve", SERVE_PACKAGES)
-    if opts.max_batch_size < 1:
-        raise InputError(f"--max-batch-size must be >= 1, got {opts.max_batch_size}")
-    if opts.max_queue is not None and opts.max_queue < 0:
-        raise InputError(f"--max-queue must be >= 0, got {opts.max_queue}")
-    if not 0 < opts.port < 65536:
-        raise InputError(f"--port must be in 1..65535, got {opts.port}")
-    if opts.chat_template not in (None, "default"):
-        raise InputError(f"--chat-template {opts.chat_template!r}: the only value is `default`")
     import uvicorn
 
     from gptforge.serve.app import ServeConfig, create_app, load_model

@@ -9,6 +9,21 @@ from typing import Any, Literal, Optional
 from gptforge.config.dicts import _did_you_mean
 
 
+def check_preset(name: str, option: str = "model.preset") -> None:
+    """Refuse a preset name that gptforge.presets.PRESETS lacks.
+
+    option: how the message names the setting (a command's own option: `--preset`).
+
+    Raises:
+        ValueError: "OPTION: unknown preset 'X' (did you mean 'Y'?); choose one of ..." (every name).
+    """
+    from gptforge.presets import PRESETS
+
+    if name not in PRESETS:
+        raise ValueError(f"{option}: unknown preset {name!r}{_did_you_mean(name, PRESETS)}; "
+                         f"choose one of {', '.join(PRESETS)}")
+
+
 @dataclass
 class ModelConfig:
     """Shape of the decoder. None means: from `preset`, else the documented default."""
@@ -98,11 +113,7 @@ class ModelConfig:
 
         values: dict[str, Any] = {}
         if self.preset is not None:
-            if self.preset not in PRESETS:
-                raise ValueError(
-                    f"model.preset: unknown preset {self.preset!r}{_did_you_mean(self.preset, PRESETS)}; "
-                    f"choose one of {', '.join(PRESETS)}"
-                )
+            check_preset(self.preset)
             values.update(PRESETS[self.preset])
         for f in fields(self):
             v = getattr(self, f.name)

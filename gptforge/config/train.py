@@ -176,12 +176,13 @@ class TrainConfig:
     """Values `gptforge plan` models but the trainer does not run."""
 
 
-    def check_trainable(self) -> None:
-        """Refuse, before anything starts, values the trainer cannot run: a number outside its
-        range (its `bounded` field) or a planner-only optimizer/precision (PLANNER_ONLY).
+    def check_values(self) -> None:
+        """Refuse, before anything starts, values no job can have: a number outside its range (its
+        `bounded` field) or keys that contradict each other (min_lr above lr, warmup longer than
+        the run, ...). The checks `pretrain` (through `check_trainable`) and `plan` share.
 
         Raises:
-            InputError: naming the option and the allowed range or values.
+            InputError: naming the key and the allowed range or values.
         """
         from gptforge.errors import InputError
 
@@ -211,6 +212,17 @@ class TrainConfig:
             raise InputError("train.spike_action=rollback needs checkpoints to roll back to, and "
                              "train.checkpoint_interval 0 with train.eval_interval 0 writes one only at the end; "
                              "set train.checkpoint_interval (e.g. 100)")
+
+    def check_trainable(self) -> None:
+        """`check_values`, and refuse a planner-only optimizer or precision (PLANNER_ONLY): the
+        values the trainer cannot run.
+
+        Raises:
+            InputError: naming the key and the allowed range or values.
+        """
+        from gptforge.errors import InputError
+
+        self.check_values()
         for name, values in self.PLANNER_ONLY.items():
             if getattr(self, name) in values:
                 raise InputError(f"train.{name}={getattr(self, name)!r} is modelled by `gptforge plan` only and "

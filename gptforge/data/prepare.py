@@ -62,7 +62,7 @@ from gptforge.data.phases.write import ReportInputs, run_write
 from gptforge.data.pipeline import Recipe, StepStats, build_recipe, load_recipe, warn_heavy_steps, with_languages
 from gptforge.data.readers import ReadStats, expand_inputs
 from gptforge.data.shards import DEFAULT_MAX_SHARD_BYTES, SPLITS, check_output_dir
-from gptforge.data.tokenizer import Tokenizer
+from gptforge.data.tokenizer import MIN_VOCAB_SIZE, Tokenizer
 
 log = logging.getLogger("gptforge.data")
 
@@ -183,9 +183,9 @@ class PrepareConfig:
             except LookupError:
                 raise ValueError(f"--encoding {self.encoding!r}: not an encoding Python knows "
                                  f"(e.g. utf-8, utf-16-le, latin-1, cp1252)") from None
-        if self.tokenizer is None and self.vocab_size != 0 and self.vocab_size < 257:
-            raise ValueError(f"--vocab-size must be at least 257 (256 bytes + <|endoftext|>), or 0 to choose it "
-                             f"from the corpus size; got {self.vocab_size}")
+        if self.tokenizer is None and self.vocab_size != 0 and self.vocab_size < MIN_VOCAB_SIZE:
+            raise ValueError(f"--vocab-size must be at least {MIN_VOCAB_SIZE} (256 bytes + <|endoftext|>), or 0 to "
+                             f"choose it from the corpus size; got {self.vocab_size}")
 
     def meta_dict(self) -> dict[str, Any]:
         """The options that decide the output's content (not out, workers, ...), for meta.json."""

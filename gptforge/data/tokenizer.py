@@ -27,6 +27,8 @@ from tokenizers import decoders, models, pre_tokenizers, trainers
 from gptforge.atomic import atomic_write_bytes
 
 EOS_TOKEN = "<|endoftext|>"
+MIN_VOCAB_SIZE = 257
+"""The smallest vocabulary a trained tokenizer can have: the 256 byte tokens and <|endoftext|>."""
 EOS_CANDIDATES = (EOS_TOKEN, "</s>", "<|end_of_text|>", "<|eot_id|>", "<|im_end|>")
 
 

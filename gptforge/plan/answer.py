@@ -43,12 +43,22 @@ def plan_job(model: ModelConfig, train: TrainConfig, parallel: ParallelConfig, f
     global batch in sequences (offload layouts only within `host_memory_gb` GiB of CPU memory per node, when given).
 
     Raises:
-        ValueError: no model given, a bad token count, or `recommend` without `gpu`.
+        ValueError: no model given, a shape LAYERSxD_MODEL (that needs --fit), a bad token count,
+            or `recommend` without `gpu`.
+        InputError (a ValueError): a train.* value `pretrain` refuses too (TrainConfig.check_values).
     """
+    from gptforge.errors import InputError
     from gptforge.plan import plan as make_plan
+    from gptforge.plan.fit import model_shape
 
     if model.preset is None and model.n_layer is None:
         raise ValueError("no model given: pass --model NAME (e.g. gpt2-small) or model.* fields")
+    shape = model_shape(model.preset) if model.preset is not None else None
+    if shape is not None:
+        raise InputError(f"--model {model.preset}: a shape LAYERSxD_MODEL is read with --fit RUN_OR_SWEEP_DIR only "
+                         "(the fitted runs give the rest of the recipe); without --fit give a preset name or the "
+                         f"shape's keys: --model.n_layer {shape[0]} --model.d_model {shape[1]}")
+    train.check_values()
     n_tokens = parse_tokens(tokens) if tokens is not None else None
     p = make_plan(model, train, parallel, gpu=gpu, num_gpus=num_gpus, tokens=n_tokens, price=price, finetune=finetune)
     answer = PlanAnswer(plan=p, host_memory_bytes=None if host_memory_gb is None else int(host_memory_gb * 2**30))
@@ -103,11 +113,13 @@ def answer_fit(fit_dirs: list[str], model: ModelConfig, train: TrainConfig, para
     Returns the dict `plan --fit --json` prints, with the written plot's path under "plot".
 
     Raises:
-        GptforgeError or ValueError: no usable runs, a bad model shape or a bad count.
+        GptforgeError or ValueError: no usable runs, a bad model shape or a bad count, or a
+            train.* value `pretrain` refuses too (TrainConfig.check_values).
     """
     from gptforge.plan.fit import find_runs, fit_scaling_law, non_embedding_params, plot_fit, question_model
     from gptforge.plan.params import param_count
 
+    train.check_values()
     fit = fit_scaling_law(find_runs(fit_dirs), bootstrap=bootstrap)
     model_cfg = None
     if model.preset is not None:

@@ -468,6 +468,14 @@ def find_runs(paths: Iterable[str | Path]) -> list[RunPoint]:
     return out
 
 
+def model_shape(spec: str) -> tuple[int, int] | None:
+    """(n_layer, d_model) of a `--model` shape LAYERSxD_MODEL (`8x256`), or None for anything else."""
+    import re
+
+    m = re.fullmatch(r"(\d+)x(\d+)", spec.strip())
+    return (int(m.group(1)), int(m.group(2))) if m else None
+
+
 def question_model(spec: str, runs: list[RunPoint]) -> ModelConfig:
     """The model a question is about: a preset name, or a shape `LAYERSxD_MODEL` (e.g. `8x256`)
     in the recipe family of the fitted runs (their arch, block_size, vocabulary and head width).
@@ -475,10 +483,8 @@ def question_model(spec: str, runs: list[RunPoint]) -> ModelConfig:
     Raises:
         InputError: neither a preset nor a shape, or a shape without runs to take the rest from.
     """
-    import re
-
-    m = re.fullmatch(r"(\d+)x(\d+)", spec.strip())
-    if m is None:
+    shape = model_shape(spec)
+    if shape is None:
         try:
             return ModelConfig(preset=spec).resolved()
         except ValueError as e:
@@ -488,7 +494,7 @@ def question_model(spec: str, runs: list[RunPoint]) -> ModelConfig:
         raise InputError(f"--model {spec}: a shape needs run directories to take arch, block_size and vocabulary "
                          "from; give a preset instead")
     base = ModelConfig(**{k: v for k, v in ref.items() if v is not None}).resolved()
-    n_layer, d_model = int(m.group(1)), int(m.group(2))
+    n_layer, d_model = shape
     head_dim = base.d_model // base.n_head
     if d_model % head_dim:
         raise InputError(f"--model {spec}: d_model {d_model} is not a multiple of the runs' head width {head_dim}")

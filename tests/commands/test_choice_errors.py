@@ -29,6 +29,12 @@ def _error(argv, capsys) -> str:
     (["pretrain", "--data", "d", "--train.lr", "abc"], "--train.lr: invalid value 'abc'; expected a number"),
     (["pretrain", "--data", "d", "--train.max_steps", "1.5"],
      "--train.max_steps: invalid value '1.5'; expected an integer"),
+    (["generate", "run", "--max-new-tokens", "1e9"],
+     "--max-new-tokens: invalid value '1e9'; expected an integer (in digits: 1000000000)"),
+    (["pretrain", "--data", "d", "--train.max_steps=2.0"],
+     "--train.max_steps: invalid value '2.0'; expected an integer (in digits: 2)"),
+    (["evaluate", "run", "--text", "t", "--stride", "1e3"],
+     "--stride: invalid value '1e3'; expected an integer (in digits: 1000)"),
 ])
 def test_bad_choice_is_one_line_with_the_allowed_values(argv, line, capsys):
     err = _error(argv, capsys)

@@ -66,6 +66,10 @@ def test_quickstart_rerun_says_it_replaces_the_previous_run(tmp_path):
     (["--micro-batch-size", "0"], "--micro-batch-size must be >= 1, got 0"),
     (["--workers", "-3"], "--workers must be >= 0, got -3"),
     (["--optimizer", "sgdx"], "--optimizer 'sgdx': the quickstart trains with muon or adamw"),
+    (["--vocab-size", "0"], "--vocab-size must be >= 257, got 0"),
+    (["--vocab-size", "10"], "--vocab-size must be >= 257, got 10"),
+    (["--block-size", "0"], "--block-size must be >= 1, got 0"),
+    (["--preset", "bogus"], "--preset: unknown preset 'bogus'; choose one of gpt2-nano, "),
 ])
 def test_quickstart_refuses_bad_options_before_preparing_anything(tmp_path, capsys, argv, said):
     from gptforge.cli import main
@@ -76,7 +80,8 @@ def test_quickstart_refuses_bad_options_before_preparing_anything(tmp_path, caps
     except SystemExit as e:  # the option parser's exit
         rc = e.code
     assert rc not in (0, None)
-    assert said in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert said in err and "model." not in err  # the quickstart's own option, not the config key
     assert not out.exists()  # nothing prepared, no folder claimed
 
 

@@ -92,6 +92,42 @@ def test_errors_name_the_field(capsys):
     assert rc == 2 and "--tokens" in err
 
 
+def test_a_shape_without_fit_says_it_needs_fit(capsys):
+    rc, _, err = run(capsys, "--model", "8x64")
+    assert rc == 2 and "--model 8x64: a shape LAYERSxD_MODEL is read with --fit" in err
+    assert "--model.n_layer 8 --model.d_model 64" in err and len(err.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize("args,said", [
+    (["--train.lr", "-1"], "train.lr=-1.0: must be >= 0.0"),
+    (["--train.min_lr", "0.1", "--train.lr", "0.01"], "train.min_lr=0.1 is above train.lr=0.01"),
+    (["--train.warmup_steps", "20", "--train.max_steps", "10"], "train.warmup_steps=20 > train.max_steps=10"),
+])
+def test_plan_refuses_the_train_values_pretrain_refuses(capsys, args, said):
+    from gptforge.commands.pretrain import build_parser
+    from gptforge.options import parse_command
+
+    rc, _, err = run(capsys, "--model", "gpt2-nano", *args)
+    assert rc == 2 and f"gptforge plan: error: {said}" in err
+    _, init = parse_command(build_parser(), ["--data", "d", "--out", "o", *args])  # the same check as pretrain's
+    with pytest.raises(ValueError, match=said):
+        init.train.check_trainable()
+
+
+def test_plan_still_models_planner_only_values(capsys):
+    rc, out, err = run(capsys, "--model", "gpt2-nano", "--train.optimizer", "adafactor", "--train.precision", "fp8")
+    assert rc == 0 and "optimizer adafactor" in out, err
+
+
+def test_a_missing_recipe_is_one_line_naming_the_option(capsys, tmp_path):
+    missing = str(tmp_path / "missing.toml")
+    rc, _, err = run(capsys, "--model", "gpt2-nano", "--config", missing)
+    assert rc == 2 and err.strip() == f"gptforge plan: error: --config {missing}: no such file " \
+                                      "(give a YAML recipe with one section per config group)"
+    rc, _, err = run(capsys, "--model", "gpt2-nano", f"--config={tmp_path}")
+    assert rc == 2 and err.strip().startswith(f"gptforge plan: error: --config {tmp_path}: is a folder, not a file")
+
+
 def test_measure_flag_prints_tracked_peak(capsys):
     rc, out, _ = run(capsys, "--model", "gpt2-nano", "--model.vocab_size", "1000", "--train.micro_batch_size", "2",
                      "--measure")
