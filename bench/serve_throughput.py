@@ -21,7 +21,8 @@ folder (loaded back with `AutoModelForCausalLM`), an ONNX folder and GGUF files:
    --engine-process its engine in a child process, whose CPU counts as the server's) with the load
    generator in its own process (--clients streaming clients x --per-client requests, default
    8 x 3): aggregate tokens/s against the in-process engine running the same closed-loop workload
-   (`engine_clients`: same clients, requests, prompts and max batch), the two alternating for
+   (`engine_clients`: same clients, requests, prompts, max batch and stop id: the server's
+   completions stop at the tokenizer's end-of-text id), the two alternating for
    --rounds rounds; time to first token p50/p99, the CPU seconds of the load generator and of the
    server process, and where the server's time went (`EngineStats`: share of the wall time in engine
    steps, the engine thread's CPU and the rest of the process's, ms per decode pass, sequences per
@@ -165,30 +166,35 @@ def engine_rate(model, decode, prompts, n, batch):
     return len(prompts) * n / (time.perf_counter() - t)
 
 
-def engine_clients(model, decode, prompts, n, clients, per_client, batch=8) -> dict:
+def engine_clients(model, decode, prompts, n, clients, per_client, stop_token_ids=(), batch=8) -> dict:
     """The HTTP run's workload in process, as its reference: `clients` closed-loop clients, each
     submitting its next request (the same prompt order as the load generator's) as soon as its
-    previous one finishes, on an engine of the same max batch, stepped in this thread. Returns
-    tokens/s and the engine's `EngineStats`."""
+    previous one finishes, on an engine of the same max batch, stepped in this thread. The requests
+    stop at `stop_token_ids` as the server's do (it passes the tokenizer's end-of-text id), so a
+    sequence that reaches it ends early in both runs. Returns tokens/s (generated tokens counted as
+    the server's usage counts them), the engine's `EngineStats` and this process's CPU seconds."""
     from gptforge.infer.engine import Engine, SamplingParams
 
     eng = Engine(model, decode, max_batch_size=batch)
-    done = [0] * clients
+    done, tokens = [0] * clients, [0]
+    params = SamplingParams(max_tokens=n, temperature=0, stop_token_ids=list(stop_token_ids))
 
     def send(c):
         def on_event(ev):
+            tokens[0] += ev.token_id is not None
             if ev.finish_reason:
                 done[c] += 1
                 if done[c] < per_client:
                     send(c)
-        eng.submit(prompts[(c + done[c]) % len(prompts)], SamplingParams(max_tokens=n, temperature=0), on_event)
+        eng.submit(prompts[(c + done[c]) % len(prompts)], params, on_event)
 
     for c in range(clients):
         send(c)
     t, cpu0 = time.perf_counter(), time.process_time()
     while eng.step():
         pass
-    return {"rate": clients * per_client * n / (time.perf_counter() - t), "stats": eng.stats,
+    wall = time.perf_counter() - t
+    return {"rate": tokens[0] / wall, "tokens": tokens[0], "wall": wall, "stats": eng.stats,
             "cpu": time.process_time() - cpu0}
 
 
@@ -387,8 +393,9 @@ def measure(preset: str, tok, tmp: Path, args) -> dict:
         # run is divided by the mean of the references just before and after it, so a change of the
         # machine's load between runs lands on both sides; the table shows the median round.
         def reference():
-            ref = engine_clients(model, tok.decode, prompts, args.new_tokens, args.clients, args.per_client)
-            ref["breakdown"] = breakdown(ref["stats"], args.clients * args.per_client * args.new_tokens / ref["rate"])
+            ref = engine_clients(model, tok.decode, prompts, args.new_tokens, args.clients, args.per_client,
+                                 [tok.eos_id])
+            ref["breakdown"] = breakdown(ref["stats"], ref["wall"])
             return ref
 
         refs, https = [reference()], []

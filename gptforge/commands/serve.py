@@ -37,6 +37,8 @@ class ServeOptions:
     """`default` forces the default chat template; unset: the tokenizer's template, else the default."""
     engine_process: bool = False
     """Run the model in its own process, beside the HTTP event loop (faster under many streams on a CPU)."""
+    engine_restarts: int = 3
+    """With --engine-process: new engine processes started within 10 minutes after one dies (0: none)."""
 
 
 SERVE_PACKAGES = {"fastapi": "fastapi", "uvicorn": "uvicorn", "prometheus_client": "prometheus-client"}
@@ -58,6 +60,8 @@ def check_options(opts: ServeOptions) -> None:
         raise InputError(f"--max-model-len must be >= 1 (and at most the model's block_size), got {opts.max_model_len}")
     if opts.max_queue is not None and opts.max_queue < 0:
         raise InputError(f"--max-queue must be >= 0, got {opts.max_queue}")
+    if opts.engine_restarts < 0:
+        raise InputError(f"--engine-restarts must be >= 0, got {opts.engine_restarts}")
     if not 0 < opts.port < 65536:
         raise InputError(f"--port must be in 1..65535, got {opts.port}")
     if opts.chat_template not in (None, "default"):
@@ -85,7 +89,8 @@ def main(argv: list[str]) -> int:
     name = opts.served_model_name or Path(opts.model).resolve().name
     cfg = ServeConfig(model_name=name, api_key=opts.api_key, max_batch_size=opts.max_batch_size,
                       max_model_len=opts.max_model_len, chat_template=opts.chat_template or template,
-                      max_queue=opts.max_queue, engine_process=opts.engine_process)
+                      max_queue=opts.max_queue, engine_process=opts.engine_process,
+                      engine_restarts=opts.engine_restarts)
     app = create_app(model, tok, cfg)
     sock = bind_listening_socket(opts.host, opts.port)  # a busy port: one error line, not uvicorn's
     print(f"serving {name!r} on http://{opts.host}:{opts.port}/v1 (context {cfg.max_model_len or block}, "

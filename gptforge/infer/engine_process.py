@@ -19,7 +19,8 @@ log-probabilities run beside the model, as in process. Messages:
 The child ignores SIGINT and SIGTERM (a Ctrl-C or a `kill` of the process group reaches the parent,
 which drains and then stops the child) and stops by itself when the parent's end of the pipe
 closes. When the child dies, every unfinished request gets an "error" event and later submissions
-raise RuntimeError.
+raise RuntimeError, until the child is restarted: with `max_restarts`, the reader spawns a new child
+(from the same shared weights) after a death, at most `max_restarts` times in RESTART_WINDOW_S.
 """
 
 from __future__ import annotations
@@ -49,6 +50,9 @@ STALL_S = 10.0
 """A child that has sent nothing for this long (stopped, or hung outside its engine thread) is not
 `alive`: /health answers 503 and submissions are refused. A long engine step does not count: the
 heartbeat comes from another thread of the child."""
+RESTART_WINDOW_S = 600.0
+"""`max_restarts` counts the restarts within this many seconds: a child that keeps dying (a broken
+model, memory the machine lacks) is left down after that many, for a supervisor to see."""
 
 
 class RemoteRequest:
@@ -69,6 +73,8 @@ class EngineProcess:
         tokenizer_file: the tokenizer.json the child decodes with (gptforge.data.tokenizer.Tokenizer).
         max_batch_size, max_model_len: as for `Engine`.
         threads: torch intra-op threads of the child (default: this process's torch.get_num_threads()).
+        max_restarts: how many times a child that died is replaced by a new one within
+            RESTART_WINDOW_S seconds (0: never; the engine then stays down after a death).
 
     `start()` spawns the child and waits until it is ready; `submit` may be called from any thread.
     `on_event` callbacks and `step_hooks` run on this process's reader thread, once per child step.
@@ -78,7 +84,7 @@ class EngineProcess:
     """
 
     def __init__(self, model: GPT, tokenizer_file: str | Path, max_batch_size: int = 8,
-                 max_model_len: int | None = None, threads: int | None = None):
+                 max_model_len: int | None = None, threads: int | None = None, max_restarts: int = 0):
         max_model_len = engine_context(model, max_batch_size, max_model_len)
         self.model = model.eval()
         self.tokenizer_file = str(tokenizer_file)
@@ -97,6 +103,11 @@ class EngineProcess:
         self._ready = threading.Event()
         self._dead: str | None = None
         self._last_seen = time.monotonic()  # of the child's last message
+        self.max_restarts = max_restarts
+        self.restarts = 0
+        """Children started after a death (the first start not counted)."""
+        self._restart_times: list[float] = []
+        self._stopping = False
 
     # ---- lifecycle ----------------------------------------------------------------------------
 
@@ -108,6 +119,10 @@ class EngineProcess:
         """
         if self._proc is not None:
             return
+        self._stopping = False
+        self._spawn()
+
+    def _spawn(self) -> None:
         ctx = mp.get_context("spawn")
         self._conn, child_end = ctx.Pipe()
         self._proc = ctx.Process(target=_child_main, name="gptforge-engine", daemon=True,
@@ -132,6 +147,7 @@ class EngineProcess:
 
     def stop(self, timeout: float = 10.0) -> None:
         """Stop the child (its unfinished sequences get "cancelled" events) and wait for it."""
+        self._stopping = True  # a death from here on is not followed by a restart
         if self._proc is None:
             return
         try:
@@ -160,6 +176,8 @@ class EngineProcess:
             return "the engine process is not running"
         if self._dead is not None:
             return self._dead
+        if not self._ready.is_set():
+            return "the engine process is starting"
         if not self._proc.is_alive():
             return f"the engine process exited with code {self._proc.exitcode}"
         silent = time.monotonic() - self._last_seen
@@ -227,6 +245,7 @@ class EngineProcess:
 
     def _read(self) -> None:
         conn, proc = self._conn, self._proc
+        ready = False  # a child that dies before it is ready is not restarted (start() reports it)
         try:
             while True:
                 msg = conn.recv()
@@ -236,6 +255,7 @@ class EngineProcess:
                     self.stats, self.child_cpu_seconds = msg[2], msg[3]
                     self._run_hooks()
                 elif msg[0] == "ready":
+                    ready = True
                     self._ready.set()
                 elif msg[0] == "alive":
                     self.stats, self.child_cpu_seconds = msg[1], msg[2]
@@ -248,6 +268,36 @@ class EngineProcess:
             log.error("%s", self._dead)
             self._ready.set()
             self._fail_all(Event(finish_reason="error", error=self._dead))
+            if ready:
+                self._restart(proc)
+
+    def _restart(self, dead_proc) -> None:
+        """Replace the child `dead_proc` by a new one (on the reader thread that saw it die), unless
+        stopping or out of restarts; /health stays 503 until the new child is ready."""
+        now = time.monotonic()
+        self._restart_times = [t for t in self._restart_times if now - t < RESTART_WINDOW_S]
+        if self._stopping or self._proc is not dead_proc:
+            return
+        if len(self._restart_times) >= self.max_restarts:
+            if self.max_restarts:
+                log.error("the engine process died %d times in %.0f s: not restarted again",
+                          len(self._restart_times) + 1, RESTART_WINDOW_S)
+            return
+        self._restart_times.append(now)
+        why = self._dead
+        with self._lock:
+            self._dead = f"{why}; a new one is starting"
+            self._conn.close()
+        self._ready.clear()
+        log.warning("%s: starting a new engine process", why)
+        try:
+            self._spawn()
+        except RuntimeError as e:
+            log.error("%s; the new engine process did not start: %s", why, e)
+            return
+        self.restarts += 1
+        if self._stopping:  # stop() ran while the new child started
+            self.stop(timeout=5)
 
     def _deliver(self, events: list[tuple[int, Event]]) -> None:
         for rid, ev in events:

@@ -57,6 +57,10 @@ class ServeConfig:
     engine_process: bool = False
     """Run the engine in its own process (`gptforge.infer.engine_process`), so that the event loop
     and the model do not share one interpreter lock; the child starts with the app (seconds)."""
+    engine_restarts: int = 3
+    """With engine_process: how many times within gptforge.infer.engine_process.RESTART_WINDOW_S
+    (600 s) a dead engine process is replaced by a new one; after that the server stays down
+    (/health 503) for a supervisor to restart."""
 
 
 class Metrics:
@@ -75,6 +79,8 @@ class Metrics:
             lambda: engine.num_running)
         Gauge("gptforge_engine_up", "1 while the engine runs and answers, else 0 (see /health)",
               registry=r).set_function(lambda: float(engine.alive))
+        Gauge("gptforge_engine_restarts", "Engine processes started after one died (0 in process)",
+              registry=r).set_function(lambda: float(getattr(engine, "restarts", 0)))
         buckets = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30)
         self.ttft = Histogram("gptforge_time_to_first_token_seconds", "Time from request to its first token",
                               buckets=buckets, registry=r)
@@ -250,7 +256,8 @@ class Server:
         self.template = DEFAULT_TEMPLATE if cfg.chat_template == "default" else None
         self.engine: Engine | EngineProcess
         if cfg.engine_process:
-            self.engine = EngineProcess(model, tokenizer_file, cfg.max_batch_size, cfg.max_model_len)
+            self.engine = EngineProcess(model, tokenizer_file, cfg.max_batch_size, cfg.max_model_len,
+                                        max_restarts=cfg.engine_restarts)
         else:
             self.engine = Engine(model, self.tok.decode, cfg.max_batch_size, cfg.max_model_len)
         self.max_model_len = self.engine.max_model_len

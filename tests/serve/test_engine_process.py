@@ -116,10 +116,12 @@ def _post(srv, body, path="/v1/completions"):
 
 
 def test_the_server_over_an_engine_process_and_a_child_that_dies(trained, tokenizer_file, live):
+    """A killed child fails its request, is replaced once (engine_restarts=1), and the second
+    death leaves the server down."""
     from gptforge.serve.app import ServeConfig, create_app
 
     model, _tok = trained
-    cfg = ServeConfig(model_name="tiny", max_batch_size=2, engine_process=True)
+    cfg = ServeConfig(model_name="tiny", max_batch_size=2, engine_process=True, engine_restarts=1)
     body = {"prompt": "def f(x):", "max_tokens": 8, "temperature": 0}
     with LiveServer(create_app(model, tokenizer_file, cfg)) as srv:
         engine = srv.app.state.server.engine
@@ -150,6 +152,20 @@ def test_the_server_over_an_engine_process_and_a_child_that_dies(trained, tokeni
         os.kill(engine._proc.pid, signal.SIGKILL)
         t.join(30)
         assert result["r"].status_code == 500 and "engine process exited" in result["r"].json()["error"]["message"]
+        first_pid = engine._proc.pid
+        deadline = time.time() + 60
+        while httpx.get(srv.url + "/health", timeout=30).status_code != 200:  # the new child is starting
+            assert time.time() < deadline, f"no new engine process: {engine.down_reason()}"
+            time.sleep(0.05)
+        assert engine.restarts == 1 and engine._proc.pid != first_pid
+        assert "gptforge_engine_restarts 1.0" in httpx.get(srv.url + "/metrics", timeout=30).text
+        again = _post(srv, body)
+        assert again.status_code == 200 and again.json()["choices"][0]["text"] == r.json()["choices"][0]["text"]
+        os.kill(engine._proc.pid, signal.SIGKILL)  # out of restarts: the server stays down
+        deadline = time.time() + 30
+        while engine.alive:
+            assert time.time() < deadline
+            time.sleep(0.01)
         assert httpx.get(srv.url + "/health", timeout=30).status_code == 503
         assert "gptforge_engine_up 0.0" in httpx.get(srv.url + "/metrics", timeout=30).text
         r = _post(srv, body)

@@ -42,3 +42,10 @@ def test_serve_command_errors_are_one_line(tmp_path, trained_run, capsys):
     assert "--max-batch-size must be >= 1" in capsys.readouterr().err
     assert main(["serve", str(trained_run), "--max-queue", "-1"]) == 1
     assert "--max-queue must be >= 0, got -1" in capsys.readouterr().err
+
+
+def test_serve_refuses_a_negative_engine_restarts(trained_run, capsys):
+    from gptforge.cli import main
+
+    assert main(["serve", str(trained_run), "--engine-process", "--engine-restarts", "-1"]) == 1
+    assert "--engine-restarts must be >= 0, got -1" in capsys.readouterr().err
