@@ -3,7 +3,8 @@
 Configurations (nanoGPT's shakespeare-char shapes):
   (a) n_layer=4, n_head=4, d_model=128, block_size=256, batch 16
   (b) n_layer=6, n_head=6, d_model=384, block_size=256, batch 12
-Variants: gptforge in fp32 and bf16 autocast, each eager and with `--train.compile true`; nanoGPT
+Variants: gptforge in fp32 and bf16 autocast, each eager and with `--train.compile true` (and fp32
+`eager-blas`: eager with `--train.onednn_linear false`, torch's default BLAS products); nanoGPT
 eager and with `--compile=True` (its train.py runs fp32 on a CPU whatever --dtype says: it autocasts
 on CUDA only, so fp32 is its only CPU precision). One line per variant: median tokens/s over the
 timed steps (best of --repeat runs; all variants alternate within each repeat, so a slow spell of
@@ -99,10 +100,11 @@ def _label(variant) -> str:
 
 
 def _mode(name: str) -> bool | str:
-    """A gptforge variant's compile mode: eager -> False, compile -> True, auto -> "auto"."""
-    if name not in ("eager", "compile", "auto"):
-        raise SystemExit(f"--variants: mode {name!r} is not eager, compile or auto")
-    return "auto" if name == "auto" else name == "compile"
+    """A gptforge variant's compile mode: eager -> False, compile -> True, auto -> "auto",
+    eager-blas -> "eager-blas" (eager with `--train.onednn_linear false`: torch's BLAS products)."""
+    if name not in ("eager", "compile", "auto", "eager-blas"):
+        raise SystemExit(f"--variants: mode {name!r} is not eager, compile, auto or eager-blas")
+    return name if name in ("auto", "eager-blas") else name == "compile"
 
 
 def load() -> str:
@@ -112,6 +114,8 @@ def load() -> str:
 def run_gptforge(shards: Path, out: Path, c: dict, precision: str, compile: bool | str, steps: int,
                  threads: int, activation: str | None = None) -> dict:
     act = ["--model.activation", activation] if activation else []
+    if compile == "eager-blas":
+        act, compile = [*act, "--train.onednn_linear", "false"], False
     cmd = [sys.executable, "-m", "gptforge.cli", "pretrain", *act, "--data", str(shards), "--out", str(out),
            "--model.arch", "gpt2", "--model.n_layer", str(c["n_layer"]), "--model.n_head", str(c["n_head"]),
            "--model.d_model", str(c["d_model"]), "--model.block_size", str(c["block_size"]),
@@ -173,7 +177,7 @@ def main() -> int:
     ap.add_argument("--steps", type=int, default=40, help="Optimizer steps per run (default 40).")
     ap.add_argument("--configs", default="a,b", help="Which configurations (default a,b).")
     ap.add_argument("--variants", default="fp32:eager,fp32:compile,bf16:eager,bf16:compile",
-                    help="gptforge variants, precision:eager|compile|auto[:activation] (auto: `--train.compile "
+                    help="gptforge variants, precision:eager|compile|auto|eager-blas[:activation] (auto: `--train.compile "
                          "auto`, which prints its choice; default the four fixed ones with the gpt2 default "
                          "activation); e.g. fp32:eager:gelu,fp32:eager:gelu_tanh compares exact and tanh GELU.")
     ap.add_argument("--nano-variants", default="eager,compile,eager-passive,compile-passive",

@@ -142,6 +142,10 @@ class TrainConfig:
     """torch.compile the model (the whole model in a single process, each block under a parallel
     layout or DeepSpeed): true, false, or auto (CUDA: true; CPU: whichever of compiled and eager
     steps runs faster for this shape, measured at start; frozen in config.yaml as true/false)."""
+    onednn_linear: bool = True
+    """fp32 steps on a CPU without compile: linear layers' forward and input gradient through oneDNN
+    rather than the BLAS (gptforge.runtime.onednn_linear; faster where MKL does not use the CPU's
+    vector extensions). false: the BLAS, as torch does by default."""
     log_interval: int = bounded(1, low=1)
     """Write metrics every N steps."""
     num_threads: int = bounded(0, low=0)

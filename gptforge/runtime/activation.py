@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 from typing import cast
 
 from torch import nn
@@ -21,6 +22,9 @@ def apply_activation_checkpointing(model: nn.Module, mode: str, preserve_rng_sta
     dropout masks match between the forward and the recompute. `model.blocks` may be the GPT's
     ModuleList or a pipeline stage's ModuleDict keyed by the original layer index.
     `preserve_rng_state=False` is for fake-tensor runs (the planner's --measure), which have no RNG.
+    The recomputation runs the linear layers as the forward did: inside
+    `gptforge.runtime.onednn_linear.onednn_linear` when the forward was (torch's checkpoint compares
+    the tensors each saves).
     """
     if mode == "none":
         return
@@ -28,4 +32,12 @@ def apply_activation_checkpointing(model: nn.Module, mode: str, preserve_rng_sta
         raise ValueError(f"train.activation_checkpointing: unknown mode {mode!r} (none, selective, full)")
     for name, block in list(cast(nn.Module, model.blocks).named_children()):
         if mode == "full" or int(name) % 2 == 0:
-            setattr(model.blocks, name, checkpoint_wrapper(block, preserve_rng_state=preserve_rng_state))
+            setattr(model.blocks, name, checkpoint_wrapper(block, preserve_rng_state=preserve_rng_state,
+                                                           context_fn=_recompute_as_forward))
+
+
+def _recompute_as_forward() -> tuple[contextlib.AbstractContextManager, contextlib.AbstractContextManager]:
+    """torch.utils.checkpoint's context_fn: (forward context, recomputation context)."""
+    from gptforge.runtime.onednn_linear import onednn_linear, onednn_linear_active
+
+    return contextlib.nullcontext(), onednn_linear(onednn_linear_active())

@@ -24,7 +24,7 @@ def measure_step_seconds(model_cfg: ModelConfig, train_cfg: TrainConfig, repeats
     from gptforge.model.gpt import GPT
     from gptforge.runtime.device import pick_device, resolve_precision
     from gptforge.train.optim import build_optimizer
-    from gptforge.train.step import forward_backward
+    from gptforge.train.step import forward_backward, onednn_linear_for
 
     device = pick_device(train_cfg.device)
     precision = resolve_precision(train_cfg.precision, device)
@@ -43,7 +43,9 @@ def measure_step_seconds(model_cfg: ModelConfig, train_cfg: TrainConfig, repeats
     times = []
     for i in range(repeats + 1):
         t0 = time.perf_counter()
-        forward_backward(model, micro, micro[0][1].numel() * len(micro), device, precision)
+        forward_backward(model, micro, micro[0][1].numel() * len(micro), device, precision,
+                         use_onednn_linear=onednn_linear_for(train_cfg.onednn_linear, device, precision,
+                                                             train_cfg.compile is True))
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
         opt.zero_grad(set_to_none=True)

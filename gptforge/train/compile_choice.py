@@ -80,7 +80,7 @@ def measure_compile(model_cfg: ModelConfig, train_cfg: TrainConfig, precision: s
     from gptforge.model.gpt import GPT
     from gptforge.train.optim import build_optimizer
     from gptforge.train.parallel.parallelize import apply_compile
-    from gptforge.train.step import forward_backward
+    from gptforge.train.step import forward_backward, onednn_linear_for
 
     t_start = time.perf_counter()
     keep_freed_memory(device_type=device.type)  # as gptforge.train.run.train does before the first step
@@ -98,7 +98,8 @@ def measure_compile(model_cfg: ModelConfig, train_cfg: TrainConfig, precision: s
     def step(compiled: bool) -> float:
         t0 = time.perf_counter()
         with torch.compiler.set_stance("default" if compiled else "force_eager"):
-            forward_backward(model, micro, divisor, device, precision)
+            forward_backward(model, micro, divisor, device, precision,
+                             use_onednn_linear=onednn_linear_for(train_cfg.onednn_linear, device, precision, compiled))
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
         opt.zero_grad(set_to_none=True)

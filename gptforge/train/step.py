@@ -16,6 +16,7 @@ import torch
 from gptforge.data.loader import TokenStream
 from gptforge.runtime.device import autocast_context
 from gptforge.runtime.loss import IGNORE_INDEX, token_loss_sum, unpack_micro_batch
+from gptforge.runtime.onednn_linear import onednn_linear
 from gptforge.train.parallel.parallelize import Parallelized
 
 
@@ -24,7 +25,8 @@ def forward_backward(model: torch.nn.Module, micro_batches: list[tuple[torch.Ten
                      scaler: torch.amp.GradScaler | None = None,
                      grad_sync: Callable[[bool], Any] | None = None,
                      backward: Callable[[torch.Tensor, bool], None] | None = None,
-                     loss_fn: Callable[..., torch.Tensor] | None = None) -> torch.Tensor:
+                     loss_fn: Callable[..., torch.Tensor] | None = None,
+                     use_onednn_linear: bool = False) -> torch.Tensor:
     """Accumulate gradients of sum(token losses) / loss_divisor over the micro-batches.
 
     With loss_divisor = the step's total target-token count, the accumulated gradient equals that
@@ -39,6 +41,8 @@ def forward_backward(model: torch.nn.Module, micro_batches: list[tuple[torch.Ten
     `loss_fn(logits, targets, inputs, extra)` replaces the summed token loss (e.g. distillation's
     T^2 KL + alpha CE, gptforge.train.workflows.distill.DistillLoss): same units, summed over counted targets.
     `backward(loss, is_last)` replaces `loss.backward()` (a backend's, e.g. DeepSpeed's engine).
+    `use_onednn_linear`: forward and backward inside `gptforge.runtime.onednn_linear.onednn_linear`
+    (only fp32 CPU linear layers change; pass it for eager steps only, see `onednn_linear_for`).
 
     Returns: this rank's summed token loss in nats (0-dim, detached), for logging.
     """
@@ -48,7 +52,8 @@ def forward_backward(model: torch.nn.Module, micro_batches: list[tuple[torch.Ten
         x, y, extra = unpack_micro_batch(mb)
         x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
         extra = {k: v.to(device, non_blocking=True) for k, v in extra.items()}
-        with grad_sync(i == n - 1) if grad_sync is not None else contextlib.nullcontext():
+        with (grad_sync(i == n - 1) if grad_sync is not None else contextlib.nullcontext(),
+              onednn_linear(use_onednn_linear)):
             with autocast_context(device, precision):
                 logits = model(x, **extra)
             ls = token_loss_sum(logits, y) if loss_fn is None else loss_fn(logits, y, x, extra)
@@ -59,6 +64,12 @@ def forward_backward(model: torch.nn.Module, micro_batches: list[tuple[torch.Ten
                 (scaler.scale(scaled) if scaler is not None else scaled).backward()
         loss_sum += ls.detach()
     return loss_sum
+
+
+def onednn_linear_for(enabled: bool, device: torch.device, precision: str, compiled: bool) -> bool:
+    """Whether a step's `forward_backward` runs with use_onednn_linear: train.onednn_linear, on a
+    CPU, under fp32 (no autocast), and not compiled (torch.compile lowers the products itself)."""
+    return enabled and device.type == "cpu" and precision == "fp32" and not compiled
 
 
 class PipelineLoss:

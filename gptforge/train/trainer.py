@@ -58,7 +58,13 @@ from gptforge.train.samples import write_run_end
 from gptforge.train.sources import BatchSource, ShardSource
 from gptforge.train.spikes import SpikeDetector, divergence_loss_ceiling
 from gptforge.train.state import Fields
-from gptforge.train.step import PipelineLoss, forward_backward, pipeline_evaluate, pipeline_forward_backward
+from gptforge.train.step import (
+    PipelineLoss,
+    forward_backward,
+    onednn_linear_for,
+    pipeline_evaluate,
+    pipeline_forward_backward,
+)
 from gptforge.train.wandb_logger import WandbLogger
 
 
@@ -296,10 +302,12 @@ class Trainer:
                 return self.source.evaluate(par.module, self.device, self.engine.autocast_precision,
                                             should_stop=lambda: self.stop_flag.signal is not None)
 
+            dnn = onednn_linear_for(tc.onednn_linear, self.device, self.engine.autocast_precision, bool(tc.compile))
+
             def step_fn(micro, divisor):
                 return forward_backward(par.module, micro, divisor, self.device, self.engine.autocast_precision,
                                         grad_sync=self.engine.grad_sync, backward=self.engine.backward,
-                                        loss_fn=self.loss_fn)
+                                        loss_fn=self.loss_fn, use_onednn_linear=dnn)
         self.step_fn = step_fn
         self.evaluator = Evaluator(evaluate, tc.eval_interval, tc.max_steps, enabled=self.source.has_val)
         self.task_evaluator = self._task_evaluator()

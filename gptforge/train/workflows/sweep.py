@@ -127,7 +127,7 @@ def measure_step_seconds(mc: ModelConfig, tc: TrainConfig, device: torch.device,
     is set first, as each run's training sets it (`gptforge.runtime.host_memory.keep_freed_memory`)."""
     from gptforge.model.gpt import GPT
     from gptforge.train.optim import build_optimizer
-    from gptforge.train.step import forward_backward
+    from gptforge.train.step import forward_backward, onednn_linear_for
 
     keep_freed_memory(device_type=device.type)  # as gptforge.train.run.train does before the first step
     torch.manual_seed(0)
@@ -138,7 +138,8 @@ def measure_step_seconds(mc: ModelConfig, tc: TrainConfig, device: torch.device,
     times = []
     for i in range(steps + 2):
         t0 = time.perf_counter()
-        forward_backward(model, micro, float(x[:, 1:].numel()), device)
+        forward_backward(model, micro, float(x[:, 1:].numel()), device,
+                         use_onednn_linear=onednn_linear_for(tc.onednn_linear, device, "fp32", False))
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
         opt.zero_grad(set_to_none=True)
