@@ -3,6 +3,10 @@
 Starting processes costs seconds each on a small machine, so the distributed tests start the
 workers once per world size; each worker joins one process group and runs `train()` for every
 job in turn (every job builds its own device mesh on that group). Results come back as JSON.
+
+Workers are forked from one forkserver that has imported torch and the trainer once for the whole
+session (a spawned worker pays that import, 2-4 s, on each start); each worker takes the caller's
+environment as it is at the call, as a spawned one would.
 """
 
 from __future__ import annotations
@@ -25,9 +29,16 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def _worker(rank: int, world: int, port: int, jobs: list[dict], out: str) -> None:
+#: imported once by the forkserver the workers are forked from (before its first start).
+PRELOAD = ["torch", "torch.distributed.checkpoint", "torch.distributed.fsdp", "torch.distributed.tensor.parallel",
+           "torch.distributed.pipelining", "gptforge.train.run", "tests.train.dist_harness"]
+
+
+def _worker(rank: int, world: int, port: int, jobs: list[dict], out: str, env: dict[str, str]) -> None:
     import torch.distributed as dist
 
+    os.environ.clear()
+    os.environ.update(env)
     os.environ.update(RANK=str(rank), WORLD_SIZE=str(world), LOCAL_RANK=str(rank), LOCAL_WORLD_SIZE=str(world),
                       MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), OMP_NUM_THREADS="1")
     torch.set_num_threads(1)
@@ -71,10 +82,14 @@ def run_layouts(world: int, jobs: list[dict], out_dir: Path, timeout_s: float = 
     ({"loss": [...], "val_loss": [...], "rows": [...]} or {"error": traceback}). A job with
     "copy_to" has its run folder copied there once it is done, before the next job runs; "env_per_rank"
     ({"1": {"VAR": "value"}}) sets environment variables on some ranks for that job only."""
+    import multiprocessing
+
     import torch.multiprocessing as mp
 
     out_dir.mkdir(parents=True, exist_ok=True)
-    ctx = mp.spawn(_worker, args=(world, free_port(), jobs, str(out_dir)), nprocs=world, join=False)
+    multiprocessing.set_forkserver_preload(PRELOAD)  # no effect once the forkserver runs
+    ctx = mp.start_processes(_worker, args=(world, free_port(), jobs, str(out_dir), dict(os.environ)), nprocs=world,
+                             join=False, start_method="forkserver")
     deadline = time.monotonic() + timeout_s
     while not ctx.join(timeout=5):
         if time.monotonic() > deadline:
