@@ -34,6 +34,34 @@ PRELOAD = ["torch", "torch.distributed.checkpoint", "torch.distributed.fsdp", "t
            "torch.distributed.pipelining", "gptforge.train.run", "tests.train.dist_harness"]
 
 
+def _run_job(job: dict, rank: int) -> dict:
+    """One job on this rank: `train()` of its configs, or with "argv" that gptforge command line
+    (as a process that `gptforge launch` started would run it; losses read from its metrics)."""
+    from gptforge.config import ModelConfig, ParallelConfig, RunConfig, TrainConfig
+    from gptforge.train.loggers import read_metrics
+    from gptforge.train.run import train
+
+    if job.get("argv"):
+        from gptforge.cli import main
+
+        rc = main(job["argv"])
+        if rc != 0:
+            raise RuntimeError(f"gptforge {' '.join(job['argv'])}: exit {rc}")
+        rows = read_metrics(job["run_dir"]) if rank == 0 else []  # rank 0 writes them
+        return {"loss": [r["loss"] for r in rows], "rows": rows}
+    cfg = RunConfig(model=ModelConfig(**job["model"]), train=TrainConfig(**job["train"]),
+                    parallel=ParallelConfig(**job["parallel"]))
+    data = None
+    if job.get("source"):  # "module:Class", built as Class(data_dir, **source_kwargs)
+        import importlib
+
+        mod, name = job["source"].split(":")
+        data = getattr(importlib.import_module(mod), name)(job["data"], **job.get("source_kwargs", {}))
+    res = train(cfg, job["data"], job["run_dir"], resume=job.get("resume", False), progress=False, data=data)
+    return {"loss": [r["loss"] for r in res.history], "val_loss": [r.get("val_loss") for r in res.history],
+            "rows": res.history}
+
+
 def _worker(rank: int, world: int, port: int, jobs: list[dict], out: str, env: dict[str, str]) -> None:
     import torch.distributed as dist
 
@@ -43,28 +71,13 @@ def _worker(rank: int, world: int, port: int, jobs: list[dict], out: str, env: d
                       MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), OMP_NUM_THREADS="1")
     torch.set_num_threads(1)
     dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=90))
-    from gptforge.config import ModelConfig, ParallelConfig, RunConfig, TrainConfig
-    from gptforge.train.run import train
-
     results = {}
     for job in jobs:
         t0 = time.perf_counter()
         saved_env = dict(os.environ)
         os.environ.update(job.get("env_per_rank", {}).get(str(rank), {}))  # this rank's variables for this job
         try:
-            cfg = RunConfig(model=ModelConfig(**job["model"]), train=TrainConfig(**job["train"]),
-                            parallel=ParallelConfig(**job["parallel"]))
-            data = None
-            if job.get("source"):  # "module:Class", built as Class(data_dir, **source_kwargs)
-                import importlib
-
-                mod, name = job["source"].split(":")
-                data = getattr(importlib.import_module(mod), name)(job["data"], **job.get("source_kwargs", {}))
-            res = train(cfg, job["data"], job["run_dir"], resume=job.get("resume", False), progress=False,
-                        data=data)
-            results[job["name"]] = {"loss": [r["loss"] for r in res.history],
-                                    "val_loss": [r.get("val_loss") for r in res.history],
-                                    "rows": res.history, "seconds": time.perf_counter() - t0}
+            results[job["name"]] = {**_run_job(job, rank), "seconds": time.perf_counter() - t0}
         except Exception:
             results[job["name"]] = {"error": traceback.format_exc()}
         os.environ.clear()
@@ -79,7 +92,9 @@ def _worker(rank: int, world: int, port: int, jobs: list[dict], out: str, env: d
 
 def run_layouts(world: int, jobs: list[dict], out_dir: Path, timeout_s: float = 240) -> dict:
     """Spawn `world` gloo processes that run `jobs` in order; return rank 0's results by job name
-    ({"loss": [...], "val_loss": [...], "rows": [...]} or {"error": traceback}). A job with
+    ({"loss": [...], "val_loss": [...], "rows": [...]} or {"error": traceback}). A job is either
+    configs (model, train, parallel dicts; data, run_dir, resume; source, source_kwargs) or "argv"
+    (a gptforge command line; run_dir names the run folder it writes). A job with
     "copy_to" has its run folder copied there once it is done, before the next job runs; "env_per_rank"
     ({"1": {"VAR": "value"}}) sets environment variables on some ranks for that job only."""
     import multiprocessing
