@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import os
 from pathlib import Path
 
@@ -39,13 +40,20 @@ def shared_data() -> Path:
     return SHARED_DATA
 
 
-def stdlib_sample_files(n: int = 40) -> list[Path]:
-    """A fixed, small set of real standard-library source files (deterministic)."""
+@functools.lru_cache(maxsize=1)
+def _all_stdlib_files() -> tuple[Path, ...]:
+    """Every standard-library file `stdlib_files()` lists, walked once per session (a walk of the
+    standard library costs most of a second, several on a cold disk cache)."""
     from gptforge.data.stdlib_corpus import stdlib_files
 
-    files = stdlib_files()
+    return tuple(stdlib_files())
+
+
+def stdlib_sample_files(n: int = 40) -> list[Path]:
+    """A fixed, small set of real standard-library source files (deterministic)."""
+    files = _all_stdlib_files()
     step = max(1, len(files) // n)
-    return files[::step][:n]
+    return list(files[::step][:n])
 
 
 @pytest.fixture(scope="session")

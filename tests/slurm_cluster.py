@@ -97,6 +97,9 @@ def write_config(root: Path) -> Path:
         "SelectType=select/cons_tres", "SelectTypeParameters=CR_CPU", "ReturnToService=2",
         # The cloud nodes stay powered down: nothing resumes them (a job sent there fails instead).
         "SuspendProgram=/bin/true", "ResumeProgram=/bin/false", "SuspendTime=INFINITE",
+        # Finished jobs' records are never purged, so `sbatch --wait` polls every 2 s: with a
+        # nonzero MinJobAge it sleeps 2, 8, then 32 s (so a 12 s job returned after 42 s).
+        "MinJobAge=0",
         "GresTypes=gpu",
         f"NodeName=n1 NodeAddr=127.0.0.1 {topo} Gres=gpu:{GPUS_PER_NODE} Weight=1 State=UNKNOWN",
         f"NodeName={EXTRA_NODES} NodeAddr=127.0.0.1 Port={_free_port()} {topo} Gres=gpu:{GPUS_PER_NODE} "

@@ -23,23 +23,37 @@ def chromium_paths() -> tuple[str, str]:
     return browser, driver
 
 
+def start_chromium(width: int = 1300, height: int = 2400):
+    """A headless chromium driven by chromedriver (a selenium WebDriver), or skip when either is missing."""
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+
+    browser, driver = chromium_paths()
+    opts = webdriver.ChromeOptions()
+    opts.binary_location = browser
+    for arg in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
+                f"--window-size={width},{height}", "--no-first-run", "--disable-background-networking",
+                "--disable-component-update", "--disable-default-apps", "--disable-sync"):
+        opts.add_argument(arg)
+    opts.set_capability("goog:loggingPrefs", {"browser": "ALL", "performance": "ALL"})
+    web = webdriver.Chrome(service=Service(executable_path=driver), options=opts)
+    web.set_page_load_timeout(60)
+    return web
+
+
 class Page:
-    """A loaded page: screenshot, console messages, network requests, and a JS evaluator."""
+    """A loaded page: screenshot, console messages, network requests, and a JS evaluator.
 
-    def __init__(self, path: Path, width: int = 1300, height: int = 2400):
-        from selenium import webdriver
-        from selenium.webdriver.chrome.service import Service
+    With `driver` (from `start_chromium`) the page opens in that browser, which stays open after
+    `close()`; the console and network logs it reports start at this page. Without, the page
+    starts a browser of its own and `close()` quits it."""
 
-        browser, driver = chromium_paths()
-        opts = webdriver.ChromeOptions()
-        opts.binary_location = browser
-        for arg in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
-                    f"--window-size={width},{height}", "--no-first-run", "--disable-background-networking",
-                    "--disable-component-update", "--disable-default-apps", "--disable-sync"):
-            opts.add_argument(arg)
-        opts.set_capability("goog:loggingPrefs", {"browser": "ALL", "performance": "ALL"})
-        self.driver = webdriver.Chrome(service=Service(executable_path=driver), options=opts)
-        self.driver.set_page_load_timeout(60)
+    def __init__(self, path: Path, driver=None):
+        self.owned = driver is None
+        self.driver = start_chromium() if driver is None else driver
+        if not self.owned:  # drop what earlier pages logged: each page reports only its own messages
+            self.driver.get_log("browser")
+            self.driver.get_log("performance")
         self.driver.get(Path(path).resolve().as_uri())
         # Plotly draws synchronously on load; wait until every graph div has its SVG.
         from selenium.webdriver.support.ui import WebDriverWait
@@ -67,4 +81,7 @@ class Page:
         return urls
 
     def close(self) -> None:
-        self.driver.quit()
+        if self.owned:
+            self.driver.quit()
+        else:  # a blank page: nothing of this one runs on in the shared browser
+            self.driver.get("about:blank")

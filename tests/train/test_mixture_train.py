@@ -40,7 +40,8 @@ def _prepare(out, files, tokenizer=None, vocab_size=384):
 @pytest.fixture(scope="module")
 def second_source(tiny_shards, tmp_path_factory):
     """Other standard-library files, tokenized with tiny_shards' tokenizer: source "b"."""
-    files = [p for p in stdlib_sample_files(80) if p not in set(stdlib_sample_files())][:30]
+    taken = set(stdlib_sample_files())
+    files = [p for p in stdlib_sample_files(80) if p not in taken][:30]
     return _prepare(tmp_path_factory.mktemp("mix") / "b", files, tokenizer=str(tiny_shards / "tokenizer.json"))
 
 

@@ -1,10 +1,13 @@
-"""Two `gptforge launch --nnodes 2` agents on one machine train like one agent with 2 processes.
+"""Two `gptforge launch --nnodes 2` agents on one machine train like 2 processes on one node.
 
 Each agent stands for a node with one process; they meet over loopback (endpoints on 127.0.0.1,
 GLOO_SOCKET_IFNAME=lo), through the c10d rendezvous (one agent hosts the store) or the static
 one (--node-rank). Same ranks, same data, same seed: the losses agree to 1e-6 relative with the
-single-agent run, under DDP and FSDP2; the two agents' FSDP2 checkpoint then resumes in one
-process without a launcher. A 2-layer d_model-32 model, 4 steps, gloo on the CPU.
+one-node run of the same `pretrain` command line (2 gloo processes of tests/train/dist_harness.py,
+as `gptforge launch --nproc-per-node 2` starts them; that launch itself is run by
+test_launch_export.py and test_resume_anywhere.py), under DDP and FSDP2; the two agents' FSDP2
+checkpoint then resumes in one process without a launcher. A 2-layer d_model-32 model, 4 steps,
+gloo on the CPU.
 
 Also here: a rank lost after its second checkpoint, torchrun --max-restarts and --resume auto
 (fault_entry.py holds the fault hook).
@@ -21,7 +24,7 @@ import pytest
 
 from gptforge.commands.launch import LaunchOptions, launch_env, torchrun_command
 from gptforge.train.loggers import read_metrics
-from tests.train.dist_harness import free_port
+from tests.train.dist_harness import free_port, run_layouts
 
 REL = 1e-6
 TINY = ["--model.preset", "gpt2-nano", "--model.d_model", "32", "--model.block_size", "32",
@@ -62,10 +65,14 @@ def _launch(launch_args: list[str], command: list[str]) -> subprocess.Popen:
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=loopback_env())
 
 
-def one_agent(data: Path, run: Path, layout: str, extra: list[str] = ()) -> list[float]:
-    """Losses of `gptforge launch --nproc-per-node 2` (one node, 2 processes)."""
-    _finish([_launch(["--nproc-per-node", "2"], _pretrain(data, run, layout, list(extra)))], f"one agent, {layout}")
-    return [r["loss"] for r in read_metrics(run)]
+def one_node_runs(data: Path, root: Path) -> dict[str, list[float]]:
+    """{layout: losses} of `pretrain` in 2 processes of one node, one run folder under `root` each."""
+    jobs = [dict(name=layout, argv=_pretrain(data, root / layout, layout, []), run_dir=str(root / layout))
+            for layout in LAYOUTS]
+    runs = run_layouts(2, jobs, root / "out")
+    for layout, r in runs.items():
+        assert "error" not in r, f"one node, {layout}:\n{r['error']}"
+    return {layout: r["loss"] for layout, r in runs.items()}
 
 
 def two_agents(data: Path, run: Path, layout: str, backend: str, extra: list[str] = ()) -> list[float]:
@@ -90,8 +97,8 @@ def assert_close(got: list[float], want: list[float], what: str, rel: float = RE
 
 @pytest.fixture(scope="module")
 def one_agent_losses(tiny_shards, tmp_path_factory) -> dict[str, list[float]]:
-    root = tmp_path_factory.mktemp("one_agent")
-    return {layout: one_agent(tiny_shards, root / layout, layout) for layout in LAYOUTS}
+    """The one-node reference losses of each layout (`one_node_runs`)."""
+    return one_node_runs(tiny_shards, tmp_path_factory.mktemp("one_agent"))
 
 
 @pytest.mark.slow
