@@ -25,15 +25,9 @@ from pydantic import ValidationError
 from gptforge.data.tokenizer import token_bytes
 from gptforge.infer.engine import Engine, Event, SamplingParams
 from gptforge.infer.engine_process import EngineProcess
+from gptforge.infer.generate import MIN_TEMPERATURE, MIN_TOP_P
 from gptforge.serve.protocol import UNSUPPORTED, APIError
 
-# Temperatures below this sample greedily, as vLLM's SamplingParams does (_SAMPLING_EPS): dividing
-# the logits by a subnormal temperature overflows them to inf, and softmax then gives NaN.
-MIN_TEMPERATURE = 1e-5
-# Smaller top_p values are raised to this: in float32 a top_p under ~1e-45 is 0, which drops every token
-# (softmax of all -inf is NaN). Any top_p below the best token's probability (>= 1/vocab_size > 1e-7)
-# keeps that token alone, so the answer is the same.
-MIN_TOP_P = 1e-7
 # A JSON escape of a UTF-16 surrogate (a pair is one character once decoded; a lone one is not Unicode).
 _SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")
 

@@ -1,0 +1,61 @@
+"""Bad input the parse cannot see, each one line naming the option typed: a repeated option's bad
+value, a seed past 64 bits, a KV cache larger than the machine (--num-samples, --max-batch-size),
+and a folder where evaluate wants a file."""
+
+from __future__ import annotations
+
+import pytest
+
+from gptforge.cli import main
+from tests.infer.conftest import trained_run  # noqa: F401  (the suite's shared tiny run)
+
+
+@pytest.fixture(scope="module")
+def run(trained_run):  # noqa: F811
+    return trained_run
+
+
+def _err(argv, capsys) -> tuple[int, str]:
+    try:
+        rc = main(argv)
+    except SystemExit as e:
+        rc = e.code
+    return rc, capsys.readouterr().err.strip()
+
+
+@pytest.mark.parametrize("argv,line", [
+    (["serve", "run", "--port", "abc", "--port", "8001"], "--port: invalid value 'abc'; expected an integer"),
+    (["serve", "run", "--port", "8001", "--port", "abc"], "--port: invalid value 'abc'; expected an integer"),
+    (["evaluate", "run", "--text", "t", "--split", "val", "--split", "bogus"],
+     "--split: invalid value 'bogus'; allowed values: train, val, test"),
+    (["generate", "run", "--seed", str(2**64)], f"--seed must be in [0, {2**64 - 1}], got {2**64}"),
+])
+def test_the_bad_value_is_the_one_echoed(argv, line, capsys):
+    rc, err = _err(argv, capsys)
+    assert rc == 2 and err.endswith("error: " + line), err
+
+
+def test_a_kv_cache_larger_than_memory_is_refused_naming_the_option(run, capsys, monkeypatch):
+    from gptforge.runtime import device
+
+    monkeypatch.setattr(device, "device_memory_bytes", lambda dev: 2**20)  # a 1 MiB machine
+    rc, err = _err(["generate", str(run), "--prompt", "a", "--num-samples", "1000", "--max-new-tokens", "4"], capsys)
+    assert rc == 1 and err.startswith("gptforge generate: error: --num-samples 1000: the KV cache of 1000 sequences")
+    assert "lower --num-samples" in err and len(err.splitlines()) == 1
+    rc, err = _err(["serve", str(run), "--max-batch-size", "1000", "--port", "1"], capsys)  # refused before binding
+    assert rc == 1 and err.startswith("gptforge serve: error: --max-batch-size 1000: the KV cache of 1000 sequences")
+    assert "x 64 positions" in err and "lower --max-batch-size or --max-model-len" in err
+    monkeypatch.setattr(device, "device_memory_bytes", lambda dev: None)  # unknown: not refused
+    assert main(["generate", str(run), "--prompt", "a", "--num-samples", "2", "--max-new-tokens", "2"]) == 0
+
+
+def test_a_folder_for_a_file_is_named_as_such(run, tmp_path, capsys):
+    rc, err = _err(["evaluate", str(run), "--text", str(tmp_path)], capsys)
+    assert rc == 1 and err.endswith(f"--text {tmp_path}: is a folder, not a file (name one text file)")
+    rc, err = _err(["evaluate", str(run), "--tasks", str(tmp_path)], capsys)
+    assert rc == 1 and f"task file {tmp_path} is a folder, not a file" in err
+    (tmp_path / "t.txt").write_text("def f(x):\n    return x\n" * 20)
+    rc, err = _err(["evaluate", str(tmp_path / "no-such-run"), "--text", str(tmp_path / "t.txt"), "--out",
+                    str(tmp_path)], capsys)  # refused before the model is looked for
+    assert rc == 1 and err.endswith(f"--out {tmp_path} is a folder: give the path of a JSON file, such as "
+                                    f"{tmp_path / 'results.json'}")
