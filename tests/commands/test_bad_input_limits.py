@@ -1,6 +1,6 @@
 """Bad input the parse cannot see, each one line naming the option typed: a repeated option's bad
 value, a seed past 64 bits, a KV cache larger than the machine (--num-samples, --max-batch-size),
-and a folder where evaluate wants a file."""
+a prepare option outside its range, and a folder where a file is wanted (or a file where a folder is)."""
 
 from __future__ import annotations
 
@@ -59,3 +59,28 @@ def test_a_folder_for_a_file_is_named_as_such(run, tmp_path, capsys):
                     str(tmp_path)], capsys)  # refused before the model is looked for
     assert rc == 1 and err.endswith(f"--out {tmp_path} is a folder: give the path of a JSON file, such as "
                                     f"{tmp_path / 'results.json'}")
+
+
+@pytest.mark.parametrize("args,line", [
+    (["--min-frequency", "-1"], "--min-frequency must be >= 0, got -1"),
+    (["--language-score", "5"], "--language-score is a probability: it must be in [0, 1], got 5.0"),
+    (["--tokenizer-train-bytes", "-1"], "--tokenizer-train-bytes must be >= 0 (0 = all), got -1"),
+    (["--vocab-size", str(10**20)], f"--vocab-size must be at most 4,294,967,296 (token ids are stored as uint32); "
+                                    f"got {10**20}"),
+])
+def test_prepare_refuses_values_outside_their_range_before_writing(args, line, tmp_path, capsys):
+    (tmp_path / "a.txt").write_text("some text\n")
+    rc, err = _err(["prepare", str(tmp_path / "a.txt"), "--out", str(tmp_path / "out"), *args], capsys)
+    assert rc == 1 and err == f"gptforge prepare: error: {line}"
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_folder_given_as_tokenizer_and_a_file_as_quickstart_out(run, tmp_path, capsys):
+    (tmp_path / "a.txt").write_text("some text\n")
+    rc, err = _err(["prepare", str(tmp_path / "a.txt"), "--out", str(tmp_path / "out"), "--tokenizer", str(run)],
+                   capsys)
+    assert rc == 1 and err.endswith(f"is a folder: give the tokenizer.json file in it ({run / 'tokenizer.json'})")
+    rc, err = _err(["quickstart", "--out", str(tmp_path / "a.txt")], capsys)
+    assert rc == 1 and err == (f"gptforge quickstart: error: --out {tmp_path / 'a.txt'} is a file: the quickstart "
+                               "writes a folder there; choose another --out")
+    assert (tmp_path / "a.txt").read_text() == "some text\n"
