@@ -84,3 +84,24 @@ def test_a_folder_given_as_tokenizer_and_a_file_as_quickstart_out(run, tmp_path,
     assert rc == 1 and err == (f"gptforge quickstart: error: --out {tmp_path / 'a.txt'} is a file: the quickstart "
                                "writes a folder there; choose another --out")
     assert (tmp_path / "a.txt").read_text() == "some text\n"
+
+
+def test_train_seed_past_64_bits_is_refused_by_plan_and_pretrain(tiny_shards, tmp_path, capsys):
+    rc, err = _err(["plan", "--model", "gpt2-nano", "--train.seed", str(10**20)], capsys)
+    assert rc in (1, 2) and err == f"gptforge plan: error: train.seed={10**20}: must be in [{-2**63}, {2**64 - 1}]"
+    rc, err = _err(["pretrain", "--data", str(tiny_shards), "--out", str(tmp_path / "r"), "--model", "gpt2-nano",
+                    "--train.seed", str(10**20)], capsys)
+    assert rc in (1, 2) and err.endswith(f"train.seed={10**20}: must be in [{-2**63}, {2**64 - 1}]")
+
+
+def test_a_block_size_no_data_fills_is_refused_before_the_model_is_built(tiny_shards, tmp_path, capsys):
+    # 10**12 learned positions would be 256 TB of weights: the data check must come first
+    rc, err = _err(["pretrain", "--data", str(tiny_shards), "--out", str(tmp_path / "r"), "--model", "gpt2-nano",
+                    "--model.block_size", str(10**12), "--train.max_steps", "1"], capsys)
+    assert rc == 1 and f"fewer than one window of {10**12 + 1} tokens (block_size + 1)" in err.splitlines()[-1]
+
+
+def test_a_file_where_a_folder_is_wanted_says_so(tmp_path, capsys):
+    (tmp_path / "f").write_text("x")
+    rc, err = _err(["plan", "--fit", str(tmp_path / "f"), "--model", "8x64", "--tokens", "10M"], capsys)
+    assert rc == 1 and err.endswith("Not a directory (a file is there where a folder is wanted: check the path)")
