@@ -29,6 +29,10 @@ def _err(argv, capsys) -> tuple[int, str]:
     (["evaluate", "run", "--text", "t", "--split", "val", "--split", "bogus"],
      "--split: invalid value 'bogus'; allowed values: train, val, test"),
     (["generate", "run", "--seed", str(2**64)], f"--seed must be in [0, {2**64 - 1}], got {2**64}"),
+    (["export", "run", "--format", "triton", "--out", "o", "--max-batch-size", "0"],
+     "--max-batch-size must be in [1, 2147483647], got 0"),
+    (["export", "run", "--format", "triton", "--out", "o", "--instances", str(10**20)],
+     f"--instances must be in [1, 2147483647], got {10**20}"),
 ])
 def test_the_bad_value_is_the_one_echoed(argv, line, capsys):
     rc, err = _err(argv, capsys)
