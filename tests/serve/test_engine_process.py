@@ -149,10 +149,10 @@ def test_the_server_over_an_engine_process_and_a_child_that_dies(trained, tokeni
         while engine.num_waiting == 0:
             assert time.time() < deadline
             time.sleep(0.01)
-        os.kill(engine._proc.pid, signal.SIGKILL)
+        first_pid = engine._proc.pid  # read before the kill: the replacement may start before t ends
+        os.kill(first_pid, signal.SIGKILL)
         t.join(30)
         assert result["r"].status_code == 500 and "engine process exited" in result["r"].json()["error"]["message"]
-        first_pid = engine._proc.pid
         deadline = time.time() + 60
         while httpx.get(srv.url + "/health", timeout=30).status_code != 200:  # the new child is starting
             assert time.time() < deadline, f"no new engine process: {engine.down_reason()}"
