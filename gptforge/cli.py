@@ -154,7 +154,9 @@ def describe_error(e: BaseException) -> str:
         advice = {errno.ENOSPC: "free disk space or choose another --out",
                   errno.EACCES: "choose a folder you can write, or fix its permissions",
                   errno.EROFS: "the file system is read-only: choose another --out",
-                  errno.ENOENT: "check the path"}.get(e.errno, "")
+                  errno.ENOENT: "check the path",
+                  errno.EEXIST: "a file is there where a folder is wanted: choose another path",
+                  errno.ENOTDIR: "a file is there where a folder is wanted: check the path"}.get(e.errno, "")
         return f"{e.filename}: {e.strerror or e}" + (f" ({advice})" if advice else "")
     return str(e)
 

@@ -22,6 +22,7 @@ from __future__ import annotations
 import ast
 import dataclasses
 import inspect
+import math
 import sys
 import textwrap
 import types
@@ -210,7 +211,8 @@ def choice_error(parser, message: str, argv: list[str]) -> str | None:
     if not allowed and expected is None:
         return None
     flag = next(iter(action.option_strings), key.group(1))
-    typed = typed_value(flag, argv)  # jsonargparse quotes the value it read: 1e9 as 1000000000.0
+    # jsonargparse quotes the value it read (1e9 as 1000000000.0); of a repeated option, the bad one
+    typed = typed_value(flag, argv, lambda v: _accepted(v, allowed, expected))
     value = typed if typed is not None else given.group(1).strip()
     want = f"allowed values: {', '.join(allowed)}" if allowed else f"expected {expected}"
     line = f"{flag}: invalid value {value!r}; {want}"
@@ -222,16 +224,28 @@ def choice_error(parser, message: str, argv: list[str]) -> str | None:
     return line
 
 
-def typed_value(flag: str, argv: list[str]) -> str | None:
-    """The value of the last `flag VALUE` or `flag=VALUE` in `argv`, as the user typed it; None
-    when `flag` is not on the command line (a recipe set it)."""
-    value = None
+def typed_value(flag: str, argv: list[str], valid=None) -> str | None:
+    """The value of the last `flag VALUE` or `flag=VALUE` in `argv`, as the user typed it (with
+    `valid`, a predicate: the first value it refuses, when one is); None when `flag` is not on the
+    command line (a recipe set it)."""
+    values = []
     for i, a in enumerate(argv):
         if a == flag and i + 1 < len(argv):
-            value = argv[i + 1]
+            values.append(argv[i + 1])
         elif a.startswith(flag + "="):
-            value = a[len(flag) + 1:]
-    return value
+            values.append(a[len(flag) + 1:])
+    bad = [v for v in values if valid is not None and not valid(v)]
+    return bad[0] if bad else (values[-1] if values else None)
+
+
+def _accepted(text: str, allowed: list[str] | None, expected: str | None) -> bool:
+    """Whether `text` is one of `allowed`, or parses as the `expected` kind of number (finite)."""
+    if allowed:
+        return text in allowed or text.lower() in allowed
+    try:
+        return int(text) is not None if expected == "an integer" else math.isfinite(float(text))
+    except ValueError:
+        return False
 
 
 def _integral(text: str) -> bool:

@@ -135,11 +135,14 @@ def _claim_folder(out: Path, log: Callable[[str], None]) -> None:
     say that a rerun replaces the previous run, then write the marker.
 
     Raises:
-        InputError: `out/data` or `out/run` exists without the marker (the message says what to do).
+        InputError: `out` is a file, or `out/data` or `out/run` exists without the marker (the message
+            says what to do).
     """
     from gptforge.atomic import atomic_write_text
     from gptforge.errors import InputError
 
+    if out.exists() and not out.is_dir():
+        raise InputError(f"--out {out} is a file: the quickstart writes a folder there; choose another --out")
     own = (out / MARKER).is_file()
     for folder in (out / "data", out / "run"):
         if folder.exists() and not own:

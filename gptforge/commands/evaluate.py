@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import dataclass
 from typing import Literal, Optional
 
@@ -85,6 +86,9 @@ def main(argv: list[str]) -> int:
     if len(chosen) != 1:
         raise InputError("give exactly one of --tasks FILE..., --harness TASK..., --data DIR or --text FILE"
                          + (f" (got {', '.join('--' + c for c in chosen)})" if chosen else ""))
+    if opts.out and os.path.isdir(opts.out):  # refused before the model is loaded and scored
+        raise InputError(f"--out {opts.out} is a folder: give the path of a JSON file, such as "
+                         f"{os.path.join(opts.out, 'results.json')}")
     common = dict(batch_size=opts.batch_size, precision=opts.precision, device=opts.device, best=opts.best,
                   out=opts.out)
     if opts.tasks:

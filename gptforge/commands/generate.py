@@ -24,7 +24,7 @@ class GenerateOptions:
     """Nucleus sampling: smallest set with this much mass."""
     num_samples: int = bounded(1, low=1)
     """Independent samples."""
-    seed: Optional[int] = bounded(None, low=0)
+    seed: Optional[int] = bounded(None, low=0, high=2**64 - 1)
     """Seed for reproducible sampling."""
     no_cache: bool = False
     """Recompute the whole context every token (slow; for checks)."""
@@ -55,6 +55,7 @@ def main(argv: list[str]) -> int:
     import torch
 
     from gptforge.data.tokenizer import Tokenizer
+    from gptforge.infer.engine import kv_cache_excess
     from gptforge.infer.generate import generate
     from gptforge.runtime.device import pick_device
     from gptforge.runtime.loading import load_for_inference
@@ -91,6 +92,11 @@ def main(argv: list[str]) -> int:
               f"{block} tokens: the first {len(ids) - block} tokens are dropped and generation continues from the "
               f"last {block}", file=sys.stderr)
         ids = ids[-block:]
+    excess = kv_cache_excess(model, args.num_samples, min(len(ids) + args.max_new_tokens, block))
+    if excess is not None:
+        from gptforge.errors import InputError
+
+        raise InputError(f"--num-samples {args.num_samples}: {excess}; lower --num-samples")
     idx = torch.tensor([ids] * args.num_samples, dtype=torch.long, device=device)
     out = generate(model, idx, args.max_new_tokens, temperature=args.temperature, top_k=args.top_k,
                    top_p=args.top_p, seed=args.seed, use_cache=not args.no_cache,

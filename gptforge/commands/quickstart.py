@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Optional
 
-from gptforge.data.tokenizer import MIN_VOCAB_SIZE
+from gptforge.data.tokenizer import MAX_VOCAB_SIZE, MIN_VOCAB_SIZE
 from gptforge.options import bounded, command_parser, parse_command
 
 REFERENCE_STEPS = 1048
@@ -31,7 +31,7 @@ class QuickstartOptions:
     cap, relu2), it stays in gptforge's format)."""
     optimizer: str = "muon"
     """train.optimizer: muon (Muon on the hidden matrices, AdamW on the rest) or adamw."""
-    vocab_size: int = bounded(4096, low=MIN_VOCAB_SIZE)
+    vocab_size: int = bounded(4096, low=MIN_VOCAB_SIZE, high=MAX_VOCAB_SIZE)
     """BPE vocabulary size, including the 256 byte tokens and <|endoftext|> (a small --max-files corpus
     may stop short of it)."""
     micro_batch_size: int = bounded(16, low=1)

@@ -79,6 +79,7 @@ def main(argv: list[str]) -> int:
     require_extra("gptforge serve", "serve", SERVE_PACKAGES)
     import uvicorn
 
+    from gptforge.infer.engine import kv_cache_excess
     from gptforge.serve.app import ServeConfig, create_app, load_model
     from gptforge.serve.listen import bind_listening_socket
 
@@ -86,6 +87,9 @@ def main(argv: list[str]) -> int:
     block = model.config.block_size
     if opts.max_model_len is not None and not 0 < opts.max_model_len <= block:
         raise InputError(f"--max-model-len must be in 1..{block} (the model's block_size), got {opts.max_model_len}")
+    excess = kv_cache_excess(model, opts.max_batch_size, opts.max_model_len or block)
+    if excess is not None:
+        raise InputError(f"--max-batch-size {opts.max_batch_size}: {excess}; lower --max-batch-size or --max-model-len")
     name = opts.served_model_name or Path(opts.model).resolve().name
     cfg = ServeConfig(model_name=name, api_key=opts.api_key, max_batch_size=opts.max_batch_size,
                       max_model_len=opts.max_model_len, chat_template=opts.chat_template or template,

@@ -131,7 +131,7 @@ class TrainConfig:
     (0: not resolved yet)."""
     max_bad_steps: int = bounded(5, low=1)
     """Stop after this many consecutive optimizer steps with a non-finite loss or gradient."""
-    seed: int = 1337
+    seed: int = bounded(1337, low=-2**63, high=2**64 - 1)
     """Seed for initialisation, data sampling and dropout."""
     device: str = "auto"
     """auto (CUDA, then MPS, then CPU), cpu, cuda, cuda:N or mps."""

@@ -62,7 +62,7 @@ from gptforge.data.phases.write import ReportInputs, run_write
 from gptforge.data.pipeline import Recipe, StepStats, build_recipe, load_recipe, warn_heavy_steps, with_languages
 from gptforge.data.readers import ReadStats, expand_inputs
 from gptforge.data.shards import DEFAULT_MAX_SHARD_BYTES, SPLITS, check_output_dir
-from gptforge.data.tokenizer import MIN_VOCAB_SIZE, Tokenizer
+from gptforge.data.tokenizer import MAX_VOCAB_SIZE, MIN_VOCAB_SIZE, Tokenizer
 
 log = logging.getLogger("gptforge.data")
 
@@ -171,6 +171,12 @@ class PrepareConfig:
             raise ValueError(f"--shard-bytes must be >= 0 (0 = chosen from the corpus size), got {self.shard_bytes}")
         if self.limit < 0:
             raise ValueError(f"--limit must be >= 0 (0 = no limit), got {self.limit}")
+        if self.tokenizer_train_bytes < 0:
+            raise ValueError(f"--tokenizer-train-bytes must be >= 0 (0 = all), got {self.tokenizer_train_bytes}")
+        if self.min_frequency < 0:
+            raise ValueError(f"--min-frequency must be >= 0, got {self.min_frequency}")
+        if self.language_score is not None and not 0.0 <= self.language_score <= 1.0:
+            raise ValueError(f"--language-score is a probability: it must be in [0, 1], got {self.language_score}")
         if self.doc_separator is not None and self.doc_separator == "":
             raise ValueError('--doc-separator "": an empty separator cuts nothing; give the string that ends each '
                              'document (e.g. "<|endoftext|>"), or leave the option out to read each file as one '
@@ -186,6 +192,9 @@ class PrepareConfig:
         if self.tokenizer is None and self.vocab_size != 0 and self.vocab_size < MIN_VOCAB_SIZE:
             raise ValueError(f"--vocab-size must be at least {MIN_VOCAB_SIZE} (256 bytes + <|endoftext|>), or 0 to "
                              f"choose it from the corpus size; got {self.vocab_size}")
+        if self.tokenizer is None and self.vocab_size > MAX_VOCAB_SIZE:
+            raise ValueError(f"--vocab-size must be at most {MAX_VOCAB_SIZE:,} (token ids are stored as uint32); got "
+                             f"{self.vocab_size}")
 
     def meta_dict(self) -> dict[str, Any]:
         """The options that decide the output's content (not out, workers, ...), for meta.json."""

@@ -29,6 +29,8 @@ from gptforge.atomic import atomic_write_bytes
 EOS_TOKEN = "<|endoftext|>"
 MIN_VOCAB_SIZE = 257
 """The smallest vocabulary a trained tokenizer can have: the 256 byte tokens and <|endoftext|>."""
+MAX_VOCAB_SIZE = 2**32
+"""The largest: shards store token ids as uint32 at most."""
 EOS_CANDIDATES = (EOS_TOKEN, "</s>", "<|end_of_text|>", "<|eot_id|>", "<|im_end|>")
 
 
@@ -91,6 +93,10 @@ class Tokenizer:
             ValueError: the file is not a tokenizer or has no end-of-text token.
         """
         path = Path(path)
+        if path.is_dir():
+            inside = path / "tokenizer.json"
+            raise FileNotFoundError(f"tokenizer file {str(path)!r} is a folder: give the tokenizer.json file"
+                                    + (f" in it ({inside})" if inside.is_file() else ""))
         if not path.is_file():
             raise FileNotFoundError(f"tokenizer file {str(path)!r} does not exist")
         try:

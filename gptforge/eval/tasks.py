@@ -427,9 +427,17 @@ def _labels_of(path: Path, rows, opts: dict) -> tuple[list[str], list[str]]:
     raise _err(path, None, "'labels' must be a list of labels or a mapping label -> verbalizer")
 
 
+def _missing_task_file(path: Path) -> None:
+    """Raise MissingInputError for a task path that is not a file: a folder, or nothing."""
+    if path.is_dir():
+        raise MissingInputError(f"task file {path} is a folder, not a file: name the .jsonl, .csv or .yaml task "
+                                "files in it")
+    raise MissingInputError(f"task file {path} does not exist")
+
+
 def _read_examples(path: Path, opts: dict, want_type: str | None) -> tuple[str, list[Example]]:
     if not path.is_file():
-        raise MissingInputError(f"task file {path} does not exist")
+        _missing_task_file(path)
     rows = read_rows(path)
     if not rows:
         raise _err(path, None, "the task file has no rows")
@@ -466,7 +474,7 @@ def load_task(path: str | Path) -> Task:
     """
     path = Path(path)
     if not path.is_file():
-        raise MissingInputError(f"task file {path} does not exist")
+        _missing_task_file(path)
     opts: dict = {}
     data = path
     if path.suffix.lower() in (".yaml", ".yml"):

@@ -80,7 +80,8 @@ def _text_tokens(text_file: str, encoding: str | None, max_tokens: int | None, d
         raise MissingInputError(f"no tokenizer.json found for {ckpt}; evaluate with --data instead")
     path = Path(text_file)
     if not path.is_file():
-        raise MissingInputError(f"--text {path}: no such file")
+        what = "is a folder, not a file (name one text file)" if path.is_dir() else "no such file"
+        raise MissingInputError(f"--text {path}: {what}")
     text = read_text_file(path, encoding=encoding)  # binary files refused; a BOM decoded
     file_bytes = len(text.encode("utf-8"))
     text, normalization = normalize_like_prepare(text, doc)

@@ -22,11 +22,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Literal, Optional
 
+from gptforge.ranges import bounded
+
 if TYPE_CHECKING:
     from gptforge.model.gpt import GPT
 
 if TYPE_CHECKING:
     import torch
+
+INT32_MAX = 2**31 - 1
+"""Triton's config.pbtxt holds max_batch_size and the instance count as int32."""
 
 
 @dataclass
@@ -53,9 +58,9 @@ class ExportOptions:
     """gguf: write a GPT-2 trained with exact (erf) GELU for llama.cpp's gpt2 graph, which computes
     the tanh approximation (logits then differ by about 1e-4; a one-line note says so).
     --no-approximate-gelu: refuse such a model instead."""
-    max_batch_size: int = 8
+    max_batch_size: int = bounded(8, low=1, high=INT32_MAX)
     """triton: max_batch_size of config.pbtxt (requests the dynamic batcher may group)."""
-    instances: int = 1
+    instances: int = bounded(1, low=1, high=INT32_MAX)
     """triton: model instances (instance_group count)."""
     instance_kind: Literal["KIND_AUTO", "KIND_CPU", "KIND_GPU"] = "KIND_AUTO"
     """triton: where instances run (KIND_AUTO: GPUs when there are any)."""

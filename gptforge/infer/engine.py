@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from gptforge.infer.generate import filter_logits
+from gptforge.infer.generate import MIN_TEMPERATURE, filter_logits
 from gptforge.infer.stream import StopStringFilter, StreamDetokenizer
 from gptforge.model.gpt import GPT
 
@@ -226,6 +226,32 @@ def engine_context(model: GPT, max_batch_size: int, max_model_len: int | None) -
     if max_batch_size < 1:
         raise ValueError(f"max_batch_size must be >= 1, got {max_batch_size}")
     return max_model_len
+
+
+def kv_cache_bytes(model: GPT, sequences: int, positions: int) -> int:
+    """Bytes of the keys and values of `sequences` sequences of `positions` positions each, as
+    `SlotKVCache` holds them: 2 x n_layer x (sequences, n_kv_head, positions, head_dim) tensors in the
+    dtype of the model's final norm (the compute dtype; a quantized embedding stores int8)."""
+    cfg = model.config
+    element = model.norm_f.weight.element_size()
+    return 2 * cfg.n_layer * sequences * cfg.n_kv_head * positions * cfg.head_dim * element
+
+
+def kv_cache_excess(model: GPT, sequences: int, positions: int, share: float = 0.8) -> str | None:
+    """None when the KV cache of `sequences` x `positions` (`kv_cache_bytes`) fits in `share` of the
+    memory of the model's device (or that memory is unknown); else what it needs, what the device
+    has and how many sequences would fit, as one clause for an error message."""
+    from gptforge.runtime.device import device_memory_bytes
+
+    device = model.norm_f.weight.device
+    have = device_memory_bytes(device)
+    need = kv_cache_bytes(model, sequences, positions)
+    if have is None or need <= share * have:
+        return None
+    fit = int(share * have) // kv_cache_bytes(model, 1, positions)
+    where = "this machine's memory" if device.type == "cpu" else f"the memory of {device}"
+    return (f"the KV cache of {sequences} sequences x {positions} positions needs {need / 2**30:,.1f} GiB, more "
+            f"than {share:.0%} of {where} ({have / 2**30:,.1f} GiB); at most {fit:,} sequences fit")
 
 
 def check_request(prompt: Sequence[int], params: SamplingParams, max_model_len: int) -> None:
@@ -459,7 +485,7 @@ class Engine:
             if seq.counts is None:
                 seq.counts = torch.zeros_like(logits)
             logits = logits - p.frequency_penalty * seq.counts - p.presence_penalty * (seq.counts > 0).float()
-        if p.temperature <= 0:
+        if p.temperature < MIN_TEMPERATURE:  # a subnormal one would overflow the logits
             tok = int(logits.argmax())
         else:
             filtered = filter_logits(logits[None] / p.temperature, p.top_k or None,

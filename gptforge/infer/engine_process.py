@@ -279,9 +279,10 @@ class EngineProcess:
         if self._stopping or self._proc is not dead_proc:
             return
         if len(self._restart_times) >= self.max_restarts:
-            if self.max_restarts:
-                log.error("the engine process died %d times in %.0f s: not restarted again",
-                          len(self._restart_times) + 1, RESTART_WINDOW_S)
+            why = (f"it died {len(self._restart_times) + 1} times in {RESTART_WINDOW_S:.0f} s and is not restarted "
+                   "again" if self.max_restarts else "restarts are off")
+            self._dead = f"{self._dead}; {why}: restart the server"  # what /health and a 503 say
+            log.error("%s", self._dead)
             return
         self._restart_times.append(now)
         why = self._dead

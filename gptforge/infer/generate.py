@@ -19,6 +19,14 @@ import torch
 from gptforge.infer.static_decode import StaticDecoder, bucket_length, static_decoder
 from gptforge.model.gpt import GPT
 
+# Temperatures below this sample greedily, as vLLM's SamplingParams does (_SAMPLING_EPS): dividing
+# the logits by a subnormal temperature overflows them to inf, and softmax then gives NaN.
+MIN_TEMPERATURE = 1e-5
+# Smaller top_p values are raised to this: in float32 a top_p under ~1e-45 is 0, which drops every token
+# (softmax of all -inf is NaN). Any top_p below the best token's probability (>= 1/vocab_size > 1e-7)
+# keeps that token alone, so the answer is the same.
+MIN_TOP_P = 1e-7
+
 
 def filter_logits(logits: torch.Tensor, top_k: int | None = None, top_p: float | None = None) -> torch.Tensor:
     """Mask logits outside the top-k and outside the top-p nucleus (Holtzman et al. 2020) to -inf.
@@ -29,6 +37,7 @@ def filter_logits(logits: torch.Tensor, top_k: int | None = None, top_p: float |
         kth = torch.topk(logits, top_k, dim=-1).values[:, -1:]
         logits = logits.masked_fill(logits < kth, float("-inf"))
     if top_p is not None and 0.0 < top_p < 1.0:
+        top_p = max(top_p, MIN_TOP_P)
         sorted_logits, order = torch.sort(logits, descending=True, dim=-1)
         cum = sorted_logits.softmax(-1).cumsum(-1)
         # Drop a token when the mass before it already reaches top_p.
@@ -40,8 +49,9 @@ def filter_logits(logits: torch.Tensor, top_k: int | None = None, top_p: float |
 
 def sample_next(logits: torch.Tensor, temperature: float, top_k: int | None, top_p: float | None,
                 generator: torch.Generator | None) -> torch.Tensor:
-    """Next token ids (B, 1) from last-position logits (B, V); temperature 0 is greedy (argmax)."""
-    if temperature <= 0:
+    """Next token ids (B, 1) from last-position logits (B, V); temperature 0 (or below
+    MIN_TEMPERATURE) is greedy (argmax)."""
+    if temperature < MIN_TEMPERATURE:
         return logits.argmax(-1, keepdim=True)
     logits = filter_logits(logits.float() / temperature, top_k, top_p)
     probs = logits.softmax(-1)

@@ -128,3 +128,16 @@ def resolve_precision(precision: Precision, device: torch.device, log=None) -> P
                 f"{fp32 / 1e9:,.1f} for fp32 (no fast bf16 here); training will be slower than fp32. Use "
                 "--train.precision fp32 or auto.")
     return precision
+
+
+def device_memory_bytes(device: torch.device) -> int | None:
+    """Total memory of `device` in bytes: a CUDA device's, or this machine's RAM for the CPU
+    (sysconf); None for another device type, or where it cannot be read."""
+    try:
+        if device.type == "cuda":
+            return int(torch.cuda.get_device_properties(device).total_memory)
+        if device.type == "cpu":
+            return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError, RuntimeError):
+        return None
+    return None

@@ -8,6 +8,7 @@ from fastapi import APIRouter, Request
 from fastapi.responses import PlainTextResponse, Response
 from starlette.concurrency import run_in_threadpool
 
+from gptforge.infer.engine_process import EngineProcess
 from gptforge.serve.openapi import route_doc
 from gptforge.serve.protocol import (
     APIError,
@@ -33,8 +34,11 @@ def _server(request: Request) -> Server:
 async def health(request: Request) -> Response:
     """200 with an empty body while the server and its engine run; 503 when the engine has stopped
     (an engine process that exited)."""
-    if not request.app.state.server.engine.alive:
-        raise APIError(503, "the engine is not running", code="engine_down", type="server_error")
+    engine = request.app.state.server.engine
+    if not engine.alive:
+        why = engine.down_reason() if isinstance(engine, EngineProcess) else None
+        raise APIError(503, "the engine is not running" + (f": {why}" if why else ""), code="engine_down",
+                       type="server_error")
     return Response(status_code=200)
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import json
 import math
+import re
 import threading
 import time
 import weakref
@@ -24,15 +25,11 @@ from pydantic import ValidationError
 from gptforge.data.tokenizer import token_bytes
 from gptforge.infer.engine import Engine, Event, SamplingParams
 from gptforge.infer.engine_process import EngineProcess
+from gptforge.infer.generate import MIN_TEMPERATURE, MIN_TOP_P
 from gptforge.serve.protocol import UNSUPPORTED, APIError
 
-# Temperatures below this sample greedily, as vLLM's SamplingParams does (_SAMPLING_EPS): dividing
-# the logits by a subnormal temperature overflows them to inf, and softmax then gives NaN.
-MIN_TEMPERATURE = 1e-5
-# Smaller top_p values are raised to this: in float32 a top_p under ~1e-45 is 0, which drops every token
-# (softmax of all -inf is NaN). Any top_p below the best token's probability (>= 1/vocab_size > 1e-7)
-# keeps that token alone, so the answer is the same.
-MIN_TOP_P = 1e-7
+# A JSON escape of a UTF-16 surrogate (a pair is one character once decoded; a lone one is not Unicode).
+_SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")
 
 
 @dataclass
@@ -306,6 +303,13 @@ class Server:
             raise _err(400, f"the request body is not valid JSON ({e})", None, "invalid_json") from None
         if not isinstance(data, dict):
             raise _err(400, "the request body must be a JSON object", None, "invalid_json")
+        if _SURROGATE_ESCAPE.search(raw):  # "\ud800" alone decodes to a str that no tokenizer can take
+            try:
+                json.dumps(data, ensure_ascii=False).encode("utf-8")
+            except UnicodeEncodeError as e:
+                raise _err(400, f"the request body has a lone UTF-16 surrogate escape ({e.object[e.start]!r}) in a "
+                                "string: send valid Unicode (a surrogate pair, or the character itself)", None,
+                           "invalid_json") from None
         try:
             return cls.model_validate(data)
         except ValidationError as e:

@@ -165,6 +165,8 @@ class Trainer:
 
             ds_config = resolved_deepspeed_config(ds_config, tc, env.dp_size)
         self.ds_config = ds_config
+        if isinstance(source, ShardSource):  # before the model: a block_size no data fills would allocate first
+            source.check_window(source.seq_len or mc.block_size)
         self._build_model_and_engine(model_factory, ds_config)
         self.batches = source.batches(mc.block_size, tc, env.dp_rank, env.dp_size)
         self.tokens_per_step = self.batches.tokens_per_step

@@ -66,8 +66,9 @@ def test_quickstart_rerun_says_it_replaces_the_previous_run(tmp_path):
     (["--micro-batch-size", "0"], "--micro-batch-size must be >= 1, got 0"),
     (["--workers", "-3"], "--workers must be >= 0, got -3"),
     (["--optimizer", "sgdx"], "--optimizer 'sgdx': the quickstart trains with muon or adamw"),
-    (["--vocab-size", "0"], "--vocab-size must be >= 257, got 0"),
-    (["--vocab-size", "10"], "--vocab-size must be >= 257, got 10"),
+    (["--vocab-size", "0"], "--vocab-size must be in [257, 4294967296], got 0"),
+    (["--vocab-size", "10"], "--vocab-size must be in [257, 4294967296], got 10"),
+    (["--vocab-size", str(10**20)], f"--vocab-size must be in [257, 4294967296], got {10**20}"),
     (["--block-size", "0"], "--block-size must be >= 1, got 0"),
     (["--preset", "bogus"], "--preset: unknown preset 'bogus'; choose one of gpt2-nano, "),
 ])

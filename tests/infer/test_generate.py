@@ -40,6 +40,17 @@ def test_top_k_and_top_p_filters():
     assert torch.isfinite(p1[0, 0]) and torch.isinf(p1[0, 1:]).all()
 
 
+
+def test_a_subnormal_temperature_is_greedy_and_a_tiny_top_p_keeps_the_top_token():
+    torch.manual_seed(2)
+    m = GPT(ModelConfig(n_layer=1, n_head=2, d_model=16, block_size=16, vocab_size=50).resolved())
+    p = torch.zeros(1, 3, dtype=torch.long)
+    greedy = generate(m, p, 6, temperature=0)
+    assert torch.equal(generate(m, p, 6, temperature=1e-320, seed=1), greedy)  # was NaN probabilities
+    assert torch.equal(generate(m, p, 6, temperature=1.0, top_p=1e-50, seed=1), greedy)
+    logits = torch.log(torch.tensor([[0.5, 0.3, 0.15, 0.05]]))
+    assert torch.isfinite(filter_logits(logits, top_p=1e-50)[0, 0])
+
 def test_eos_stops_generation():
     torch.manual_seed(3)
     m = GPT(ModelConfig(n_layer=1, n_head=2, d_model=16, block_size=32, vocab_size=20).resolved())

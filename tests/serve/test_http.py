@@ -78,6 +78,20 @@ def test_401_404_413_and_bad_json(live):
     assert r.status_code == 400
 
 
+
+@pytest.mark.parametrize("path,body", [
+    ("/v1/completions", b'{"model": "tiny", "prompt": "a\\ud800b", "max_tokens": 2}'),
+    ("/v1/chat/completions", b'{"messages": [{"role": "user", "content": "\\udfff"}], "max_tokens": 2}'),
+    ("/tokenize", b'{"prompt": "\\uD83D"}'),
+])
+def test_a_lone_surrogate_escape_is_400_not_500(live, path, body):
+    r = httpx.post(live.url + path, content=body, headers=H, timeout=30)
+    assert r.status_code == 400 and r.json()["error"]["code"] == "invalid_json", r.text
+    assert "surrogate" in r.json()["error"]["message"]
+    pair = b'{"model": "tiny", "prompt": "\\ud83d\\ude00", "max_tokens": 1}'  # a pair is one character
+    assert httpx.post(live.url + "/v1/completions", content=pair, headers=H, timeout=30).status_code == 200
+
+
 def test_tokenize_detokenize_tokenizer_info(live, trained):
     _model, tok = trained
     r = _post(live, "/tokenize", {"model": "tiny", "prompt": "héllo 世界"}).json()
