@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 import torch
 
 from gptforge.infer.generate import MIN_TEMPERATURE, filter_logits
+from gptforge.infer.prefix_cache import PrefixCache, prefill_groups
 from gptforge.infer.slots import SlotBatch, SlotKVCache
 from gptforge.infer.stream import StopStringFilter, StreamDetokenizer
 from gptforge.model.gpt import GPT
@@ -86,6 +87,8 @@ class Event:
     prompt_logprobs: list[TokenLogprob | None] | None = None
     finish_reason: str | None = None
     error: str | None = None
+    cached_tokens: int | None = None
+    """On the first event: the leading prompt tokens whose keys and values were reused (`prefix_cache`)."""
 
 
 @dataclass
@@ -97,7 +100,9 @@ class EngineStats:
 
     steps: steps that did work. prefill_passes / prefill_sequences: forward passes over admitted
     prompts and the sequences they held. decode_passes / decode_rows: one-token forward passes and
-    the sequences they held. emit_seconds: time in the `on_event` callbacks.
+    the sequences they held. emit_seconds: time in the `on_event` callbacks. prefix_query_tokens /
+    prefix_hit_tokens: prompt tokens admitted, and those of them whose prefill a reused prefix
+    skipped (`gptforge.infer.prefix_cache`; hit rate = hit / query).
     """
 
     steps: int = 0
@@ -110,6 +115,8 @@ class EngineStats:
     decode_rows: int = 0
     decode_seconds: float = 0.0
     emit_seconds: float = 0.0
+    prefix_query_tokens: int = 0
+    prefix_hit_tokens: int = 0
 
 
 class Request:
@@ -132,6 +139,8 @@ class Request:
             self.generator.manual_seed(params.seed)
         self.counts: torch.Tensor | None = None
         self.submitted = time.monotonic()
+        self.cached = 0  # leading prompt positions its slot held before the prefill (prefix reuse)
+        self.prefilled = False
 
     @property
     def length(self) -> int:
@@ -209,6 +218,8 @@ class Engine:
         decode: token ids -> text (the tokenizer's decode).
         max_batch_size: sequences decoded together; more wait in arrival order.
         max_model_len: positions per sequence (prompt + generated), at most model.block_size.
+        prefix_caching: reuse the cached keys/values of a prompt's leading tokens (`prefix_cache`).
+        prefix_cache_slots: extra cache slots that only keep earlier prompts' prefixes.
 
     Use `submit` from any thread; call `step()` yourself or `start()` a background thread.
     Callbacks (`on_event`) run on the engine's thread and must be quick (e.g. queue the event for an
@@ -219,7 +230,7 @@ class Engine:
     """
 
     def __init__(self, model: GPT, decode: Callable[[list[int]], str], max_batch_size: int = 8,
-                 max_model_len: int | None = None):
+                 max_model_len: int | None = None, prefix_caching: bool = True, prefix_cache_slots: int = 0):
         max_model_len = engine_context(model, max_batch_size, max_model_len)
         self.model = model.eval()
         self.decode = decode
@@ -228,8 +239,9 @@ class Engine:
         p = model.norm_f.weight  # not wte: a quantized embedding stores int8
         self.device = p.device
         cfg = model.config
-        self.caches = [SlotKVCache(max_batch_size, cfg.n_kv_head, max_model_len, cfg.head_dim, p.device, p.dtype)
-                       for _ in range(cfg.n_layer)]
+        self.caches = [SlotKVCache(max_batch_size + prefix_cache_slots, cfg.n_kv_head, max_model_len, cfg.head_dim,
+                                   p.device, p.dtype) for _ in range(cfg.n_layer)]
+        self.prefix = PrefixCache(self.caches, max_batch_size, prefix_cache_slots, prefix_caching)
         self.free_slots = list(range(max_batch_size))
         self.waiting: collections.deque[Request] = collections.deque()
         self.running: list[Request] = []
@@ -286,6 +298,7 @@ class Engine:
 
     def _release(self, seq: Request) -> None:
         if seq.slot is not None:
+            self.prefix.release(seq)
             self.free_slots.append(seq.slot)
             seq.slot = None
 
@@ -375,27 +388,35 @@ class Engine:
         with prompt_logprobs alone, since it needs the logits of every prompt position."""
         t0 = time.perf_counter()
         out: list[tuple[Request, Event]] = []
+        for s in seqs:
+            self.prefix.plan(s, self.running)
         batch = [s for s in seqs if s.params.prompt_logprobs is None]
-        if batch:
-            T = max(len(s.prompt) for s in batch)
-            ids = [s.prompt + [0] * (T - len(s.prompt)) for s in batch]
-            logits = self._forward(batch, ids, [0] * len(batch), select=[len(s.prompt) - 1 for s in batch]).float()
-            out += [(s, self._first_event(s, logits[b], Event())) for b, s in enumerate(batch)]
+        groups = prefill_groups(batch, self.max_model_len)
+        for group in groups:  # a reused prefix starts a row's prefill at position s.cached
+            T = max(len(s.prompt) - s.cached for s in group)
+            ids = [s.prompt[s.cached:] + [0] * (T - len(s.prompt) + s.cached) for s in group]
+            logits = self._forward(group, ids, [s.cached for s in group],
+                                   select=[len(s.prompt) - s.cached - 1 for s in group]).float()
+            out += [(s, self._first_event(s, logits[b], Event(cached_tokens=s.cached))) for b, s in enumerate(group)]
         for s in seqs:
             if s.params.prompt_logprobs is not None:
                 logits = self._forward([s], [s.prompt], [0])[0].float()  # (T, V)
                 logp = logits[:-1].log_softmax(-1)
                 first = Event(prompt_logprobs=[None] + [
                     _logprob_entry(logp[t], s.prompt[t + 1], s.params.prompt_logprobs) for t in range(len(s.prompt) - 1)])
+                first.cached_tokens = 0
                 out.append((s, self._first_event(s, logits[-1], first)))
         st = self.stats
-        st.prefill_passes += int(bool(batch)) + len(seqs) - len(batch)
+        st.prefill_passes += len(groups) + len(seqs) - len(batch)
         st.prefill_sequences += len(seqs)
+        st.prefix_query_tokens += sum(len(s.prompt) for s in seqs)
+        st.prefix_hit_tokens += sum(s.cached for s in seqs)
         st.prefill_seconds += time.perf_counter() - t0
         return out
 
     def _first_event(self, seq: Request, logits: torch.Tensor, first: Event) -> Event:
         """The first event of `seq` after its prefill, from the logits (V,) of its last prompt token."""
+        seq.prefilled = True
         if seq.params.max_tokens == 0:
             self._finish(seq, "length", first)
             return first
@@ -502,6 +523,7 @@ class Engine:
                         self._release(s)
                         s.finished = True
                     self.running = []
+                    self.prefix.clear()  # a failed pass may have written part of a slot
                 for s in failed:
                     s.on_event(Event(finish_reason="error", error=f"{type(e).__name__}: {e}"))
                 self._run_hooks()
