@@ -30,6 +30,7 @@ import torch
 from gptforge.infer.generate import MIN_TEMPERATURE, filter_logits
 from gptforge.infer.prefix_cache import PrefixCache, prefill_groups
 from gptforge.infer.slots import SlotBatch, SlotKVCache
+from gptforge.infer.speculative import make_speculator
 from gptforge.infer.stream import StopStringFilter, StreamDetokenizer
 from gptforge.model.gpt import GPT
 
@@ -102,7 +103,8 @@ class EngineStats:
     prompts and the sequences they held. decode_passes / decode_rows: one-token forward passes and
     the sequences they held. emit_seconds: time in the `on_event` callbacks. prefix_query_tokens /
     prefix_hit_tokens: prompt tokens admitted, and those of them whose prefill a reused prefix
-    skipped (`gptforge.infer.prefix_cache`; hit rate = hit / query).
+    skipped (`gptforge.infer.prefix_cache`; hit rate = hit / query). spec_draft_tokens /
+    spec_accepted_tokens: n-gram draft tokens verified, and those accepted (`gptforge.infer.speculative`).
     """
 
     steps: int = 0
@@ -117,6 +119,8 @@ class EngineStats:
     emit_seconds: float = 0.0
     prefix_query_tokens: int = 0
     prefix_hit_tokens: int = 0
+    spec_draft_tokens: int = 0
+    spec_accepted_tokens: int = 0
 
 
 class Request:
@@ -220,18 +224,23 @@ class Engine:
         max_model_len: positions per sequence (prompt + generated), at most model.block_size.
         prefix_caching: reuse the cached keys/values of a prompt's leading tokens (`prefix_cache`).
         prefix_cache_slots: extra cache slots that only keep earlier prompts' prefixes.
+        speculative: None, or "ngram": n-gram drafts of num_speculative_tokens tokens per row and
+            step, verified in the decode pass (`gptforge.infer.speculative`).
 
     Use `submit` from any thread; call `step()` yourself or `start()` a background thread.
     Callbacks (`on_event`) run on the engine's thread and must be quick (e.g. queue the event for an
     asyncio loop, which one of `step_hooks` then wakes once for the whole step).
 
     Raises:
-        ValueError: max_model_len above the model's block_size, or max_batch_size < 1.
+        ValueError: max_model_len above the model's block_size, max_batch_size < 1, an unknown
+            speculative method or num_speculative_tokens < 1 with one.
     """
 
     def __init__(self, model: GPT, decode: Callable[[list[int]], str], max_batch_size: int = 8,
-                 max_model_len: int | None = None, prefix_caching: bool = True, prefix_cache_slots: int = 0):
+                 max_model_len: int | None = None, prefix_caching: bool = True, prefix_cache_slots: int = 0,
+                 speculative: str | None = None, num_speculative_tokens: int = 0):
         max_model_len = engine_context(model, max_batch_size, max_model_len)
+        self.speculator = make_speculator(speculative, num_speculative_tokens)
         self.model = model.eval()
         self.decode = decode
         self.max_batch_size = max_batch_size
@@ -424,11 +433,15 @@ class Engine:
 
     def _decode(self, seqs: list[Request]) -> list[tuple[Request, Event]]:
         t0 = time.perf_counter()
-        logits = self._forward(seqs, [[s.generated[-1]] for s in seqs], [s.length - 1 for s in seqs],
-                               last_only=True)[:, -1].float()  # (B, V)
-        out = [(s, self._sample(s, logits[b], Event())) for b, s in enumerate(seqs)]
         st = self.stats
-        st.decode_passes, st.decode_rows = st.decode_passes + 1, st.decode_rows + len(seqs)
+        if self.speculator is not None:  # drafts verified in the pass: several events per row
+            out = self.speculator.decode(self, seqs)
+        else:
+            logits = self._forward(seqs, [[s.generated[-1]] for s in seqs], [s.length - 1 for s in seqs],
+                                   last_only=True)[:, -1].float()  # (B, V)
+            out = [(s, self._sample(s, logits[b], Event())) for b, s in enumerate(seqs)]
+            st.decode_passes += 1
+        st.decode_rows += len(seqs)
         st.decode_seconds += time.perf_counter() - t0
         return out
 
