@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Optional
 
 DESCRIPTION = """Serve a run directory, checkpoint or Hugging Face folder over the OpenAI HTTP API
 (/v1/models, /v1/completions, /v1/chat/completions, /tokenize, /detokenize, /tokenizer_info,
@@ -39,6 +40,16 @@ class ServeOptions:
     """Run the model in its own process, beside the HTTP event loop (faster under many streams on a CPU)."""
     engine_restarts: int = 3
     """With --engine-process: new engine processes started within 10 minutes after one dies (0: none)."""
+    prefix_caching: bool = True
+    """Prefix reuse (on unless --no-prefix-caching): the leading tokens of a prompt that an earlier prompt
+    in any cache slot started with skip their prefill (usage.prompt_tokens_details.cached_tokens)."""
+    prefix_cache_slots: int = 0
+    """Extra KV cache slots (each max-model-len positions) that keep earlier prompts' prefixes once
+    their slots are reused; the least recently used is replaced."""
+    speculative: Optional[str] = None
+    """`ngram`: speculative decoding with drafts looked up in the prompt and output so far, verified in one pass."""
+    num_speculative_tokens: int = 4
+    """Draft tokens per sequence and step with --speculative."""
 
 
 SERVE_PACKAGES = {"fastapi": "fastapi", "uvicorn": "uvicorn", "prometheus_client": "prometheus-client"}
@@ -64,6 +75,12 @@ def check_options(opts: ServeOptions) -> None:
         raise InputError(f"--engine-restarts must be >= 0, got {opts.engine_restarts}")
     if not 0 < opts.port < 65536:
         raise InputError(f"--port must be in 1..65535, got {opts.port}")
+    if opts.prefix_cache_slots < 0:
+        raise InputError(f"--prefix-cache-slots must be >= 0, got {opts.prefix_cache_slots}")
+    if opts.speculative not in (None, "ngram"):
+        raise InputError(f"--speculative {opts.speculative!r}: the only method is `ngram`")
+    if opts.num_speculative_tokens < 1:
+        raise InputError(f"--num-speculative-tokens must be >= 1, got {opts.num_speculative_tokens}")
     if opts.chat_template not in (None, "default"):
         raise InputError(f"--chat-template {opts.chat_template!r}: the only value is `default`")
 
@@ -87,14 +104,18 @@ def main(argv: list[str]) -> int:
     block = model.config.block_size
     if opts.max_model_len is not None and not 0 < opts.max_model_len <= block:
         raise InputError(f"--max-model-len must be in 1..{block} (the model's block_size), got {opts.max_model_len}")
-    excess = kv_cache_excess(model, opts.max_batch_size, opts.max_model_len or block)
+    excess = kv_cache_excess(model, opts.max_batch_size + opts.prefix_cache_slots, opts.max_model_len or block)
     if excess is not None:
-        raise InputError(f"--max-batch-size {opts.max_batch_size}: {excess}; lower --max-batch-size or --max-model-len")
+        spare = f" + --prefix-cache-slots {opts.prefix_cache_slots}" if opts.prefix_cache_slots else ""
+        raise InputError(f"--max-batch-size {opts.max_batch_size}{spare}: {excess}; lower --max-batch-size"
+                         f"{' or --prefix-cache-slots' if spare else ''} or --max-model-len")
     name = opts.served_model_name or Path(opts.model).resolve().name
     cfg = ServeConfig(model_name=name, api_key=opts.api_key, max_batch_size=opts.max_batch_size,
                       max_model_len=opts.max_model_len, chat_template=opts.chat_template or template,
                       max_queue=opts.max_queue, engine_process=opts.engine_process,
-                      engine_restarts=opts.engine_restarts)
+                      engine_restarts=opts.engine_restarts, prefix_caching=opts.prefix_caching,
+                      prefix_cache_slots=opts.prefix_cache_slots, speculative=opts.speculative,
+                      num_speculative_tokens=opts.num_speculative_tokens)
     app = create_app(model, tok, cfg)
     sock = bind_listening_socket(opts.host, opts.port)  # a busy port: one error line, not uvicorn's
     print(f"serving {name!r} on http://{opts.host}:{opts.port}/v1 (context {cfg.max_model_len or block}, "

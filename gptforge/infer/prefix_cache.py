@@ -17,9 +17,9 @@ logits of the first generated token. A key or value depends only on the tokens u
 so the reused ones equal a fresh prefill's up to float rounding (another pass's matrix products).
 
 Bound and eviction: the cache holds at most max_batch_size + n_spare token sequences and no memory
-beyond the spare slots. Before a free slot is overwritten by a request that does not reuse it, its
-content moves to a spare slot unless a spare already holds it (or a longer sequence starting with
-it); the spare replaced is an empty one or one whose content is a prefix of the saved sequence,
+beyond the spare slots. Before a free slot is overwritten by a request that does not reuse all of
+it, its content moves to a spare slot unless a spare already holds it (or a longer sequence starting
+with it); the spare replaced is an empty one or one whose content is a prefix of the saved sequence,
 else the least recently used (stored, or read as a source). Requests with prompt_logprobs neither
 reuse a prefix (they need the logits of every prompt position) nor are kept from being reused.
 Sequences admitted in the same step do not reuse each other's prompts (none is written yet).
@@ -91,7 +91,7 @@ class PrefixCache:
                 if m > n or (m == n and slot == dst):
                     best, n = slot, m
         n = min(n, len(seq.prompt) - 1)
-        if best != dst or n == 0:
+        if best != dst or n < len(self.tokens[dst]):  # dst's content (or its tail) is about to be overwritten
             self._save(dst, keep=best)
             best = best if n > 0 else dst
         if best != dst:

@@ -81,7 +81,7 @@ class ChatCall:
             if ev.finish_reason:
                 yield self.chunk([{"index": j, "delta": {}, "logprobs": None, "finish_reason": ev.finish_reason}])
         if self.include_usage:
-            yield self.chunk([], usage=usage(len(self.ids), completion_tokens))
+            yield self.chunk([], usage=usage(len(self.ids), completion_tokens, sub.cached_tokens))
         metrics.requests.labels(ENDPOINT, "200").inc()
         yield "data: [DONE]\n\n"
 
@@ -104,7 +104,7 @@ class ChatCall:
                    for j in range(len(self.jobs))]
         return self.srv.ok(ENDPOINT, ChatCompletion.model_validate({
             "id": self.rid, "created": self.created, "model": self.srv.cfg.model_name, "choices": choices,
-            "usage": usage(len(self.ids), sum(counts))}))
+            "usage": usage(len(self.ids), sum(counts), sub.cached_tokens)}))
 
 
 @router.post(ENDPOINT, response_class=Response, summary="Answer a conversation",

@@ -26,7 +26,9 @@ from gptforge.data.tokenizer import token_bytes
 from gptforge.infer.engine import Engine, Event, SamplingParams
 from gptforge.infer.engine_process import EngineProcess
 from gptforge.infer.generate import MIN_TEMPERATURE, MIN_TOP_P
+from gptforge.serve.engine_options import add_engine_metrics, engine_options
 from gptforge.serve.protocol import UNSUPPORTED, APIError
+from gptforge.serve.relay import EventRelay
 
 # A JSON escape of a UTF-16 surrogate (a pair is one character once decoded; a lone one is not Unicode).
 _SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")
@@ -58,6 +60,14 @@ class ServeConfig:
     """With engine_process: how many times within gptforge.infer.engine_process.RESTART_WINDOW_S
     (600 s) a dead engine process is replaced by a new one; after that the server stays down
     (/health 503) for a supervisor to restart."""
+    prefix_caching: bool = True
+    """Reuse the cached keys/values of a prompt's leading tokens (gptforge.infer.prefix_cache)."""
+    prefix_cache_slots: int = 0
+    """KV cache slots beyond max_batch_size that only keep earlier prompts' prefixes (LRU)."""
+    speculative: str | None = None
+    """None, or "ngram": n-gram speculative decoding (gptforge.infer.speculative)."""
+    num_speculative_tokens: int = 0
+    """Draft tokens per sequence and step with `speculative`."""
 
 
 class Metrics:
@@ -78,6 +88,7 @@ class Metrics:
               registry=r).set_function(lambda: float(engine.alive))
         Gauge("gptforge_engine_restarts", "Engine processes started after one died (0 in process)",
               registry=r).set_function(lambda: float(getattr(engine, "restarts", 0)))
+        add_engine_metrics(r, engine)
         buckets = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30)
         self.ttft = Histogram("gptforge_time_to_first_token_seconds", "Time from request to its first token",
                               buckets=buckets, registry=r)
@@ -111,45 +122,6 @@ def _max_token_chars(hf_tokenizer) -> int:
     return longest * (2 if hf_tokenizer.normalizer is not None else 1)
 
 
-class EventRelay:
-    """Hands engine events (from the engine's thread) to asyncio queues on one event loop, a step at
-    a time: `push` only stores them; `wake` (an engine step hook, run after the step has pushed all
-    of its events) schedules one `call_soon_threadsafe` that delivers them all. A step's events for
-    every stream thus cost one wake-up of the loop (a write to its self-pipe), not one per token, and
-    the loop wakes after the engine has finished with them, not in the middle. While a delivery is
-    scheduled and has not run yet (the loop is behind), later steps' events join it without another
-    wake-up, and a stream then finds several events at once (`coalesce` sends them in one write).
-    """
-
-    def __init__(self, loop: asyncio.AbstractEventLoop):
-        self.loop = loop
-        self._lock = threading.Lock()
-        self._pending: list[tuple[asyncio.Queue, Any]] = []
-        self._scheduled = False
-
-    def push(self, queue: asyncio.Queue, item) -> None:
-        """Hold `item` for `queue` until the next `wake` (callable from any thread)."""
-        with self._lock:
-            self._pending.append((queue, item))
-
-    def wake(self) -> None:
-        """Deliver everything pushed so far on the loop's thread (callable from any thread)."""
-        with self._lock:
-            if not self._pending or self._scheduled:
-                return
-            self._scheduled = True
-        try:
-            self.loop.call_soon_threadsafe(self._deliver)
-        except RuntimeError:  # the event loop has closed: the server is shutting down
-            pass
-
-    def _deliver(self) -> None:
-        with self._lock:
-            items, self._pending, self._scheduled = self._pending, [], False
-        for queue, item in items:
-            queue.put_nowait(item)
-
-
 class Submission:
     """The engine sequences of one request, submitted together; `events` streams what they produce.
 
@@ -162,6 +134,8 @@ class Submission:
         self.srv, self.n = srv, len(jobs)
         self.queue: asyncio.Queue = asyncio.Queue()
         self.seqs: list[Any] = []
+        self._cached: dict[int, int] = {}  # prompt list's id -> most tokens a reused prefix covered in a job of it
+        self._prompt_ids = [id(p) for p, _ in jobs]  # the n choices of one prompt share its list
         self._cancel = weakref.finalize(self, _cancel_all, srv.engine, self.seqs)
         queue = self.queue  # the callbacks must not hold `self`, or the finalizer never runs
 
@@ -176,6 +150,12 @@ class Submission:
         except BaseException:
             self._cancel()
             raise
+
+    @property
+    def cached_tokens(self) -> int:
+        """Prompt tokens whose prefill a reused prefix skipped, each prompt counted once (as usage
+        counts its prompt_tokens), however many choices it has."""
+        return sum(self._cached.values())
 
     async def timed_events(self, request: Request, start: float, metrics: "Metrics"):
         """`events`, observing time to first token (from `start`, seconds on time.monotonic) and
@@ -206,6 +186,9 @@ class Submission:
                             return
                         continue
                 started.setdefault(i, time.monotonic())
+                if ev.cached_tokens:
+                    key = self._prompt_ids[i]
+                    self._cached[key] = max(self._cached.get(key, 0), ev.cached_tokens)
                 if ev.token_id is not None:
                     self.srv.metrics.generation_tokens.inc()
                 if ev.finish_reason:
@@ -252,11 +235,12 @@ class Server:
         self.chat = ChatTokenizer.from_dir(tokenizer_file)
         self.template = DEFAULT_TEMPLATE if cfg.chat_template == "default" else None
         self.engine: Engine | EngineProcess
+        opts = engine_options(cfg)
         if cfg.engine_process:
             self.engine = EngineProcess(model, tokenizer_file, cfg.max_batch_size, cfg.max_model_len,
-                                        max_restarts=cfg.engine_restarts)
+                                        max_restarts=cfg.engine_restarts, engine_options=opts)
         else:
-            self.engine = Engine(model, self.tok.decode, cfg.max_batch_size, cfg.max_model_len)
+            self.engine = Engine(model, self.tok.decode, cfg.max_batch_size, cfg.max_model_len, **opts)
         self.max_model_len = self.engine.max_model_len
         self.max_prompt_chars = self.max_model_len * _max_token_chars(self.chat.tokenizer)
         self.metrics = Metrics(self.engine)
@@ -548,10 +532,10 @@ class Server:
         return texts, counts, reasons
 
 
-def usage(prompt_tokens: int, completion_tokens: int) -> dict:
-    """OpenAI's usage object."""
+def usage(prompt_tokens: int, completion_tokens: int, cached_tokens: int = 0) -> dict:
+    """OpenAI's usage object; prompt_tokens_details.cached_tokens: prompt tokens a reused prefix covered."""
     return {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
-            "total_tokens": prompt_tokens + completion_tokens}
+            "total_tokens": prompt_tokens + completion_tokens, "prompt_tokens_details": {"cached_tokens": cached_tokens}}
 
 
 def sse(obj) -> str:

@@ -48,7 +48,7 @@ def test_greedy_speculation_equals_plain_decoding_and_accepts_drafts(trained):
     eng = Engine(model, tok.decode, max_batch_size=3, speculative="ngram", num_speculative_tokens=4)
     spec = _run(eng, jobs)
     compared = flips = 0
-    for (p, q), a, b in zip(jobs, plain, spec, strict=True):
+    for (_p, q), a, b in zip(jobs, plain, spec, strict=True):
         want, gaps = event_tokens_and_gaps(a)
         got = event_tokens_and_gaps(b)[0]
         n, flipped = greedy_flip(want, gaps, got)
