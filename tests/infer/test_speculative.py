@@ -77,3 +77,18 @@ def test_seeded_sampling_stops_and_the_context_end_are_kept(trained):
     assert ids[0] == [e.token_id for e in plain[0] if e.token_id is not None]  # the same random stream
     assert "".join(e.text for e in spec[1]) == text[:text.find(stop)] and spec[1][-1].finish_reason == "stop"
     assert len(ids[2]) == 14 and spec[2][-1].finish_reason == "length"
+
+
+def test_generate_command_with_speculation_prints_the_plain_greedy_text(trained_run, capsys):
+    from gptforge.cli import main
+
+    args = ["generate", str(trained_run), "--prompt", CODE[:60], "--temperature", "0", "--max-new-tokens", "16"]
+    assert main(args) == 0
+    plain = capsys.readouterr().out
+    assert main(args + ["--speculative", "ngram", "--num-speculative-tokens", "3"]) == 0
+    out = capsys.readouterr()
+    assert out.out == plain and "draft tokens accepted" in out.err
+    assert main(args + ["--speculative", "ngram", "--compile"]) != 0
+    assert "not with --compile: drop one of them" in capsys.readouterr().err
+    assert main(args[:-1] + ["60", "--speculative", "ngram"]) != 0
+    assert "+ --max-new-tokens 60 exceed the model's 64; lower --max-new-tokens" in capsys.readouterr().err
