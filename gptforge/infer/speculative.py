@@ -4,7 +4,8 @@ Proposal (`NgramIndex.propose`): the last n tokens of a sequence (prompt and out
 NGRAM_MAX down to NGRAM_MIN, are looked up among its earlier tokens; at the most recent earlier
 occurrence, the up to k tokens that followed it are the draft (Saxena's prompt lookup decoding;
 vLLM's `ngram` method). An index of every n-gram's latest end position makes a proposal O(NGRAM_MAX)
-dictionary look-ups, whatever the sequence's length.
+dictionary look-ups, whatever the sequence's length. A sequence whose drafts keep failing backs
+off (MAX_BACKOFF).
 
 Verification (`Speculator.decode`): one forward pass feeds each row its newest token and its draft
 d_1..d_m at positions filled.., so position i's logits are those of the next token after the
@@ -31,6 +32,10 @@ NGRAM_MIN = 2
 """Shortest suffix looked up: a single token matches too often on free text, where a wrong draft
 costs the wider pass for nothing."""
 SPECULATIVE_METHODS = ("ngram",)
+MAX_BACKOFF = 16
+"""After m drafts in a row of which nothing was accepted, a sequence proposes nothing for the next
+min(2^(m-1), MAX_BACKOFF) steps: on text that does not repeat itself, wrong drafts would otherwise
+cost every step the wider pass."""
 
 
 class NgramIndex:
@@ -44,6 +49,13 @@ class NgramIndex:
         self.n_min, self.n_max = n_min, n_max
         self.tokens: list[int] = []
         self.ends: dict[tuple[int, ...], int] = {}  # n-gram -> the position just after its latest entry
+        self.misses = 0  # drafts in a row with nothing accepted
+        self.skip = 0  # steps left without a draft (MAX_BACKOFF)
+
+    def verified(self, accepted: int) -> None:
+        """Record how many tokens of the last draft were accepted (the back-off rule)."""
+        self.misses = 0 if accepted else self.misses + 1
+        self.skip = min(2 ** (self.misses - 1), MAX_BACKOFF) if self.misses else 0
 
     def extend(self, tokens: Sequence[int]) -> None:
         """Append `tokens` to the sequence."""
@@ -93,6 +105,9 @@ class Speculator:
             idx.extend(seq.prompt[have:])
             have = n_prompt
         idx.extend(seq.generated[have - n_prompt:])
+        if idx.skip:
+            idx.skip -= 1
+            return []
         return idx.propose(min(self.k, room)) if room > 0 else []
 
     def decode(self, engine: Any, seqs: list[Any]) -> list[tuple[Any, Any]]:
@@ -121,11 +136,15 @@ class Speculator:
             logits = engine._forward(group, ids, [s.length - 1 for s in group]).float()  # (B, width, V)
             for b, (s, d) in enumerate(zip(group, ds, strict=True)):
                 stats.spec_draft_tokens += len(d)
+                accepted = 0
                 for i in range(len(d) + 1):
                     out.append((s, engine._sample(s, logits[b, i], Event())))
                     if s.finished or i == len(d) or s.generated[-1] != d[i]:
                         break
-                    stats.spec_accepted_tokens += 1
+                    accepted += 1
+                stats.spec_accepted_tokens += accepted
+                if d:
+                    self._index[s].verified(accepted)
             stats.decode_passes += 1
         return out
 

@@ -92,3 +92,19 @@ def test_generate_command_with_speculation_prints_the_plain_greedy_text(trained_
     assert "not with --compile: drop one of them" in capsys.readouterr().err
     assert main(args[:-1] + ["60", "--speculative", "ngram"]) != 0
     assert "+ --max-new-tokens 60 exceed the model's 64; lower --max-new-tokens" in capsys.readouterr().err
+
+
+def test_a_sequence_whose_drafts_fail_backs_off():
+    idx = NgramIndex()
+    idx.extend([1, 2, 3, 1, 2])
+    assert idx.propose(2) == [3, 1]
+    idx.verified(0)
+    assert (idx.misses, idx.skip) == (1, 1)
+    idx.verified(0)
+    idx.verified(0)
+    assert idx.skip == 4
+    for _ in range(6):
+        idx.verified(0)
+    assert idx.skip == 16  # MAX_BACKOFF
+    idx.verified(2)
+    assert (idx.misses, idx.skip) == (0, 0)
