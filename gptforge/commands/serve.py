@@ -7,7 +7,7 @@ from typing import Optional
 
 DESCRIPTION = """Serve a run directory, checkpoint or Hugging Face folder over the OpenAI HTTP API
 (/v1/models, /v1/completions, /v1/chat/completions, /tokenize, /detokenize, /tokenizer_info,
-/health, /metrics; the OpenAPI schema at /openapi.json). Concurrent requests are decoded together;
+/health, /metrics, /v1/load_lora_adapter, /v1/unload_lora_adapter; the OpenAPI schema at /openapi.json). Concurrent requests are decoded together;
 beyond --max-batch-size they wait in arrival order, at most --max-queue of them. Binds to
 127.0.0.1 unless --host says otherwise."""
 
@@ -50,6 +50,9 @@ class ServeOptions:
     """`ngram`: speculative decoding with drafts looked up in the prompt and output so far, verified in one pass."""
     num_speculative_tokens: int = 4
     """Draft tokens per sequence and step with --speculative."""
+    lora: Optional[str] = None
+    """LoRA adapters served by name, NAME=RUN_DIR[,NAME=RUN_DIR...]: a request whose `model` is NAME runs
+    with the adapters of that LoRA fine-tune of this model, inside the same batch as the others."""
 
 
 SERVE_PACKAGES = {"fastapi": "fastapi", "uvicorn": "uvicorn", "prometheus_client": "prometheus-client"}
@@ -81,6 +84,8 @@ def check_options(opts: ServeOptions) -> None:
         raise InputError(f"--speculative {opts.speculative!r}: the only method is `ngram`")
     if opts.num_speculative_tokens < 1:
         raise InputError(f"--num-speculative-tokens must be >= 1, got {opts.num_speculative_tokens}")
+    if opts.lora and opts.engine_process:
+        raise InputError("--lora needs the in-process engine: drop --engine-process or --lora")
     if opts.chat_template not in (None, "default"):
         raise InputError(f"--chat-template {opts.chat_template!r}: the only value is `default`")
 
@@ -97,6 +102,7 @@ def main(argv: list[str]) -> int:
     import uvicorn
 
     from gptforge.infer.engine import kv_cache_excess
+    from gptforge.serve.adapters import parse_lora_option
     from gptforge.serve.app import ServeConfig, create_app, load_model
     from gptforge.serve.listen import bind_listening_socket
 
@@ -116,7 +122,11 @@ def main(argv: list[str]) -> int:
                       engine_restarts=opts.engine_restarts, prefix_caching=opts.prefix_caching,
                       prefix_cache_slots=opts.prefix_cache_slots, speculative=opts.speculative,
                       num_speculative_tokens=opts.num_speculative_tokens)
-    app = create_app(model, tok, cfg)
+    try:
+        cfg.lora_modules = parse_lora_option(opts.lora)
+        app = create_app(model, tok, cfg)
+    except ValueError as e:  # a bad --lora entry or an adapter of another base: one line
+        raise InputError(str(e)) from None
     sock = bind_listening_socket(opts.host, opts.port)  # a busy port: one error line, not uvicorn's
     print(f"serving {name!r} on http://{opts.host}:{opts.port}/v1 (context {cfg.max_model_len or block}, "
           f"batch {opts.max_batch_size})", flush=True)

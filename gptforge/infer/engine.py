@@ -24,6 +24,7 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 
@@ -47,6 +48,7 @@ class SamplingParams:
     end-of-text token; its text is not included). logprobs: None, or how many top alternatives
     to report per generated token (0: only the sampled token's). prompt_logprobs: likewise for
     each prompt token after the first. presence_penalty / frequency_penalty: see the module doc.
+    adapter: a LoRA adapter (`gptforge.infer.multi_lora.Adapter`) for this sequence's rows; None: the base.
     """
 
     max_tokens: int = 16
@@ -60,6 +62,7 @@ class SamplingParams:
     prompt_logprobs: int | None = None
     presence_penalty: float = 0.0
     frequency_penalty: float = 0.0
+    adapter: Any = None
 
 
 @dataclass
@@ -260,6 +263,7 @@ class Engine:
         self._paused = False
         self.steps = 0
         self.stats = EngineStats()
+        self.lora: Any = None  # a gptforge.infer.multi_lora.RowAdapters: binds each row's adapter per pass
         self.step_hooks: list[Callable[[], None]] = []
         """Called on the engine's thread after each step has delivered its events, e.g. to wake an
         event loop once per step instead of once per event."""
@@ -384,6 +388,8 @@ class Engine:
         # else: rows starting at 0 (causal prefill), or one new token per row with every row filling
         # all S positions: the model's own causal masking hides nothing that should be seen.
         idx = torch.tensor(ids, dtype=torch.long, device=self.device)
+        if self.lora is not None:
+            self.lora.bind([s.params.adapter for s in seqs], self.device)
         sel = None
         if select is not None:
             sel = (torch.arange(len(seqs), device=self.device), torch.tensor(select, device=self.device))

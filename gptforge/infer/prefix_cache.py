@@ -22,7 +22,9 @@ it, its content moves to a spare slot unless a spare already holds it (or a long
 with it); the spare replaced is an empty one or one whose content is a prefix of the saved sequence,
 else the least recently used (stored, or read as a source). Requests with prompt_logprobs neither
 reuse a prefix (they need the logits of every prompt position) nor are kept from being reused.
-Sequences admitted in the same step do not reuse each other's prompts (none is written yet).
+Sequences admitted in the same step do not reuse each other's prompts (none is written yet). With
+LoRA adapters served by name (`gptforge.infer.multi_lora`), a slot is reused only by requests of the
+adapter (or the base) that wrote it.
 """
 
 from __future__ import annotations
@@ -70,6 +72,7 @@ class PrefixCache:
     def __init__(self, layers: list[SlotKVCache], n_batch: int, n_spare: int = 0, enabled: bool = True):
         self.layers, self.n_batch, self.n_spare, self.enabled = layers, n_batch, n_spare, enabled
         self.tokens: list[list[int]] = [[] for _ in range(n_batch + n_spare)]  # of free and spare slots
+        self.adapters: list[Any] = [None] * (n_batch + n_spare)  # the LoRA adapter that wrote each slot
         self.used = [0] * (n_batch + n_spare)
         self.clock = 0
 
@@ -83,9 +86,11 @@ class PrefixCache:
             return 0
         self.clock += 1
         best, n = dst, 0
-        if seq.params.prompt_logprobs is None:
-            sources = {s: t for s, t in enumerate(self.tokens) if t}
-            sources.update({r.slot: written_tokens(r) for r in running if r.slot is not None})
+        if seq.params.prompt_logprobs is None:  # keys and values depend on the adapter: only its own are reused
+            adapter = seq.params.adapter
+            sources = {s: t for s, t in enumerate(self.tokens) if t and self.adapters[s] is adapter}
+            sources.update({r.slot: written_tokens(r) for r in running
+                            if r.slot is not None and r.params.adapter is adapter})
             for slot, toks in sources.items():
                 m = common_prefix(seq.prompt, toks)
                 if m > n or (m == n and slot == dst):
@@ -107,11 +112,13 @@ class PrefixCache:
         if self.enabled and seq.slot is not None:
             self.clock += 1
             self.tokens[seq.slot] = written_tokens(seq)
+            self.adapters[seq.slot] = seq.params.adapter
             self.used[seq.slot] = self.clock
 
     def clear(self) -> None:
         """Forget every slot's content (after a failed step, whose writes may be partial)."""
         self.tokens = [[] for _ in self.tokens]
+        self.adapters = [None] * len(self.tokens)
 
     def _save(self, slot: int, keep: int) -> None:
         """Copy free slot `slot`'s content to a spare slot other than `keep`, when worth keeping."""
@@ -119,9 +126,11 @@ class PrefixCache:
         if self.n_spare == 0 or len(toks) < 2:
             return
         spares = [s for s in range(self.n_batch, self.n_batch + self.n_spare) if s != keep]
-        if any(self.tokens[s][:len(toks)] == toks for s in range(self.n_batch, len(self.tokens))):
+        tag = self.adapters[slot]
+        if any(self.tokens[s][:len(toks)] == toks and self.adapters[s] is tag for s in range(self.n_batch, len(self.tokens))):
             return  # a spare holds it already, or a longer sequence that starts with it
-        covered = [s for s in spares if toks[:len(self.tokens[s])] == self.tokens[s]]  # empty ones included
+        covered = [s for s in spares if toks[:len(self.tokens[s])] == self.tokens[s]
+                   and (self.adapters[s] is tag or not self.tokens[s])]  # empty ones included
         if covered:
             target = covered[0]
         elif spares:
@@ -130,7 +139,7 @@ class PrefixCache:
             return
         for c in self.layers:
             c.copy_positions(slot, target, len(toks))
-        self.tokens[target], self.used[target] = list(toks), self.clock
+        self.tokens[target], self.used[target], self.adapters[target] = list(toks), self.clock, tag
 
 
 def prefill_groups(seqs: Sequence[Any], max_len: int) -> list[list[Any]]:

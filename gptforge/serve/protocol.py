@@ -118,6 +118,29 @@ class TokenizeRequest(_Strict):
     add_generation_prompt: bool = True
 
 
+class LoadLoRAAdapterRequest(_Strict):
+    """POST /v1/load_lora_adapter."""
+
+    lora_name: str
+    """The model id requests will name to use the adapter."""
+    lora_path: str
+    """The LoRA fine-tune's run directory or checkpoint folder, on the server's disk."""
+
+
+class UnloadLoRAAdapterRequest(_Strict):
+    """POST /v1/unload_lora_adapter."""
+
+    lora_name: str
+
+
+class DeletedModel(BaseModel):
+    """POST /v1/unload_lora_adapter: the adapter no longer served."""
+
+    id: str
+    object: Literal["model"] = "model"
+    deleted: bool = True
+
+
 class DetokenizeRequest(_Strict):
     model: str | None = None
     tokens: list[StrictInt]
@@ -162,6 +185,10 @@ class ModelCard(BaseModel):
     """Unix seconds when the server started."""
     owned_by: str
     max_model_len: int
+    root: str | None = None
+    """A LoRA adapter's run directory (None for the base)."""
+    parent: str | None = None
+    """A LoRA adapter's base: the served model's id (None for the base)."""
 
 
 class ModelList(BaseModel):
@@ -310,6 +337,7 @@ class TokenizerInfo(BaseModel):
     add_bos_token: bool
 
 
-REQUEST_MODELS = (CompletionRequest, ChatRequest, TokenizeRequest, DetokenizeRequest)
+REQUEST_MODELS = (CompletionRequest, ChatRequest, TokenizeRequest, DetokenizeRequest, LoadLoRAAdapterRequest,
+                  UnloadLoRAAdapterRequest)
 RESPONSE_MODELS = (ErrorResponse, ModelList, Completion, CompletionChunk, ChatCompletion, ChatCompletionChunk,
-                   TokenizeResponse, DetokenizeResponse, TokenizerInfo)
+                   TokenizeResponse, DetokenizeResponse, TokenizerInfo, ModelCard, DeletedModel)

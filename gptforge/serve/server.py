@@ -14,7 +14,7 @@ import re
 import threading
 import time
 import weakref
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +26,7 @@ from gptforge.data.tokenizer import token_bytes
 from gptforge.infer.engine import Engine, Event, SamplingParams
 from gptforge.infer.engine_process import EngineProcess
 from gptforge.infer.generate import MIN_TEMPERATURE, MIN_TOP_P
+from gptforge.serve.adapters import ServedAdapters
 from gptforge.serve.engine_options import add_engine_metrics, engine_options
 from gptforge.serve.protocol import UNSUPPORTED, APIError
 from gptforge.serve.relay import EventRelay
@@ -68,6 +69,8 @@ class ServeConfig:
     """None, or "ngram": n-gram speculative decoding (gptforge.infer.speculative)."""
     num_speculative_tokens: int = 0
     """Draft tokens per sequence and step with `speculative`."""
+    lora_modules: dict[str, str] = field(default_factory=dict)
+    """LoRA adapters served by name: {model id: run directory of a LoRA fine-tune of the served model}."""
 
 
 class Metrics:
@@ -242,6 +245,12 @@ class Server:
         else:
             self.engine = Engine(model, self.tok.decode, cfg.max_batch_size, cfg.max_model_len, **opts)
         self.max_model_len = self.engine.max_model_len
+        self.adapters = ServedAdapters(model, self.engine, cfg.model_name)
+        for name, path in cfg.lora_modules.items():
+            try:
+                self.adapters.load(name, path)
+            except APIError as e:
+                raise ValueError(e.message) from None
         self.max_prompt_chars = self.max_model_len * _max_token_chars(self.chat.tokenizer)
         self.metrics = Metrics(self.engine)
         self.created = int(time.time())
@@ -307,8 +316,9 @@ class Server:
         return Response(payload.model_dump_json(), media_type="application/json")
 
     def check_model(self, name: str | None) -> None:
-        if name is not None and name != self.cfg.model_name:
-            raise _err(404, f"The model `{name}` does not exist; this server serves `{self.cfg.model_name}`",
+        if name is not None and name != self.cfg.model_name and name not in self.adapters.by_name:
+            also = "".join(f", `{n}`" for n in self.adapters.by_name)
+            raise _err(404, f"The model `{name}` does not exist; this server serves `{self.cfg.model_name}`{also}",
                        "model", "model_not_found")
 
     def check_unsupported(self, req) -> None:
@@ -438,7 +448,7 @@ class Server:
             max_tokens=max_tokens, temperature=temperature, top_k=max(req.top_k, 0), top_p=max(req.top_p, MIN_TOP_P),
             seed=None if req.seed is None else (req.seed + choice) % 2**64, stop=stop, stop_token_ids=stop_ids,
             logprobs=logprobs, prompt_logprobs=prompt_logprobs, presence_penalty=req.presence_penalty,
-            frequency_penalty=req.frequency_penalty)
+            frequency_penalty=req.frequency_penalty, adapter=self.adapters.get(req.model))
 
     async def answer(self, request: Request, cls, make_call) -> Response:
         """Parse the body as `cls`, check its model and unsupported fields, build the endpoint's
