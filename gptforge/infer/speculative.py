@@ -193,7 +193,15 @@ def speculative_generate(model: Any, prompts: Sequence[Sequence[int]], max_new_t
         params = SamplingParams(max_tokens=max_new_tokens, temperature=temperature, top_k=top_k or 0,
                                 top_p=1.0 if top_p is None else top_p, seed=None if seed is None else seed + i,
                                 stop_token_ids=() if eos_id is None else (eos_id,))
-        engine.submit(list(p), params, lambda ev, out=outs[i]: ev.token_id is not None and out.append(ev.token_id))
+        engine.submit(list(p), params, _collector(outs[i]))
     while engine.step():
         pass
     return outs, engine.stats
+
+
+def _collector(out: list[int]):
+    """An engine `on_event` callback appending each generated token id to `out`."""
+    def on_event(ev) -> None:
+        if ev.token_id is not None:
+            out.append(ev.token_id)
+    return on_event

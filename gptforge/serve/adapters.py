@@ -82,8 +82,8 @@ class ServedAdapters:
             adapter = load_adapter(name, path, self.model, self.served)
         except FileNotFoundError as e:
             raise APIError(404, f"lora_path {path}: {e}", "lora_path", "not_found") from None
-        except ValueError as e:
-            raise APIError(400, str(e), "lora_path", "invalid_value") from None
+        except (ValueError, OSError) as e:  # not a LoRA run of this base; unreadable, or no path at all
+            raise APIError(400, str(e)[:500], "lora_path", "invalid_value") from None
         self.engine.lora = enable_multi_lora(self.model)
         self.by_name[name] = adapter
         return adapter

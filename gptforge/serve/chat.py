@@ -51,7 +51,7 @@ class ChatCall:
 
     def chunk(self, choices: list, **extra) -> str:
         c = {"id": self.rid, "object": "chat.completion.chunk", "created": self.created,
-             "model": self.srv.cfg.model_name, "choices": choices, **extra}
+             "model": (self.req.model or self.srv.cfg.model_name), "choices": choices, **extra}
         if self.include_usage and "usage" not in c:
             c["usage"] = None
         return sse(c)
@@ -103,7 +103,7 @@ class ChatCall:
                     "logprobs": {"content": lps[j]} if req.logprobs else None, "finish_reason": reasons[j]}
                    for j in range(len(self.jobs))]
         return self.srv.ok(ENDPOINT, ChatCompletion.model_validate({
-            "id": self.rid, "created": self.created, "model": self.srv.cfg.model_name, "choices": choices,
+            "id": self.rid, "created": self.created, "model": (self.req.model or self.srv.cfg.model_name), "choices": choices,
             "usage": usage(len(self.ids), sum(counts), sub.cached_tokens)}))
 
 

@@ -71,7 +71,7 @@ class CompletionCall:
         return self._prompt_texts[j]
 
     def chunk(self, choices: list, **extra) -> str:
-        c = {"id": self.rid, "object": "text_completion", "created": self.created, "model": self.srv.cfg.model_name,
+        c = {"id": self.rid, "object": "text_completion", "created": self.created, "model": (self.req.model or self.srv.cfg.model_name),
              "choices": choices, **extra}
         if self.include_usage and "usage" not in c:
             c["usage"] = None
@@ -122,7 +122,7 @@ class CompletionCall:
                 lp = self.logprob_block(entries[j])
             choices.append({"index": j, "text": head + texts[j], "logprobs": lp, "finish_reason": reasons[j]})
         return self.srv.ok(ENDPOINT, Completion.model_validate({
-            "id": self.rid, "created": self.created, "model": self.srv.cfg.model_name, "choices": choices,
+            "id": self.rid, "created": self.created, "model": (self.req.model or self.srv.cfg.model_name), "choices": choices,
             "usage": usage(self.n_prompt, sum(counts), sub.cached_tokens)}))
 
 

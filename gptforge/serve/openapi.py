@@ -80,8 +80,8 @@ def _tighten(schemas: dict, model_name: str | list[str], vocab_size: int, max_mo
     """Write this server's own limits into the request schemas (the routes check each, with a 400):
     the one model id served, token ids inside the vocabulary, token-id prompts that fit in the
     context, no empty prompt, and exactly one of `prompt` or `messages` for /tokenize."""
-    ids = [model_name] if isinstance(model_name, str) else model_name  # the base, then LoRA adapters served by name
-    served = {"anyOf": [{"type": "string", "enum": ids}, {"type": "null"}], "default": None,
+    model_ids = [model_name] if isinstance(model_name, str) else model_name  # the base, then adapters by name
+    served = {"anyOf": [{"type": "string", "enum": model_ids}, {"type": "null"}], "default": None,
               "description": "The served model's id, or a LoRA adapter's (GET /v1/models); another id is a 404."}
     for name in ("CompletionRequest", "ChatRequest", "TokenizeRequest", "DetokenizeRequest"):
         schemas[name]["properties"]["model"] = served

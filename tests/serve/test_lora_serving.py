@@ -99,7 +99,9 @@ def test_http_models_load_unload_and_answers(trained, lora_run, tokenizer_file):
                 "model": model, "prompt": PROMPTS[0], "max_tokens": 10, "temperature": 0})
             return r.status_code, r.json()
 
-        assert complete(srv.url, "sql")[1]["choices"][0]["text"] == complete(ref.url, "merged")[1]["choices"][0]["text"]
+        answer = complete(srv.url, "sql")[1]
+        assert answer["choices"][0]["text"] == complete(ref.url, "merged")[1]["choices"][0]["text"]
+        assert answer["model"] == "sql"  # the id the request named, as vLLM answers
         r = httpx.post(srv.url + "/v1/load_lora_adapter", json={"lora_name": "sql2", "lora_path": str(lora_run)})
         assert r.status_code == 200 and r.json()["id"] == "sql2" and r.json()["parent"] == "tiny"
         assert "sql2" in httpx.get(srv.url + "/openapi.json").json()["components"]["schemas"]["CompletionRequest"][
