@@ -54,9 +54,11 @@ step "podman build $image"
 podman build -q --network host --from "$base" -f "$root/docker/Dockerfile" -t "$image" \
   --build-arg TORCH_INSTALL="docker/$wheel" --build-arg GPTFORGE_EXTRAS=serve "$root"
 rm -f "$root/docker/$wheel"
+podman image prune -f >/dev/null  # the layers of earlier builds that no tag names
 
 step "gptforge --help in the image"
-podman run --rm "$image" --help | grep -q quickstart
+help_text=$(podman run --rm "$image" --help)
+grep -q quickstart <<< "$help_text"
 
 step "gptforge quickstart --minutes 1 in the image"
 rm -rf "$work/ws" && mkdir -p "$work/ws"

