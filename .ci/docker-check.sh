@@ -62,7 +62,7 @@ grep -q quickstart <<< "$help_text"
 
 step "gptforge quickstart --minutes 1 in the image"
 rm -rf "$work/ws" && mkdir -p "$work/ws"
-podman run --rm -v "$work/ws:/workspace" "$image" quickstart --minutes 1 --max-files 150 --vocab-size 1024 \
+podman run --rm -v "$work/ws:/workspace" "$image" quickstart --minutes 1 --max-files 60 --vocab-size 1024 \
   --workers 2 --quiet | tail -n 5
 
 step "gptforge serve in the image, asked from outside"
