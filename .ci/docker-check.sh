@@ -12,7 +12,7 @@
 # "--index-url https://download.pytorch.org/whl/cpu"), put in docker/ for the build and removed
 # after. The image is tagged localhost/gptforge:cpu (tests/e2e/test_docker_image.py
 # checks it). Exit 0 when every step passed; 3, with the reason, when podman or debootstrap is
-# missing; non-zero otherwise.
+# missing, podman does not work or debootstrap cannot fetch Debian; non-zero otherwise.
 set -euo pipefail
 work=${1:?usage: .ci/docker-check.sh WORK_DIR}
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -22,6 +22,7 @@ image=localhost/gptforge:cpu
 for tool in podman debootstrap; do
   command -v "$tool" >/dev/null || { echo "docker check skipped: no $tool (apt-get install podman runc debootstrap)"; exit 3; }
 done
+podman info >/dev/null 2>&1 || { echo "docker check skipped: podman does not work here ($(podman info 2>&1 | tail -n 1))"; exit 3; }
 mkdir -p "$work"
 work=$(cd "$work" && pwd)
 step() { echo "== $1 ($(date -u +%T))"; }
@@ -30,7 +31,8 @@ if ! podman image exists "$base"; then
   step "base image $base: debootstrap bookworm"
   rm -rf "$work/rootfs"
   debootstrap --variant=minbase --include=python3,python3-venv,ca-certificates bookworm "$work/rootfs" \
-    http://deb.debian.org/debian >"$work/debootstrap.log"
+    http://deb.debian.org/debian >"$work/debootstrap.log" 2>&1 \
+    || { echo "docker check skipped: debootstrap failed: $(tail -n 2 "$work/debootstrap.log")"; exit 3; }
   if compgen -G "/usr/local/share/ca-certificates/*.crt" >/dev/null; then
     cp /usr/local/share/ca-certificates/*.crt "$work/rootfs/usr/local/share/ca-certificates/"
     chroot "$work/rootfs" update-ca-certificates >/dev/null

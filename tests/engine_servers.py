@@ -1,6 +1,6 @@
-"""Outside OpenAI-compatible servers the export tests start as subprocesses (vLLM, llama-cpp-python's
-llama_cpp.server, gptforge serve inside a container): a free loopback port, a wait for the server
-to answer, the server's log on failure, and the greedy-ids comparison with gptforge's tie rule."""
+"""Outside OpenAI-compatible servers the tests start as subprocesses (vLLM, gptforge serve inside a
+container): a free loopback port, a wait for the server to answer, the server's log on failure, and
+the greedy-ids comparison with gptforge's tie rule."""
 
 from __future__ import annotations
 
