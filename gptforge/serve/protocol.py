@@ -12,6 +12,8 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StrictInt, WithJsonSchema
 
+from gptforge.serve.formats import ResponseFormat, StructuredOutputs
+
 
 class APIError(Exception):
     """An error answered as OpenAI's `{"error": {"message", "type", "param", "code"}}` with `status`."""
@@ -61,6 +63,10 @@ class _Sampling(_Strict):
     service_tier: Unsupported = None
     metadata: Unsupported = None
     store: Unsupported = None
+    response_format: ResponseFormat | None = None
+    """Constrain the output to JSON (gptforge.serve.formats)."""
+    structured_outputs: StructuredOutputs | None = None
+    """vLLM's constraints: a JSON schema, regex, choice or grammar (gptforge.serve.formats)."""
 
 
 class CompletionRequest(_Sampling):
@@ -96,7 +102,6 @@ class ChatRequest(_Sampling):
     tool_choice: Unsupported = None
     functions: Unsupported = None
     function_call: Unsupported = None
-    response_format: Unsupported = None
     parallel_tool_calls: Unsupported = None
     modalities: Unsupported = None
     audio: Unsupported = None
@@ -105,9 +110,8 @@ class ChatRequest(_Sampling):
 
 
 # OpenAI fields that are accepted by name and refused (400 naming them) when set to a value.
-UNSUPPORTED = ("logit_bias", "suffix", "tools", "tool_choice", "functions", "function_call", "response_format",
-               "parallel_tool_calls", "modalities", "audio", "prediction", "reasoning_effort", "service_tier",
-               "metadata", "store")
+UNSUPPORTED = ("logit_bias", "suffix", "tools", "tool_choice", "functions", "function_call", "parallel_tool_calls",
+               "modalities", "audio", "prediction", "reasoning_effort", "service_tier", "metadata", "store")
 
 
 class TokenizeRequest(_Strict):

@@ -26,7 +26,9 @@ from gptforge.data.tokenizer import token_bytes
 from gptforge.infer.engine import Engine, Event, SamplingParams
 from gptforge.infer.engine_process import EngineProcess
 from gptforge.infer.generate import MIN_TEMPERATURE, MIN_TOP_P
+from gptforge.infer.grammar import GrammarVocab
 from gptforge.serve.protocol import UNSUPPORTED, APIError
+from gptforge.serve.structured import constrain
 
 # A JSON escape of a UTF-16 surrogate (a pair is one character once decoded; a lone one is not Unicode).
 _SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")
@@ -258,6 +260,9 @@ class Server:
         else:
             self.engine = Engine(model, self.tok.decode, cfg.max_batch_size, cfg.max_model_len)
         self.max_model_len = self.engine.max_model_len
+        self.grammar_vocab = GrammarVocab(self.tok.to_str(), model.config.vocab_size, self.tok.eos_id)
+        if isinstance(self.engine, Engine):
+            self.engine.grammar_vocab = self.grammar_vocab
         self.max_prompt_chars = self.max_model_len * _max_token_chars(self.chat.tokenizer)
         self.metrics = Metrics(self.engine)
         self.created = int(time.time())
@@ -470,6 +475,7 @@ class Server:
         self.check_model(req.model)
         self.check_unsupported(req)
         call = make_call(self, req)
+        await constrain(self.grammar_vocab, req, call.jobs)
         start = time.monotonic()
         sub = self.submit(call.jobs)
         if req.stream:
