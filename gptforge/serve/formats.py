@@ -49,3 +49,59 @@ class StructuredOutputs(_Strict):
     """A Lark grammar (rule `start`), or a GBNF grammar as llama.cpp takes (rule `root`, `::=`)."""
     json_object: bool | None = None
     """true: the answer is any JSON object."""
+
+
+# ---- tools (OpenAI API reference: Chat, `tools`, `tool_choice`, `tool_calls`) --------------------
+
+class FunctionDefinition(_Strict):
+    name: str = Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_.\-]+$")
+    description: str | None = None
+    parameters: dict[str, Any] | None = None
+    """A JSON schema of type object for the arguments (None: no arguments)."""
+    strict: bool | None = None
+    """Accepted for OpenAI's clients; a forced call's arguments always follow the schema."""
+
+
+class Tool(_Strict):
+    type: Literal["function"]
+    function: FunctionDefinition
+
+
+class NamedFunction(_Strict):
+    name: str
+
+
+class NamedToolChoice(_Strict):
+    """Call this function (its arguments constrained to its schema)."""
+
+    type: Literal["function"]
+    function: NamedFunction
+
+
+class FunctionCall(BaseModel):
+    name: str
+    arguments: str
+    """The arguments as a JSON text."""
+
+
+class ToolCall(BaseModel):
+    """A call in a request's assistant message or in an answer."""
+
+    model_config = ConfigDict(extra="forbid")
+    id: str
+    type: Literal["function"] = "function"
+    function: FunctionCall
+
+
+class FunctionCallDelta(BaseModel):
+    name: str | None = None
+    arguments: str | None = None
+
+
+class ToolCallDelta(BaseModel):
+    """A streamed call: gptforge sends each call whole, in one delta."""
+
+    index: int
+    id: str | None = None
+    type: Literal["function"] | None = None
+    function: FunctionCallDelta

@@ -29,6 +29,7 @@ from gptforge.infer.generate import MIN_TEMPERATURE, MIN_TOP_P
 from gptforge.infer.grammar import GrammarVocab
 from gptforge.serve.protocol import UNSUPPORTED, APIError
 from gptforge.serve.structured import constrain
+from gptforge.serve.tools import message_dict
 
 # A JSON escape of a UTF-16 surrogate (a pair is one character once decoded; a lone one is not Unicode).
 _SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")
@@ -410,25 +411,22 @@ class Server:
             prompts.append(list(p))
         return prompts
 
-    def chat_ids(self, messages, bounded: bool = True) -> list[int]:
+    def chat_ids(self, messages, bounded: bool = True, tools: list[dict] | None = None) -> list[int]:
         """Ids of a conversation rendered with the chat template, ending with the assistant's header.
         bounded: refuse contents longer than the context holds before rendering (`check_prompt_chars`).
+        tools: the functions the template shows the model (gptforge.serve.tools.tool_dicts).
 
         Raises:
             APIError: 400 for a conversation the template refuses, or one too long (when bounded).
         """
         from gptforge.data.chat import prompt_ids
 
-        rendered = []
-        for m in messages:
-            content = m.content
-            if isinstance(content, list):
-                content = "".join(p.text for p in content)
-            rendered.append({"role": "system" if m.role == "developer" else m.role, "content": content})
+        rendered = [message_dict(m) for m in messages]
         if bounded:
-            self.check_prompt_chars(sum(len(m["content"]) for m in rendered), "the conversation", "messages")
+            chars = sum(len(m["content"] or "") for m in rendered) + len(json.dumps(tools or []))
+            self.check_prompt_chars(chars, "the conversation", "messages")
         try:
-            return prompt_ids(self.chat, rendered, self.template)
+            return prompt_ids(self.chat, rendered, self.template, tools)
         except ValueError as e:
             raise _err(400, str(e), "messages", "invalid_value") from None
 

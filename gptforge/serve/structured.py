@@ -25,6 +25,7 @@ from gptforge.infer.grammar import (
     regex_grammar,
 )
 from gptforge.serve.protocol import APIError
+from gptforge.serve.tools import forced_grammar
 
 
 def request_grammar(req) -> tuple[str, str] | None:
@@ -46,6 +47,9 @@ def request_grammar(req) -> tuple[str, str] | None:
     so = getattr(req, "structured_outputs", None)
     if so is not None:
         found += _structured_outputs(so)
+    if getattr(req, "tools", None):
+        call = forced_grammar(req)
+        found += [call] if call else []
     if len(found) > 1:
         raise GrammarError(found[1][1], f"give one constraint; this request also has {found[0][1]}")
     return found[0] if found else None
@@ -86,6 +90,9 @@ async def constrain(vocab: GrammarVocab, req, jobs: list) -> None:
             return
         grammar, field = found
         await asyncio.to_thread(check_grammar, vocab, grammar, field)
+    except ImportError:
+        raise APIError(400, f"{field} needs the grammar engine llguidance on the server: pip install 'gptforge[serve]'",
+                       field, "unsupported_parameter") from None
     except GrammarError as e:
         raise APIError(400, f"{e.field}: {e.message}", e.field, "invalid_value") from None
     if req.stop:
