@@ -5,7 +5,10 @@ Rows (one JSON object per line of an instruction .jsonl; `gptforge.data.instruct
   the completion and the EOS are trained. No chat template (as TRL does for plain prompt/completion).
 - `{"messages": [{"role": "system"|"user"|"assistant", "content": "..."}, ...]}`: rendered with the
   tokenizer's chat template when it has one, else with `DEFAULT_TEMPLATE` below; every assistant
-  message's content and the end-of-turn token that closes it are trained.
+  message's content and the end-of-turn token that closes it are trained. A row may add `tools`
+  (OpenAI function objects); assistant messages may carry OpenAI `tool_calls` (content then may be
+  null) and `role: "tool"` messages hold results: the default template writes them as
+  `gptforge.data.tools` says, and the calls are trained with their assistant turn.
 
 Special tokens come only from the template, as ids; text from the data is encoded with special-
 token matching switched off, so a literal "<|im_end|>" or "<|endoftext|>" in a message is plain
