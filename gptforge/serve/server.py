@@ -42,7 +42,8 @@ class ServeConfig:
     model_name: str = "gptforge"
     """The model id clients name (GET /v1/models lists it; another name is a 404)."""
     api_key: str | None = None
-    """When set, every request except /health, /metrics and /openapi.json needs `Authorization: Bearer KEY`."""
+    """When set, every request except GET / (the chat page), /health, /metrics and /openapi.json needs
+    `Authorization: Bearer KEY`."""
     max_batch_size: int = 8
     """Sequences decoded together; more wait in arrival order."""
     max_model_len: int | None = None

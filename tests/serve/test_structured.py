@@ -10,6 +10,8 @@ import pytest
 
 pytest.importorskip("llguidance", reason="llguidance is in the serve and test extras")
 
+from tests.serve.test_engine_process import proc_engine  # noqa: E402, F401  (the fixture)
+
 SCHEMA = {"type": "object", "properties": {"ok": {"type": "boolean"},
                                            "n": {"type": "integer", "minimum": 0, "maximum": 99}},
           "required": ["ok", "n"], "additionalProperties": False}
@@ -103,3 +105,21 @@ def test_text_format_is_free_output(client):
                                        response_format={"type": "text"})
     b = client.chat.completions.create(model="tiny", messages=HI, max_tokens=8, temperature=0)
     assert a.choices[0].message.content == b.choices[0].message.content
+
+
+def test_the_engine_process_follows_grammars_and_fails_a_bad_one_alone(trained, proc_engine):  # noqa: F811
+    from gptforge.infer.engine import SamplingParams
+    from gptforge.infer.grammar import choice_grammar
+    from tests.serve.test_engine_process import Collector
+
+    _model, tok = trained
+    got = Collector(3)
+    prompt = tok.encode("x = ")
+    proc_engine.submit(prompt, SamplingParams(max_tokens=20, temperature=1.0, seed=1,
+                                              grammar=choice_grammar(["北京", "Paris"], "c")), got.sink(0))
+    proc_engine.submit(prompt, SamplingParams(max_tokens=20, grammar="start: nowhere"), got.sink(1))
+    proc_engine.submit(prompt, SamplingParams(max_tokens=4, temperature=0), got.sink(2))
+    got.wait()
+    assert "".join(e.text for e in got.events[0]) in ("北京", "Paris") and got.events[0][-1].finish_reason == "stop"
+    assert got.events[1][-1].finish_reason == "error" and "nowhere" in got.events[1][-1].error
+    assert got.events[2][-1].finish_reason == "length"
