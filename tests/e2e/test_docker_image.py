@@ -14,6 +14,11 @@ import pytest
 
 from tests.engine_servers import REPO, free_port, running_server
 
+if not os.environ.get("GPTFORGE_ENGINE_TESTS"):
+    pytest.skip("an engine step of .ci/run, outside the README test command (minutes per server start): "
+                "GPTFORGE_ENGINE_TESTS=1 python -m pytest " + __name__.replace(".", "/") + ".py",
+                allow_module_level=True)
+
 IMAGE = "localhost/gptforge:cpu"
 ENV = {**os.environ, "CONTAINERS_CONF": str(REPO / ".ci" / "containers.conf")}
 
