@@ -32,6 +32,7 @@ from typing import Any
 import torch
 
 from gptforge.infer.generate import MIN_TEMPERATURE, filter_logits
+from gptforge.infer.grammar import Constraint, GrammarVocab
 from gptforge.infer.prefix_cache import PrefixCache, prefill_groups
 from gptforge.infer.slots import SlotBatch, SlotKVCache
 from gptforge.infer.speculative import make_speculator
@@ -66,6 +67,8 @@ class SamplingParams:
     presence_penalty: float = 0.0
     frequency_penalty: float = 0.0
     adapter: Any = None
+    grammar: str | None = None
+    """An llguidance grammar the output must follow (gptforge.infer.grammar.compile_*), or None."""
 
 
 @dataclass
@@ -148,6 +151,7 @@ class Request:
             self.generator = torch.Generator(device=device)
             self.generator.manual_seed(params.seed)
         self.counts: torch.Tensor | None = None
+        self.constraint: Constraint | None = None
         self.submitted = time.monotonic()
         self.cached = 0  # leading prompt positions its slot held before the prefill (prefix reuse)
         self.prefilled = False
@@ -267,6 +271,8 @@ class Engine:
         self.steps = 0
         self.stats = EngineStats()
         self.lora: Any = None  # a gptforge.infer.multi_lora.RowAdapters: binds each row's adapter per pass
+        self.grammar_vocab: GrammarVocab | None = None
+        """The tokenizer for requests with a `grammar` (set by the engine's owner; None: refused)."""
         self.step_hooks: list[Callable[[], None]] = []
         """Called on the engine's thread after each step has delivered its events, e.g. to wake an
         event loop once per step instead of once per event."""
@@ -277,10 +283,15 @@ class Engine:
         """Queue a request; `on_event` receives its Events until one has a finish_reason.
 
         Raises:
-            ValueError: an empty prompt, or prompt + max_tokens longer than max_model_len (naming both).
+            ValueError: an empty prompt, or prompt + max_tokens longer than max_model_len (naming both);
+                a grammar that does not compile (GrammarError) or without a `grammar_vocab`.
         """
         check_request(prompt, params, self.max_model_len)
         seq = Request(prompt, params, on_event, self.decode, self.device)
+        if params.grammar is not None:
+            if self.grammar_vocab is None:
+                raise ValueError("this engine has no grammar_vocab: it cannot follow a grammar")
+            seq.constraint = Constraint(self.grammar_vocab, params.grammar)
         with self._cv:
             self.waiting.append(seq)
             self._cv.notify()
@@ -462,6 +473,12 @@ class Engine:
             if seq.counts is None:
                 seq.counts = torch.zeros_like(logits)
             logits = logits - p.frequency_penalty * seq.counts - p.presence_penalty * (seq.counts > 0).float()
+        if seq.constraint is not None:
+            try:
+                logits = seq.constraint.mask(logits, p.stop_token_ids)
+            except RuntimeError as e:  # this row's grammar failed (a work limit): it alone ends
+                ev.finish_reason, ev.error, seq.finished = "error", str(e), True
+                return ev
         if p.temperature < MIN_TEMPERATURE:  # a subnormal one would overflow the logits
             tok = int(logits.argmax())
         else:
@@ -481,9 +498,23 @@ class Engine:
         ev.text = text
         if stopped:
             ev.finish_reason, seq.finished = "stop", True
+        elif seq.constraint is not None and self._grammar_ends(seq, tok, ev):
+            pass
         elif len(seq.generated) >= p.max_tokens or seq.length >= self.max_model_len:
             self._finish(seq, "length", ev)
         return ev
+
+    def _grammar_ends(self, seq: Request, tok: int, ev: Event) -> bool:
+        """Advance seq's grammar by `tok`; True when that ends seq: the grammar is complete ("stop"), or
+        its matcher failed (a lexer or parser work limit: "error", this row alone)."""
+        try:
+            if not seq.constraint.advance(tok):  # type: ignore[union-attr]
+                return False
+        except RuntimeError as e:
+            ev.finish_reason, ev.error, seq.finished = "error", str(e), True
+            return True
+        self._finish(seq, "stop", ev)
+        return True
 
     # ---- background thread --------------------------------------------------------------------
 
