@@ -243,6 +243,13 @@ class Constraint:
             raise RuntimeError("the grammar allows no token here")
         return logits.masked_fill(~allowed[: logits.numel()], float("-inf"))
 
+    def valid_prefix(self, tokens: Sequence[int]) -> int:
+        """How many leading `tokens` the grammar allows in a row from its current state (which it
+        keeps): a speculative draft is cut there (`gptforge.infer.speculative`)."""
+        if not tokens or self.matcher.is_error():
+            return 0
+        return int(self.matcher.validate_tokens(list(tokens)))
+
     def advance(self, token_id: int) -> bool:
         """Follow the sampled `token_id`; True when the grammar has ended after it.
 

@@ -18,6 +18,11 @@ rounding of the wider pass. A draft token is accepted with probability p(draft),
 sampling with a one-hot draft distribution accepts it (Leviathan et al. 2023, Chen et al. 2023).
 The keys and values written for rejected draft positions lie past the row's length: its mask hides
 them and its next tokens overwrite them.
+
+Structured output (`gptforge.infer.grammar`): a constrained row's draft is cut at the first token
+its grammar refuses (`Constraint.valid_prefix`, from the matcher's current state), and each token is
+still drawn through the row's grammar mask, advanced token by token, so its output is exactly that
+of plain constrained decoding; a draft token is accepted only where the masked distribution drew it.
 """
 
 from __future__ import annotations
@@ -108,7 +113,11 @@ class Speculator:
         if idx.skip:
             idx.skip -= 1
             return []
-        return idx.propose(min(self.k, room)) if room > 0 else []
+        draft = idx.propose(min(self.k, room)) if room > 0 else []
+        constraint = getattr(seq, "constraint", None)
+        if draft and constraint is not None:  # a grammar-constrained row: the tokens its grammar allows
+            draft = draft[:constraint.valid_prefix(draft)]
+        return draft
 
     def decode(self, engine: Any, seqs: list[Any]) -> list[tuple[Any, Any]]:
         """One decode step of `engine` (a `gptforge.infer.engine.Engine`) for `seqs`: each row's

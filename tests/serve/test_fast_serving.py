@@ -76,3 +76,25 @@ def test_speculation_answers_as_plain_decoding_and_reports_acceptance(pair, trai
     assert draft > 0 and 0 < accepted <= draft
     assert _metric(fast, "gptforge_spec_decode_acceptance_rate") == pytest.approx(accepted / draft)
     assert _metric(plain, "gptforge_spec_decode_draft_tokens") == 0
+
+
+def test_response_format_is_followed_with_prefix_reuse_and_speculation(pair, trained):
+    pytest.importorskip("llguidance", reason="llguidance is in the serve and test extras")
+    import json
+
+    fast, plain = pair
+    _model, tok = trained
+    schema = {"type": "object", "properties": {"name": {"type": "string", "maxLength": 10},
+                                               "code": {"type": "string", "maxLength": 30}},
+              "required": ["name", "code"], "additionalProperties": False}
+    fmt = {"type": "json_schema", "json_schema": {"name": "f", "schema": schema}}
+    prompt = tok.encode(CODE * 2)[-30:]
+    want = _complete(plain, prompt, max_tokens=34, response_format=fmt)
+    for _ in range(2):  # the second time from the cached prompt
+        got = _complete(fast, prompt, max_tokens=34, response_format=fmt)
+        assert got["choices"][0]["text"] == want["choices"][0]["text"]
+    assert got["usage"]["prompt_tokens_details"]["cached_tokens"] == len(prompt) - 1
+    if want["choices"][0]["finish_reason"] == "stop":
+        assert set(json.loads(want["choices"][0]["text"])) == {"name", "code"}
+    else:
+        assert want["choices"][0]["text"].startswith('{"name":"')
