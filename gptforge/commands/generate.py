@@ -61,8 +61,8 @@ def main(argv: list[str]) -> int:
     import torch
 
     from gptforge.data.tokenizer import Tokenizer
-    from gptforge.infer.engine import kv_cache_excess
     from gptforge.infer.generate import generate
+    from gptforge.infer.slots import kv_cache_excess
     from gptforge.runtime.device import pick_device
     from gptforge.runtime.loading import load_for_inference
 

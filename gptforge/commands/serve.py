@@ -101,7 +101,7 @@ def main(argv: list[str]) -> int:
     require_extra("gptforge serve", "serve", SERVE_PACKAGES)
     import uvicorn
 
-    from gptforge.infer.engine import kv_cache_excess
+    from gptforge.infer.slots import kv_cache_excess
     from gptforge.serve.adapters import parse_lora_option
     from gptforge.serve.app import ServeConfig, create_app, load_model
     from gptforge.serve.listen import bind_listening_socket

@@ -31,6 +31,7 @@ from typing import Any
 
 import torch
 
+from gptforge.infer.engine_compile import CompiledDecode
 from gptforge.infer.generate import MIN_TEMPERATURE, filter_logits
 from gptforge.infer.grammar import Constraint, GrammarVocab
 from gptforge.infer.prefix_cache import PrefixCache, prefill_groups
@@ -185,32 +186,6 @@ def engine_context(model: GPT, max_batch_size: int, max_model_len: int | None) -
     return max_model_len
 
 
-def kv_cache_bytes(model: GPT, sequences: int, positions: int) -> int:
-    """Bytes of the keys and values of `sequences` sequences of `positions` positions each, as
-    `SlotKVCache` holds them: 2 x n_layer x (sequences, n_kv_head, positions, head_dim) tensors in the
-    dtype of the model's final norm (the compute dtype; a quantized embedding stores int8)."""
-    cfg = model.config
-    element = model.norm_f.weight.element_size()
-    return 2 * cfg.n_layer * sequences * cfg.n_kv_head * positions * cfg.head_dim * element
-
-
-def kv_cache_excess(model: GPT, sequences: int, positions: int, share: float = 0.8) -> str | None:
-    """None when the KV cache of `sequences` x `positions` (`kv_cache_bytes`) fits in `share` of the
-    memory of the model's device (or that memory is unknown); else what it needs, what the device
-    has and how many sequences would fit, as one clause for an error message."""
-    from gptforge.runtime.device import device_memory_bytes
-
-    device = model.norm_f.weight.device
-    have = device_memory_bytes(device)
-    need = kv_cache_bytes(model, sequences, positions)
-    if have is None or need <= share * have:
-        return None
-    fit = int(share * have) // kv_cache_bytes(model, 1, positions)
-    where = "this machine's memory" if device.type == "cpu" else f"the memory of {device}"
-    return (f"the KV cache of {sequences} sequences x {positions} positions needs {need / 2**30:,.1f} GiB, more "
-            f"than {share:.0%} of {where} ({have / 2**30:,.1f} GiB); at most {fit:,} sequences fit")
-
-
 def check_request(prompt: Sequence[int], params: SamplingParams, max_model_len: int) -> None:
     """Refuse a request no engine of context `max_model_len` (positions) can run.
 
@@ -236,6 +211,8 @@ class Engine:
         prefix_cache_slots: extra cache slots that only keep earlier prompts' prefixes.
         speculative: None, or "ngram": n-gram drafts of num_speculative_tokens tokens per row and
             step, verified in the decode pass (`gptforge.infer.speculative`).
+        compile_decode: one-token decode passes through compiled static-shape steps
+            (`gptforge.infer.engine_compile`; not for speculative passes or with LoRA adapters).
 
     Use `submit` from any thread; call `step()` yourself or `start()` a background thread.
     Callbacks (`on_event`) run on the engine's thread and must be quick (e.g. queue the event for an
@@ -248,7 +225,7 @@ class Engine:
 
     def __init__(self, model: GPT, decode: Callable[[list[int]], str], max_batch_size: int = 8,
                  max_model_len: int | None = None, prefix_caching: bool = True, prefix_cache_slots: int = 0,
-                 speculative: str | None = None, num_speculative_tokens: int = 0):
+                 speculative: str | None = None, num_speculative_tokens: int = 0, compile_decode: bool = False):
         max_model_len = engine_context(model, max_batch_size, max_model_len)
         self.speculator = make_speculator(speculative, num_speculative_tokens)
         self.model = model.eval()
@@ -261,6 +238,7 @@ class Engine:
         self.caches = [SlotKVCache(max_batch_size + prefix_cache_slots, cfg.n_kv_head, max_model_len, cfg.head_dim,
                                    p.device, p.dtype) for _ in range(cfg.n_layer)]
         self.prefix = PrefixCache(self.caches, max_batch_size, prefix_cache_slots, prefix_caching)
+        self.compiled = CompiledDecode(model, self.caches, max_model_len) if compile_decode else None
         self.free_slots = list(range(max_batch_size))
         self.waiting: collections.deque[Request] = collections.deque()
         self.running: list[Request] = []
@@ -457,8 +435,12 @@ class Engine:
         if self.speculator is not None:  # drafts verified in the pass: several events per row
             out = self.speculator.decode(self, seqs)
         else:
-            logits = self._forward(seqs, [[s.generated[-1]] for s in seqs], [s.length - 1 for s in seqs],
-                                   last_only=True)[:, -1].float()  # (B, V)
+            if self.compiled is not None and self.lora is None:
+                logits = self.compiled([s.generated[-1] for s in seqs], [s.length - 1 for s in seqs],
+                                       [s.slot for s in seqs]).float()  # (B, V)
+            else:
+                logits = self._forward(seqs, [[s.generated[-1]] for s in seqs], [s.length - 1 for s in seqs],
+                                       last_only=True)[:, -1].float()  # (B, V)
             out = [(s, self._sample(s, logits[b], Event())) for b, s in enumerate(seqs)]
             st.decode_passes += 1
         st.decode_rows += len(seqs)

@@ -1,9 +1,15 @@
 """The slotted key/value cache of the continuous-batching engine (`gptforge.infer.engine`): one
-slot of `max_len` positions per sequence, and the rows of one forward pass bound to their slots."""
+slot of `max_len` positions per sequence, and the rows of one forward pass bound to their slots;
+the memory such a cache needs (`kv_cache_bytes`, `kv_cache_excess`)."""
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import torch
+
+if TYPE_CHECKING:
+    from gptforge.model.gpt import GPT
 
 
 class SlotBatch:
@@ -76,3 +82,29 @@ class SlotKVCache:
         """Copy the keys and values of positions 0..n-1 of slot `src` into slot `dst` (a reused prefix)."""
         self.k[dst, :, :n] = self.k[src, :, :n]
         self.v[dst, :, :n] = self.v[src, :, :n]
+
+
+def kv_cache_bytes(model: GPT, sequences: int, positions: int) -> int:
+    """Bytes of the keys and values of `sequences` sequences of `positions` positions each, as
+    `SlotKVCache` holds them: 2 x n_layer x (sequences, n_kv_head, positions, head_dim) tensors in the
+    dtype of the model's final norm (the compute dtype; a quantized embedding stores int8)."""
+    cfg = model.config
+    element = model.norm_f.weight.element_size()
+    return 2 * cfg.n_layer * sequences * cfg.n_kv_head * positions * cfg.head_dim * element
+
+
+def kv_cache_excess(model: GPT, sequences: int, positions: int, share: float = 0.8) -> str | None:
+    """None when the KV cache of `sequences` x `positions` (`kv_cache_bytes`) fits in `share` of the
+    memory of the model's device (or that memory is unknown); else what it needs, what the device
+    has and how many sequences would fit, as one clause for an error message."""
+    from gptforge.runtime.device import device_memory_bytes
+
+    device = model.norm_f.weight.device
+    have = device_memory_bytes(device)
+    need = kv_cache_bytes(model, sequences, positions)
+    if have is None or need <= share * have:
+        return None
+    fit = int(share * have) // kv_cache_bytes(model, 1, positions)
+    where = "this machine's memory" if device.type == "cpu" else f"the memory of {device}"
+    return (f"the KV cache of {sequences} sequences x {positions} positions needs {need / 2**30:,.1f} GiB, more "
+            f"than {share:.0%} of {where} ({have / 2**30:,.1f} GiB); at most {fit:,} sequences fit")
