@@ -50,6 +50,9 @@ class ServeOptions:
     """`ngram`: speculative decoding with drafts looked up in the prompt and output so far, verified in one pass."""
     num_speculative_tokens: int = 4
     """Draft tokens per sequence and step with --speculative."""
+    compile: bool = False
+    """Decode through compiled static-shape steps, one per batch size and cache-length bucket (as
+    `generate --compile`; each compiles on first use, seconds on a CPU). Not for speculative passes."""
     lora: Optional[str] = None
     """LoRA adapters served by name, NAME=RUN_DIR[,NAME=RUN_DIR...]: a request whose `model` is NAME runs
     with the adapters of that LoRA fine-tune of this model, inside the same batch as the others."""
@@ -121,7 +124,7 @@ def main(argv: list[str]) -> int:
                       max_queue=opts.max_queue, engine_process=opts.engine_process,
                       engine_restarts=opts.engine_restarts, prefix_caching=opts.prefix_caching,
                       prefix_cache_slots=opts.prefix_cache_slots, speculative=opts.speculative,
-                      num_speculative_tokens=opts.num_speculative_tokens)
+                      num_speculative_tokens=opts.num_speculative_tokens, compile_decode=opts.compile)
     try:
         cfg.lora_modules = parse_lora_option(opts.lora)
         app = create_app(model, tok, cfg)

@@ -8,9 +8,10 @@ from typing import Any
 
 def engine_options(cfg: Any) -> dict:
     """Keyword arguments of `gptforge.infer.engine.Engine` from a `ServeConfig`'s prefix_caching,
-    prefix_cache_slots, speculative and num_speculative_tokens."""
+    prefix_cache_slots, speculative, num_speculative_tokens and compile_decode."""
     return {"prefix_caching": cfg.prefix_caching, "prefix_cache_slots": cfg.prefix_cache_slots,
-            "speculative": cfg.speculative, "num_speculative_tokens": cfg.num_speculative_tokens}
+            "speculative": cfg.speculative, "num_speculative_tokens": cfg.num_speculative_tokens,
+            "compile_decode": cfg.compile_decode}
 
 
 def _ratio(num: float, den: float) -> float:

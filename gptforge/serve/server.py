@@ -73,6 +73,8 @@ class ServeConfig:
     """None, or "ngram": n-gram speculative decoding (gptforge.infer.speculative)."""
     num_speculative_tokens: int = 0
     """Draft tokens per sequence and step with `speculative`."""
+    compile_decode: bool = False
+    """One-token decode passes through compiled static-shape steps (gptforge.infer.engine_compile)."""
     lora_modules: dict[str, str] = field(default_factory=dict)
     """LoRA adapters served by name: {model id: run directory of a LoRA fine-tune of the served model}."""
 

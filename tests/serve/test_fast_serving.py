@@ -98,3 +98,21 @@ def test_response_format_is_followed_with_prefix_reuse_and_speculation(pair, tra
         assert set(json.loads(want["choices"][0]["text"])) == {"name", "code"}
     else:
         assert want["choices"][0]["text"].startswith('{"name":"')
+
+
+def test_serve_compile_option_decodes_through_static_steps(pair, trained, tokenizer_file):
+    from gptforge.infer.engine_compile import CompiledDecode
+    from gptforge.serve.app import ServeConfig, create_app
+
+    model, tok = trained
+    _fast, plain = pair
+    app = create_app(model, tokenizer_file, ServeConfig(model_name="tiny", max_batch_size=2, compile_decode=True))
+    engine = app.state.server.engine
+    assert isinstance(engine.compiled, CompiledDecode) and engine.compiled.compile
+    # The static-shape steps run eagerly here (tests/infer/test_engine_compile.py compiles one).
+    engine.compiled = CompiledDecode(model, engine.caches, engine.max_model_len, compile=False)
+    prompt = tok.encode(CODE)[:20]
+    with LiveServer(app) as srv:
+        got = _complete(srv, prompt, max_tokens=16)
+    assert got["choices"][0]["text"] == _complete(plain, prompt, max_tokens=16)["choices"][0]["text"]
+    assert engine.compiled.steps  # the decode passes went through them
