@@ -108,7 +108,7 @@ def main(argv: list[str]) -> int:
     if args.speculative:
         import sys
 
-        from gptforge.infer.speculative import speculative_generate
+        from gptforge.infer.spec_generate import speculative_generate
 
         rows, st = speculative_generate(model, [ids] * args.num_samples, args.max_new_tokens, args.num_speculative_tokens,
                                         tok.decode, args.temperature, args.top_k, args.top_p, args.seed, eos_id)

@@ -433,7 +433,7 @@ class Engine:
         t0 = time.perf_counter()
         st = self.stats
         if self.speculator is not None:  # drafts verified in the pass: several events per row
-            out = self.speculator.decode(self, seqs)
+            out = self.speculator.decode(self, seqs, Event)
         else:
             if self.compiled is not None and self.lora is None:
                 logits = self.compiled([s.generated[-1] for s in seqs], [s.length - 1 for s in seqs],

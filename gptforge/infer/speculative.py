@@ -119,13 +119,12 @@ class Speculator:
             draft = draft[:constraint.valid_prefix(draft)]
         return draft
 
-    def decode(self, engine: Any, seqs: list[Any]) -> list[tuple[Any, Any]]:
+    def decode(self, engine: Any, seqs: list[Any], event_class: Any) -> list[tuple[Any, Any]]:
         """One decode step of `engine` (a `gptforge.infer.engine.Engine`) for `seqs`: each row's
         newest token and its draft in one forward pass, then its tokens drawn in turn (see the module
         docstring). Rows whose slot has no room for the pass's width run in a plain one-token pass.
+        event_class: the engine's `Event` (passed in: the engine imports this module).
         Returns (sequence, Event) pairs, one per drawn token, in order."""
-        from gptforge.infer.engine import Event
-
         max_len = engine.max_model_len
         drafts = []
         for s in seqs:  # room: tokens still allowed after this step's first, and slot positions left
@@ -147,7 +146,7 @@ class Speculator:
                 stats.spec_draft_tokens += len(d)
                 accepted = 0
                 for i in range(len(d) + 1):
-                    out.append((s, engine._sample(s, logits[b, i], Event())))
+                    out.append((s, engine._sample(s, logits[b, i], event_class())))
                     if s.finished or i == len(d) or s.generated[-1] != d[i]:
                         break
                     accepted += 1
@@ -169,48 +168,3 @@ def make_speculator(method: str | None, k: int) -> Speculator | None:
     if method not in SPECULATIVE_METHODS:
         raise ValueError(f"speculative method {method!r} is unknown: use one of {', '.join(SPECULATIVE_METHODS)}")
     return Speculator(k)
-
-
-def speculative_generate(model: Any, prompts: Sequence[Sequence[int]], max_new_tokens: int, k: int,
-                         decode: Any, temperature: float = 1.0, top_k: int | None = None, top_p: float | None = None,
-                         seed: int | None = None, eos_id: int | None = None) -> tuple[list[list[int]], Any]:
-    """`gptforge generate --speculative ngram`: continue each prompt (lists of ids) by up to
-    `max_new_tokens` tokens through an `Engine` with n-gram speculation of `k` tokens, all rows in
-    one batch. Row i samples with seed + i (seed None: nondeterministic); a row stops after `eos_id`
-    (included). decode: ids -> text (the engine detokenizes as it goes).
-
-    Returns: (generated ids per prompt, the engine's EngineStats: drafts verified and accepted).
-
-    Raises:
-        InputError: a prompt + max_new_tokens longer than the model's block_size (speculation runs
-            within the context; it does not slide past it), naming --max-new-tokens.
-        ValueError: an empty prompt.
-    """
-    from gptforge.errors import InputError
-    from gptforge.infer.engine import Engine, SamplingParams
-
-    block = model.config.block_size
-    longest = max((len(p) for p in prompts), default=0)
-    if longest + max_new_tokens > block:
-        raise InputError(f"--speculative runs within the context: the prompt's {longest} tokens + --max-new-tokens "
-                         f"{max_new_tokens} exceed the model's {block}; lower --max-new-tokens")
-
-    engine = Engine(model, decode, max_batch_size=max(1, len(prompts)), prefix_caching=False, speculative="ngram",
-                    num_speculative_tokens=k)
-    outs: list[list[int]] = [[] for _ in prompts]
-    for i, p in enumerate(prompts):
-        params = SamplingParams(max_tokens=max_new_tokens, temperature=temperature, top_k=top_k or 0,
-                                top_p=1.0 if top_p is None else top_p, seed=None if seed is None else seed + i,
-                                stop_token_ids=() if eos_id is None else (eos_id,))
-        engine.submit(list(p), params, _collector(outs[i]))
-    while engine.step():
-        pass
-    return outs, engine.stats
-
-
-def _collector(out: list[int]):
-    """An engine `on_event` callback appending each generated token id to `out`."""
-    def on_event(ev) -> None:
-        if ev.token_id is not None:
-            out.append(ev.token_id)
-    return on_event

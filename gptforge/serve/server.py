@@ -420,7 +420,7 @@ class Server:
 
         rendered = [message_dict(m) for m in messages]
         if bounded:
-            chars = sum(len(m["content"] or "") for m in rendered) + len(json.dumps(tools or []))
+            chars = sum(len(m["content"] or "") for m in rendered) + (len(json.dumps(tools)) if tools else 0)
             self.check_prompt_chars(chars, "the conversation", "messages")
         try:
             return prompt_ids(self.chat, rendered, self.template, tools)
