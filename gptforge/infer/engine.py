@@ -11,7 +11,8 @@ or beside others (up to float rounding of batched matrix products). This is the 
 scheduling of Orca (Yu et al., OSDI 2022) with a fixed slot per sequence instead of vLLM's pages.
 Options: a prompt whose leading tokens some slot still holds starts its prefill after them
 (`gptforge.infer.prefix_cache`); n-gram drafts verified in the decode pass give a row several
-tokens per step (`gptforge.infer.speculative`); rows may carry LoRA adapters (`gptforge.infer.multi_lora`).
+tokens per step (`gptforge.infer.speculative`); rows may carry LoRA adapters (`gptforge.infer.multi_lora`);
+one-token passes may run as compiled static-shape steps (`gptforge.infer.engine_compile`).
 
 Sampling per sequence: temperature, top-k, top-p, its own seeded generator, presence and
 frequency penalties (OpenAI's definition: logit[j] -= presence * [c_j > 0] + frequency * c_j,
