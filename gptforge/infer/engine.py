@@ -491,7 +491,7 @@ class Engine:
         """Advance seq's grammar by `tok`; True when that ends seq: the grammar is complete ("stop"), or
         its matcher failed (a lexer or parser work limit: "error", this row alone)."""
         try:
-            if not seq.constraint.advance(tok):  # type: ignore[union-attr]
+            if not seq.constraint.advance(tok):
                 return False
         except RuntimeError as e:
             ev.finish_reason, ev.error, seq.finished = "error", str(e), True
