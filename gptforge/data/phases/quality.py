@@ -166,18 +166,21 @@ def run_quality(step: QualityStep, work: WorkFolder, curated: Curated, pool: Exe
         info = work.read_json(done)
     else:
         reused = _reuse_previous(previous, key, work, n)
+        c0 = time.process_time()
         if not (qdir / MODEL_FILE).exists():
             _model(step, work, curated.masks).save(qdir / MODEL_FILE)
+        train_cpu = time.process_time() - c0
         tasks = [{"work": str(work.root), "index": i, "mask_name": curated.mask_name} for i in range(n)]
         run_tasks(score_task, tasks, lambda i: work.shard_done(PHASE, i), pool, progress, "quality scoring")
         info = _cut(step, work, curated, n, key, reused)
+        info["train_cpu_seconds"] = round(train_cpu, 3)  # reading the sets and training, in this process
         work.write_json(done, info)
     curated.masks = [work.drop_mask(PHASE, i) for i in range(n)]
     curated.mask_name = PHASE
     curated.steps.append(step_from_dict(info["step"]))
     curated.corpus[PHASE] = info
     curated.passes.append(("quality_scoring", PHASE))
-    timings["quality"] = time.perf_counter() - t
+    timings["quality_scoring"] = time.perf_counter() - t
 
 
 def _cut(step: QualityStep, work: WorkFolder, curated: Curated, n: int, key: str, reused: bool) -> dict[str, Any]:
