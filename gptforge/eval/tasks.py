@@ -377,7 +377,7 @@ def _generation_example(r: _Row) -> Example:
     if not any(a.strip() for a in answers):
         raise r.err(f"field {key!r} is empty: a generation row needs its reference answer")
     ctx = r.context(p)
-    return Example([ctx], [], [], None, answers, ctx + r.delim + answers[0], r.line, p)
+    return Example([ctx], [], [], None, answers, ctx + r.delim + answers[0], r.line, ctx)
 
 
 def _gsm8k_example(r: _Row) -> Example:

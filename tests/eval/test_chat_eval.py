@@ -1,0 +1,221 @@
+"""`gptforge evaluate --chat`: tasks rendered through the model's chat template (the same token ids
+as transformers' apply_chat_template on the exported model), letter scoring that agrees with the
+written log-likelihoods, generation checked on extracted answers with pass@k, ChatCORE, in-loop
+chat scores during finetune, and one-line errors."""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from gptforge.cli import main
+from gptforge.eval.chat import LETTERS, MC_INSTRUCTION, chat_messages, load_chat_format
+from gptforge.eval.metrics import pass_at_k
+from gptforge.eval.tasks import load_task
+from tests.eval.conftest import write_mc_task
+
+GSM8K = [
+    {"question": "Tom has 3 apples and buys 4 more. How many apples does he have?",
+     "answer": "Tom has 3 + 4 = <<3+4=7>>7 apples.\n#### 7"},
+    {"question": "A box holds 1,200 pens; 200 are sold. How many are left?",
+     "answer": "1,200 - 200 = <<1200-200=1000>>1000 pens are left.\n#### 1,000"},
+    {"question": "Ann reads 5 pages a day for 6 days. How many pages?",
+     "answer": "5 * 6 = <<5*6=30>>30\n#### 30"},
+]
+
+
+def _chat_rows(n: int = 32) -> list[dict]:
+    """Short synthetic chat rows (the nano model's context is 64 tokens of a 384-token vocabulary):
+    three numbers, answered by the letter of the largest."""
+    rng = random.Random(0)
+    rows = []
+    for _ in range(n):
+        nums = rng.sample(range(10, 99), 3)
+        rows.append({"messages": [{"role": "user", "content": " ".join(map(str, nums))},
+                                  {"role": "assistant", "content": LETTERS[nums.index(max(nums))]}]})
+    return rows
+
+
+@pytest.fixture(scope="module")
+def chat_run(trained_run, tmp_path_factory) -> Path:
+    """gpt2-nano fine-tuned 4 steps on chat rows: its run directory holds the built-in template."""
+    root = tmp_path_factory.mktemp("chateval")
+    data = root / "chat.jsonl"
+    data.write_text("".join(json.dumps(r) + "\n" for r in _chat_rows()))
+    run = root / "run"
+    assert main(["finetune", "--from", str(trained_run), "--data", str(data), "--out", str(run),
+                 "--train.max_steps", "4", "--train.micro_batch_size", "4", "--finetune.block_size", "64",
+                 "--train.eval_interval", "0", "--train.tensorboard", "false", "--train.device", "cpu",
+                 "--train.warmup_steps", "1", "--quiet"]) == 0
+    return run
+
+
+@pytest.fixture(scope="module")
+def tasks(tmp_path_factory) -> dict[str, Path]:
+    root = tmp_path_factory.mktemp("chattasks")
+    gsm = root / "gsm8k.jsonl"
+    gsm.write_text("".join(json.dumps(r) + "\n" for r in GSM8K))
+    gen = root / "gen.jsonl"
+    gen.write_text("".join(json.dumps({"prompt": f"What is {a} plus {b}?", "answer": str(a + b)}) + "\n"
+                           for a, b in [(1, 2), (3, 4), (10, 20), (7, 8)]))
+    gen_yaml = root / "gen.yaml"
+    gen_yaml.write_text("data: gen.jsonl\nmax_new_tokens: 6\n")
+    return {"mc": write_mc_task(root / "mc.jsonl", n=6, n_choices=3), "gsm8k": gsm, "gen": gen_yaml}
+
+
+def _hf_ids(hf_tok, messages: list[dict], add_generation_prompt: bool) -> list[int]:
+    text = hf_tok.apply_chat_template(messages, tokenize=False, add_generation_prompt=add_generation_prompt)
+    return hf_tok(text, add_special_tokens=False)["input_ids"]
+
+
+def test_mc_and_gsm8k_items_render_as_transformers_renders_them(chat_run, tasks, tmp_path):
+    transformers = pytest.importorskip("transformers")
+    hf = tmp_path / "hf"
+    assert main(["export", str(chat_run), "--format", "hf", "--out", str(hf)]) == 0
+    hf_tok = transformers.AutoTokenizer.from_pretrained(hf)
+    fmt = load_chat_format(str(chat_run), chat_run / "tokenizer.json")
+    hf_fmt = load_chat_format(str(hf), hf / "tokenizer.json")  # the template from tokenizer_config.json
+    mc, gsm = load_task(tasks["mc"]), load_task(tasks["gsm8k"])
+    assert gsm.format == "gsm8k" and gsm.type == "generation" and gsm.stop == ["Question:"]
+    for task, index in ((mc, 1), (gsm, 2)):
+        messages = chat_messages(task, index, num_fewshot=1, seed=7)
+        assert [m["role"] for m in messages] == ["user", "assistant", "user"]  # few-shot as an earlier turn
+        ids = fmt.prompt_ids(messages)
+        assert ids == _hf_ids(hf_tok, messages, True) == hf_fmt.prompt_ids(messages)
+    ex = mc.examples[1]
+    last = chat_messages(mc, 1)[-1]["content"]
+    assert all(f"\n{LETTERS[i]}. {c.strip()}\n" in last for i, c in enumerate(ex.choices)) and last.endswith(MC_INSTRUCTION)
+    assert chat_messages(gsm, 2, 1, 7)[1]["content"].endswith("#### 30") or "####" in chat_messages(gsm, 2, 1, 7)[1]["content"]
+    assert chat_messages(gsm, 0)[-1]["content"] == GSM8K[0]["question"]  # the bare question, no "Question:"
+    # The letter is scored where the assistant reply starts: context + letter is what transformers
+    # renders for the conversation answered by that letter.
+    messages = chat_messages(mc, 1)
+    gold = LETTERS[ex.label]
+    full = _hf_ids(hf_tok, messages + [{"role": "assistant", "content": gold}], False)
+    head = fmt.prompt_ids(messages) + fmt.reply_ids(gold)
+    assert full[:len(head)] == head
+
+
+def _direct_loglikelihood(model, ctx: list[int], cont: list[int]) -> float:
+    """Sum of log p(cont | ctx) from one plain forward pass (no packing)."""
+    block = model.config.block_size
+    seq = (ctx + cont)[-(block + 1):]
+    x = torch.tensor([seq[:-1]])
+    with torch.no_grad():
+        logp = model(x).float().log_softmax(-1)[0]
+    n = len(cont)
+    return float(sum(logp[len(seq) - 1 - n + j, cont[j]] for j in range(n)))
+
+
+def test_letter_scores_agree_with_the_written_loglikelihoods(chat_run, tasks, tmp_path, capsys):
+    out = tmp_path / "r.json"
+    assert main(["evaluate", str(chat_run), "--tasks", str(tasks["mc"]), "--chat", "--num-fewshot", "1",
+                 "--out", str(out), "--quiet"]) == 0
+    table = capsys.readouterr().out
+    assert "mc (chat)" in table
+    doc = json.loads(out.read_text())
+    rec = doc["tasks"]["mc"]
+    assert rec["chat"] is True and "acc_norm" not in rec["metrics"] and doc["chat"]["template"] == "auto"
+    preds = json.loads(out.with_name("r.predictions.json").read_text())["mc"]
+    task = load_task(tasks["mc"])
+    assert all(len(p["loglikelihoods"]) == 3 and p["pred"] == int(np.argmax(p["loglikelihoods"])) for p in preds)
+    acc = np.mean([p["pred"] == e.label for p, e in zip(preds, task.examples, strict=True)])
+    assert rec["metrics"]["acc"]["value"] == pytest.approx(acc) and rec["chance"] == pytest.approx(1 / 3)
+    from gptforge.runtime.loading import load_for_inference
+
+    model, _, _, _ = load_for_inference(chat_run, "cpu")
+    fmt = load_chat_format(str(chat_run), chat_run / "tokenizer.json")
+    for i in (0, 3):
+        ctx = fmt.prompt_ids(chat_messages(task, i, 1, 1234))
+        for j, letter in enumerate("ABC"):
+            want = _direct_loglikelihood(model, ctx, fmt.reply_ids(letter))
+            assert preds[i]["loglikelihoods"][j] == pytest.approx(want, abs=1e-3)
+
+
+def test_generation_is_checked_on_the_extracted_answer_with_pass_at_k(chat_run, tasks, tmp_path):
+    from gptforge.eval.answers import answers_match, extract_answer
+
+    out = tmp_path / "g.json"
+    assert main(["evaluate", str(chat_run), "--tasks", str(tasks["gen"]), str(tasks["mc"]), "--chat",
+                 "--out", str(out), "--quiet"]) == 0
+    doc = json.loads(out.read_text())
+    preds = json.loads(out.with_name("g.predictions.json").read_text())["gen"]
+    refs = ["3", "7", "30", "15"]
+    for p, ref in zip(preds, refs, strict=True):
+        assert p["answer"] == extract_answer(p["output"])
+        assert p["correct"] == int(answers_match(p["answer"], ref))
+    em = doc["tasks"]["gen"]["metrics"]["exact_match"]["value"]
+    assert em == pytest.approx(np.mean([p["correct"] for p in preds]))
+    mc = doc["tasks"]["mc"]
+    core = doc["aggregate"]["chatcore"]["value"]
+    want = (em + (mc["metrics"]["acc"]["value"] - 1 / 3) / (2 / 3)) / 2
+    assert core == pytest.approx(want) and "core" not in doc["aggregate"]
+
+    assert main(["evaluate", str(chat_run), "--tasks", str(tasks["gen"]), "--chat", "--num-samples", "3",
+                 "--temperature", "1.0", "--out", str(out), "--quiet"]) == 0
+    doc = json.loads(out.read_text())
+    m = doc["tasks"]["gen"]["metrics"]
+    preds = json.loads(out.with_name("g.predictions.json").read_text())["gen"]
+    assert set(m) == {"exact_match", "pass@1", "pass@2", "pass@3"} and doc["chat"]["num_samples"] == 3
+    for p, ref in zip(preds, refs, strict=True):
+        assert len(p["outputs"]) == 3 and p["correct"] == sum(answers_match(a, ref) for a in p["answers"])
+    for k in (1, 2, 3):
+        assert m[f"pass@{k}"]["value"] == pytest.approx(np.mean([pass_at_k(3, p["correct"], k) for p in preds]))
+    assert m["pass@1"]["value"] == pytest.approx(m["exact_match"]["value"])
+
+
+def test_pass_at_k_is_chen_et_als_unbiased_estimator():
+    for n in range(1, 9):
+        for c in range(n + 1):
+            for k in range(1, n + 1):
+                want = 1 - math.comb(n - c, k) / math.comb(n, k)
+                assert pass_at_k(n, c, k) == pytest.approx(want, abs=1e-12)
+    assert pass_at_k(5, 2, 1) == pytest.approx(0.4) and pass_at_k(5, 2, 2) == pytest.approx(0.7)
+    with pytest.raises(ValueError, match="k=6"):
+        pass_at_k(5, 1, 6)
+
+
+def test_in_loop_chat_scores_pick_the_best_checkpoint(trained_run, tasks, tmp_path):
+    data = tmp_path / "chat.jsonl"
+    data.write_text("".join(json.dumps(r) + "\n" for r in _chat_rows(16)))
+    run = tmp_path / "run"
+    assert main(["finetune", "--from", str(trained_run), "--data", str(data), "--out", str(run),
+                 "--train.max_steps", "4", "--train.micro_batch_size", "4", "--finetune.block_size", "64",
+                 "--train.eval_interval", "2", "--train.eval_tasks", json.dumps([str(tasks["mc"]), str(tasks["gen"])]),
+                 "--train.eval_chat", "true", "--train.best_metric", "eval/chatcore/centered_acc",
+                 "--train.tensorboard", "false", "--train.device", "cpu", "--train.warmup_steps", "1",
+                 "--quiet"]) == 0
+    rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    evals = [r for r in rows if "eval/chatcore/centered_acc" in r]
+    assert len(evals) == 2 and all("eval/mc/acc" in r and "eval/mc/acc_norm" not in r for r in evals)
+    assert all("eval/gen/exact_match" in r for r in evals)
+    assert (run / "checkpoints" / "best").is_file()
+
+
+def test_bad_input_is_one_line(trained_run, chat_run, tasks, tmp_path, capsys):
+    # A pretraining run has no chat template: the message names the option that gives one.
+    assert main(["evaluate", str(trained_run), "--tasks", str(tasks["mc"]), "--chat",
+                 "--out", str(tmp_path / "x.json")]) == 1
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and "no chat template" in err and "--chat-template default" in err
+    # ... and --chat-template default scores it with the built-in format.
+    assert main(["evaluate", str(trained_run), "--tasks", str(tasks["mc"]), "--chat", "--chat-template", "default",
+                 "--out", str(tmp_path / "x.json"), "--quiet"]) == 0
+    capsys.readouterr()
+    bad = tmp_path / "noanswer.jsonl"
+    bad.write_text(json.dumps({"prompt": "What is 2 plus 2?"}) + "\n")
+    assert main(["evaluate", str(chat_run), "--tasks", str(bad), "--chat"]) == 1
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and "line 1" in err and "'answer'" in err
+    assert main(["evaluate", str(chat_run), "--tasks", str(tasks["gen"]), "--num-samples", "2"]) == 1
+    assert "--chat" in capsys.readouterr().err
+    assert main(["evaluate", str(chat_run), "--tasks", str(tasks["gen"]), "--chat", "--num-samples", "2",
+                 "--temperature", "0", "--out", str(tmp_path / "y.json")]) == 1
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and "--temperature" in err
