@@ -192,9 +192,9 @@ def chat_messages(task, index: int, num_fewshot: int = 0, seed: int = 1234) -> l
     user turn; the task's description opens the first user turn.
 
     Raises:
-        InputError: too few few-shot candidates (`gptforge.eval.runner.fewshot_picks`).
+        InputError: too few few-shot candidates (`gptforge.eval.task_result.fewshot_picks`).
     """
-    from gptforge.eval.runner import fewshot_picks
+    from gptforge.eval.task_result import fewshot_picks
 
     messages: list[dict] = []
     for demo in fewshot_picks(task, index, num_fewshot, seed):

@@ -30,7 +30,7 @@ import torch
 
 from gptforge.errors import InputError
 from gptforge.eval.chat import ChatFormat, chat_messages, replies
-from gptforge.eval.metrics import mean_metric, metric, pass_at_k
+from gptforge.eval.task_result import TaskResult, choice_metrics, generation_metrics
 from gptforge.progress import progress as show_progress
 
 
@@ -68,8 +68,6 @@ def run_chat_task(run: ChatRun):
         InputError: a perplexity task; more than 26 options; generation whose max_new_tokens fills the context;
             num_samples > 1 with temperature 0; too few few-shot candidates.
     """
-    from gptforge.eval.runner import TaskResult
-
     task = run.task
     if task.type == "perplexity":
         raise InputError(f"{task.path}: a perplexity task scores documents, not replies; score it without --chat")
@@ -82,7 +80,6 @@ def run_chat_task(run: ChatRun):
 
 def _score_replies(run: ChatRun) -> dict:
     """Log-likelihood of each candidate reply after the assistant header (letters, label words, the word)."""
-    from gptforge.eval.runner import _choice_metrics
     from gptforge.eval.scoring import make_units, score_units
 
     task, examples = run.task, run.task.examples[:run.n]
@@ -105,33 +102,12 @@ def _score_replies(run: ChatRun) -> dict:
     for r, k in enumerate(owner):
         lls[k].append(ll[r])
         grs[k].append(greedy[r])
-    metrics, confusion, preds = _choice_metrics(task, examples, lls, grs)
+    metrics, confusion, preds = choice_metrics(task, examples, lls, grs)
     metrics.pop("acc_norm", None)  # every letter is one character: acc_norm would repeat acc
     for p, x in zip(preds, lls, strict=True):
         p["loglikelihoods"] = x
     return dict(truncated=truncated, metrics=metrics, confusion_matrix=confusion, chance=task.chance,
                 predictions=preds)
-
-
-def sample_ks(num_samples: int) -> list[int]:
-    """The k of the pass@k figures for `num_samples` replies: 1, 2, 4, ... below it, and itself."""
-    ks, k = [], 1
-    while k < num_samples:
-        ks.append(k)
-        k *= 2
-    return ks + [num_samples]
-
-
-def generation_metrics(predictions: list[dict], num_samples: int) -> dict[str, dict]:
-    """`exact_match` (mean fraction of correct replies) and, with several samples, `pass@k`, from
-    predictions carrying "correct" (the number of correct replies of each example)."""
-    correct = [p["correct"] for p in predictions]
-    out = {"exact_match": mean_metric([c / num_samples for c in correct])}
-    if num_samples > 1:
-        for k in sample_ks(num_samples):
-            out[f"pass@{k}"] = mean_metric([pass_at_k(num_samples, c, k) for c in correct]) if correct else \
-                metric(float("nan"), None, 0)
-    return out
 
 
 def _score_generation(run: ChatRun) -> dict:

@@ -32,11 +32,10 @@ Metrics per type (lm-evaluation-harness 0.4's definitions where it has them):
 from __future__ import annotations
 
 import math
-import random
 import re
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -46,14 +45,13 @@ import torch
 from gptforge.errors import InputError
 from gptforge.eval.metrics import (
     centered_aggregate,
-    classification_report,
     exact_match,
     mean_metric,
-    mean_stderr,
     metric,
     token_f1,
 )
 from gptforge.eval.scoring import encode_pair, make_units, score_units
+from gptforge.eval.task_result import TaskResult, choice_metrics, fewshot_picks, generation_metrics
 from gptforge.eval.tasks import Task, load_task
 from gptforge.progress import progress as show_progress
 
@@ -62,69 +60,6 @@ if TYPE_CHECKING:
 
 DEFAULT_SEED = 1234
 """Few-shot seed (lm-evaluation-harness's default fewshot_random_seed)."""
-
-
-@dataclass
-class TaskResult:
-    """The outcome of one task: `metrics` maps a name to {"value", "stderr", "n"}."""
-
-    name: str
-    type: str
-    format: str
-    path: str
-    sha256: str
-    n: int
-    num_fewshot: int
-    seed: int
-    truncated: int
-    """Requests (or generation prompts) whose context was cut from the left to fit block_size."""
-    metrics: dict[str, dict]
-    seconds: float
-    confusion_matrix: dict | None = None
-    chance: float = 0.0
-    predictions: list = field(default_factory=list)
-    """Per example: {"line", and "pred" (choice index) or "output" (generated text)}."""
-    clean: dict | None = None
-    """{"n", "metrics"} over the examples a contamination check found clean (set by the caller)."""
-    chat: bool = False
-    """Scored through the model's chat template (`gptforge.eval.chat_runner`)."""
-
-    @property
-    def examples_per_s(self) -> float:
-        return self.n / self.seconds if self.seconds > 0 else float("inf")
-
-    def as_dict(self) -> dict:
-        d = {k: getattr(self, k) for k in ("name", "type", "format", "path", "sha256", "n", "num_fewshot", "seed",
-                                            "truncated", "metrics", "chance", "seconds", "chat")}
-        d["examples_per_s"] = self.examples_per_s
-        if self.confusion_matrix is not None:
-            d["confusion_matrix"] = self.confusion_matrix
-        if self.clean is not None:
-            d["clean"] = self.clean
-        return d
-
-
-def fewshot_picks(task: Task, index: int, num_fewshot: int, seed: int) -> list:
-    """The few-shot demonstration Examples of `task.examples[index]`, in order (see the module doc).
-
-    Raises:
-        InputError: fewer candidate examples than num_fewshot.
-    """
-    if num_fewshot <= 0:
-        return []
-    pool = task.fewshot_pool if task.fewshot_pool is not None else task.examples
-    candidates = len(pool) - (0 if task.fewshot_pool is not None else 1)
-    if candidates < num_fewshot:
-        raise InputError(f"{task.path}: --num-fewshot {num_fewshot} but the task has only {candidates} "
-                         "few-shot candidates; lower --num-fewshot or give it a fewshot_data file")
-    rng = random.Random(f"{seed}-{index}")
-    if task.fewshot_sampler == "first_n" and task.fewshot_pool is not None:
-        picks = list(range(num_fewshot))
-    elif task.fewshot_pool is not None:
-        picks = rng.sample(range(len(pool)), num_fewshot)
-    else:
-        picks = [i for i in rng.sample(range(len(pool)), num_fewshot + 1) if i != index][:num_fewshot]
-    return [pool[i] for i in picks]
 
 
 def fewshot_contexts(task: Task, index: int, num_fewshot: int, seed: int) -> list[str]:
@@ -136,29 +71,6 @@ def fewshot_contexts(task: Task, index: int, num_fewshot: int, seed: int) -> lis
     prefix = task.description + "".join(d.demo + task.fewshot_delimiter
                                         for d in fewshot_picks(task, index, num_fewshot, seed))
     return [prefix + c for c in task.examples[index].contexts]
-
-
-def _choice_metrics(task: Task, examples, lls: list[list[float]], greedy: list[list[bool]]) -> tuple[dict, dict | None,
-                                                                                                      list]:
-    gold = [e.label for e in examples]
-    pred = [int(np.argmax(x)) for x in lls]
-    preds = [{"line": e.line, "pred": p} for e, p in zip(examples, pred, strict=True)]
-    if task.type == "classification":
-        rep = classification_report(gold, pred, task.labels)
-        return rep["metrics"], rep["confusion_matrix"], preds
-    if task.type == "cloze":
-        acc = [float(g[0]) for g in greedy]
-        word_ll = np.array([x[0] for x in lls])
-        mean_ll = float(word_ll.mean())
-        ppl = math.exp(-mean_ll)
-        return {"acc": mean_metric(acc), "perplexity": metric(ppl, ppl * mean_stderr(word_ll), len(word_ll))}, None, \
-            [{"line": e.line, "pred": int(g[0])} for e, g in zip(examples, greedy, strict=True)]
-    out = {"acc": mean_metric([float(p == g) for p, g in zip(pred, gold, strict=True)])}
-    if task.format != "winogrande":
-        norm = [int(np.argmax(np.array(x) / np.array(e.choice_lengths, dtype=np.float64)))
-                for x, e in zip(lls, examples, strict=True)]
-        out["acc_norm"] = mean_metric([float(p == g) for p, g in zip(norm, gold, strict=True)])
-    return out, None, preds
 
 
 def _generate(model, tokenizer, prompts: list[list[int]], max_new_tokens: int, stop: list[str], batch_size: int,
@@ -346,7 +258,7 @@ def _score_choices(run: _TaskRun, padding_side: str) -> dict:
     for r, k in enumerate(owner):
         lls[k].append(ll[r])
         grs[k].append(greedy[r])
-    metrics, confusion, preds = _choice_metrics(task, examples, lls, grs)
+    metrics, confusion, preds = choice_metrics(task, examples, lls, grs)
     for p, x in zip(preds, lls, strict=True):
         p["loglikelihoods"] = x
     return dict(truncated=truncated, metrics=metrics, confusion_matrix=confusion, chance=task.chance,
@@ -363,14 +275,12 @@ def subset_metrics(task: Task, result: TaskResult, keep: list[int]) -> dict[str,
     if task.type == "perplexity":
         return perplexity_metrics([p["nats"] for p in preds], [p["bytes"] for p in preds], [p["words"] for p in preds])
     if task.type == "generation" and result.chat:
-        from gptforge.eval.chat_runner import generation_metrics
-
         return generation_metrics(preds, len(preds[0].get("outputs", [None])))
     if task.type == "generation":
         return _generation_metrics(task, examples, preds)
     lls = [p["loglikelihoods"] for p in preds]
     greedy = [[bool(p["pred"])] for p in preds]  # read only for cloze, where pred is the greedy flag
-    out = _choice_metrics(task, examples, lls, greedy)[0]
+    out = choice_metrics(task, examples, lls, greedy)[0]
     if result.chat:
         out.pop("acc_norm", None)
     return out
