@@ -10,7 +10,8 @@
   (`gptforge.infer.generate.generate_batch`, batched with a KV cache, seeded per batch: the
   same samples for the same seed and batch size), each stopped at the template's end-of-turn
   token or the task's max_new_tokens; a reply is correct when its extracted final answer
-  (`gptforge.eval.answers.extract_answer`) matches a reference answer (`answers_match`).
+  (`gptforge.eval.answers.reply_answer`: `extract_answer`, or a one-line reply as a whole) matches
+  a reference answer (`answers_match`).
   `exact_match` is the mean fraction of correct replies per example (with one sample: the
   accuracy); with several samples, `pass@k` for k = 1, 2, 4, ... and num_samples (the unbiased
   estimator of Chen et al. 2021, `gptforge.eval.metrics.pass_at_k`). Chance is 0.
@@ -112,7 +113,7 @@ def _score_replies(run: ChatRun) -> dict:
 
 def _score_generation(run: ChatRun) -> dict:
     """`num_samples` replies per example, their final answers extracted and checked."""
-    from gptforge.eval.answers import answers_match, extract_answer
+    from gptforge.eval.answers import answers_match, reply_answer
     from gptforge.infer.generate import generate_batch
     from gptforge.runtime.device import autocast_context
 
@@ -142,7 +143,7 @@ def _score_generation(run: ChatRun) -> dict:
             bar.advance(len(chunk))
     preds = []
     for ex, outs in zip(task.examples[:run.n], outputs, strict=True):
-        found = [extract_answer(o) for o in outs]
+        found = [reply_answer(o) for o in outs]
         correct = sum(any(answers_match(a, ref) for ref in ex.answers) for a in found)
         pred: dict[str, Any] = {"line": ex.line, "correct": correct}
         if k == 1:

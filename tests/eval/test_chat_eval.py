@@ -139,7 +139,7 @@ def test_letter_scores_agree_with_the_written_loglikelihoods(chat_run, tasks, tm
 
 
 def test_generation_is_checked_on_the_extracted_answer_with_pass_at_k(chat_run, tasks, tmp_path):
-    from gptforge.eval.answers import answers_match, extract_answer
+    from gptforge.eval.answers import answers_match, reply_answer
 
     out = tmp_path / "g.json"
     assert main(["evaluate", str(chat_run), "--tasks", str(tasks["gen"]), str(tasks["mc"]), "--chat",
@@ -148,7 +148,7 @@ def test_generation_is_checked_on_the_extracted_answer_with_pass_at_k(chat_run, 
     preds = json.loads(out.with_name("g.predictions.json").read_text())["gen"]
     refs = ["3", "7", "30", "15"]
     for p, ref in zip(preds, refs, strict=True):
-        assert p["answer"] == extract_answer(p["output"])
+        assert p["answer"] == reply_answer(p["output"])
         assert p["correct"] == int(answers_match(p["answer"], ref))
     em = doc["tasks"]["gen"]["metrics"]["exact_match"]["value"]
     assert em == pytest.approx(np.mean([p["correct"] for p in preds]))
@@ -168,6 +168,16 @@ def test_generation_is_checked_on_the_extracted_answer_with_pass_at_k(chat_run, 
     for k in (1, 2, 3):
         assert m[f"pass@{k}"]["value"] == pytest.approx(np.mean([pass_at_k(3, p["correct"], k) for p in preds]))
     assert m["pass@1"]["value"] == pytest.approx(m["exact_match"]["value"])
+
+
+@pytest.mark.parametrize("reply, answer", [
+    ("red", "red"), ("  Paris.\n", "paris"), ("It is 5 + 7 = 12.\n#### 12", "12"), ("答案：北京", "北京"),
+    ("The colour is red\nand blue", None), ("", None),
+])
+def test_a_reply_answer_is_the_extracted_answer_or_a_one_line_reply(reply, answer):
+    from gptforge.eval.answers import reply_answer
+
+    assert reply_answer(reply) == answer
 
 
 def test_pass_at_k_is_chen_et_als_unbiased_estimator():
