@@ -63,7 +63,7 @@ class ChatRun:
 def run_chat_task(run: ChatRun):
     """Score `run.task`'s first `run.n` examples through the chat template.
 
-    Returns: a `gptforge.eval.runner.TaskResult` with `chat` True.
+    Returns: a `gptforge.eval.task_result.TaskResult` with `chat` True.
 
     Raises:
         InputError: a perplexity task; more than 26 options; generation whose max_new_tokens fills the context;

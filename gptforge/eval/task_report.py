@@ -94,6 +94,9 @@ def evaluate_tasks(model: str, task_files: list[str], *, num_fewshot: int = 0, l
         raise InputError("--num-samples and --temperature sample chat replies: add --chat")
     if temperature is None:
         temperature = 0.0 if num_samples == 1 else 1.0
+    if num_samples > 1 and temperature <= 0:
+        raise InputError(f"--num-samples {num_samples} with --temperature 0 gives {num_samples} identical greedy "
+                         "replies; give --temperature above 0 (e.g. 0.8)")
     net, ckpt, dev, tok, fmt = _model_and_tokenizer(model, device, best, chat_template if chat else None)
     results = [run_task(net, tok, t, dev, precision, batch_size or 32, num_fewshot, limit, seed, progress=True,
                         chat=fmt, num_samples=num_samples, temperature=temperature) for t in tasks]
