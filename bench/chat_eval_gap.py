@@ -1,6 +1,6 @@
 """Plain against chat scoring of a chat-tuned model: the gap `gptforge evaluate --chat` closes.
 
-A small GPT (gpt2-micro, block 64) is pretrained briefly on standard-library source, then
+A small GPT (gpt2-micro, block 128) is pretrained briefly on standard-library source, then
 fine-tuned for a few CPU minutes on a synthetic chat task, rendered exactly as `--chat` renders
 it (`gptforge.eval.chat.user_turn`): one colour among three other words,
 - `colour_mc`: "Which word is a colour?" with the 4 words as lettered options, answered by the
@@ -11,7 +11,7 @@ Held-out items of both are scored on the base model and the tuned one, plain and
 (the base through gptforge's built-in template, `--chat-template default`). Prints each score,
 CORE and ChatCORE, the seconds each stage took and the machine's load.
 
-    python bench/chat_eval_gap.py [--pretrain-steps 30] [--finetune-steps 250] [--examples 100]
+    python bench/chat_eval_gap.py [--pretrain-steps 20] [--finetune-steps 200] [--examples 100]
 """
 
 from __future__ import annotations
@@ -79,7 +79,7 @@ def pretrain(work: Path, steps: int) -> Path:
     files = stdlib_files()[::8][:20]
     prepare(PrepareConfig(inputs=[str(p) for p in files], out=str(work / "data"), vocab_size=1024, val_fraction=0.05,
                           workers=1), show_progress=False)
-    cfg = RunConfig(model=ModelConfig(preset="gpt2-micro", block_size=64),
+    cfg = RunConfig(model=ModelConfig(preset="gpt2-micro", block_size=128),
                     train=TrainConfig(max_steps=steps, micro_batch_size=8, lr=2e-3, warmup_steps=min(10, steps), eval_interval=0,
                                       checkpoint_interval=0, tensorboard=False))
     train(cfg, work / "data", work / "base", progress=False)
@@ -96,8 +96,8 @@ def score(run: Path, tasks: list[str], chat: bool, template: str = "auto") -> di
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--pretrain-steps", type=int, default=30)
-    ap.add_argument("--finetune-steps", type=int, default=250)
+    ap.add_argument("--pretrain-steps", type=int, default=20)
+    ap.add_argument("--finetune-steps", type=int, default=200)
     ap.add_argument("--examples", type=int, default=100, help="Held-out items per task.")
     args = ap.parse_args()
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
@@ -118,7 +118,7 @@ def main() -> int:
         t0 = time.perf_counter()
         assert cli(["finetune", "--from", str(base), "--data", str(data), "--out", str(work / "tuned"),
                     "--train.max_steps", str(args.finetune_steps), "--train.micro_batch_size", "8",
-                    "--finetune.method", "full", "--train.lr", "1e-3", "--train.warmup_steps", str(min(10, args.finetune_steps)), "--finetune.block_size", "64",
+                    "--finetune.method", "full", "--train.lr", "1e-3", "--train.warmup_steps", str(min(10, args.finetune_steps)), "--finetune.block_size", "128",
                     "--train.eval_interval", "0", "--train.tensorboard", "false", "--train.device", "cpu",
                     "--quiet"]) == 0
         seconds["finetune"] = time.perf_counter() - t0
@@ -132,8 +132,8 @@ def main() -> int:
     print(f"CPU: {cpu_description()}; torch {torch.__version__}, {torch.get_num_threads()} threads")
     print(f"load average (1, 5, 15 min) at start {load_start}, at end {os.getloadavg()}")
     print("seconds: " + ", ".join(f"{k} {v:.0f}" for k, v in seconds.items()))
-    print(f"gpt2-micro block 64: pretrain {args.pretrain_steps} steps, finetune (full) {args.finetune_steps} steps x 8 "
-          f"packed rows of 64 tokens; {args.examples} held-out items per task (4 options: chance 0.25)")
+    print(f"gpt2-micro block 128: pretrain {args.pretrain_steps} steps, finetune (full) {args.finetune_steps} steps x 8 "
+          f"packed rows of 128 tokens; {args.examples} held-out items per task (4 options: chance 0.25)")
     print(f"{'model':6} {'scoring':6} {'colour_mc acc':>14} {'colour_gen exact_match':>23} {'CORE / ChatCORE':>16}")
     for (model, how), doc in docs.items():
         t = doc["tasks"]
