@@ -11,7 +11,7 @@ Held-out items of both are scored on the base model and the tuned one, plain and
 (the base through gptforge's built-in template, `--chat-template default`). Prints each score,
 CORE and ChatCORE, the seconds each stage took and the machine's load.
 
-    python bench/chat_eval_gap.py [--pretrain-steps 20] [--finetune-steps 200] [--examples 100]
+    python bench/chat_eval_gap.py [--pretrain-steps 20] [--finetune-steps 200] [--lr 1e-3] [--examples 100]
 """
 
 from __future__ import annotations
@@ -98,6 +98,7 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--pretrain-steps", type=int, default=20)
     ap.add_argument("--finetune-steps", type=int, default=200)
+    ap.add_argument("--lr", type=float, default=1e-3, help="Peak learning rate of the fine-tuning.")
     ap.add_argument("--examples", type=int, default=100, help="Held-out items per task.")
     args = ap.parse_args()
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
@@ -118,7 +119,7 @@ def main() -> int:
         t0 = time.perf_counter()
         assert cli(["finetune", "--from", str(base), "--data", str(data), "--out", str(work / "tuned"),
                     "--train.max_steps", str(args.finetune_steps), "--train.micro_batch_size", "8",
-                    "--finetune.method", "full", "--train.lr", "1e-3", "--train.warmup_steps", str(min(10, args.finetune_steps)), "--finetune.block_size", "128",
+                    "--finetune.method", "full", "--train.lr", str(args.lr), "--train.warmup_steps", str(min(10, args.finetune_steps)), "--finetune.block_size", "128",
                     "--train.eval_interval", "0", "--train.tensorboard", "false", "--train.device", "cpu",
                     "--quiet"]) == 0
         seconds["finetune"] = time.perf_counter() - t0
@@ -132,7 +133,7 @@ def main() -> int:
     print(f"CPU: {cpu_description()}; torch {torch.__version__}, {torch.get_num_threads()} threads")
     print(f"load average (1, 5, 15 min) at start {load_start}, at end {os.getloadavg()}")
     print("seconds: " + ", ".join(f"{k} {v:.0f}" for k, v in seconds.items()))
-    print(f"gpt2-micro block 128: pretrain {args.pretrain_steps} steps, finetune (full) {args.finetune_steps} steps x 8 "
+    print(f"gpt2-micro block 128: pretrain {args.pretrain_steps} steps, finetune (full) {args.finetune_steps} steps at lr {args.lr:g} x 8 "
           f"packed rows of 128 tokens; {args.examples} held-out items per task (4 options: chance 0.25)")
     print(f"{'model':6} {'scoring':6} {'colour_mc acc':>14} {'colour_gen exact_match':>23} {'CORE / ChatCORE':>16}")
     for (model, how), doc in docs.items():

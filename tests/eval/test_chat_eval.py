@@ -100,6 +100,13 @@ def test_mc_and_gsm8k_items_render_as_transformers_renders_them(chat_run, tasks,
     full = _hf_ids(hf_tok, messages + [{"role": "assistant", "content": gold}], False)
     head = fmt.prompt_ids(messages) + fmt.reply_ids(gold)
     assert full[:len(head)] == head
+    # The exported folder scores through its own template (tokenizer_config.json) as the run does.
+    lls = {}
+    for name, model in (("run", chat_run), ("hf", hf)):
+        out = tmp_path / f"{name}.json"
+        assert main(["evaluate", str(model), "--tasks", str(tasks["mc"]), "--chat", "--out", str(out), "--quiet"]) == 0
+        lls[name] = [p["loglikelihoods"] for p in json.loads(out.with_name(f"{name}.predictions.json").read_text())["mc"]]
+    assert np.allclose(lls["run"], lls["hf"], atol=1e-3) and len(lls["hf"]) == 6
 
 
 def _direct_loglikelihood(model, ctx: list[int], cont: list[int]) -> float:
@@ -229,3 +236,106 @@ def test_bad_input_is_one_line(trained_run, chat_run, tasks, tmp_path, capsys):
                  "--temperature", "0", "--out", str(tmp_path / "y.json")]) == 1
     err = capsys.readouterr().err.strip()
     assert "\n" not in err and "--temperature" in err
+
+
+def _jsonl(path: Path, rows: list[dict]) -> Path:
+    path.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows), encoding="utf-8")
+    return path
+
+
+def test_every_task_format_is_asked_as_a_plain_question(tmp_path):
+    from gptforge.eval.chat import CLOZE_INSTRUCTION, gold_reply, replies
+
+    def last(task, index=0, shots=0):
+        return chat_messages(task, index, shots, seed=0)[-1]["content"]
+
+    arc = load_task(_jsonl(tmp_path / "arc.jsonl", [{"id": "q1", "question": {"stem": "Which is a gas?", "choices": [
+        {"text": "ice", "label": "A"}, {"text": "steam", "label": "B"}]}, "answerKey": "B"}]))
+    assert last(arc) == f"Which is a gas?\n\nA. ice\nB. steam\n\n{MC_INSTRUCTION}"  # no "Question: ...\nAnswer:"
+    assert replies(arc, arc.examples[0]) == ["A", "B"] and gold_reply(arc, arc.examples[0]) == "B"
+
+    (tmp_path / "data" / "test").mkdir(parents=True)
+    (tmp_path / "data" / "dev").mkdir()
+    (tmp_path / "data" / "test" / "high_school_math_test.csv").write_text('"What is 1+1?",1,2,3,4,B\n')
+    (tmp_path / "data" / "dev" / "high_school_math_dev.csv").write_text("What is 2+2?,3,4,5,6,B\nWhat is 0?,0,1,2,3,A\n")
+    mmlu = load_task(tmp_path / "data" / "test" / "high_school_math_test.csv")
+    messages = chat_messages(mmlu, 0, 2, seed=0)
+    # MMLU's dev questions (first two, in order) as answered turns; the subject line opens the first.
+    assert [m["role"] for m in messages] == ["user", "assistant", "user", "assistant", "user"]
+    assert messages[0]["content"] == ("The following are multiple choice questions (with answers) about high school "
+                                      f"math.\n\nWhat is 2+2?\n\nA. 3\nB. 4\nC. 5\nD. 6\n\n{MC_INSTRUCTION}")
+    assert [messages[1]["content"], messages[3]["content"]] == ["B", "A"]
+    assert messages[4]["content"] == f"What is 1+1?\n\nA. 1\nB. 2\nC. 3\nD. 4\n\n{MC_INSTRUCTION}"
+
+    hs = load_task(_jsonl(tmp_path / "hs.jsonl", [{
+        "ind": 4, "activity_label": "Removing ice from car", "ctx_a": "Then, the man writes over the snow.",
+        "ctx_b": "then", "endings": [", the man [title] adds wax.", " leaves.", " waits.", " stops."], "label": "3"}]))
+    assert last(hs) == ("Removing ice from car: Then, the man writes over the snow. Then\n\n"
+                        f"A. , the man. adds wax.\nB. leaves.\nC. waits.\nD. stops.\n\n{MC_INSTRUCTION}")
+    piqa = load_task(_jsonl(tmp_path / "piqa.jsonl", [{"goal": "Open a jar", "sol1": "twist", "sol2": "lick",
+                                                       "label": 0}]))
+    assert last(piqa) == f"Open a jar\n\nA. twist\nB. lick\n\n{MC_INSTRUCTION}"
+    wino = load_task(_jsonl(tmp_path / "w.jsonl", [{"sentence": "Sam gave Tom a book because _ was kind.",
+                                                    "option1": "Sam", "option2": "Tom", "answer": "2"}]))
+    assert last(wino) == f"Sam gave Tom a book because _ was kind.\n\nA. Sam\nB. Tom\n\n{MC_INSTRUCTION}"
+    assert gold_reply(wino, wino.examples[0]) == "B"
+
+    _jsonl(tmp_path / "rev.jsonl", [{"text": "import os", "label": "code"}, {"text": "Hello there", "label": "prose"}])
+    (tmp_path / "rev.yaml").write_text("data: rev.jsonl\nlabels: {code: python, prose: english}\n")
+    cls = load_task(tmp_path / "rev.yaml")
+    assert last(cls, 1) == "Hello there\n\nAnswer with one of: python, english."  # the label words
+    assert replies(cls, cls.examples[1]) == ["python", "english"] and gold_reply(cls, cls.examples[1]) == "english"
+
+    cloze = load_task(_jsonl(tmp_path / "lambada.jsonl", [{"text": "for i in range(10)"}, {"text": "return self"}]))
+    assert last(cloze, 1) == f"{CLOZE_INSTRUCTION}\n\nreturn" and replies(cloze, cloze.examples[1]) == ["self"]
+
+    gen = load_task(_jsonl(tmp_path / "gen.jsonl", [{"prompt": "Capital of France?", "answer": ["Paris", "paris"]},
+                                                    {"prompt": "2 + 2?", "answer": "4"}]))
+    assert chat_messages(gen, 1, 1, seed=0) == [{"role": "user", "content": "Capital of France?"},
+                                                {"role": "assistant", "content": "Paris"},
+                                                {"role": "user", "content": "2 + 2?"}]
+
+
+def test_label_words_are_scored_as_the_reply(chat_run, tmp_path):
+    rows = [{"text": t, "label": lab} for t, lab in [("import os", "code"), ("Hello there", "prose"),
+                                                   ("def f(x):", "code"), ("Good morning", "prose")]]
+    _jsonl(tmp_path / "kind.jsonl", rows)
+    (tmp_path / "kind.yaml").write_text("data: kind.jsonl\nlabels: {code: python, prose: english}\n")
+    out = tmp_path / "k.json"
+    assert main(["evaluate", str(chat_run), "--tasks", str(tmp_path / "kind.yaml"), "--chat", "--out", str(out),
+                 "--quiet"]) == 0
+    rec = json.loads(out.read_text())["tasks"]["kind"]
+    preds = json.loads(out.with_name("k.predictions.json").read_text())["kind"]
+    assert rec["chat"] is True and "macro_f1" in rec["metrics"] and rec["confusion_matrix"]
+    from gptforge.runtime.loading import load_for_inference
+
+    model, _, _, _ = load_for_inference(chat_run, "cpu")
+    fmt = load_chat_format(str(chat_run), chat_run / "tokenizer.json")
+    task = load_task(tmp_path / "kind.yaml")
+    for i, p in enumerate(preds):
+        ctx = fmt.prompt_ids(chat_messages(task, i))
+        want = [_direct_loglikelihood(model, ctx, fmt.reply_ids(w)) for w in ("python", "english")]
+        assert p["loglikelihoods"] == pytest.approx(want, abs=1e-3) and p["pred"] == int(np.argmax(want))
+    acc = np.mean([p["pred"] == e.label for p, e in zip(preds, task.examples, strict=True)])
+    assert rec["metrics"]["acc"]["value"] == pytest.approx(acc)
+
+
+def test_gsm8k_plain_scoring_checks_the_final_answer(loaded, tasks, tmp_path):
+    from gptforge.eval.answers import answers_match, extract_answer
+    from gptforge.eval.runner import _generation_metrics, run_task
+
+    (tmp_path / "gsm8k.jsonl").write_text(tasks["gsm8k"].read_text())
+    (tmp_path / "gsm.yaml").write_text("data: gsm8k.jsonl\nmax_new_tokens: 8\n")
+    model, tok = loaded
+    task = load_task(tmp_path / "gsm.yaml")
+    assert task.format == "gsm8k" and task.stop == ["Question:"] and task.max_new_tokens == 8
+    assert task.examples[0].contexts == [f"Question: {GSM8K[0]['question']}\nAnswer:"]
+    r = run_task(model, tok, task)
+    assert set(r.metrics) == {"exact_match"} and len(r.predictions) == 3
+    want = np.mean([answers_match(extract_answer(p["output"]), e.answers[0])
+                    for p, e in zip(r.predictions, task.examples, strict=True)])
+    assert r.metrics["exact_match"]["value"] == pytest.approx(want)
+    # A worked solution is right when its final answer is: 1,000 = 1000; 31 is not 30.
+    outputs = [{"output": " so 7 apples.\n#### 7"}, {"output": " 1000 pens are left. #### 1000"},
+               {"output": " 5 * 6 = 31"}]
+    assert _generation_metrics(task, task.examples, outputs)["exact_match"]["value"] == pytest.approx(2 / 3)
