@@ -339,3 +339,15 @@ def test_gsm8k_plain_scoring_checks_the_final_answer(loaded, tasks, tmp_path):
     outputs = [{"output": " so 7 apples.\n#### 7"}, {"output": " 1000 pens are left. #### 1000"},
                {"output": " 5 * 6 = 31"}]
     assert _generation_metrics(task, task.examples, outputs)["exact_match"]["value"] == pytest.approx(2 / 3)
+
+
+def test_in_loop_chat_scoring_needs_tasks_and_a_template(tiny_shards, tasks, tmp_path):
+    from gptforge.errors import InputError
+    from tests.conftest import train_nano_run
+
+    with pytest.raises(InputError, match="train.eval_chat true needs train.eval_tasks"):
+        train_nano_run(tiny_shards, tmp_path / "a", max_steps=2, warmup_steps=1, eval_chat=True)
+    # A pretraining run has no chat template: the message names finetune.chat_template.
+    with pytest.raises(InputError, match=r"has no chat template.*finetune\.chat_template"):
+        train_nano_run(tiny_shards, tmp_path / "b", max_steps=2, warmup_steps=1, eval_interval=1, eval_tasks=[str(tasks["mc"])],
+                       eval_chat=True)
