@@ -118,7 +118,8 @@ class PrepareConfig:
     max_shard_bytes: int = DEFAULT_MAX_SHARD_BYTES
     """Start a new .bin file once one holds this many bytes (files end at document boundaries)."""
     tokenizer_train_bytes: int = 1_000_000_000
-    """Train the tokenizer on at most this many characters of train-split text, in reading order (0: all)."""
+    """Train the tokenizer on at most this many UTF-8 bytes of train-split text, in reading order (0: all);
+    a Chinese character is 3 bytes."""
     min_frequency: int = 2
     """A byte pair must occur this many times to become a merge in the trained tokenizer."""
     overwrite: bool = False

@@ -4,8 +4,9 @@ A driver over the phases of `gptforge.data.prepare` (not a second pipeline): eve
 planned, curated and split in its own work folder (its recipe: `--source-recipe NAME=RECIPE`,
 else --recipe), exactly as a single-source prepare does; then one byte-level BPE is trained on
 the train text of all sources, each contributing its share of `tokenizer_train_bytes`
-characters (default: in proportion to its train text; `--tokenizer-weights NAME=W,...`: W / sum W
-of them, at most all of its text); then each source is encoded and written with that tokenizer
+UTF-8 bytes (default: in proportion to its train text; `--tokenizer-weights NAME=W,...`: W / sum W
+of them, at most all of its text), its vocabulary size (when not given) following the bytes and
+characters of that text, as for one input (`phases.tokenizer.check_vocab_size`); then each source is encoded and written with that tokenizer
 into DIR/NAME/ (its own splits, meta.json and report). DIR/meta.json, written last, lists the
 sources with documents, tokens and bytes per split; DIR/tokenizer.json is the shared tokenizer.
 `gptforge pretrain --data DIR` trains on the mixture (gptforge.train.mixture_source).
@@ -57,14 +58,15 @@ def parse_named(items: list[str], option: str) -> dict[str, str]:
     return out
 
 
-def _char_budgets(chars: dict[str, int], weights: dict[str, float] | None, max_chars: int) -> dict[str, int]:
-    """Characters of each source's train text the tokenizer is trained on (module docstring)."""
-    total = sum(chars.values())
-    budget = min(max_chars, total) if max_chars else total
+def _byte_budgets(sizes: dict[str, int], weights: dict[str, float] | None, max_bytes: int) -> dict[str, int]:
+    """UTF-8 bytes of each source's train text (`sizes`: name -> bytes) the tokenizer is trained
+    on (module docstring)."""
+    total = sum(sizes.values())
+    budget = min(max_bytes, total) if max_bytes else total
     if weights is None:
-        return {n: (c if budget == total else int(budget * c / max(total, 1))) for n, c in chars.items()}
+        return {n: (c if budget == total else int(budget * c / max(total, 1))) for n, c in sizes.items()}
     s = sum(weights.values())
-    return {n: min(chars[n], int(budget * weights[n] / s)) for n in chars}
+    return {n: min(sizes[n], int(budget * weights[n] / s)) for n in sizes}
 
 
 def prepare_sources(cfg: PrepareConfig, sources: dict[str, list[str]], recipes: dict[str, str] | None = None,
@@ -114,7 +116,7 @@ def prepare_sources(cfg: PrepareConfig, sources: dict[str, list[str]], recipes: 
 def _run(cfgs, weights, cfg, out_dir: Path, show_progress: bool, t0: float, Tokenizer) -> dict[str, PrepareResult]:
     """Plan, curate and split every source; one tokenizer over all; encode and write each."""
     from gptforge.data.phases.pool import WorkerPool, default_workers
-    from gptforge.data.phases.tokenizer import check_vocab_size, train_texts
+    from gptforge.data.phases.tokenizer import check_vocab_size, sample_size, train_texts, utf8_len
     from gptforge.data.phases.work import WorkFolder
     from gptforge.data.tokenizer import train_bpe
     from gptforge.progress import Phases
@@ -134,14 +136,16 @@ def _run(cfgs, weights, cfg, out_dir: Path, show_progress: bool, t0: float, Toke
             if given is not None:
                 tokenizer = given
             else:
-                chars = {n: sum(len(t) for t in train_texts(plans[n].work, cur.masks, sp, 0))
+                sizes = {n: sum(utf8_len(t) for t in train_texts(plans[n].work, cur.masks, sp, 0))
                          for n, (cur, sp) in fronts.items()}
-                budgets = _char_budgets(chars, weights, cfg.tokenizer_train_bytes)
-                texts = itertools.chain.from_iterable(
-                    train_texts(plans[n].work, cur.masks, sp, budgets[n]) for n, (cur, sp) in fronts.items()
-                    if budgets[n] > 0)
-                vocab = check_vocab_size(cfg.vocab_size, sum(budgets.values()))
-                tokenizer = train_bpe(texts, vocab, min_frequency=cfg.min_frequency)
+                budgets = _byte_budgets(sizes, weights, cfg.tokenizer_train_bytes)
+
+                def texts():
+                    return itertools.chain.from_iterable(
+                        train_texts(plans[n].work, cur.masks, sp, budgets[n]) for n, (cur, sp) in fronts.items()
+                        if budgets[n] > 0)
+                vocab = check_vocab_size(cfg.vocab_size, *sample_size(texts()))
+                tokenizer = train_bpe(texts(), vocab, min_frequency=cfg.min_frequency)
             tokenizer.save(tok_path)
             results = {n: encode_and_write(plans[n], cur, sp, tokenizer, tok_path, pool, progress, timings[n], t0,
                                            extra_config={"mixture_source": n, "mixture_folder": str(out_dir)})
