@@ -71,9 +71,8 @@ def main(argv: list[str]) -> int:
         raise InputError("INPUT (or --source NAME=PATH) and --out are required (or --show-recipe NAME)")
     from rich.console import Console
     from rich.logging import RichHandler
-    from rich.table import Table
 
-    from gptforge.data.prepare import prepare, summary_rows
+    from gptforge.data.prepare import prepare, print_summary
 
     err = Console(stderr=True)
     logger = logging.getLogger("gptforge.data")
@@ -86,12 +85,7 @@ def main(argv: list[str]) -> int:
     if opts.source:
         return _prepare_sources(opts, values)
     result = prepare(PrepareConfig(**values), show_progress=not (opts.no_progress or opts.quiet))
-    table = Table(title=f"prepared {result.out_dir}", show_header=False)
-    table.add_column(style="bold")
-    table.add_column()
-    for label, value in summary_rows(result):
-        table.add_row(label, value)
-    Console().print(table)
+    print_summary(result, f"prepared {result.out_dir}")
     print(f"report: {result.out_dir / 'report.html'}")
     return 0
 
@@ -118,6 +112,7 @@ def _prepare_sources(opts, values: dict) -> int:
     """--source: gptforge.data.prepare_sources.prepare_sources, then one summary line per source."""
     from rich.console import Console
 
+    from gptforge.data.prepare import print_summary
     from gptforge.data.prepare_sources import parse_named, prepare_sources
     from gptforge.train.mixture_source import parse_data_weights
 
@@ -131,6 +126,8 @@ def _prepare_sources(opts, values: dict) -> int:
     result = prepare_sources(PrepareConfig(**values), sources, recipes, weights,
                              show_progress=not (opts.no_progress or opts.quiet))
     console = Console()
+    for name, r in result.sources.items():
+        print_summary(r, f"source {name}: {r.out_dir}")
     for s in result.meta["sources"]:
         counts = ", ".join(f"{k} {v['tokens']:,} tokens / {v['documents']:,} docs" for k, v in s["splits"].items()
                            if v.get("tokens"))

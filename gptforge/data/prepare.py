@@ -400,8 +400,11 @@ def _prepare_locked(cfg: PrepareConfig, out_dir: Path, show_progress: bool, t0: 
 
 
 def curate_and_split(plan: _Plan, pool, progress, timings: dict[str, float],
-                     few_documents_advice: str = FEW_DOCUMENTS_ADVICE):
-    """Phases 1 and 2 of one output: (curated (phases.curate), Splits); `few_documents_advice` as `prepare`."""
+                     few_documents_advice: str = FEW_DOCUMENTS_ADVICE, source: str | None = None):
+    """Phases 1 and 2 of one output: (curated (phases.curate), Splits); `few_documents_advice` as
+    `prepare`; `source`: the mixture source's name, for the warnings."""
+    from gptforge.data.removal import warn_recipe_removal
+
     cfg, work = plan.cfg, plan.work
     if plan.reused:
         log.info(f"resuming from {work.root}")
@@ -410,6 +413,7 @@ def curate_and_split(plan: _Plan, pool, progress, timings: dict[str, float],
     tasks = [{**base, "index": i, "files": shard} for i, shard in enumerate(plan.shards)]
     curated = run_curate(plan.recipe, tasks, work, pool, progress, timings)
     warn_heavy_steps(curated.steps)
+    warn_recipe_removal(curated.steps, cfg.recipe, source)
     splits = run_split(cfg.split_rule(), work, curated.masks, plan.files, curated.read, curated.normalize,
                        curated.steps, cfg.doc_separator, few_documents_advice)
     return curated, splits
@@ -496,6 +500,19 @@ def summary_rows(result: PrepareResult) -> list[tuple[str, str]]:
                                 "with --doc-separator, or give more files); pretrain will run without validation"))
     rows.append(("time", f"{result.seconds:.1f} s"))
     return rows
+
+
+def print_summary(result: PrepareResult, title: str) -> None:
+    """Print `summary_rows(result)` as a table (rich) on stdout: what each step removed and why."""
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title=title, show_header=False)
+    table.add_column(style="bold")
+    table.add_column()
+    for label, value in summary_rows(result):
+        table.add_row(label, value)
+    Console().print(table)
 
 
 def _output_rows(meta: dict[str, Any]) -> list[tuple[str, str]]:

@@ -131,7 +131,7 @@ def _run(cfgs, weights, cfg, out_dir: Path, show_progress: bool, t0: float, Toke
     progress = Phases(enabled=show_progress, transient=False, unit="shards")
     try:
         with progress, WorkerPool(cfg.workers or default_workers(), lock_folder=out_dir) as pool:
-            fronts = {n: curate_and_split(p, pool, progress, timings[n]) for n, p in plans.items()}
+            fronts = {n: curate_and_split(p, pool, progress, timings[n], source=n) for n, p in plans.items()}
             tok_path = top_work.root / "tokenizer.json"
             if given is not None:
                 tokenizer = given
