@@ -438,6 +438,9 @@ def encode_and_write(plan: _Plan, curated, splits, tokenizer: Tokenizer, tok_pat
     report_inputs = ReportInputs(cfg, plan.recipe_dict, plan.files, plan.shards, curated, timings, plan.reused, t0)
     meta, report = run_write(plan.out_dir, tokenizer, encoded, splits, work, cfg.max_shard_bytes, cfg.overwrite,
                              prepare_config, report_inputs)
+    from gptforge.data.removal import warn_small_splits
+
+    warn_small_splits(meta, (extra_config or {}).get("mixture_source"))
     return PrepareResult(plan.out_dir, meta, curated.read, curated.normalize, time.perf_counter() - t0,
                          splits.moved, curated.steps, report)
 
@@ -495,6 +498,9 @@ def summary_rows(result: PrepareResult) -> list[tuple[str, str]]:
         if c["tokens"]:
             rows.append((f"val {lang}", f"{c['documents']:,} docs, {c['bytes_per_token']:.2f} bytes/token, "
                                         f"{c['characters_per_token']:.2f} characters/token"))
+    from gptforge.data.removal import small_split_lines
+
+    rows += [("WARNING", line) for line in small_split_lines(meta)]
     if cfg.get("val_fraction", 0) > 0 and not meta["splits"]["val"]["documents"]:
         rows.append(("WARNING", "no val split: too few documents (a single big file is one document; split it "
                                 "with --doc-separator, or give more files); pretrain will run without validation"))

@@ -63,3 +63,26 @@ def warn_recipe_removal(steps: list[StepStats], recipe: str, source: str | None 
         log.warning(msg)
         out.append(msg)
     return out
+
+
+def small_split_lines(meta: dict[str, Any]) -> list[str]:
+    """One line per val/test split of a shard folder's meta.json that holds documents but fewer
+    than MIN_SPLIT_DOCUMENTS (a split asked for, by its fraction, and given a few texts)."""
+    cfg = meta.get("prepare_config") or {}
+    out = []
+    for split in ("val", "test"):
+        n = (meta.get("splits", {}).get(split) or {}).get("documents", 0)
+        if cfg.get(f"{split}_fraction", 0) > 0 and 0 < n < MIN_SPLIT_DOCUMENTS:
+            tokens = meta["splits"][split].get("tokens", 0)
+            out.append(f"the {split} split holds {n} document{'s' if n > 1 else ''} ({tokens:,} tokens), fewer than "
+                       f"{MIN_SPLIT_DOCUMENTS}: its loss is the loss of a few texts (and picks the best checkpoint); "
+                       f"raise --{split}-fraction, or give more documents (--doc-separator cuts a file into documents)")
+    return out
+
+
+def warn_small_splits(meta: dict[str, Any], source: str | None = None) -> list[str]:
+    """Log (and return) `small_split_lines(meta)`, prefixed with the mixture source's name."""
+    out = [f"source {source}: {line}" if source else line for line in small_split_lines(meta)]
+    for line in out:
+        log.warning(line)
+    return out

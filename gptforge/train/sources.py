@@ -192,9 +192,9 @@ class ShardSource:
             asked = self.eval_steps * self.micro_batch_size
             self.val_offsets = eval_windows(self.val_stream, seq_len, asked)
             if len(self.val_offsets) < asked and self.log is not None:
-                self.log(f"validation: the val split of {self.data_dir} holds {len(self.val_offsets)} windows of "
-                         f"{seq_len + 1} tokens, fewer than the {asked} asked ({self.eval_windows_origin}): "
-                         "each is scored once")
+                self.log(f"WARNING: validation: the val split of {self.data_dir} holds {len(self.val_offsets)} windows "
+                         f"of {seq_len + 1} tokens, fewer than the {asked} asked ({self.eval_windows_origin}): "
+                         "each is scored once, and its val loss rests on that little text")
         self.has_val = self.val_stream is not None
         if tc.eval_interval > 0 and not self.has_val and self.log is not None:
             n_val = (val or {}).get("tokens", 0)
