@@ -45,6 +45,9 @@ class PrepareOptions(PrepareConfig):
     report, OUT/meta.json listing them (`gptforge pretrain --data OUT` trains on the mixture)."""
     source_recipe: Optional[list[str]] = None
     """With --source: NAME=RECIPE, the curation recipe of one source (others take --recipe)."""
+    verify: Optional[str] = None
+    """Check a shard folder (or a --source folder) in full and exit: every .bin file's SHA-256
+    against meta.json and every id below the vocabulary size."""
     tokenizer_weights: Optional[str] = None
     """With --source: NAME=W,... share of the tokenizer's training text per source (default: in
     proportion to each source's train text; a source gives at most all of its text)."""
@@ -64,6 +67,13 @@ def main(argv: list[str]) -> int:
         from gptforge.data.pipeline import show_recipe
 
         print(show_recipe(opts.show_recipe, opts.languages), end="")
+        return 0
+    if opts.verify:
+        from gptforge.data.shard_verify import verify_shards
+
+        got = verify_shards(opts.verify)
+        print(f"{opts.verify}: ok, {got['files']} files, {got['bytes']:,} bytes, every id below the vocabulary size"
+              + (", checksums match meta.json" if got["checksums"] else " (meta.json records no checksums)"))
         return 0
     if opts.source and opts.inputs:
         raise InputError("give either INPUT files or --source NAME=PATH, not both")
