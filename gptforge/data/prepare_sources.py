@@ -99,8 +99,8 @@ def prepare_sources(cfg: PrepareConfig, sources: dict[str, list[str]], recipes: 
     check_not_inside(out_dir, [p for inp in sources.values() for p in inp] + ([cfg.tokenizer] if cfg.tokenizer else []))
     t0 = time.perf_counter()
     with FolderLock(out_dir, command="gptforge prepare --source"):
-        if not cfg.overwrite and out_dir.exists() and (out_dir / "meta.json").exists():
-            check_output_dir(out_dir, False)
+        if (cfg.overwrite or (out_dir / "meta.json").exists()) and out_dir.exists():
+            check_output_dir(out_dir, cfg.overwrite)
         cfgs = {n: replace(cfg, inputs=list(inp), out=str(out_dir / n), recipe=(recipes or {}).get(n, cfg.recipe),
                            overwrite=True) for n, inp in sources.items()}
         for c in cfgs.values():

@@ -223,8 +223,20 @@ class ShardWriter:
         self._done = True
 
 
+def written_by_prepare(out_dir: Path) -> bool:
+    """Whether `out_dir` holds a meta.json that `gptforge prepare` writes (a shard folder, or a
+    `--source` folder): the mark of a folder --overwrite may replace."""
+    try:
+        meta = json.loads((Path(out_dir) / "meta.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return False
+    return isinstance(meta, dict) and meta.get("format") in (FORMAT, "gptforge-mixture")
+
+
 def check_output_dir(out_dir: Path, overwrite: bool) -> None:
-    """Raise FileExistsError when `out_dir` holds something and `overwrite` is False."""
+    """Raise FileExistsError when `out_dir` holds something and `overwrite` is False, or holds
+    something `gptforge prepare` did not write (`written_by_prepare`): --overwrite replaces only
+    prepare's own output, never a folder of the user's files."""
     out_dir = Path(out_dir)
     if out_dir.exists():
         if not out_dir.is_dir():
@@ -232,6 +244,10 @@ def check_output_dir(out_dir: Path, overwrite: bool) -> None:
         if any(out_dir.iterdir()) and not overwrite:
             raise FileExistsError(f"output folder {out_dir} exists and is not empty; "
                                   f"choose another --out or pass --overwrite")
+        if overwrite and any(out_dir.iterdir()) and not written_by_prepare(out_dir):
+            raise FileExistsError(f"output folder {out_dir} is not empty and was not written by gptforge prepare "
+                                  f"(no meta.json of a shard folder in it); --overwrite replaces only prepare's "
+                                  f"own output: choose another --out, or empty the folder yourself")
 
 
 def load_meta(shard_dir: str | Path, verify_files: bool = True) -> dict[str, Any]:
