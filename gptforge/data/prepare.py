@@ -291,11 +291,16 @@ def _completed_output(out_dir: Path, fingerprint_sha: str) -> dict[str, Any] | N
     return meta
 
 
-def option_differences(recorded: dict[str, Any], cfg: PrepareConfig) -> list[str]:
+def option_differences(recorded: dict[str, Any], cfg: PrepareConfig, vocab_chosen: int | None = None) -> list[str]:
     """Options of `cfg` that differ from a finished output's meta.json `prepare_config`, as
-    '--vocab-size 8192 (this call: 4096)'; keys the record lacks (an older gptforge's) are skipped."""
+    '--vocab-size 8192 (this call: 4096)'; keys the record lacks (an older gptforge's) are skipped.
+    `vocab_chosen`: the output's vocabulary size, said beside a recorded --vocab-size 0 (auto)."""
     now = json.loads(json.dumps(cfg.meta_dict()))  # tuples as lists, as meta.json holds them
-    return [f"--{k.replace('_', '-')} {json.dumps(recorded[k])} (this call: {json.dumps(v)})"
+
+    def shown(k: str) -> str:
+        auto = f" (auto: {vocab_chosen})" if k == "vocab_size" and recorded[k] == 0 and vocab_chosen else ""
+        return json.dumps(recorded[k]) + auto
+    return [f"--{k.replace('_', '-')} {shown(k)} (this call: {json.dumps(v)})"
             for k, v in now.items() if k in recorded and recorded[k] != v]
 
 
@@ -312,10 +317,11 @@ def check_rerun_output(out_dir: Path, cfg: PrepareConfig) -> None:
     if cfg.overwrite or not (out_dir / "meta.json").is_file():
         return check_output_dir(out_dir, cfg.overwrite)
     try:
-        recorded = load_meta(out_dir).get("prepare_config") or {}
+        done = load_meta(out_dir)
     except (OSError, ValueError):
         return check_output_dir(out_dir, cfg.overwrite)
-    diff = option_differences(recorded, cfg)
+    recorded = done.get("prepare_config") or {}
+    diff = option_differences(recorded, cfg, done.get("vocab_size"))
     what = (f"made with other options: {'; '.join(diff)}" if diff else
             "made with the same options as this call, but its inputs (files, sizes or dates) or its recipe's "
             "content differ")
