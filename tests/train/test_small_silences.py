@@ -15,3 +15,16 @@ def test_data_weights_that_do_not_sum_to_one_are_said_as_given_and_scaled():
     said.clear()
     resolve_mixture(TrainConfig(data_weights={"en": 0.7, "zh": 0.3}), {"en": 100, "zh": 100}, None, say=said.append)
     assert said[0].endswith("(as given)")
+
+
+def test_report_on_a_run_without_metrics_says_so(tmp_path):
+    import subprocess
+    import sys
+
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "config.yaml").write_text("model: {d_model: 32}\ntrain: {max_steps: 5}\n")
+    done = subprocess.run([sys.executable, "-m", "gptforge.cli", "report", str(run), "--quiet"],
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert f"{run}: no metrics.jsonl" in done.stderr and "no curves" in done.stderr
