@@ -76,3 +76,19 @@ def test_evaluate_out_refuses_a_run_folders_own_files(tmp_path):
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
     assert done.returncode != 0 and "eval/" in done.stderr, done.stderr
     assert (run / "config.yaml").read_text() == "model: {}\n"
+
+
+def test_a_killed_exports_staging_folder_is_removed_by_the_next(tmp_path):
+    """issue 41 item 7: a killed export left `.NAME.tmp-PID/` for good."""
+    import os
+
+    from gptforge.atomic import staged_dir
+
+    dead = tmp_path / ".out.tmp-999999999"
+    dead.mkdir()
+    (dead / "model.safetensors").write_bytes(b"x" * 10)
+    live = tmp_path / f".out.tmp-{os.getppid()}"  # a live process's staging folder is left alone
+    live.mkdir()
+    with staged_dir(tmp_path / "out") as tmp:
+        (tmp / "a.txt").write_text("a")
+    assert not dead.exists() and live.exists() and (tmp_path / "out" / "a.txt").is_file()
