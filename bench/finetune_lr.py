@@ -81,8 +81,9 @@ def main() -> None:
                              device="cpu")
             finetune(fc, RunConfig(train=tc), base, data, run, progress=False)
             rows = read_metrics(run)
-            val = [r["val_loss"] for r in rows if "val_loss" in r][-1]
-            print(f"{method:4s} lr {lr:8.1e}  completion val loss {val:.3f}  (first train loss {rows[0]['loss']:.3f}) "
+            vals = [r["val_loss"] for r in rows if "val_loss" in r]
+            val = f"{vals[-1]:.3f}" if vals else f"none (stopped at step {rows[-1]['step'] if rows else 0})"
+            print(f"{method:4s} lr {lr:8.1e}  completion val loss {val}  (first train loss {rows[0]['loss']:.3f}) "
                   f"{time.time() - t:.0f} s, load {os.getloadavg()[0]:.1f}" + ("   <- rule" if abs(lr - rule) / rule < 0.2
                                                                                  else ""))
         print(f"{method}: finetune_lr rule for d_model {args.width}: {rule:g}")
