@@ -28,6 +28,9 @@ from gptforge.infer.engine_process import EngineProcess
 from gptforge.infer.generate import MIN_TEMPERATURE, MIN_TOP_P
 from gptforge.serve.protocol import UNSUPPORTED, APIError
 
+#: the most `stop` sequences a request may give (OpenAI's limit).
+MAX_STOP = 4
+
 # A JSON escape of a UTF-16 surrogate (a pair is one character once decoded; a lone one is not Unicode).
 _SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")
 
@@ -449,6 +452,8 @@ class Server:
                             f"{prompt_len + max_tokens}, more than the model's context of {self.max_model_len} "
                             "tokens", "max_tokens", "context_length_exceeded")
         stop = [req.stop] if isinstance(req.stop, str) else list(req.stop or [])
+        if len(stop) > MAX_STOP:  # OpenAI's limit: a client written for it never sends more
+            raise _err(400, f"stop: at most {MAX_STOP} stop sequences, got {len(stop)}", "stop", "invalid_value")
         temperature = req.temperature if req.temperature >= MIN_TEMPERATURE else 0.0
         return SamplingParams(
             max_tokens=max_tokens, temperature=temperature, top_k=max(req.top_k, 0), top_p=max(req.top_p, MIN_TOP_P),

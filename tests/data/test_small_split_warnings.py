@@ -58,7 +58,7 @@ def test_mixture_names_the_source_of_a_small_split(tmp_path, caplog):
 
 def test_pretrain_warns_per_source_for_fewer_val_windows_than_asked(tmp_path):
     from gptforge.config import TrainConfig
-    from gptforge.train.mixture_source import open_source
+    from gptforge.train.sources.mixture import open_source
 
     en, zh = _corpus(tmp_path, 40, "en"), _corpus(tmp_path, 40, "zh")
     prepare_sources(PrepareConfig(inputs=[], out=str(tmp_path / "mix"), recipe="none", vocab_size=300,
