@@ -418,8 +418,11 @@ def curate_and_split(plan: _Plan, pool, progress, timings: dict[str, float],
             "doc_separator": cfg.doc_separator, "limit": cfg.limit, "strict": cfg.strict, "encoding": cfg.encoding}
     tasks = [{**base, "index": i, "files": shard} for i, shard in enumerate(plan.shards)]
     curated = run_curate(plan.recipe, tasks, work, pool, progress, timings)
-    warn_heavy_steps(curated.steps)
-    warn_recipe_removal(curated.steps, cfg.recipe, source)
+    if not curated.steps or curated.steps[-1].documents_out:
+        # With no document left run_split raises, naming the step: no report.html is written, so
+        # the warnings pointing at its examples would send the user to a file that does not exist.
+        warn_heavy_steps(curated.steps)
+        warn_recipe_removal(curated.steps, cfg.recipe, source)
     splits = run_split(cfg.split_rule(), work, curated.masks, plan.files, curated.read, curated.normalize,
                        curated.steps, cfg.doc_separator, few_documents_advice)
     return curated, splits

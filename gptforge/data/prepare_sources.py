@@ -108,9 +108,26 @@ def prepare_sources(cfg: PrepareConfig, sources: dict[str, list[str]], recipes: 
         if cfg.executor != "local":
             raise ValueError(f"--executor {cfg.executor}: several named sources run on the local executor only; "
                              f"prepare each source on its own with --executor {cfg.executor}, or leave the option out")
-        results = _run(cfgs, weights, cfg, out_dir, show_progress, t0, Tokenizer)
+        existed = out_dir.exists()
+        try:
+            results = _run(cfgs, weights, cfg, out_dir, show_progress, t0, Tokenizer)
+        except BaseException:
+            _remove_if_empty(out_dir, existed)
+            raise
         meta = _write_meta(out_dir, results, cfgs, weights)
     return SourcesResult(out_dir, meta, results)
+
+
+def _remove_if_empty(out_dir: Path, existed: bool) -> None:
+    """After a failed run, remove the output folder (and the empty source folders in it) when this
+    run created it and nothing was written into it: an error leaves no empty DIR behind."""
+    if existed or not out_dir.is_dir():
+        return
+    for sub in out_dir.iterdir():
+        if sub.is_dir() and not any(sub.iterdir()):
+            sub.rmdir()
+    if not any(out_dir.iterdir()):
+        out_dir.rmdir()
 
 
 def _run(cfgs, weights, cfg, out_dir: Path, show_progress: bool, t0: float, Tokenizer) -> dict[str, PrepareResult]:

@@ -58,7 +58,7 @@ def warn_recipe_removal(steps: list[StepStats], recipe: str, source: str | None 
         step, reason, n = _largest(steps, what)
         msg = (f"{'source ' + source + ': ' if source else ''}recipe {recipe!r} removed {1.0 - after / before:.0%} of "
                f"the {what} ({before - after:,} of {before:,}); most by step {step!r} ({step}: {reason}, {n:,} "
-               f"{what}); check the examples in report.html, and if the texts are wanted (e.g. short reviews or "
+               f"{what}); check the examples in report.html (written when prepare completes), and if the texts are wanted (e.g. short reviews or "
                f"posts under a sentence-count rule) use a lighter recipe: {option}")
         log.warning(msg)
         out.append(msg)
