@@ -60,7 +60,7 @@ from gptforge.data.phases.tokenizer import check_vocab_size, run_tokenizer
 from gptforge.data.phases.work import WorkFolder, fingerprint_of
 from gptforge.data.phases.write import ReportInputs, run_write
 from gptforge.data.pipeline import Recipe, StepStats, build_recipe, load_recipe, warn_heavy_steps, with_languages
-from gptforge.data.readers import ReadStats, expand_inputs
+from gptforge.data.readers import AUTO_TEXT_FIELDS, ReadStats, expand_inputs
 from gptforge.data.shards import DEFAULT_MAX_SHARD_BYTES, SPLITS, check_output_dir
 from gptforge.data.tokenizer import MAX_VOCAB_SIZE, MIN_VOCAB_SIZE, Tokenizer
 
@@ -477,6 +477,11 @@ def summary_rows(result: PrepareResult) -> list[tuple[str, str]]:
     for reason, count in sorted(r.files_skipped.items()):
         rows.append((f"files skipped: {reason}", f"{count:,}"))
     rows.append(("documents read", f"{n.documents_in:,}"))
+    if r.text_fields:  # which record field the texts came from (with auto: the first present of several)
+        auto = " (--text-field auto: the first present of " + ", ".join(AUTO_TEXT_FIELDS) + ")" \
+            if meta.get("prepare_config", {}).get("text_field", "auto") == "auto" else ""
+        rows.append(("text read from field", ", ".join(f"{k!r}: {v:,} documents" for k, v in
+                                                      sorted(r.text_fields.items(), key=lambda kv: -kv[1])) + auto))
     for reason, count in sorted(r.records_skipped.items()):
         rows.append((f"records skipped: {reason}", f"{count:,}"))
     for reason, count in sorted(n.dropped.items()):

@@ -51,3 +51,33 @@ def test_a_prepare_error_leaves_no_empty_folder_and_points_at_no_report(tmp_path
     assert "removed every remaining document" in str(e.value)
     assert not out.exists()
     assert not [r for r in caplog.records if "report.html" in r.getMessage()]
+
+
+def test_prepare_says_which_record_field_the_texts_came_from(tmp_path):
+    import json
+
+    from gptforge.data.prepare import summary_rows
+
+    rng = random.Random(3)
+    src = tmp_path / "src"
+    src.mkdir()
+    with open(src / "a.jsonl", "w", encoding="utf-8") as f:
+        for k in range(12):  # no "text" field: --text-field auto reads "content"
+            f.write(json.dumps({"id": k, "content": " ".join(rng.choice(WORDS) for _ in range(60))}) + "\n")
+        for k in range(3):
+            f.write(json.dumps({"id": k, "text": " ".join(rng.choice(WORDS) for _ in range(60))}) + "\n")
+    r = prepare(PrepareConfig(inputs=[str(src)], out=str(tmp_path / "out"), recipe="none", vocab_size=300,
+                              workers=1), show_progress=False)
+    assert r.read.text_fields == {"content": 12, "text": 3}
+    rows = dict(summary_rows(r))
+    line = rows["text read from field"]
+    assert line.startswith("'content': 12 documents, 'text': 3 documents") and "--text-field auto" in line
+    r2 = prepare(PrepareConfig(inputs=[str(src)], out=str(tmp_path / "out2"), recipe="none", vocab_size=300,
+                               workers=1, text_field="content"), show_progress=False)
+    assert dict(summary_rows(r2))["text read from field"] == "'content': 12 documents"
+    src2 = tmp_path / "plain"
+    src2.mkdir()
+    (src2 / "a.txt").write_text("plain text " * 50, encoding="utf-8")
+    r3 = prepare(PrepareConfig(inputs=[str(src2)], out=str(tmp_path / "out3"), recipe="none", vocab_size=300,
+                               workers=1), show_progress=False)
+    assert "text read from field" not in dict(summary_rows(r3))
