@@ -504,8 +504,12 @@ class Server:
             queued = waiting + n - free  # sequences of the queue once this request's have taken the free slots
             if queued > q:
                 wait = self.retry_after(queued - q)
-                raise APIError(429, f"the server is busy: {waiting} sequence(s) already wait for one of {batch} "
-                                    f"cache slots (at most {q} may wait); retry after {wait} s",
+                # Submitted sequences that the free slots take at the next step (or, with the engine
+                # in its own process, that are in their prefill) start now: they are not waiting.
+                ahead = max(0, waiting - free)
+                raise APIError(429, f"the server is busy: {ahead} sequence(s) already wait for one of {batch} "
+                                    f"cache slots, and this request's {n} would make {queued} wait (at most {q} "
+                                    f"may wait); retry after {wait} s",
                                code="queue_full", type="server_busy", headers={"Retry-After": str(wait)})
         try:
             sub = Submission(self, jobs)
