@@ -34,8 +34,8 @@ def test_rerun_refusal_shows_the_auto_vocabulary_size_chosen(tmp_path):
 def test_a_prepare_error_leaves_no_empty_folder_and_points_at_no_report(tmp_path, caplog, mixture):
     import logging
 
-    from gptforge.data.prepare_sources import prepare_sources
     from gptforge.data.phases.split import EmptyCorpusError
+    from gptforge.data.prepare_sources import prepare_sources
 
     src = tmp_path / "src"
     src.mkdir()
