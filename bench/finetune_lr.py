@@ -42,6 +42,7 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=60)
     ap.add_argument("--lora-lrs", default="2e-4,6e-4,2e-3,6e-3")
     ap.add_argument("--full-lrs", default="6e-5,2e-4,6e-4,2e-3")
+    ap.add_argument("--methods", default="lora,full", help="which sweeps to run (lora, full or both)")
     ap.add_argument("--threads", type=int, default=2)
     args = ap.parse_args()
 
@@ -70,7 +71,8 @@ def main() -> None:
           f"{read_metrics(base)[-1]['loss']:.3f}")
     data = work / "instructions.jsonl"
     data.write_text("".join(json.dumps(r) + "\n" for r in _rows(600)))
-    for method, lrs in (("lora", args.lora_lrs), ("full", args.full_lrs)):
+    methods = args.methods.split(",")
+    for method, lrs in [(m, lrs) for m, lrs in (("lora", args.lora_lrs), ("full", args.full_lrs)) if m in methods]:
         rule = finetune_lr(method, args.width)
         for lr in [float(x) for x in lrs.split(",")]:
             run = work / f"{method}_{lr:g}"
