@@ -196,9 +196,9 @@ class Submission:
     async def events(self, request: Request):
         """Yield (job index, Event) as they come until every job has finished or the client has gone."""
         started: dict[int, float] = {}
-        left = self.n
+        finished: set[int] = set()
         try:
-            while left:
+            while len(finished) < self.n:
                 if not self.queue.empty():  # no timer when an event is already there
                     i, ev = self.queue.get_nowait()
                 else:
@@ -207,12 +207,19 @@ class Submission:
                     except asyncio.TimeoutError:
                         if await request.is_disconnected():
                             return
+                        why = self.srv.stopping and getattr(self.srv.engine, "down_reason", lambda: None)()
+                        if why:  # stopping, and the engine will not answer: end the jobs left now
+                            for j in range(self.n):
+                                if j not in finished:
+                                    finished.add(j)
+                                    yield j, Event(finish_reason="error", error=f"{why}; the server is stopping")
+                            return
                         continue
                 started.setdefault(i, time.monotonic())
                 if ev.token_id is not None:
                     self.srv.metrics.generation_tokens.inc()
                 if ev.finish_reason:
-                    left -= 1
+                    finished.add(i)
                     self.srv.observe_slot_seconds(time.monotonic() - started[i])
                 yield i, ev
         finally:
@@ -265,6 +272,10 @@ class Server:
         self.metrics = Metrics(self.engine)
         self.created = int(time.time())
         self.slot_seconds = 1.0  # running mean of the seconds a sequence holds a cache slot (Retry-After)
+        self.stopping = False
+        """Set when the server has been told to stop (SIGTERM / Ctrl-C: `app.DrainingServer`): from
+        then on a request whose engine cannot answer (a dead or silent engine process) ends with an
+        error instead of holding the drain until uvicorn's graceful timeout cancels it."""
         self._piece_cache: dict[int, str] = {}
         # One relay per event loop serving this app (tests run several loops); replaced, never
         # mutated, so that the engine's thread can walk it while a loop adds its relay.
