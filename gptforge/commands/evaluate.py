@@ -102,6 +102,9 @@ def main(argv: list[str]) -> int:
                          + (f" (got {', '.join('--' + c for c in chosen)})" if chosen else ""))
     if opts.chat and not opts.tasks:
         raise InputError("--chat scores task files: give --tasks FILE...")
+    from gptforge.eval.model_source import check_results_out
+
+    check_results_out(opts.out)
     if opts.out and os.path.isdir(opts.out):  # refused before the model is loaded and scored
         raise InputError(f"--out {opts.out} is a folder: give the path of a JSON file, such as "
                          f"{os.path.join(opts.out, 'results.json')}")

@@ -18,12 +18,13 @@ and in each checkpoint); `gptforge convert --to-hf RUN_DIR --out HF_DIR` writes 
 QLoRA: the dequantized 4-bit base plus the adapters).
 
 Options go under train:, parallel: and finetune: in a YAML recipe (--config) or on the command line.
-Defaults differ from pretrain: train.lr 2e-4 (use about 1e-5..5e-5 for full fine-tuning of large models),
-train.min_lr 2e-5, train.warmup_steps 20, train.weight_decay 0, train.max_steps 500."""
+Defaults differ from pretrain: train.lr by method and model width (LoRA/QLoRA: pretrain's width rule,
+e.g. 0.0025 at d_model 32, 2e-4 at 4096; full: a tenth of it; gptforge.train.optim.finetune_lr),
+train.min_lr lr/10, train.warmup_steps 5% of max_steps (at most a quarter of the run),
+train.weight_decay 0, train.max_steps 500."""
 
 SECTIONS = {"train": TrainConfig, "parallel": ParallelConfig, "finetune": FinetuneConfig}
-FINETUNE_DEFAULTS = {"train.lr": 2e-4, "train.min_lr": 2e-5, "train.warmup_steps": 20, "train.weight_decay": 0.0,
-                     "train.max_steps": 500}
+FINETUNE_DEFAULTS = {"train.weight_decay": 0.0, "train.max_steps": 500}
 
 
 @dataclass

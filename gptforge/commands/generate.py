@@ -29,7 +29,10 @@ class GenerateOptions:
     no_cache: bool = False
     """Recompute the whole context every token (slow; for checks)."""
     stop_at_eos: bool = False
-    """Stop a sample at the end-of-text token (<|endoftext|>, or the tokenizer_config's eos_token)."""
+    """Stop a sample at the end-of-text token (<|endoftext|>, or the tokenizer_config's eos_token): the
+    default; kept for older command lines."""
+    no_stop_at_eos: bool = False
+    """Go on past the end-of-text token (the model then starts a new document)."""
     chat: bool = False
     """Treat --prompt as a user message: render it with the run's chat template (the one `finetune`
     trained with) and stop at the end-of-turn token."""
@@ -86,8 +89,15 @@ def main(argv: list[str]) -> int:
                          DEFAULT_TEMPLATE if use_default else None)
         tok.eos_id = chat.eos_id  # the end-of-turn token the template closes answers with
         args.stop_at_eos = True
+        if not (_doc or {}).get("finetune") and not chat.chat_template:  # a base model: no template of its own
+            import sys
+
+            print("gptforge generate: warning: --chat on a model not fine-tuned on chat: the prompt goes through "
+                  "the default template it never saw; expect poor answers (fine-tune with `gptforge finetune` "
+                  "first)", file=sys.stderr)
     else:
         ids = tok.encode(args.prompt) if args.prompt else [tok.eos_id]
+        args.stop_at_eos = not args.no_stop_at_eos  # a document ends at EOS: stop there by default
     if not ids:
         ids = [tok.eos_id]
     block = model.config.block_size

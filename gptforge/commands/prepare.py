@@ -45,6 +45,9 @@ class PrepareOptions(PrepareConfig):
     report, OUT/meta.json listing them (`gptforge pretrain --data OUT` trains on the mixture)."""
     source_recipe: Optional[list[str]] = None
     """With --source: NAME=RECIPE, the curation recipe of one source (others take --recipe)."""
+    verify: Optional[str] = None
+    """Check a shard folder (or a --source folder) in full and exit: every .bin file's SHA-256
+    against meta.json and every id below the vocabulary size."""
     tokenizer_weights: Optional[str] = None
     """With --source: NAME=W,... share of the tokenizer's training text per source (default: in
     proportion to each source's train text; a source gives at most all of its text)."""
@@ -65,15 +68,21 @@ def main(argv: list[str]) -> int:
 
         print(show_recipe(opts.show_recipe, opts.languages, opts.quality_options()), end="")
         return 0
+    if opts.verify:
+        from gptforge.data.shard_verify import verify_shards
+
+        got = verify_shards(opts.verify)
+        print(f"{opts.verify}: ok, {got['files']} files, {got['bytes']:,} bytes, every id below the vocabulary size"
+              + (", checksums match meta.json" if got["checksums"] else " (meta.json records no checksums)"))
+        return 0
     if opts.source and opts.inputs:
         raise InputError("give either INPUT files or --source NAME=PATH, not both")
     if not (opts.inputs or opts.source) or not opts.out:
         raise InputError("INPUT (or --source NAME=PATH) and --out are required (or --show-recipe NAME)")
     from rich.console import Console
     from rich.logging import RichHandler
-    from rich.table import Table
 
-    from gptforge.data.prepare import prepare, summary_rows
+    from gptforge.data.prepare import prepare, print_summary
 
     err = Console(stderr=True)
     logger = logging.getLogger("gptforge.data")
@@ -86,12 +95,7 @@ def main(argv: list[str]) -> int:
     if opts.source:
         return _prepare_sources(opts, values)
     result = prepare(PrepareConfig(**values), show_progress=not (opts.no_progress or opts.quiet))
-    table = Table(title=f"prepared {result.out_dir}", show_header=False)
-    table.add_column(style="bold")
-    table.add_column()
-    for label, value in summary_rows(result):
-        table.add_row(label, value)
-    Console().print(table)
+    print_summary(result, f"prepared {result.out_dir}")
     print(f"report: {result.out_dir / 'report.html'}")
     return 0
 
@@ -118,6 +122,7 @@ def _prepare_sources(opts, values: dict) -> int:
     """--source: gptforge.data.prepare_sources.prepare_sources, then one summary line per source."""
     from rich.console import Console
 
+    from gptforge.data.prepare import print_summary
     from gptforge.data.prepare_sources import parse_named, prepare_sources
     from gptforge.train.sources.mixture import parse_data_weights
 
@@ -131,6 +136,8 @@ def _prepare_sources(opts, values: dict) -> int:
     result = prepare_sources(PrepareConfig(**values), sources, recipes, weights,
                              show_progress=not (opts.no_progress or opts.quiet))
     console = Console()
+    for name, r in result.sources.items():
+        print_summary(r, f"source {name}: {r.out_dir}")
     for s in result.meta["sources"]:
         counts = ", ".join(f"{k} {v['tokens']:,} tokens / {v['documents']:,} docs" for k, v in s["splits"].items()
                            if v.get("tokens"))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
@@ -33,5 +34,9 @@ def main(argv: list[str]) -> int:
     out = Path(opts.out) if opts.out else (Path(opts.runs[0]) / "report.html" if len(opts.runs) == 1
                                            else Path("report.html"))
     path = write_report(opts.runs, out, progress=True)
+    from gptforge.report.page import missing_metrics
+
+    for line in missing_metrics(opts.runs):
+        print(f"gptforge report: warning: {line}", file=sys.stderr)
     print(f"wrote {path} ({path.stat().st_size / 1e6:.1f} MB; open it in a browser)")
     return 0

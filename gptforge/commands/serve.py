@@ -107,7 +107,7 @@ def main(argv: list[str]) -> int:
     from gptforge.infer.slots import kv_cache_excess
     from gptforge.serve.adapters import parse_lora_option
     from gptforge.serve.app import ServeConfig, create_app, load_model
-    from gptforge.serve.listen import bind_listening_socket
+    from gptforge.serve.listen import bind_listening_socket, draining_server
 
     model, tok, template = load_model(opts.model, opts.device, opts.precision)
     block = model.config.block_size
@@ -133,8 +133,8 @@ def main(argv: list[str]) -> int:
     sock = bind_listening_socket(opts.host, opts.port)  # a busy port: one error line, not uvicorn's
     print(f"serving {name!r} on http://{opts.host}:{opts.port}/v1 (context {cfg.max_model_len or block}, "
           f"batch {opts.max_batch_size})", flush=True)
-    server = uvicorn.Server(uvicorn.Config(app, host=opts.host, port=opts.port, log_level="warning",
-                                           timeout_graceful_shutdown=10))
+    server = draining_server(app, uvicorn.Config(app, host=opts.host, port=opts.port, log_level="warning",
+                                                 timeout_graceful_shutdown=10))
     try:
         server.run(sockets=[sock])
     finally:

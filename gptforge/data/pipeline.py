@@ -382,6 +382,6 @@ def warn_heavy_steps(stats: list[StepStats], share: float = WARN_REMOVED_SHARE) 
         top = ", ".join(f"{k}: {v:,}" for k, v in rules.most_common(3)) or "no rule counted"
         log.warning(f"recipe step {st.name!r} removed {removed:.0%} of the characters it received "
                     f"({st.characters_in - st.characters_out:,} of {st.characters_in:,}; {top}); check the "
-                    f"examples in report.html, and relax or remove the step in the recipe if this is wrong")
+                    f"examples in report.html (written when prepare completes), and relax or remove the step in the recipe if this is wrong")
         warned.append(st.name)
     return warned

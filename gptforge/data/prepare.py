@@ -126,7 +126,8 @@ class PrepareConfig:
     max_shard_bytes: int = DEFAULT_MAX_SHARD_BYTES
     """Start a new .bin file once one holds this many bytes (files end at document boundaries)."""
     tokenizer_train_bytes: int = 1_000_000_000
-    """Train the tokenizer on at most this many characters of train-split text, in reading order (0: all)."""
+    """Train the tokenizer on at most this many UTF-8 bytes of train-split text, in reading order (0: all);
+    a Chinese character is 3 bytes."""
     min_frequency: int = 2
     """A byte pair must occur this many times to become a merge in the trained tokenizer."""
     overwrite: bool = False
@@ -326,11 +327,16 @@ def _completed_output(out_dir: Path, fingerprint_sha: str) -> dict[str, Any] | N
     return meta
 
 
-def option_differences(recorded: dict[str, Any], cfg: PrepareConfig) -> list[str]:
+def option_differences(recorded: dict[str, Any], cfg: PrepareConfig, vocab_chosen: int | None = None) -> list[str]:
     """Options of `cfg` that differ from a finished output's meta.json `prepare_config`, as
-    '--vocab-size 8192 (this call: 4096)'; keys the record lacks (an older gptforge's) are skipped."""
+    '--vocab-size 8192 (this call: 4096)'; keys the record lacks (an older gptforge's) are skipped.
+    `vocab_chosen`: the output's vocabulary size, said beside a recorded --vocab-size 0 (auto)."""
     now = json.loads(json.dumps(cfg.meta_dict()))  # tuples as lists, as meta.json holds them
-    return [f"--{k.replace('_', '-')} {json.dumps(recorded[k])} (this call: {json.dumps(v)})"
+
+    def shown(k: str) -> str:
+        auto = f" (auto: {vocab_chosen})" if k == "vocab_size" and recorded[k] == 0 and vocab_chosen else ""
+        return json.dumps(recorded[k]) + auto
+    return [f"--{k.replace('_', '-')} {shown(k)} (this call: {json.dumps(v)})"
             for k, v in now.items() if k in recorded and recorded[k] != v]
 
 
@@ -347,10 +353,11 @@ def check_rerun_output(out_dir: Path, cfg: PrepareConfig) -> None:
     if cfg.overwrite or not (out_dir / "meta.json").is_file():
         return check_output_dir(out_dir, cfg.overwrite)
     try:
-        recorded = load_meta(out_dir).get("prepare_config") or {}
+        done = load_meta(out_dir)
     except (OSError, ValueError):
         return check_output_dir(out_dir, cfg.overwrite)
-    diff = option_differences(recorded, cfg)
+    recorded = done.get("prepare_config") or {}
+    diff = option_differences(recorded, cfg, done.get("vocab_size"))
     what = (f"made with other options: {'; '.join(diff)}" if diff else
             "made with the same options as this call, but its inputs (files, sizes or dates) or its recipe's "
             "content differ")
@@ -441,8 +448,11 @@ def _prepare_locked(cfg: PrepareConfig, out_dir: Path, show_progress: bool, t0: 
 
 
 def curate_and_split(plan: _Plan, pool, progress, timings: dict[str, float],
-                     few_documents_advice: str = FEW_DOCUMENTS_ADVICE):
-    """Phases 1 and 2 of one output: (curated (phases.curate), Splits); `few_documents_advice` as `prepare`."""
+                     few_documents_advice: str = FEW_DOCUMENTS_ADVICE, source: str | None = None):
+    """Phases 1 and 2 of one output: (curated (phases.curate), Splits); `few_documents_advice` as
+    `prepare`; `source`: the mixture source's name, for the warnings."""
+    from gptforge.data.removal import warn_recipe_removal
+
     cfg, work = plan.cfg, plan.work
     if plan.reused:
         log.info(f"resuming from {work.root}")
@@ -454,7 +464,11 @@ def curate_and_split(plan: _Plan, pool, progress, timings: dict[str, float],
         from gptforge.data.phases.quality import run_quality
 
         run_quality(plan.recipe.quality, work, curated, pool, progress, timings, plan.curation_key, plan.out_dir)
-    warn_heavy_steps(curated.steps)
+    if not curated.steps or curated.steps[-1].documents_out:
+        # With no document left run_split raises, naming the step: no report.html is written, so
+        # the warnings pointing at its examples would send the user to a file that does not exist.
+        warn_heavy_steps(curated.steps)
+        warn_recipe_removal(curated.steps, cfg.recipe, source)
     splits = run_split(cfg.split_rule(), work, curated.masks, plan.files, curated.read, curated.normalize,
                        curated.steps, cfg.doc_separator, few_documents_advice)
     return curated, splits
@@ -485,6 +499,9 @@ def encode_and_write(plan: _Plan, curated, splits, tokenizer: Tokenizer, tok_pat
 
     meta, report = run_write(plan.out_dir, tokenizer, encoded, splits, work, cfg.max_shard_bytes, cfg.overwrite,
                              prepare_config, report_inputs, extra)
+    from gptforge.data.removal import warn_small_splits
+
+    warn_small_splits(meta, (extra_config or {}).get("mixture_source"))
     return PrepareResult(plan.out_dir, meta, curated.read, curated.normalize, time.perf_counter() - t0,
                          splits.moved, curated.steps, report)
 
@@ -512,6 +529,8 @@ def summary_rows(result: PrepareResult) -> list[tuple[str, str]]:
     for reason, count in sorted(r.files_skipped.items()):
         rows.append((f"files skipped: {reason}", f"{count:,}"))
     rows.append(("documents read", f"{n.documents_in:,}"))
+    if r.text_fields:  # which record field the texts came from (with auto: the first present of several)
+        rows.append(("text read from field", r.fields_line(meta.get("prepare_config", {}).get("text_field", "auto"))))
     for reason, count in sorted(r.records_skipped.items()):
         rows.append((f"records skipped: {reason}", f"{count:,}"))
     for reason, count in sorted(n.dropped.items()):
@@ -542,11 +561,27 @@ def summary_rows(result: PrepareResult) -> list[tuple[str, str]]:
         if c["tokens"]:
             rows.append((f"val {lang}", f"{c['documents']:,} docs, {c['bytes_per_token']:.2f} bytes/token, "
                                         f"{c['characters_per_token']:.2f} characters/token"))
+    from gptforge.data.removal import small_split_lines
+
+    rows += [("WARNING", line) for line in small_split_lines(meta)]
     if cfg.get("val_fraction", 0) > 0 and not meta["splits"]["val"]["documents"]:
         rows.append(("WARNING", "no val split: too few documents (a single big file is one document; split it "
                                 "with --doc-separator, or give more files); pretrain will run without validation"))
     rows.append(("time", f"{result.seconds:.1f} s"))
     return rows
+
+
+def print_summary(result: PrepareResult, title: str) -> None:
+    """Print `summary_rows(result)` as a table (rich) on stdout: what each step removed and why."""
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title=title, show_header=False)
+    table.add_column(style="bold")
+    table.add_column()
+    for label, value in summary_rows(result):
+        table.add_row(label, value)
+    Console().print(table)
 
 
 def _output_rows(meta: dict[str, Any]) -> list[tuple[str, str]]:

@@ -241,10 +241,12 @@ def export_model(opts: ExportOptions) -> Path:
         MissingInputError: no source, or no tokenizer; and see each writer.
     """
     from gptforge.errors import require_extra
-    from gptforge.export.common import check_export_out, format_packages
+    from gptforge.export.common import check_export_out, format_packages, mark_export
 
     fmt = FORMATS[opts.format]
     fmt.check(opts)
     check_export_out(opts.source, opts.out, opts.overwrite, opts.tokenizer)
     require_extra(f"gptforge export --format {opts.format}", "export", format_packages(opts.format, opts.quantize))
-    return fmt.write(opts, opts.dtype or fmt.default_dtype)
+    path = fmt.write(opts, opts.dtype or fmt.default_dtype)
+    mark_export(opts.out)
+    return path

@@ -59,7 +59,8 @@ def test_export_hf_is_convert_to_hf(trained_runs, tmp_path):
     run = trained_runs["gpt2"]
     assert main(["export", str(run), "--format", "hf", "--out", str(tmp_path / "a")]) == 0
     assert main(["convert", "--to-hf", str(run), "--out", str(tmp_path / "b")]) == 0
-    names = sorted(p.name for p in (tmp_path / "a").iterdir())
+    names = sorted(p.name for p in (tmp_path / "a").iterdir() if p.name != ".gptforge-export")
+    assert (tmp_path / "a" / ".gptforge-export").is_file()  # export's mark (issue 41 item 6)
     assert names == sorted(p.name for p in (tmp_path / "b").iterdir())
     for name in names:
         if name.endswith(".safetensors"):

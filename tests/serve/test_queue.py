@@ -57,6 +57,10 @@ def test_a_full_queue_answers_429_with_retry_after_then_serves_again(bounded):
             assert r.headers["retry-after"].isdigit() and 1 <= int(r.headers["retry-after"]) <= 60
             err = r.json()["error"]
             assert err["code"] == "queue_full" and f"at most {QUEUE} may wait" in err["message"]
+            # BATCH of the queued requests take the free slots at the next step: only QUEUE wait
+            # (issue 41 item 8: the message counted them all).
+            assert f"busy: {QUEUE} sequence(s) already wait" in err["message"], err["message"]
+            assert f"this request's 1 would make {QUEUE + 1} wait" in err["message"], err["message"]
         r = _post(bounded, dict(body, n=BATCH + QUEUE + 1))  # more than the server ever takes at once: 400
         assert r.status_code == 400 and r.json()["error"]["param"] == "n"
         assert engine.num_waiting == BATCH + QUEUE  # the refused requests queued nothing

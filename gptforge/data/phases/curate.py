@@ -207,6 +207,7 @@ def curate_task(task: dict[str, Any]) -> dict[str, Any]:
     result = {
         "index": i,
         "read": rstats.to_dict(),
+        "text_fields": dict(rstats.text_fields),
         "warnings": rstats.warnings,
         "normalize": {"documents_in": nstats.documents_in, "documents_out": nstats.documents_out,
                       "characters_out": nstats.characters_out, "dropped": nstats.dropped},
@@ -250,7 +251,8 @@ def _merge_shard_stats(results: list[dict[str, Any]], names: list[str]) -> tuple
                                undecodable_sequences=rd["undecodable_sequences"],
                                documents_with_undecodable=rd["documents_with_undecodable"],
                                files_skipped=dict(rd["files_skipped"]), records_skipped=dict(rd["records_skipped"]),
-                               files_truncated=rd["files_truncated"], warnings=list(r.get("warnings", []))))
+                               files_truncated=rd["files_truncated"], warnings=list(r.get("warnings", [])),
+                               text_fields=dict(r.get("text_fields", {}))))
         nd = r["normalize"]
         nstats.merge(NormalizeStats(nd["documents_in"], nd["documents_out"], nd["characters_out"], dict(nd["dropped"])))
         for st, d in zip(steps, r["steps"], strict=True):

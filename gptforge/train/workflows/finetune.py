@@ -195,6 +195,7 @@ def finetune(fc: FinetuneConfig, cfg: RunConfig, source: str | Path | None, data
     from gptforge.runtime.adapters import save_adapter_from_checkpoint
     from gptforge.runtime.checkpoint import find_checkpoint
     from gptforge.runtime.device import pick_device, resolve_precision
+    from gptforge.train.optim import finetune_lr_defaults
     from gptforge.train.run import train
 
     say = log or (lambda m: None)
@@ -215,6 +216,7 @@ def finetune(fc: FinetuneConfig, cfg: RunConfig, source: str | Path | None, data
                                 "or an instruction .jsonl file")
 
     model, mc, tok_dir, source = _base_model(run_dir, source, resume, chat_template, say)
+    cfg = RunConfig(model=cfg.model, train=finetune_lr_defaults(cfg.train, fc.method, mc.d_model), parallel=cfg.parallel)
     seq_len = seq_len_for(fc, mc.block_size)
     if data.is_file():
         if tok_dir is None:
