@@ -275,7 +275,8 @@ def parse_command(parser, argv: list[str]) -> tuple[Any, Any]:
     whose section attributes are dataclass instances).
 
     `--model NAME` becomes `--model.preset NAME` for a parser with a model section (see
-    `rewrite_model_shorthand`).
+    `rewrite_model_shorthand`). An options dataclass with a `quiet` field sets the progress mode
+    (`gptforge.progress.set_quiet`), so --quiet silences every progress display of the command.
 
     Raises:
         SystemExit(2): a bad option or value (a `bounded` field outside its range included; a
@@ -310,4 +311,8 @@ def parse_command(parser, argv: list[str]) -> tuple[Any, Any]:
         except ValueError as e:
             print(f"{parser.prog}: error: {e}", file=sys.stderr)
             raise SystemExit(2) from None
+        if hasattr(opts, "quiet"):  # one switch for every progress display of the command
+            from gptforge.progress import set_quiet
+
+            set_quiet(bool(opts.quiet))
     return opts, init
