@@ -60,7 +60,8 @@ def command_parser(prog: str, description: str, options: type | None = None,
         options: dataclass of the command's own options (`--max-new-tokens`); fields without a
             default are required; bool fields are flags (`--flag`, or `--no-flag` when the
             default is True); `field(metadata={"flag": "--from"})` names an option whose name is
-            no Python identifier.
+            no Python identifier; `field(metadata={"aliases": ("--no-progress",)})` accepts other
+            spellings of one option (kept for old command lines; --help names them as aliases).
         sections: {name: dataclass} added as dotted keys (`--train.lr`), each field's docstring its help.
         positional: fields of `options` taken by position instead (`gptforge generate RUN`).
         config_file: add `--config recipe.yaml` (default: when there are sections).
@@ -143,12 +144,15 @@ def add_options(parser, options: type, positional: tuple[str, ...] = ()) -> None
                                 help=help_text, **({"default": default} if nargs == "*" else {}))
             continue
         flag = f.metadata.get("flag", "--" + f.name.replace("_", "-"))  # e.g. --from for a field `source`
+        aliases = tuple(f.metadata.get("aliases", ()))
+        if aliases:
+            help_text += f" ({', '.join(aliases)}: {'aliases' if len(aliases) > 1 else 'an alias'} of {flag})"
         if kind is bool:
             if default:
-                parser.add_argument("--no-" + f.name.replace("_", "-"), dest=f.name, action="store_false",
+                parser.add_argument("--no-" + f.name.replace("_", "-"), *aliases, dest=f.name, action="store_false",
                                     help=help_text)
             else:
-                parser.add_argument(flag, dest=f.name, action="store_true", help=help_text)
+                parser.add_argument(flag, *aliases, dest=f.name, action="store_true", help=help_text)
             continue
         is_union = typing.get_origin(kind) in (typing.Union, types.UnionType)  # Optional[X] and X | None
         inner = [a for a in typing.get_args(kind) if a is not type(None)] if is_union else [kind]
@@ -156,7 +160,8 @@ def add_options(parser, options: type, positional: tuple[str, ...] = ()) -> None
             parser.add_argument(flag, dest=f.name, type=typing.get_args(inner[0])[0], nargs="+", default=default,
                                 required=required, help=help_text)
             continue
-        parser.add_argument(flag, dest=f.name, type=kind, default=default, required=required, help=help_text)
+        parser.add_argument(flag, *aliases, dest=f.name, type=kind, default=default, required=required,
+                            help=help_text)
 
 
 def allowed_values(kind: Any) -> list[str] | None:

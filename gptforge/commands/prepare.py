@@ -35,10 +35,8 @@ class PrepareOptions(PrepareConfig):
     show_recipe: Optional[str] = None
     """Print a recipe (a built-in name or a YAML file) as YAML, with --languages applied and the Gopher/C4/FineWeb
     parameters in force per language, and exit."""
-    no_progress: bool = False
-    """Do not draw progress bars (nor, when stderr is not a terminal, progress log lines)."""
-    quiet: bool = False
-    """No progress bars (on a terminal) or progress lines (otherwise) on stderr; the same as --no-progress."""
+    quiet: bool = field(default=False, metadata={"aliases": ("--no-progress",)})
+    """No progress bars (on a terminal) or progress lines (otherwise) on stderr."""
     source: Optional[list[str]] = None
     """Named sources instead of INPUT: NAME=PATH (PATH as an INPUT), repeated or several after one
     --source; one tokenizer over all, shards per source under OUT/NAME/ with their own splits and
@@ -57,9 +55,6 @@ def build_parser():
 def main(argv: list[str]) -> int:
     """Run `gptforge prepare`; returns the exit code (0 ok, 1 bad input, 2 usage error)."""
     opts, _ = parse_command(build_parser(), _merge_repeated(argv, ("--source", "--source-recipe")))
-    from gptforge.progress import set_quiet
-
-    set_quiet(opts.quiet or opts.no_progress)
     if opts.show_recipe:
         from gptforge.data.pipeline import show_recipe
 
@@ -85,7 +80,7 @@ def main(argv: list[str]) -> int:
         values["languages"] = [x.strip() for v in values["languages"] for x in v.split(",") if x.strip()]
     if opts.source:
         return _prepare_sources(opts, values)
-    result = prepare(PrepareConfig(**values), show_progress=not (opts.no_progress or opts.quiet))
+    result = prepare(PrepareConfig(**values), show_progress=not opts.quiet)
     table = Table(title=f"prepared {result.out_dir}", show_header=False)
     table.add_column(style="bold")
     table.add_column()
@@ -129,7 +124,7 @@ def _prepare_sources(opts, values: dict) -> int:
     weights = parse_data_weights(opts.tokenizer_weights) if opts.tokenizer_weights else None
     values = {**values, "inputs": [p for v in sources.values() for p in v]}
     result = prepare_sources(PrepareConfig(**values), sources, recipes, weights,
-                             show_progress=not (opts.no_progress or opts.quiet))
+                             show_progress=not opts.quiet)
     console = Console()
     for s in result.meta["sources"]:
         counts = ", ".join(f"{k} {v['tokens']:,} tokens / {v['documents']:,} docs" for k, v in s["splits"].items()
