@@ -227,7 +227,8 @@ def work_fingerprint(cfg: PrepareConfig, files: list[Path], curate_options: dict
     fractions, shard file size, ...), with a given --tokenizer file by its SHA-256 (its path says
     nothing about its content). Options that never change the output (workers, keep_work) are
     left out, so a rerun with another worker count resumes. A work folder with another
-    fingerprint is deleted and the run starts over (`curate.open_work_dir` names what differs).
+    fingerprint is deleted and the run starts over (`phases.work.WorkFolder.open`; the log line names
+    what differs, `phases.work.fingerprint_difference`).
     """
     options = dict(curate_options)
     for key, value in cfg.meta_dict().items():
