@@ -1,7 +1,9 @@
 """`gptforge <command>`: one entry point; each command parses its config and calls into a stage.
 
 Each command is a module `gptforge/commands/<name>.py` with `main(argv) -> int`, imported only
-when run, so that `gptforge --help` stays fast. Its options are a typed dataclass parsed by
+when run, and one description: its DESCRIPTION (`gptforge <name> --help`) begins with its
+one-line SUMMARY, which `gptforge --help` reads from the source without importing the module, so
+the list stays fast and cannot disagree with the command's own text. Its options are a typed dataclass parsed by
 `gptforge.options` (hyphenated `--option-name`; config sections as `--section.field`).
 
 Every command runs inside one error wrapper: a `gptforge.errors.GptforgeError`, a ValueError
@@ -15,34 +17,37 @@ from __future__ import annotations
 
 import sys
 
-COMMANDS = {
-    "quickstart": "Build a corpus from the Python standard library, train a small GPT on the CPU, evaluate, sample.",
-    "plan": "Predict per-GPU memory, speed, time and cost of a training job (and check it on fake tensors).",
-    "prepare": "Read raw text (txt/md/jsonl/json/parquet, plain or compressed), train/load a tokenizer, write token shards.",
-    "pretrain": "Train a GPT from scratch on prepared shards.",
-    "evaluate": "Benchmark tasks (acc, acc_norm, F1, exact match; lm-eval conventions), or loss/perplexity/bits per byte.",
-    "vocab": "Print a tokenizer's vocabulary as text (byte pieces of characters shown as <0xNN>).",
-    "generate": "Sample text from a run or checkpoint with a KV cache.",
-    "distill": "Train a student to match a frozen teacher's next-token distribution (logit distillation).",
-    "finetune": "Fine-tune a Hugging Face or gptforge model (full or LoRA) on instruction .jsonl or shards.",
-    "convert": "Convert Hugging Face model folders (GPT-2, Llama, Mistral, Qwen2) to gptforge checkpoints and back.",
-    "launch": "Run a gptforge command under torchrun on N processes (and nodes), printing the command.",
-    "slurm": "Write a Slurm sbatch script that runs a gptforge command with torchrun on N nodes x G GPUs.",
-    "report": "Write an interactive HTML report of one run, or several runs overlaid (self-contained, no network).",
-    "serve": "Serve a run or Hugging Face folder over the OpenAI HTTP API (continuous batching, streaming).",
-    "export": "Export a run or Hugging Face folder as hf, onnx (KV cache), gguf (llama.cpp) or a Triton repository.",
-    "quantize": "Quantize a run's weights to int8, int4 or nf4 and report size, speed and perplexity change.",
-    "prune": "Prune a run's heads, MLP channels, embedding channels and layers by activation importance.",
-    "sweep": "Plan and run a scaling sweep of small runs within a time budget (resumable), for `plan --fit`.",
-    "export-checkpoint": "Consolidate a sharded training checkpoint into one safetensors (or torch) file.",
-}
+COMMANDS = ("quickstart", "plan", "prepare", "pretrain", "evaluate", "vocab", "generate", "distill", "finetune",
+            "convert", "launch", "slurm", "report", "serve", "export", "quantize", "prune", "sweep",
+            "export-checkpoint")
+"""The commands in the order `gptforge --help` lists them; `gptforge/commands/<name>.py` (hyphens
+as underscores) implements each."""
+
+
+def command_summary(name: str) -> str:
+    """The one-line SUMMARY of command `name`, read from its module's source without importing it
+    (a command module imports its stage, and many stages import torch: `gptforge --help` would take
+    seconds). The module's DESCRIPTION, its `--help` text, begins with the same SUMMARY.
+
+    Raises:
+        ValueError: the module defines no SUMMARY as a string literal (or parenthesised literals).
+    """
+    import ast
+    from pathlib import Path
+
+    path = Path(__file__).parent / "commands" / f"{name.replace('-', '_')}.py"
+    for node in ast.parse(path.read_text(encoding="utf-8")).body:
+        if (isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "SUMMARY" for t in node.targets)
+                and isinstance(node.value, ast.Constant) and isinstance(node.value.value, str)):
+            return node.value.value
+    raise ValueError(f"{path}: no SUMMARY = \"...\" (the command's one-line summary for `gptforge --help`)")
 
 
 def _usage() -> str:
     width = max(map(len, COMMANDS))
     lines = ["usage: gptforge [--debug] <command> [options]   (gptforge <command> --help for its options)", "",
              "  --debug   show the traceback of every error", "", "commands:"]
-    lines += [f"  {name:<{width}}  {text}" for name, text in COMMANDS.items()]
+    lines += [f"  {name:<{width}}  {command_summary(name)}" for name in COMMANDS]
     return "\n".join(lines)
 
 

@@ -45,7 +45,10 @@ class ConvertOptions:
     """Replace --out if it exists."""
 
 
-DESCRIPTION = ("Convert a Hugging Face model folder (GPT-2, Llama 2/3, Mistral, Qwen2) to a gptforge checkpoint, "
+# One description: `gptforge --help` lists SUMMARY (read from this file unimported); DESCRIPTION begins with it.
+SUMMARY = "Convert Hugging Face model folders (GPT-2, Llama, Mistral, Qwen2) to gptforge checkpoints and back."
+
+DESCRIPTION = SUMMARY + "\n\n" + ("Convert a Hugging Face model folder (GPT-2, Llama 2/3, Mistral, Qwen2) to a gptforge checkpoint, "
                "or a gptforge run/checkpoint to a Hugging Face folder that transformers and vLLM load.")
 
 

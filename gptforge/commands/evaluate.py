@@ -9,7 +9,12 @@ from typing import Literal, Optional
 
 from gptforge.options import bounded
 
-DESCRIPTION = """Score a run, checkpoint or Hugging Face folder on benchmark task files (--tasks:
+# One description: `gptforge --help` lists SUMMARY (read from this file unimported); DESCRIPTION begins with it.
+SUMMARY = "Benchmark tasks (acc, acc_norm, F1, exact match; lm-eval conventions), or loss/perplexity/bits per byte."
+
+DESCRIPTION = SUMMARY + """
+
+Score a run, checkpoint or Hugging Face folder on benchmark task files (--tasks:
 multiple choice, classification, generation, cloze; acc / acc_norm / F1 / exact match with stderr
 and n, lm-evaluation-harness's conventions; results.json in MODEL/eval/), or measure loss
 (nats/token), perplexity and bits per byte over a split of a shard folder (--data) or a text file

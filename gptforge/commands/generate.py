@@ -7,6 +7,9 @@ from typing import Optional
 
 from gptforge.options import bounded, command_parser, parse_command
 
+# One description: `gptforge --help` lists SUMMARY (read from this file unimported); DESCRIPTION begins with it.
+SUMMARY = "Sample continuations of a prompt from a run or checkpoint with a KV cache."
+
 
 @dataclass
 class GenerateOptions:
@@ -44,8 +47,11 @@ class GenerateOptions:
     """auto, cpu, cuda, mps."""
 
 
+DESCRIPTION = SUMMARY
+
+
 def build_parser():
-    return command_parser("gptforge generate", "Sample continuations of a prompt with a KV cache.",
+    return command_parser("gptforge generate", DESCRIPTION,
                           GenerateOptions, positional=("model",))
 
 

@@ -12,7 +12,10 @@ import sys
 from gptforge.options import command_parser, parse_command
 from gptforge.runtime.launch import LaunchOptions, launch_env, torchrun_command
 
-DESCRIPTION = """Start N processes per node with torchrun, each running `gptforge COMMAND ...`.
+# One description: `gptforge --help` lists SUMMARY (read from this file unimported); DESCRIPTION begins with it.
+SUMMARY = "Start N processes per node with torchrun, each running `gptforge COMMAND ...`."
+
+DESCRIPTION = SUMMARY + """
 
 One node:      gptforge launch --nproc-per-node 8 pretrain --data DIR --out RUN --parallel.dp_shard 8
 Several nodes: run on every node, with the same --rdzv-endpoint (host:port of one of them):

@@ -24,9 +24,11 @@ from gptforge.plan.flops import parse_tokens  # noqa: F401  (re-exported: tests 
 
 SECTIONS = {"model": ModelConfig, "train": TrainConfig, "parallel": ParallelConfig}
 
+# One description: `gptforge --help` lists SUMMARY (read from this file unimported); DESCRIPTION begins with it.
+SUMMARY = "Predict per-GPU memory, speed, time and cost of a training job (and check it on fake tensors)."
 
-PLAN_DESCRIPTION = ("Predict per-GPU memory (weights, gradients, optimizer states, activations, logits/loss, "
-                    "buffers), FLOPs, tokens/s, MFU, step time, total time and cost of a training job.")
+DESCRIPTION = SUMMARY + ("\n\nMemory per GPU as weights, gradients, optimizer states, activations, logits/loss and "
+                         "buffers; speed as FLOPs, tokens/s, MFU and step time; then total time and cost.")
 
 
 @dataclass
@@ -79,7 +81,7 @@ class PlanOptions:
 def _parser():
     from gptforge.config import FinetuneConfig
 
-    parser = command_parser("gptforge plan", PLAN_DESCRIPTION, PlanOptions,
+    parser = command_parser("gptforge plan", DESCRIPTION, PlanOptions,
                             sections={**SECTIONS, "finetune": FinetuneConfig})
     parser.set_defaults({"finetune.method": "full"})  # plan pretraining unless --finetune.method lora/qlora
     return parser

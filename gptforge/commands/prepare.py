@@ -11,7 +11,13 @@ from gptforge.data.prepare import PrepareConfig
 from gptforge.errors import InputError
 from gptforge.options import command_parser, parse_command
 
-DESCRIPTION = """Read raw text, normalize it (BOM, line ends, Unicode NFC), curate it (a recipe of
+# One description: `gptforge --help` lists SUMMARY (read from this file unimported); DESCRIPTION begins with it.
+SUMMARY = ("Read raw text (txt/md/jsonl/json/csv/parquet/arrow/tar, plain or compressed; hf:NAME), curate "
+           "it, train or load a tokenizer, write token shards.")
+
+DESCRIPTION = SUMMARY + """
+
+In order: read the inputs, normalize the text (BOM, line ends, Unicode NFC), curate it (a recipe of
 filters, PII redaction and deduplication), split documents into train/val/test, train a byte-level
 BPE tokenizer (or load one) and write token shards (meta.json, tokenizer.json,
 {train,val,test}_NNN.bin) for `gptforge pretrain`.

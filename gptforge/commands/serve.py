@@ -4,7 +4,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-DESCRIPTION = """Serve a run directory, checkpoint or Hugging Face folder over the OpenAI HTTP API
+# One description: `gptforge --help` lists SUMMARY (read from this file unimported); DESCRIPTION begins with it.
+SUMMARY = "Serve a run or Hugging Face folder over the OpenAI HTTP API (continuous batching, streaming)."
+
+DESCRIPTION = SUMMARY + """
+
+Serve a run directory, checkpoint or Hugging Face folder over the OpenAI HTTP API
 (/v1/models, /v1/completions, /v1/chat/completions, /tokenize, /detokenize, /tokenizer_info,
 /health, /metrics; the OpenAPI schema at /openapi.json). Concurrent requests are decoded together;
 beyond --max-batch-size they wait in arrival order, at most --max-queue of them. Binds to

@@ -11,7 +11,10 @@ from gptforge.errors import InputError
 from gptforge.options import command_parser, parse_command
 from gptforge.runtime.slurm import SlurmJob, check_world_size, processes_per_node, render
 
-DESCRIPTION = """Write a Slurm batch script for N nodes x G GPUs running a gptforge command.
+# One description: `gptforge --help` lists SUMMARY (read from this file unimported); DESCRIPTION begins with it.
+SUMMARY = "Write a Slurm batch script for N nodes x G GPUs running a gptforge command."
+
+DESCRIPTION = SUMMARY + """
 
     gptforge slurm --nodes 4 --gpus-per-node 8 --out train.sbatch -- pretrain --data DIR --out RUN \\
         --parallel.dp_shard 32
