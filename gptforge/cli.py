@@ -9,7 +9,10 @@ the list stays fast and cannot disagree with the command's own text. Its options
 Every command runs inside one error wrapper: a `gptforge.errors.GptforgeError`, a ValueError
 raised by gptforge's own code (a message written for the user), or an operating-system error
 (missing file, full disk, read-only folder, ...) prints one `gptforge <command>: error: ...` line
-and exits 1 (2 for commands whose module sets ERROR_EXIT = 2); anything else keeps its traceback.
+and exits 1 (`errors.FAILURE_EXIT`); a bad command line exits 2 (`errors.USAGE_EXIT`): an option
+the parser refuses (the parser exits itself), or an `errors.OptionError` raised after parsing
+(options that contradict each other, a value that cannot fit the model). Anything else keeps its
+traceback.
 `gptforge --debug <command> ...` (or GPTFORGE_DEBUG=1) shows the traceback for every error.
 """
 
@@ -74,7 +77,9 @@ def main(argv: list[str] | None = None) -> int:
         close = difflib.get_close_matches(name, COMMANDS, n=1)
         hint = f" (did you mean {close[0]!r}?)" if close else ""
         print(f"gptforge: unknown command {name!r}{hint}\n\n{_usage()}", file=sys.stderr)
-        return 2
+        from gptforge.errors import USAGE_EXIT
+
+        return USAGE_EXIT
     import importlib
 
     # Before torch (and its OpenMP runtime) loads: idle OpenMP threads sleep instead of spinning.
@@ -83,12 +88,12 @@ def main(argv: list[str] | None = None) -> int:
     # (bench/RESULTS.md). An explicit OMP_WAIT_POLICY is kept.
     os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
     module = importlib.import_module(f"gptforge.commands.{name.replace('-', '_')}")
-    return run_command(name, module.main, rest, debug, getattr(module, "ERROR_EXIT", 1))
+    return run_command(name, module.main, rest, debug)
 
 
-def run_command(name: str, fn, argv: list[str], debug: bool = False, error_exit: int = 1) -> int:
+def run_command(name: str, fn, argv: list[str], debug: bool = False) -> int:
     """Run a command's `fn(argv)` inside the error wrapper (see the module docstring)."""
-    from gptforge.errors import GptforgeError
+    from gptforge.errors import FAILURE_EXIT, USAGE_EXIT, GptforgeError, OptionError
 
     try:
         return fn(argv) or 0
@@ -99,7 +104,7 @@ def run_command(name: str, fn, argv: list[str], debug: bool = False, error_exit:
         if debug or (isinstance(e, ValueError) and not isinstance(e, GptforgeError) and not raised_by_gptforge(e)):
             raise
         print(f"gptforge {name}: error: {describe_error(e)}", file=sys.stderr)
-        return error_exit
+        return USAGE_EXIT if isinstance(e, OptionError) else FAILURE_EXIT
 
 
 def check_command(cmd: list[str], launcher: str) -> None:
@@ -108,13 +113,13 @@ def check_command(cmd: list[str], launcher: str) -> None:
     "did you mean"); a model section is resolved too (an unknown --model preset).
 
     Raises:
-        InputError: an unknown command or a bad model; SystemExit(2) after the command's own
+        OptionError: an unknown command or a bad model; SystemExit(2) after the command's own
             one-line `error:` for an option its parser refuses.
     """
     import difflib
     import importlib
 
-    from gptforge.errors import InputError
+    from gptforge.errors import OptionError
 
     if not cmd:
         return
@@ -122,7 +127,7 @@ def check_command(cmd: list[str], launcher: str) -> None:
     if name not in COMMANDS or name in ("launch", "slurm"):
         close = difflib.get_close_matches(name, COMMANDS, n=1)
         hint = f" (did you mean {close[0]!r}?)" if close else ""
-        raise InputError(f"{name!r} is not a gptforge command to run{hint}; see `gptforge --help`")
+        raise OptionError(f"{name!r} is not a gptforge command to run{hint}; see `gptforge --help`")
     module = importlib.import_module(f"gptforge.commands.{name.replace('-', '_')}")
     build = getattr(module, "build_parser", None)
     if build is None:
@@ -140,7 +145,7 @@ def check_command(cmd: list[str], launcher: str) -> None:
         try:
             model.resolved()
         except ValueError as e:
-            raise InputError(f"{launcher} {name}: {e}") from None
+            raise OptionError(f"{launcher} {name}: {e}") from None
 
 
 def raised_by_gptforge(e: BaseException) -> bool:

@@ -26,9 +26,6 @@ stand (`gptforge launch pretrain ... --dry-run` only prints); everything after a
 the command unread."""
 
 
-ERROR_EXIT = 2  # exit status of a refused launch
-
-
 def build_parser():
     return command_parser("gptforge launch", DESCRIPTION, LaunchOptions, positional=("command",))
 

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from typing import Optional
 
 from gptforge.data.prepare import PrepareConfig
-from gptforge.errors import InputError
+from gptforge.errors import OptionError
 from gptforge.options import command_parser, parse_command
 
 # One description: `gptforge --help` lists SUMMARY (read from this file unimported); DESCRIPTION begins with it.
@@ -59,7 +59,7 @@ def build_parser():
 
 
 def main(argv: list[str]) -> int:
-    """Run `gptforge prepare`; returns the exit code (0 ok, 1 bad input, 2 usage error)."""
+    """Run `gptforge prepare`; returns the exit code (0 ok; gptforge.errors: 1 bad input, 2 bad options)."""
     opts, _ = parse_command(build_parser(), _merge_repeated(argv, ("--source", "--source-recipe")))
     if opts.show_recipe:
         from gptforge.data.pipeline import show_recipe
@@ -67,9 +67,9 @@ def main(argv: list[str]) -> int:
         print(show_recipe(opts.show_recipe, opts.languages), end="")
         return 0
     if opts.source and opts.inputs:
-        raise InputError("give either INPUT files or --source NAME=PATH, not both")
+        raise OptionError("give either INPUT files or --source NAME=PATH, not both")
     if not (opts.inputs or opts.source) or not opts.out:
-        raise InputError("INPUT (or --source NAME=PATH) and --out are required (or --show-recipe NAME)")
+        raise OptionError("INPUT (or --source NAME=PATH) and --out are required (or --show-recipe NAME)")
     from rich.console import Console
     from rich.logging import RichHandler
     from rich.table import Table
@@ -126,7 +126,7 @@ def _prepare_sources(opts, values: dict) -> int:
         sources = {n: [p] for n, p in parse_named(opts.source, "--source").items()}
         recipes = parse_named(opts.source_recipe or [], "--source-recipe")
     except ValueError as e:
-        raise InputError(str(e)) from None
+        raise OptionError(str(e)) from None
     weights = parse_data_weights(opts.tokenizer_weights) if opts.tokenizer_weights else None
     values = {**values, "inputs": [p for v in sources.values() for p in v]}
     result = prepare_sources(PrepareConfig(**values), sources, recipes, weights,

@@ -7,7 +7,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from gptforge.errors import InputError
+from gptforge.errors import OptionError
 from gptforge.options import command_parser, parse_command
 from gptforge.runtime.slurm import SlurmJob, check_world_size, processes_per_node, render
 
@@ -27,9 +27,6 @@ instead of silent hangs (see docs/distributed.md). CPU mode (`--gpus-per-node 0
 node's CPUs between the N processes (gloo); see docs/scale-out.md."""
 
 
-ERROR_EXIT = 2  # exit status of a refused script
-
-
 def build_parser():
     return command_parser("gptforge slurm", DESCRIPTION, SlurmJob)
 
@@ -44,7 +41,7 @@ def main(argv: list[str]) -> int:
     args.setup = args.setup or []
     nproc = processes_per_node(args)
     if not cmd:
-        raise InputError("no command given: add `-- pretrain --data DIR --out RUN ...`")
+        raise OptionError("no command given: add `-- pretrain --data DIR --out RUN ...`")
     check_world_size(cmd, args.nodes * nproc, "GPUs" if args.gpus_per_node else "processes")
     from gptforge.cli import check_command
 
