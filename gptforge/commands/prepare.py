@@ -64,7 +64,7 @@ def main(argv: list[str]) -> int:
     if opts.show_recipe:
         from gptforge.data.pipeline import show_recipe
 
-        print(show_recipe(opts.show_recipe, opts.languages), end="")
+        print(show_recipe(opts.show_recipe, opts.languages, opts.quality_options()), end="")
         return 0
     if opts.source and opts.inputs:
         raise OptionError("give either INPUT files or --source NAME=PATH, not both")

@@ -109,6 +109,10 @@ class TrainConfig:
     eval/<task>/<metric> to metrics.jsonl and TensorBoard."""
     eval_tasks_limit: Optional[int] = None
     """Score only the first N examples of each train.eval_tasks task (None: all)."""
+    eval_chat: bool = False
+    """Score train.eval_tasks through the run's chat template (as `gptforge evaluate --chat`: lettered
+    options, extracted answers), adding eval/chatcore/centered_acc over several tasks; for runs whose
+    directory holds the chat template (finetune, and rl, which writes it the same way)."""
     best_metric: str = "val_loss"
     """What picks the best checkpoint and drives early stopping: val_loss (of a mixture: the
     token-weighted mean over the sources' val splits), val/<source>/loss (one source of a

@@ -59,7 +59,15 @@ from gptforge.data.phases.split import (
 from gptforge.data.phases.tokenizer import check_vocab_size, run_tokenizer
 from gptforge.data.phases.work import WorkFolder, fingerprint_of
 from gptforge.data.phases.write import ReportInputs, run_write
-from gptforge.data.pipeline import Recipe, StepStats, build_recipe, load_recipe, warn_heavy_steps, with_languages
+from gptforge.data.pipeline import (
+    Recipe,
+    StepStats,
+    build_recipe,
+    load_recipe,
+    warn_heavy_steps,
+    with_languages,
+    with_quality,
+)
 from gptforge.data.readers import ReadStats, expand_inputs
 from gptforge.data.shards import DEFAULT_MAX_SHARD_BYTES, SPLITS, check_output_dir
 from gptforge.data.tokenizer import MAX_VOCAB_SIZE, MIN_VOCAB_SIZE, Tokenizer
@@ -146,6 +154,23 @@ class PrepareConfig:
     encoding: str | None = None
     """Encoding of text, JSON and CSV files that have no byte-order mark (default UTF-8; UTF-16/32
     files with a BOM are always decoded), e.g. utf-16-le, latin-1, cp1252."""
+    quality_reference: str | None = None
+    """Files or a folder of documents like the ones wanted: train a quality classifier on them against a
+    seeded sample of the curated input, score every document after the recipe (dedup included) and keep
+    the best (--quality-keep); adds the recipe's `quality` step (needs scikit-learn: gptforge[curate])."""
+    quality_model: str | None = None
+    """A quality classifier trained by an earlier prepare (OUT/quality/model.npz) instead of --quality-reference."""
+    quality_keep: float | None = bounded(None, low=0, high=1, low_open=True)
+    """With the quality step: keep this fraction of the scored documents, in (0, 1] (default 0.5); per
+    source with --source."""
+    quality_threshold: float | None = bounded(None, low=0, high=1)
+    """With the quality step: keep the documents scoring at least this (P(reference), in [0, 1]) instead of a
+    fraction; a rerun that changes only the cut reuses the scores of the output it replaces."""
+
+    def quality_options(self) -> dict[str, Any]:
+        """The --quality-* options as the recipe's `quality` step takes them (None: not given)."""
+        return {"reference": self.quality_reference, "model": self.quality_model, "keep": self.quality_keep,
+                "threshold": self.quality_threshold}
 
     def split_rule(self) -> SplitRule:
         return SplitRule(self.seed, self.val_fraction, self.test_fraction)
@@ -164,6 +189,11 @@ class PrepareConfig:
             raise OptionError(f"--executor {self.executor!r}: choose one of {', '.join(EXECUTORS)}")
         if self.ray_address and self.executor != "ray":
             raise OptionError("--ray-address is for --executor ray; add --executor ray or leave it out")
+        if self.quality_keep is not None and self.quality_threshold is not None:
+            raise OptionError("--quality-keep and --quality-threshold: give one of them")
+        for option, path in (("--quality-reference", self.quality_reference), ("--quality-model", self.quality_model)):
+            if path is not None and not Path(path).exists():
+                raise FileNotFoundError(f"{option} {path}: no such file or folder")
         if self.doc_separator is not None and self.doc_separator == "":
             raise OptionError('--doc-separator "": an empty separator cuts nothing; give the string that ends each '
                              'document (e.g. "<|endoftext|>"), or leave the option out to read each file as one '
@@ -188,6 +218,8 @@ class PrepareConfig:
         d = asdict(self)
         for key in ("out", "workers", "overwrite", "keep_work", "executor", "ray_address"):
             d.pop(key)
+        for key in ("quality_reference", "quality_model", "quality_keep", "quality_threshold"):
+            d.pop(key)  # recorded in the recipe's quality step (recipe_steps), where they act
         return d
 
 
@@ -323,6 +355,8 @@ class _Plan:
     work: WorkFolder
     reused: bool
     fingerprint_sha: str
+    curation_key: str = ""
+    """What the curated documents depend on (inputs and every option but the quality step's)."""
 
 
 def plan_output(cfg: PrepareConfig, out_dir: Path, t0: float) -> _Plan | PrepareResult:
@@ -333,7 +367,8 @@ def plan_output(cfg: PrepareConfig, out_dir: Path, t0: float) -> _Plan | Prepare
         FileNotFoundError / FileExistsError / ValueError: as `prepare`.
     """
     files = expand_inputs(cfg.inputs)
-    recipe_dict = with_languages(load_recipe(cfg.recipe), cfg.languages, cfg.language_score)
+    recipe_dict = with_quality(with_languages(load_recipe(cfg.recipe), cfg.languages, cfg.language_score),
+                               cfg.quality_options())
     recipe = build_recipe(recipe_dict)
     # With --limit the first N documents in reading order are wanted: one shard reads them.
     shard_bytes = cfg.shard_bytes or auto_shard_bytes(files)
@@ -354,7 +389,10 @@ def plan_output(cfg: PrepareConfig, out_dir: Path, t0: float) -> _Plan | Prepare
                              already_done=True)
     check_rerun_output(out_dir, cfg)
     reused = work.open(fingerprint)
-    return _Plan(cfg, out_dir, files, recipe_dict, recipe, shards, work, reused, fingerprint_sha)
+    unscored = {**options, "recipe": {**recipe_dict, "steps": [s for s in recipe_dict.get("steps") or []
+                                                               if not (isinstance(s, dict) and "quality" in s)]}}
+    curation_key = hashlib.sha256(json.dumps(work_fingerprint(cfg, files, unscored), sort_keys=True).encode()).hexdigest()
+    return _Plan(cfg, out_dir, files, recipe_dict, recipe, shards, work, reused, fingerprint_sha, curation_key)
 
 
 def _prepare_locked(cfg: PrepareConfig, out_dir: Path, show_progress: bool, t0: float,
@@ -371,8 +409,8 @@ def _prepare_locked(cfg: PrepareConfig, out_dir: Path, show_progress: bool, t0: 
         progress = Phases(enabled=show_progress, transient=False, unit="shards")
         with progress, _executor(cfg, out_dir, plan.work, plan.files) as pool:
             curated, splits = curate_and_split(plan, pool, progress, timings, few_documents_advice)
-            mask_step = plan.recipe.mask_step.name if plan.recipe.mask_step is not None else None
-            tokenizer, tok_path = run_tokenizer(tokenizer, plan.work, curated.masks, splits, mask_step, cfg.vocab_size,
+            tokenizer, tok_path = run_tokenizer(tokenizer, plan.work, curated.masks, splits, curated.mask_name,
+                                                cfg.vocab_size,
                                                 cfg.min_frequency, cfg.tokenizer_train_bytes, pool, timings)
             result = encode_and_write(plan, curated, splits, tokenizer, tok_path, pool, progress, timings, t0)
     except Exception:
@@ -396,6 +434,10 @@ def curate_and_split(plan: _Plan, pool, progress, timings: dict[str, float],
             "doc_separator": cfg.doc_separator, "limit": cfg.limit, "strict": cfg.strict, "encoding": cfg.encoding}
     tasks = [{**base, "index": i, "files": shard} for i, shard in enumerate(plan.shards)]
     curated = run_curate(plan.recipe, tasks, work, pool, progress, timings)
+    if plan.recipe.quality is not None:
+        from gptforge.data.phases.quality import run_quality
+
+        run_quality(plan.recipe.quality, work, curated, pool, progress, timings, plan.curation_key, plan.out_dir)
     warn_heavy_steps(curated.steps)
     splits = run_split(cfg.split_rule(), work, curated.masks, plan.files, curated.read, curated.normalize,
                        curated.steps, cfg.doc_separator, few_documents_advice)
@@ -406,9 +448,8 @@ def encode_and_write(plan: _Plan, curated, splits, tokenizer: Tokenizer, tok_pat
                      timings: dict[str, float], t0: float, extra_config: dict[str, Any] | None = None) -> PrepareResult:
     """Phases 4 and 5 of one output with its tokenizer: the shard folder, meta.json and report."""
     cfg, work = plan.cfg, plan.work
-    mask_step = plan.recipe.mask_step.name if plan.recipe.mask_step is not None else None
     t = time.perf_counter()
-    encoded = run_encode(tokenizer, tok_path, work, curated.masks, splits, mask_step, pool, progress)
+    encoded = run_encode(tokenizer, tok_path, work, curated.masks, splits, curated.mask_name, pool, progress)
     timings["tokenize"] = time.perf_counter() - t
     prepare_config = {**cfg.meta_dict(), "recipe_steps": plan.recipe_dict, "tokenizer_trained": cfg.tokenizer is None,
                       "moved_to_val_or_test": sorted(k for k, v in splits.moved.items() if v != "train"),
@@ -419,8 +460,15 @@ def encode_and_write(plan: _Plan, curated, splits, tokenizer: Tokenizer, tok_pat
     if dedup is not None:
         prepare_config["near_dedup"] = dedup.near_dedup_record()
     report_inputs = ReportInputs(cfg, plan.recipe_dict, plan.files, plan.shards, curated, timings, plan.reused, t0)
+    extra = None
+    if plan.recipe.quality is not None:
+        from gptforge.data.phases.quality import write_quality_outputs
+
+        def extra(tmp_dir: Path) -> None:
+            write_quality_outputs(tmp_dir, work, len(plan.shards), curated.corpus["quality"])
+
     meta, report = run_write(plan.out_dir, tokenizer, encoded, splits, work, cfg.max_shard_bytes, cfg.overwrite,
-                             prepare_config, report_inputs)
+                             prepare_config, report_inputs, extra)
     return PrepareResult(plan.out_dir, meta, curated.read, curated.normalize, time.perf_counter() - t0,
                          splits.moved, curated.steps, report)
 

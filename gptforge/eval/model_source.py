@@ -35,10 +35,10 @@ def tree_sha256(path: Path) -> str:
     return h.hexdigest()
 
 
-def results_path(model: str, out: str | None) -> Path:
-    """Where task results go: `out`, else MODEL/eval/results.json (for a checkpoint step folder,
-    the eval/ folder of the run that holds it)."""
+def results_path(model: str, out: str | None, name: str = "results.json") -> Path:
+    """Where task results go: `out`, else MODEL/eval/`name` (for a checkpoint step folder, the
+    eval/ folder of the run that holds it)."""
     model_dir = Path(model)
     if model_dir.parent.name == "checkpoints":  # a step folder: results beside it in the run, not inside it
         model_dir = model_dir.parent.parent
-    return Path(out) if out else model_dir / "eval" / "results.json"
+    return Path(out) if out else model_dir / "eval" / name

@@ -237,6 +237,7 @@ class Curated:
     corpus: dict[str, dict[str, Any]]  # corpus step name -> its verdict's report entry
     results: list[dict[str, Any]]  # each shard's curate/NNNNN.json
     passes: list[tuple[str, str]] = field(default_factory=list)  # (timing name, work phase) of document passes
+    mask_name: str | None = None  # the work folder's step whose drop masks `masks` are (None: no mask)
 
 
 def _merge_shard_stats(results: list[dict[str, Any]], names: list[str]) -> tuple[ReadStats, NormalizeStats,
@@ -304,4 +305,5 @@ def run_curate(recipe: Recipe, tasks: list[dict[str, Any]], work: WorkFolder, po
         steps.append(step_from_dict(info["step"]))
         masks = [work.drop_mask(mask_step.name, i) for i in range(n)]
         timings[mask_step.name] = time.perf_counter() - t
-    return Curated(rstats, nstats, steps, masks, corpus, results, passes)
+    return Curated(rstats, nstats, steps, masks, corpus, results, passes,
+                   mask_step.name if mask_step is not None else None)
