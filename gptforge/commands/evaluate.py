@@ -93,7 +93,7 @@ class EvaluateOptions:
 
 
 def main(argv: list[str]) -> int:
-    from gptforge.errors import InputError
+    from gptforge.errors import InputError, OptionError
     from gptforge.options import command_parser, parse_command
 
     opts, _ = parse_command(command_parser("gptforge evaluate", DESCRIPTION, EvaluateOptions, positional=("model",)),
@@ -103,10 +103,10 @@ def main(argv: list[str]) -> int:
     set_quiet(opts.quiet)
     chosen = [k for k in ("tasks", "harness", "data", "text") if getattr(opts, k)]
     if len(chosen) != 1:
-        raise InputError("give exactly one of --tasks FILE..., --harness TASK..., --data DIR or --text FILE"
+        raise OptionError("give exactly one of --tasks FILE..., --harness TASK..., --data DIR or --text FILE"
                          + (f" (got {', '.join('--' + c for c in chosen)})" if chosen else ""))
     if opts.chat and not opts.tasks:
-        raise InputError("--chat scores task files: give --tasks FILE...")
+        raise OptionError("--chat scores task files: give --tasks FILE...")
     if opts.out and os.path.isdir(opts.out):  # refused before the model is loaded and scored
         raise InputError(f"--out {opts.out} is a folder: give the path of a JSON file, such as "
                          f"{os.path.join(opts.out, 'results.json')}")
