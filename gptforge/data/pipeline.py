@@ -275,7 +275,7 @@ def _recipe_step(i: int, entry: Any, language: str = "en") -> Any:
         step.recipe_options = dict(options)
         return step
     step = cls(**{k: tuple(v) if isinstance(v, list) and k in _TUPLE_OPTIONS else v for k, v in options.items()})
-    if not isinstance(step, (DocumentStep, CorpusStep)):
+    if ":" in name and not isinstance(step, (DocumentStep, CorpusStep)):  # an out-of-tree step
         raise ValueError(f"recipe step {name!r}: {cls.__name__} is neither a DocumentStep nor a CorpusStep "
                          "(gptforge.data.steps): it needs `name`, `counts` and `__call__(doc)`")
     return step
