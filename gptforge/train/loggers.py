@@ -88,7 +88,7 @@ class Progress:
     chooses it, and a command's --quiet, through `set_quiet`, turns it off): "bar", a live rich bar
     on stderr; "log", a plain `step N/M ...` line on stderr every 5 s and at the last step; "off",
     none. Messages (`log`: spikes, rollbacks, resumes) go to stdout unless `enabled` is False
-    (--quiet), whatever the mode.
+    (--quiet), whatever the mode (while a bar shows, rich prints them above it).
 
     Raises:
         ValueError: GPTFORGE_PROGRESS holds something other than auto, bar, log or off.
