@@ -9,7 +9,12 @@ from typing import Literal, Optional
 
 from gptforge.options import bounded
 
-DESCRIPTION = """Score a run, checkpoint or Hugging Face folder on benchmark task files (--tasks:
+# One description: `gptforge --help` lists SUMMARY (read from this file unimported); DESCRIPTION begins with it.
+SUMMARY = "Benchmark tasks (acc, acc_norm, F1, exact match; lm-eval conventions), or loss/perplexity/bits per byte."
+
+DESCRIPTION = SUMMARY + """
+
+Score a run, checkpoint or Hugging Face folder on benchmark task files (--tasks:
 multiple choice, classification, generation, cloze; acc / acc_norm / F1 / exact match with stderr
 and n, lm-evaluation-harness's conventions; results.json in MODEL/eval/), or measure loss
 (nats/token), perplexity and bits per byte over a split of a shard folder (--data) or a text file
@@ -88,7 +93,7 @@ class EvaluateOptions:
 
 
 def main(argv: list[str]) -> int:
-    from gptforge.errors import InputError
+    from gptforge.errors import InputError, OptionError
     from gptforge.options import command_parser, parse_command
 
     opts, _ = parse_command(command_parser("gptforge evaluate", DESCRIPTION, EvaluateOptions, positional=("model",)),
@@ -98,10 +103,10 @@ def main(argv: list[str]) -> int:
     set_quiet(opts.quiet)
     chosen = [k for k in ("tasks", "harness", "data", "text") if getattr(opts, k)]
     if len(chosen) != 1:
-        raise InputError("give exactly one of --tasks FILE..., --harness TASK..., --data DIR or --text FILE"
+        raise OptionError("give exactly one of --tasks FILE..., --harness TASK..., --data DIR or --text FILE"
                          + (f" (got {', '.join('--' + c for c in chosen)})" if chosen else ""))
     if opts.chat and not opts.tasks:
-        raise InputError("--chat scores task files: give --tasks FILE...")
+        raise OptionError("--chat scores task files: give --tasks FILE...")
     from gptforge.eval.model_source import check_results_out
 
     check_results_out(opts.out)

@@ -8,7 +8,12 @@ from typing import Optional
 from gptforge.config import FinetuneConfig, ParallelConfig, RunConfig, TrainConfig
 from gptforge.options import command_parser, parse_command
 
-DESCRIPTION = """Fine-tune a pretrained model: a Hugging Face folder (GPT-2, Llama 2/3, Mistral, Qwen2) or a
+# One description: `gptforge --help` lists SUMMARY (read from this file unimported); DESCRIPTION begins with it.
+SUMMARY = "Fine-tune a Hugging Face or gptforge model (full, LoRA or QLoRA) on instruction .jsonl or shards."
+
+DESCRIPTION = SUMMARY + """
+
+Fine-tune a pretrained model: a Hugging Face folder (GPT-2, Llama 2/3, Mistral, Qwen2) or a
 gptforge run directory, on an instruction .jsonl (prompt/completion or chat messages; the loss counts
 completion tokens only) or on a shard folder from `gptforge prepare --tokenizer MODEL/tokenizer.json`
 (continued pretraining). Full fine-tuning, LoRA, or QLoRA (LoRA on a 4-bit NF4 base through

@@ -7,6 +7,9 @@ from typing import Optional
 
 from gptforge.options import bounded, command_parser, parse_command
 
+# One description: `gptforge --help` lists SUMMARY (read from this file unimported); DESCRIPTION begins with it.
+SUMMARY = "Sample continuations of a prompt from a run or checkpoint with a KV cache."
+
 
 @dataclass
 class GenerateOptions:
@@ -53,8 +56,11 @@ class GenerateOptions:
     """auto, cpu, cuda, mps."""
 
 
+DESCRIPTION = SUMMARY
+
+
 def build_parser():
-    return command_parser("gptforge generate", "Sample continuations of a prompt with a KV cache.",
+    return command_parser("gptforge generate", DESCRIPTION,
                           GenerateOptions, positional=("model",))
 
 
@@ -70,9 +76,9 @@ def main(argv: list[str]) -> int:
     from gptforge.runtime.loading import load_for_inference
 
     if args.compile and args.no_cache:  # generate() refuses it too, in its Python arguments' names
-        from gptforge.errors import InputError
+        from gptforge.errors import OptionError
 
-        raise InputError("--compile needs the KV cache (it compiles the cached decode step): drop --no-cache "
+        raise OptionError("--compile needs the KV cache (it compiles the cached decode step): drop --no-cache "
                          "or --compile")
     check_speculative(args)
     device = pick_device(args.device, "--device")
@@ -111,9 +117,9 @@ def main(argv: list[str]) -> int:
         ids = ids[-block:]
     excess = kv_cache_excess(model, args.num_samples, min(len(ids) + args.max_new_tokens, block))
     if excess is not None:
-        from gptforge.errors import InputError
+        from gptforge.errors import OptionError
 
-        raise InputError(f"--num-samples {args.num_samples}: {excess}; lower --num-samples")
+        raise OptionError(f"--num-samples {args.num_samples}: {excess}; lower --num-samples")
     eos_id = tok.eos_id if args.stop_at_eos else None
     if args.speculative:
         import sys
@@ -140,14 +146,14 @@ def main(argv: list[str]) -> int:
 
 def check_speculative(args) -> None:
     """Refuse --speculative with an unknown method, --compile or --no-cache (one line naming both)."""
-    from gptforge.errors import InputError
+    from gptforge.errors import OptionError
 
     if args.speculative is None:
         return
     if args.speculative != "ngram":
-        raise InputError(f"--speculative {args.speculative!r}: the only method is `ngram`")
+        raise OptionError(f"--speculative {args.speculative!r}: the only method is `ngram`")
     for flag in ("compile", "no_cache"):
         if getattr(args, flag):
-            raise InputError(f"--speculative decodes through the serving engine, not with --{flag.replace('_', '-')}: "
-                             "drop one of them")
+            raise OptionError(f"--speculative decodes through the serving engine, not with --{flag.replace('_', '-')}: "
+                              "drop one of them")
 

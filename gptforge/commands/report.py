@@ -7,7 +7,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
 
-DESCRIPTION = """One self-contained HTML page (opens from disk, no network) for one run or several
+# One description: `gptforge --help` lists SUMMARY (read from this file unimported); DESCRIPTION begins with it.
+SUMMARY = "Write an interactive HTML report of one run, or several runs overlaid (self-contained, no network)."
+
+DESCRIPTION = SUMMARY + """
+
+One self-contained HTML page (opens from disk, no network) for one run or several
 runs overlaid: summary card, loss / lr / gradient norm / throughput / MFU / step time curves with
 resumes, skipped steps and spikes marked, memory predicted vs measured, evaluation results, data
 and environment; with several runs, a table of their config differences."""

@@ -20,7 +20,9 @@ one; en by default) and a list of steps, each a one-key mapping
 Per-document steps (`STEPS`, `gptforge.data.steps.DocumentStep`) run in order on each document,
 in any worker. Corpus steps (`CORPUS_STEPS`, `gptforge.data.steps.CorpusStep`) need the whole
 corpus: `boilerplate` (line document frequencies; the steps before it run in a key pass first)
-and `dedup` (every document's hashes; its verdict is a drop mask, so it must be the last step). Built-in recipes: `none`, `default`, `web` and `code`
+and `dedup` (every document's hashes; its verdict is a drop mask, so it must be the last step).
+A step of another package is named `module:Class` (`step_class`; docs/extending.md).
+Built-in recipes: `none`, `default`, `web` and `code`
 (`RECIPES`; `gptforge prepare --show-recipe NAME` prints them). The Gopher, C4 and FineWeb
 steps take each document's thresholds from its language's table (`filters.RuleFilter`);
 options written in the recipe apply to every language.
@@ -261,7 +263,7 @@ def _recipe_step(i: int, entry: Any, language: str = "en") -> Any:
     options = options or {}
     if not isinstance(options, dict):
         raise ValueError(f"recipe step {name!r}: options must be a mapping, got {options!r}")
-    cls = ALL_STEPS.get(name)
+    cls = step_class(name) if ":" in name else ALL_STEPS.get(name)
     if cls is None:
         raise ValueError(f"recipe step {i + 1}: unknown step {name!r}{_hint(name, ALL_STEPS)}")
     known = {f.name for f in dataclasses.fields(cls) if f.init and f.name not in ("name", "counts")}
@@ -272,7 +274,37 @@ def _recipe_step(i: int, entry: Any, language: str = "en") -> Any:
         step = cls(**options_in_force(name, options, language))
         step.recipe_options = dict(options)
         return step
-    return cls(**{k: tuple(v) if isinstance(v, list) and k in _TUPLE_OPTIONS else v for k, v in options.items()})
+    step = cls(**{k: tuple(v) if isinstance(v, list) and k in _TUPLE_OPTIONS else v for k, v in options.items()})
+    if ":" in name and not isinstance(step, (DocumentStep, CorpusStep)):  # an out-of-tree step
+        raise ValueError(f"recipe step {name!r}: {cls.__name__} is neither a DocumentStep nor a CorpusStep "
+                         "(gptforge.data.steps): it needs `name`, `counts` and `__call__(doc)`")
+    return step
+
+
+def step_class(spec: str) -> type:
+    """The class of an out-of-tree step named `module:Class` in a recipe: imported (the module must
+    be importable wherever prepare runs a phase: its workers are spawned with this process's
+    sys.path; with --executor ray, on every node). It must be a dataclass (its init fields are the
+    recipe options) whose instances are a `DocumentStep` or a `CorpusStep`.
+
+    Raises:
+        ValueError: `spec` is not `module:Class`, the module cannot be imported, it has no such
+            class, or the class is not a dataclass.
+    """
+    import importlib
+
+    module_name, _, class_name = spec.partition(":")
+    if not module_name or not class_name.isidentifier():
+        raise ValueError(f"recipe step {spec!r}: an out-of-tree step is named module:Class (e.g. mysteps:Shout)")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as e:
+        raise ValueError(f"recipe step {spec!r}: cannot import {module_name!r} ({e}); is it on PYTHONPATH?") from None
+    cls = getattr(module, class_name, None)
+    if not isinstance(cls, type) or not dataclasses.is_dataclass(cls):
+        raise ValueError(f"recipe step {spec!r}: {module_name} has no dataclass {class_name!r} (a step is a "
+                         "dataclass whose fields are its recipe options)")
+    return cls
 
 
 def build_recipe(recipe: dict[str, Any]) -> Recipe:

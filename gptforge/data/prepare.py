@@ -71,6 +71,8 @@ from gptforge.data.pipeline import (
 from gptforge.data.readers import ReadStats, expand_inputs
 from gptforge.data.shards import DEFAULT_MAX_SHARD_BYTES, SPLITS, check_output_dir
 from gptforge.data.tokenizer import MAX_VOCAB_SIZE, MIN_VOCAB_SIZE, Tokenizer
+from gptforge.errors import OptionError
+from gptforge.ranges import bounded, out_of_range
 
 log = logging.getLogger("gptforge.data")
 
@@ -104,14 +106,14 @@ class PrepareConfig:
     text_field: str = "auto"
     """JSON field / Parquet, CSV or Arrow column holding the document text; auto: the first of text,
     story, content, raw_content that a record has."""
-    val_fraction: float = 0.01
+    val_fraction: float = bounded(0.01, low=0, high=1, high_open=True)
     """Fraction of documents in the validation split (at least one document when the corpus has 2+;
     a single document is split by position)."""
-    test_fraction: float = 0.0
+    test_fraction: float = bounded(0.0, low=0, high=1, high_open=True)
     """Fraction of documents in the test split (at least one document when > 0 and the corpus has 3+)."""
     seed: int = 1337
     """Seed of the document-id hash that decides each document's split."""
-    workers: int = 0
+    workers: int = bounded(0, low=0)
     """Worker processes of the per-shard phases (0: one per available core); the output does not
     depend on it. With --executor ray: the CPUs of the Ray instance started for the run (a cluster
     of its own has its own CPUs)."""
@@ -123,12 +125,12 @@ class PrepareConfig:
     ray_address: str | None = None
     """The Ray cluster of --executor ray (HOST:PORT of its head, or auto); default: RAY_ADDRESS, else
     a Ray instance started on this machine for the run."""
-    max_shard_bytes: int = DEFAULT_MAX_SHARD_BYTES
+    max_shard_bytes: int = bounded(DEFAULT_MAX_SHARD_BYTES, low=0, low_open=True)
     """Start a new .bin file once one holds this many bytes (files end at document boundaries)."""
-    tokenizer_train_bytes: int = 1_000_000_000
+    tokenizer_train_bytes: int = bounded(1_000_000_000, low=0)
     """Train the tokenizer on at most this many UTF-8 bytes of train-split text, in reading order (0: all);
     a Chinese character is 3 bytes."""
-    min_frequency: int = 2
+    min_frequency: int = bounded(2, low=0)
     """A byte pair must occur this many times to become a merge in the trained tokenizer."""
     overwrite: bool = False
     """Replace an existing shard folder at --out (only once the new one is complete)."""
@@ -136,11 +138,11 @@ class PrepareConfig:
     """Curation recipe: a built-in (none, default, web, code) or a YAML file; see --show-recipe."""
     doc_separator: str | None = None
     """Split .txt files into documents at this string (e.g. "<|endoftext|>")."""
-    limit: int = 0
+    limit: int = bounded(0, low=0)
     """Read only the first N documents (0: all), for trials."""
     strict: bool = False
     """Stop at the first bad file, record or line instead of skipping and counting it."""
-    shard_bytes: int = 0
+    shard_bytes: int = bounded(0, low=0)
     """Input bytes per work shard (the unit of parallel work and of resume after a crash; 0: the corpus
     size / 64, between 1 MiB and 64 MiB)."""
     keep_work: bool = False
@@ -148,7 +150,7 @@ class PrepareConfig:
     languages: list[str] | None = None
     """Keep only documents in these languages (ISO 639 codes, e.g. en zh, or en,zh), detected with the
     bundled fastText lid.176 model; sets (or adds) the recipe's langid step."""
-    language_score: float | None = None
+    language_score: float | None = bounded(None, low=0, high=1)
     """Minimum language-ID probability with --languages (the recipe's value, else 0.65)."""
     encoding: str | None = None
     """Encoding of text, JSON and CSV files that have no byte-order mark (default UTF-8; UTF-16/32
@@ -159,10 +161,10 @@ class PrepareConfig:
     the best (--quality-keep); adds the recipe's `quality` step (needs scikit-learn: gptforge[curate])."""
     quality_model: str | None = None
     """A quality classifier trained by an earlier prepare (OUT/quality/model.npz) instead of --quality-reference."""
-    quality_keep: float | None = None
+    quality_keep: float | None = bounded(None, low=0, high=1, low_open=True)
     """With the quality step: keep this fraction of the scored documents, in (0, 1] (default 0.5); per
     source with --source."""
-    quality_threshold: float | None = None
+    quality_threshold: float | None = bounded(None, low=0, high=1)
     """With the quality step: keep the documents scoring at least this (P(reference), in [0, 1]) instead of a
     fraction; a rerun that changes only the cut reuses the scores of the output it replaces."""
 
@@ -175,45 +177,26 @@ class PrepareConfig:
         return SplitRule(self.seed, self.val_fraction, self.test_fraction)
 
     def validate(self) -> None:
-        """Raise ValueError naming the first invalid option."""
+        """Raise OptionError (a ValueError) naming the first invalid option."""
         if not self.inputs:
-            raise ValueError("no input given: name at least one file, folder or glob")
-        for name in ("val_fraction", "test_fraction"):
-            v = getattr(self, name)
-            if not 0.0 <= v < 1.0:
-                raise ValueError(f"--{name.replace('_', '-')} must be in [0, 1), got {v}")
+            raise OptionError("no input given: name at least one file, folder or glob")
+        bad = out_of_range(self)  # each single-field range: its `bounded` declaration
+        if bad is not None:
+            raise OptionError(f"--{bad[0].replace('_', '-')} must be {bad[2]}, got {bad[1]}")
         if self.val_fraction + self.test_fraction >= 1.0:
-            raise ValueError(f"--val-fraction + --test-fraction = {self.val_fraction + self.test_fraction} "
+            raise OptionError(f"--val-fraction + --test-fraction = {self.val_fraction + self.test_fraction} "
                              f"leaves nothing to train on; keep the sum below 1")
         if self.executor not in EXECUTORS:
-            raise ValueError(f"--executor {self.executor!r}: choose one of {', '.join(EXECUTORS)}")
+            raise OptionError(f"--executor {self.executor!r}: choose one of {', '.join(EXECUTORS)}")
         if self.ray_address and self.executor != "ray":
-            raise ValueError("--ray-address is for --executor ray; add --executor ray or leave it out")
-        if self.workers < 0:
-            raise ValueError(f"--workers must be >= 0 (0 = all cores), got {self.workers}")
-        if self.max_shard_bytes <= 0:
-            raise ValueError(f"--max-shard-bytes must be positive, got {self.max_shard_bytes}")
-        if self.shard_bytes < 0:
-            raise ValueError(f"--shard-bytes must be >= 0 (0 = chosen from the corpus size), got {self.shard_bytes}")
-        if self.limit < 0:
-            raise ValueError(f"--limit must be >= 0 (0 = no limit), got {self.limit}")
-        if self.tokenizer_train_bytes < 0:
-            raise ValueError(f"--tokenizer-train-bytes must be >= 0 (0 = all), got {self.tokenizer_train_bytes}")
-        if self.min_frequency < 0:
-            raise ValueError(f"--min-frequency must be >= 0, got {self.min_frequency}")
-        if self.language_score is not None and not 0.0 <= self.language_score <= 1.0:
-            raise ValueError(f"--language-score is a probability: it must be in [0, 1], got {self.language_score}")
-        if self.quality_keep is not None and not 0.0 < self.quality_keep <= 1.0:
-            raise ValueError(f"--quality-keep must be in (0, 1] (the fraction of documents kept), got {self.quality_keep}")
-        if self.quality_threshold is not None and not 0.0 <= self.quality_threshold <= 1.0:
-            raise ValueError(f"--quality-threshold must be in [0, 1] (a probability), got {self.quality_threshold}")
+            raise OptionError("--ray-address is for --executor ray; add --executor ray or leave it out")
         if self.quality_keep is not None and self.quality_threshold is not None:
-            raise ValueError("--quality-keep and --quality-threshold: give one of them")
+            raise OptionError("--quality-keep and --quality-threshold: give one of them")
         for option, path in (("--quality-reference", self.quality_reference), ("--quality-model", self.quality_model)):
             if path is not None and not Path(path).exists():
                 raise FileNotFoundError(f"{option} {path}: no such file or folder")
         if self.doc_separator is not None and self.doc_separator == "":
-            raise ValueError('--doc-separator "": an empty separator cuts nothing; give the string that ends each '
+            raise OptionError('--doc-separator "": an empty separator cuts nothing; give the string that ends each '
                              'document (e.g. "<|endoftext|>"), or leave the option out to read each file as one '
                              "document")
         if self.encoding:
@@ -222,13 +205,13 @@ class PrepareConfig:
             try:
                 codecs.lookup(self.encoding)
             except LookupError:
-                raise ValueError(f"--encoding {self.encoding!r}: not an encoding Python knows "
+                raise OptionError(f"--encoding {self.encoding!r}: not an encoding Python knows "
                                  f"(e.g. utf-8, utf-16-le, latin-1, cp1252)") from None
         if self.tokenizer is None and self.vocab_size != 0 and self.vocab_size < MIN_VOCAB_SIZE:
-            raise ValueError(f"--vocab-size must be at least {MIN_VOCAB_SIZE} (256 bytes + <|endoftext|>), or 0 to "
+            raise OptionError(f"--vocab-size must be at least {MIN_VOCAB_SIZE} (256 bytes + <|endoftext|>), or 0 to "
                              f"choose it from the corpus size; got {self.vocab_size}")
         if self.tokenizer is None and self.vocab_size > MAX_VOCAB_SIZE:
-            raise ValueError(f"--vocab-size must be at most {MAX_VOCAB_SIZE:,} (token ids are stored as uint32); got "
+            raise OptionError(f"--vocab-size must be at most {MAX_VOCAB_SIZE:,} (token ids are stored as uint32); got "
                              f"{self.vocab_size}")
 
     def meta_dict(self) -> dict[str, Any]:
@@ -264,7 +247,8 @@ def work_fingerprint(cfg: PrepareConfig, files: list[Path], curate_options: dict
     fractions, shard file size, ...), with a given --tokenizer file by its SHA-256 (its path says
     nothing about its content). Options that never change the output (workers, keep_work) are
     left out, so a rerun with another worker count resumes. A work folder with another
-    fingerprint is deleted and the run starts over (`curate.open_work_dir` names what differs).
+    fingerprint is deleted and the run starts over (`phases.work.WorkFolder.open`; the log line names
+    what differs, `phases.work.fingerprint_difference`).
     """
     options = dict(curate_options)
     for key, value in cfg.meta_dict().items():

@@ -29,7 +29,7 @@ from typing import Any
 
 import torch
 
-from gptforge.errors import InputError
+from gptforge.errors import InputError, OptionError
 from gptforge.eval.chat import ChatFormat, chat_messages, replies
 from gptforge.eval.task_result import TaskResult, choice_metrics, generation_metrics
 from gptforge.progress import progress as show_progress
@@ -120,7 +120,7 @@ def _score_generation(run: ChatRun) -> dict:
     task, k = run.task, run.num_samples
     block = run.model.config.block_size
     if k > 1 and run.temperature <= 0:
-        raise InputError(f"--num-samples {k} with --temperature 0 gives {k} identical greedy replies; give "
+        raise OptionError(f"--num-samples {k} with --temperature 0 gives {k} identical greedy replies; give "
                          "--temperature above 0 (e.g. 0.8)")
     if task.max_new_tokens >= block:
         raise InputError(f"{task.path}: max_new_tokens {task.max_new_tokens} leaves no room for the prompt in the "

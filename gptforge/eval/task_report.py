@@ -9,7 +9,7 @@ import json
 from collections.abc import Sequence
 from pathlib import Path
 
-from gptforge.errors import InputError, MissingInputError
+from gptforge.errors import InputError, MissingInputError, OptionError
 from gptforge.eval.model_source import load_eval_model, results_path, tree_sha256
 
 
@@ -74,6 +74,7 @@ def evaluate_tasks(model: str, task_files: list[str], *, num_fewshot: int = 0, l
     Raises:
         InputError: two tasks share a name; errors of `gptforge.eval.tasks.load_task` (read before
             the model loads).
+        OptionError: --num-samples or --temperature without chat, or several greedy samples.
         MissingInputError: no tokenizer.json for the model or the contamination folder.
     """
     import platform
@@ -91,11 +92,11 @@ def evaluate_tasks(model: str, task_files: list[str], *, num_fewshot: int = 0, l
         raise InputError(f"two tasks share a name ({sorted(n for n in names if names.count(n) > 1)[0]!r}); "
                          "give one a `name:` in a YAML task definition")
     if not chat and (num_samples != 1 or temperature is not None):
-        raise InputError("--num-samples and --temperature sample chat replies: add --chat")
+        raise OptionError("--num-samples and --temperature sample chat replies: add --chat")
     if temperature is None:
         temperature = 0.0 if num_samples == 1 else 1.0
     if num_samples > 1 and temperature <= 0:
-        raise InputError(f"--num-samples {num_samples} with --temperature 0 gives {num_samples} identical greedy "
+        raise OptionError(f"--num-samples {num_samples} with --temperature 0 gives {num_samples} identical greedy "
                          "replies; give --temperature above 0 (e.g. 0.8)")
     net, ckpt, dev, tok, fmt = _model_and_tokenizer(model, device, best, chat_template if chat else None)
     results = [run_task(net, tok, t, dev, precision, batch_size or 32, num_fewshot, limit, seed, progress=True,

@@ -230,10 +230,10 @@ def test_bad_input_is_one_line(trained_run, chat_run, tasks, tmp_path, capsys):
     assert main(["evaluate", str(chat_run), "--tasks", str(bad), "--chat"]) == 1
     err = capsys.readouterr().err.strip()
     assert "\n" not in err and "line 1" in err and "'answer'" in err
-    assert main(["evaluate", str(chat_run), "--tasks", str(tasks["gen"]), "--num-samples", "2"]) == 1
+    assert main(["evaluate", str(chat_run), "--tasks", str(tasks["gen"]), "--num-samples", "2"]) == 2  # USAGE_EXIT
     assert "--chat" in capsys.readouterr().err
     assert main(["evaluate", str(chat_run), "--tasks", str(tasks["gen"]), "--chat", "--num-samples", "2",
-                 "--temperature", "0", "--out", str(tmp_path / "y.json")]) == 1
+                 "--temperature", "0", "--out", str(tmp_path / "y.json")]) == 2
     err = capsys.readouterr().err.strip()
     assert "\n" not in err and "--temperature" in err
 

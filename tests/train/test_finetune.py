@@ -200,3 +200,19 @@ def test_defaults_are_size_aware_and_warmup_fits_a_short_run(hf_model, instructi
         assert train["warmup_steps"] <= 5 // 4 + 1
         assert train["lr"] == pytest.approx(finetune_lr(method, 32))
         assert train["min_lr"] == pytest.approx(train["lr"] / 10)
+
+
+def test_resume_onto_other_instruction_data_is_refused_naming_both_hashes(hf_model, instructions, tmp_path, capsys):
+    import hashlib
+
+    run = tmp_path / "run"
+    assert _finetune(hf_model, instructions, run, "--train.max_steps", "4", "--train.stop_at_step", "2") == 0
+    other = tmp_path / "other.jsonl"
+    other.write_text("".join(json.dumps(r) + "\n" for r in _rows(120, seed=1)))
+    capsys.readouterr()
+    assert main(["finetune", "--data", str(other), "--out", str(run), "--resume", "--quiet"]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--resume" in err[0] and "other.jsonl" in err[0]
+    for path in (instructions, other):
+        assert hashlib.sha256(path.read_bytes()).hexdigest()[:12] in err[0]
+    assert len(read_metrics(run)) == 2  # nothing trained on the other data

@@ -36,7 +36,6 @@ from gptforge.train.sources import BatchSource, InstructionData, ShardSource
 
 MAX_DEFAULT_BLOCK = 2048
 ADAPTER_DIR = "adapter"
-EXPORT_FILES = ("hf_config.json", "generation_config.json")
 
 
 # ---------------------------------------------------------------------------------------------
