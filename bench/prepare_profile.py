@@ -23,8 +23,11 @@ chain on the same files, step by step, in the same run (as `bench/prepare_throug
 PII formatter, exact and MinHash dedup, plus the C4, Gopher and FineWeb filters for `web`, no
 language filter), and the per-core ratio of gptforge's curation to datatrove's.
 
+With `--repeat N` each tree runs N times, alternating, and the medians are shown (a loaded
+machine moves single figures by +-25%; the load varies during a run).
+
 Usage: python bench/prepare_profile.py --zh DIR --en DIR [--baseline DIR] [--recipes default web]
-       [--max-mb 4]
+       [--max-mb 4] [--repeat 3]
 """
 
 from __future__ import annotations
@@ -32,6 +35,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -193,8 +197,6 @@ def phase_rows(cpu: dict[str, float], total: float) -> dict[str, float]:
 
 def datatrove_profile(files: list[Path], recipe: str, tok_path: Path) -> dict[str, float]:
     """CPU seconds per step of datatrove's equivalent chain (see the module docstring), one process."""
-    import shutil
-
     from datatrove.data import Document as DTDocument
     from datatrove.pipeline.filters import (
         C4QualityFilter,
@@ -241,6 +243,16 @@ def datatrove_profile(files: list[Path], recipe: str, tok_path: Path) -> dict[st
 # --------------------------------------------------------------------------------------------
 
 
+def median_run(runs: list[dict]) -> dict:
+    """One run's figures from repeated runs: the median CPU seconds of each timer and of the total,
+    the last run's load."""
+    import statistics
+
+    keys = sorted({k for r in runs for k in r["cpu"]})
+    return {**runs[-1], "cpu": {k: statistics.median(r["cpu"].get(k, 0.0) for r in runs) for k in keys},
+            "total": statistics.median(r["total"] for r in runs)}
+
+
 def run_child(src: Path, corpus: Path, languages: list[str], recipe: str, max_mb: float, out: Path) -> dict:
     cmd = [sys.executable, __file__, "--child", "--src", str(src), "--input", str(corpus), "--recipe", recipe,
            "--max-mb", str(max_mb), "--out", str(out), "--languages", *languages]
@@ -257,6 +269,7 @@ def main() -> None:
     ap.add_argument("--baseline", type=Path, help="an older source tree to compare (e.g. main's)")
     ap.add_argument("--recipes", nargs="+", default=["default", "web"])
     ap.add_argument("--max-mb", type=float, default=4.0)
+    ap.add_argument("--repeat", type=int, default=1, help="runs per tree (medians are shown)")
     ap.add_argument("--no-datatrove", action="store_true")
     ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--src", help=argparse.SUPPRESS)
@@ -291,11 +304,15 @@ def main() -> None:
         for lang, corpus in corpora:
             files = corpus_files(corpus, args.max_mb)
             for recipe in args.recipes:
-                res, hashes = {}, {}
-                for name, src in trees:
-                    out = tmp / f"{lang}-{recipe}-{name}"
-                    res[name] = run_child(src, corpus, [lang], recipe, args.max_mb, out)
-                    hashes[name] = output_hashes(out)
+                runs: dict[str, list[dict]] = {name: [] for name, _ in trees}
+                hashes: dict[str, list] = {}
+                for _rep in range(args.repeat):  # the trees alternate, so that load changes hit both
+                    for name, src in trees:
+                        out = tmp / f"{lang}-{recipe}-{name}"
+                        shutil.rmtree(out, ignore_errors=True)
+                        runs[name].append(run_child(src, corpus, [lang], recipe, args.max_mb, out))
+                        hashes.setdefault(name, []).append(output_hashes(out))
+                res = {name: median_run(r) for name, r in runs.items()}
                 first = res[trees[0][0]]
                 mb = first["mb"]
                 print(f"\n### {lang}, recipe {recipe}: {len(files)} files, {mb:.2f} MB, vocabulary {first['vocab']}, "
@@ -338,8 +355,6 @@ def main() -> None:
                     print(f"datatrove curation {mb / dt_curate:.2f} MB/s per core; gptforge after / datatrove per "
                           f"core: {dt_curate / ours:.2f}x (load {os.getloadavg()[0]:.1f})", flush=True)
     finally:
-        import shutil
-
         shutil.rmtree(tmp, ignore_errors=True)
 
 
