@@ -341,14 +341,16 @@ def subset_metrics(task: Task, result: TaskResult, keep: list[int]) -> dict[str,
 
 
 def main_metric(result: TaskResult) -> str:
-    """The metric CORE and tables lead with: exact_match for generation, else acc."""
-    return "exact_match" if result.type == "generation" else "acc"
+    """The metric CORE and tables lead with: exact_match for generation, pref_acc for preference
+    pairs, else acc."""
+    return {"generation": "exact_match", "preference": "pref_acc"}.get(result.type, "acc")
 
 
 def aggregate(results: list[TaskResult]) -> dict | None:
     """{"core": metric record}: DCLM's centred accuracy averaged over the scored tasks (see
-    metrics); perplexity tasks have no accuracy and are left out. None without such tasks."""
-    scored = [r for r in results if r.type != "perplexity"]
+    metrics); perplexity tasks have no accuracy and preference pairs no benchmark baseline: both are
+    left out. None without such tasks."""
+    scored = [r for r in results if r.type not in ("perplexity", "preference")]
     if not scored:
         return None
     return {"core": centered_aggregate({r.name: (r.metrics[main_metric(r)], r.chance) for r in scored})}
