@@ -285,3 +285,47 @@ def describe(stats: dict, path: str | Path) -> str:
             f"({stats['chosen_tokens']:,} chosen / {stats['rejected_tokens']:,} rejected completion tokens; "
             f"{stats['dropped_too_long']} longer than block_size dropped)")
 
+
+
+class PairBatches:
+    """Micro-batches of pairs for the training loop, deterministic in (seed, step, index).
+
+    Global batch entry i of optimizer step `step` is pair perm_e[g mod N] with g = step*G + i,
+    e = g // N (the epoch) and perm_e a Philox permutation keyed on (seed, e), as
+    `gptforge.data.instruct.InstructionBatches` draws rows: every pair once per epoch, a resumed
+    run reads what the uninterrupted one would have, and the global batch of G pairs is the same
+    whatever micro_batch_size x gradient_accumulation_steps x dp_size. A pair is one entry, so its
+    chosen and rejected rows are always in the same micro-batch on the same rank. `micro_batch_size`
+    counts pairs (TRL's per_device_train_batch_size); each micro-batch has 2 * micro_batch_size rows.
+    """
+
+    def __init__(self, ds: PairDataset, micro_batch_size: int, gradient_accumulation_steps: int, seed: int,
+                 dp_rank: int = 0, dp_size: int = 1):
+        if len(ds) == 0:
+            raise ValueError("preference dataset has no pairs")
+        self.ds, self.seed = ds, seed
+        self.micro_batch_size, self.gradient_accumulation_steps = micro_batch_size, gradient_accumulation_steps
+        self.dp_rank, self.dp_size = dp_rank, dp_size
+        self.global_batch_size = micro_batch_size * gradient_accumulation_steps * dp_size
+        self._perms: dict[int, np.ndarray] = {}
+
+    def _perm(self, epoch: int) -> np.ndarray:
+        perm = self._perms.get(epoch)
+        if perm is None:
+            rng = np.random.Generator(np.random.Philox(key=[self.seed & (2**64 - 1), epoch]))
+            perm = rng.permutation(len(self.ds))
+            self._perms = {epoch: perm}
+        return perm
+
+    def pairs(self, step: int) -> np.ndarray:
+        """Pair indices of the whole global batch of `step`: int64 (global_batch_size,)."""
+        n = len(self.ds)
+        g = step * self.global_batch_size + np.arange(self.global_batch_size, dtype=np.int64)
+        return np.array([self._perm(int(e))[int(r)] for e, r in zip(g // n, g % n, strict=True)], dtype=np.int64)
+
+    def micro_batches(self, step: int) -> list[dict[str, torch.Tensor]]:
+        """This rank's `gradient_accumulation_steps` pair batches for optimizer step `step`."""
+        per_rank = self.micro_batch_size * self.gradient_accumulation_steps
+        mine = self.pairs(step)[self.dp_rank * per_rank:(self.dp_rank + 1) * per_rank]
+        b = self.micro_batch_size
+        return [self.ds.batch(mine[m * b:(m + 1) * b].tolist()) for m in range(self.gradient_accumulation_steps)]

@@ -142,3 +142,28 @@ def test_batch_layout_chosen_rows_then_rejected_with_completion_labels(tok, tmp_
     assert b["ref_chosen_logps"].tolist() == [-5.0, -1.0] and b["ref_rejected_logps"].tolist() == [-6.0, -2.0]
     assert b["index"].tolist() == [2, 0]
     assert torch.equal(PairDataset(ds.examples, pad_id=tok.eos_id).batch([2, 0])["labels"], b["labels"])
+
+
+def test_pair_batches_keep_pairs_together_and_split_ranks_like_one_process(tok, tmp_path):
+    from gptforge.data.preference import PairBatches
+
+    ds = pairs_from_jsonl(write_jsonl(tmp_path / "p.jsonl", plain_rows(16)), tok, 256)
+    one = PairBatches(ds, micro_batch_size=2, gradient_accumulation_steps=2, seed=3)
+    two = [PairBatches(ds, micro_batch_size=1, gradient_accumulation_steps=2, seed=3, dp_rank=k, dp_size=2)
+           for k in range(2)]
+    assert one.global_batch_size == two[0].global_batch_size == 4
+    seen = []
+    for step in range(4):  # one epoch: every pair once
+        whole = [i for mb in one.micro_batches(step) for i in mb["index"].tolist()]
+        split = [i for k in range(2) for mb in two[k].micro_batches(step) for i in mb["index"].tolist()]
+        assert whole == split == one.pairs(step).tolist()
+        for mb in one.micro_batches(step):
+            b = len(mb["index"])
+            assert mb["input_ids"].shape[0] == 2 * b
+            for j, i in enumerate(mb["index"].tolist()):  # row j is pair i's chosen, row b + j its rejected
+                ex = ds.examples[i]
+                assert mb["labels"][j][mb["labels"][j] != IGNORE_INDEX].tolist() == ex.chosen_ids
+                assert mb["labels"][b + j][mb["labels"][b + j] != IGNORE_INDEX].tolist() == ex.rejected_ids
+        seen += whole
+    assert sorted(seen) == list(range(16))
+    assert one.pairs(4).tolist() != one.pairs(0).tolist()  # the next epoch is drawn anew
