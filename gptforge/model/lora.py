@@ -139,7 +139,7 @@ def adapters_disabled(model: nn.Module) -> Iterator[nn.Module]:
     """Within the block, every LoRA layer of `model` (LoRALinear, QLoRA's LoRALinear4bit) computes its
     base layer alone: the model is the frozen base it was adapted from (a DPO reference at no extra
     memory, as PEFT's `disable_adapter`). The adapters are back on when the block ends."""
-    layers = [m for m in model.modules() if isinstance(getattr(m, "lora_A", None), nn.Parameter)]
+    layers: list[Any] = [m for m in model.modules() if isinstance(getattr(m, "lora_A", None), nn.Parameter)]
     for m in layers:
         m.adapter_enabled = False
     try:
