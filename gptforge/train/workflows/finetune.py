@@ -216,14 +216,22 @@ def finetune(fc: FinetuneConfig, cfg: RunConfig, source: str | Path | None, data
 
     model, mc, tok_dir, source = _base_model(run_dir, source, resume, chat_template, say)
     seq_len = seq_len_for(fc, mc.block_size)
-    if data.is_file():
+    objective = None  # the next-token loss, unless finetune.objective dpo
+    source_data: BatchSource
+    if data.is_file() or fc.objective == "dpo":
         if tok_dir is None:
             raise FileNotFoundError(f"{source}: no tokenizer.json beside the model; instruction data needs the "
                                     "model's tokenizer")
         tok = load_chat_tokenizer(Path(tok_dir), chat_template if not resume else None)
         if not resume and int(os.environ.get("RANK", "0")) == 0:
             write_builtin_template(run_dir, tok, fc)
-        source_data: BatchSource = InstructionData(data, tok, seq_len, fc, cfg.train.seed)
+        if fc.objective == "dpo":
+            from gptforge.train.workflows.preference import preference_parts
+
+            source_data, objective = preference_parts(fc, data, tok, seq_len, cfg.train.seed, _base_path(source),
+                                                      Path(tok_dir) / "tokenizer.json")
+        else:
+            source_data = InstructionData(data, tok, seq_len, fc, cfg.train.seed)
     else:
         tok_json = Path(tok_dir) / "tokenizer.json" if tok_dir is not None else None
         source_data = ShardSource(data, seq_len, cfg.train.eval_steps, cfg.train.micro_batch_size,
@@ -235,7 +243,7 @@ def finetune(fc: FinetuneConfig, cfg: RunConfig, source: str | Path | None, data
         prepare_model(m, fc, device, cfg.train.precision, quantize=model is not None, progress=progress)
         return m
 
-    base = str(Path(source).resolve()) if source is not None else None
+    base = _base_path(source)
     extra = {"finetune": to_dict(fc), "base_model": {"path": base}}
     lora = fc.method != "full"
 
@@ -246,10 +254,14 @@ def finetune(fc: FinetuneConfig, cfg: RunConfig, source: str | Path | None, data
     say(f"fine-tuning ({fc.method}) at sequence length {seq_len}")
     result = train(RunConfig(model=mc, train=cfg.train, parallel=cfg.parallel), data, run_dir, resume=resume,
                    progress=progress, log=log, model_factory=model_factory, data=source_data,
-                   config_extra=extra, on_save=on_save)
+                   config_extra=extra, on_save=on_save, objective=objective)
     if lora and int(os.environ.get("RANK", "0")) == 0:
         save_adapter_from_checkpoint(find_checkpoint(run_dir), run_dir / ADAPTER_DIR, base)
     return result
+
+
+def _base_path(source) -> str | None:
+    return str(Path(source).resolve()) if source is not None else None
 
 
 def _base_model(run_dir: Path, source, resume: bool, chat_template: Path | None, say):
