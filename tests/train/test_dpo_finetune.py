@@ -103,6 +103,9 @@ def test_lora_reference_is_the_base_and_validation_pairs_are_scored(hf, tmp_path
     val = [r for r in rows if "val/rewards/accuracies" in r]
     assert val and 0 <= val[-1]["val/rewards/accuracies"] <= 1 and math.isfinite(val[-1]["val_loss"])
     assert (run / "adapter" / "adapter_config.json").is_file()
+    page = (run / "report.html").read_text()
+    assert "chart-preference" in page and "Preference rewards" in page
+    assert r"val\u002frewards\u002fmargins" in page  # the held-out pairs plotted (plotly escapes "/")
     from gptforge.commands.evaluate import main
 
     capsys.readouterr()  # the fine-tuning's own output
