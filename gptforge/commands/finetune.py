@@ -15,7 +15,8 @@ completion tokens only) or on a shard folder from `gptforge prepare --tokenizer 
 bitsandbytes: pip install 'gptforge[qlora]'; CPU or CUDA, one process) (--finetune.method). Same loop,
 logging, checkpoints and --resume as pretrain. (Q)LoRA runs also write PEFT adapters (RUN_DIR/adapter
 and in each checkpoint); `gptforge convert --to-hf RUN_DIR --out HF_DIR` writes the merged model (for
-QLoRA: the dequantized 4-bit base plus the adapters).
+QLoRA: the dequantized 4-bit base plus the adapters). --finetune.objective dpo tunes on preference pairs
+instead (TRL's prompt/chosen/rejected rows; losses sigmoid, ipo, simpo, orpo; docs/training.md).
 
 Options go under train:, parallel: and finetune: in a YAML recipe (--config) or on the command line.
 Defaults differ from pretrain: train.lr 2e-4 (use about 1e-5..5e-5 for full fine-tuning of large models),
@@ -31,7 +32,8 @@ class FinetuneOptions:
     out: str
     """Run directory: config.yaml, metrics.jsonl, checkpoints/, tokenizer, adapter/."""
     data: str
-    """Instruction .jsonl (prompt/completion or messages rows) or a shard folder (meta.json)."""
+    """Instruction .jsonl (prompt/completion or messages rows), a shard folder (meta.json), or with
+    --finetune.objective dpo a .jsonl of preference pairs."""
     source: Optional[str] = field(default=None, metadata={"flag": "--from"})
     """Pretrained model: a Hugging Face folder (config.json + safetensors) or a gptforge run
     directory / checkpoint. With --resume: default the one the run started from."""

@@ -106,6 +106,17 @@ def test_lora_reference_is_the_base_and_validation_pairs_are_scored(hf, tmp_path
     page = (run / "report.html").read_text()
     assert "chart-preference" in page and "Preference rewards" in page
     assert r"val\u002frewards\u002fmargins" in page  # the held-out pairs plotted (plotly escapes "/")
+    # The tuned model exports like any fine-tune: a Qwen2 folder transformers loads, with the chat template.
+    from transformers import AutoModelForCausalLM
+
+    from gptforge.cli import main as cli
+
+    assert cli(["convert", "--to-hf", str(run), "--out", str(tmp_path / "exported")]) == 0
+    assert AutoModelForCausalLM.from_pretrained(tmp_path / "exported").config.model_type == "qwen2"
+    exported = tmp_path / "exported"
+    template = (exported / "chat_template.jinja").read_text() if (exported / "chat_template.jinja").is_file() \
+        else json.loads((exported / "tokenizer_config.json").read_text()).get("chat_template", "")
+    assert "<|im_start|>" in template
     from gptforge.commands.evaluate import main
 
     capsys.readouterr()  # the fine-tuning's own output
