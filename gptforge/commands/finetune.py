@@ -20,11 +20,15 @@ instead (TRL's prompt/chosen/rejected rows; losses sigmoid, ipo, simpo, orpo; do
 
 Options go under train:, parallel: and finetune: in a YAML recipe (--config) or on the command line.
 Defaults differ from pretrain: train.lr 2e-4 (use about 1e-5..5e-5 for full fine-tuning of large models),
-train.min_lr 2e-5, train.warmup_steps 20, train.weight_decay 0, train.max_steps 500."""
+train.min_lr 2e-5, train.warmup_steps 20, train.weight_decay 0, train.max_steps 500; with --finetune.objective dpo,
+train.lr by model width (1e-3 at d_model 64 down to TRL's 1e-6 at 4096), min_lr lr/10, warmup 10% of the steps."""
 
 SECTIONS = {"train": TrainConfig, "parallel": ParallelConfig, "finetune": FinetuneConfig}
 FINETUNE_DEFAULTS = {"train.lr": 2e-4, "train.min_lr": 2e-5, "train.warmup_steps": 20, "train.weight_decay": 0.0,
                      "train.max_steps": 500}
+DPO_UNSET = {"train.lr": None, "train.min_lr": None, "train.warmup_steps": None}
+"""--finetune.objective dpo: left unset for the objective's own defaults
+(gptforge.train.workflows.preference.dpo_train_defaults, which needs the model's width)."""
 
 
 @dataclass
@@ -44,9 +48,9 @@ class FinetuneOptions:
     """No progress bar."""
 
 
-def build_parser():
+def build_parser(objective: str = "sft"):
     parser = command_parser("gptforge finetune", DESCRIPTION, FinetuneOptions, sections=SECTIONS)
-    parser.set_defaults(FINETUNE_DEFAULTS)
+    parser.set_defaults(FINETUNE_DEFAULTS if objective != "dpo" else {**FINETUNE_DEFAULTS, **DPO_UNSET})
     return parser
 
 
@@ -59,6 +63,8 @@ def main(argv: list[str]) -> int:
 
         argv = saved_config_argv(argv, SECTIONS, "gptforge finetune")
     opts, init = parse_command(build_parser(), argv)
+    if init.finetune.objective == "dpo":  # the objective (command line or recipe) picks lr/warmup defaults
+        opts, init = parse_command(build_parser("dpo"), argv)
     cfg = RunConfig(train=init.train, parallel=init.parallel)
     from rich.console import Console
 

@@ -134,3 +134,31 @@ def test_bad_dpo_options_and_data_fail_in_one_line(hf, tmp_path):
     good = write_jsonl(tmp_path / "good.jsonl", plain_rows(4))
     with pytest.raises(ValueError, match="finetune.rpo_alpha adds an NLL term ORPO already has"):
         _finetune(hf, good, tmp_path / "bad2", "--finetune.dpo_loss", "orpo", "--finetune.rpo_alpha", "1")
+
+
+def test_dpo_objective_has_its_own_lr_and_warmup_defaults(hf, tmp_path):
+    """Unset lr/warmup: the DPO rule by width (not finetune's 2e-4); SFT keeps its defaults; given values win."""
+    import yaml
+
+    from gptforge.commands.finetune import build_parser, main
+    from gptforge.options import parse_command
+    from gptforge.train.workflows.preference import dpo_default_lr, dpo_train_defaults
+
+    assert dpo_default_lr(64) == 1e-3 and dpo_default_lr(4096) == 1e-6
+    assert 1e-5 < dpo_default_lr(768) < 3e-5 and dpo_default_lr(32) > dpo_default_lr(64)
+    base = ["--from", "m", "--data", "d.jsonl", "--out", "o"]
+    _, sft = parse_command(build_parser(), base)
+    assert (sft.train.lr, sft.train.warmup_steps) == (2e-4, 20)
+    _, dpo = parse_command(build_parser("dpo"), [*base, "--finetune.objective", "dpo"])
+    assert dpo.train.lr is None and dpo.train.warmup_steps is None and dpo.train.min_lr is None
+    filled = dpo_train_defaults(dpo.train, 64)
+    assert (filled.lr, filled.min_lr, filled.warmup_steps) == (1e-3, 1e-4, 50)  # 10% of finetune's 500 steps
+    data = write_jsonl(tmp_path / "pairs.jsonl", plain_rows(8))
+    run = tmp_path / "run"
+    assert main(["--from", str(hf), "--data", str(data), "--out", str(run), "--quiet", "--finetune.objective", "dpo",
+                 "--finetune.method", "full", "--finetune.val_fraction", "0", "--train.max_steps", "3",
+                 "--train.micro_batch_size", "4", "--train.precision", "fp32", "--train.device", "cpu",
+                 "--train.eval_interval", "0", "--train.compile", "false"]) == 0
+    saved = yaml.safe_load((run / "config.yaml").read_text())["train"]
+    assert saved["lr"] == dpo_default_lr(32) and saved["warmup_steps"] == 1
+    assert saved["min_lr"] == pytest.approx(saved["lr"] / 10)

@@ -226,8 +226,9 @@ def finetune(fc: FinetuneConfig, cfg: RunConfig, source: str | Path | None, data
         if not resume and int(os.environ.get("RANK", "0")) == 0:
             write_builtin_template(run_dir, tok, fc)
         if fc.objective == "dpo":
-            from gptforge.train.workflows.preference import preference_parts
+            from gptforge.train.workflows.preference import dpo_train_defaults, preference_parts
 
+            cfg = dataclasses.replace(cfg, train=dpo_train_defaults(cfg.train, mc.d_model))
             source_data, objective = preference_parts(fc, data, tok, seq_len, cfg.train.seed, _base_path(source),
                                                       Path(tok_dir) / "tokenizer.json")
         else:

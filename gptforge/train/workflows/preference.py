@@ -3,9 +3,40 @@ the loss and where its reference comes from (gptforge.train.objectives.preferenc
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
-from gptforge.config import FinetuneConfig
+from gptforge.config import FinetuneConfig, TrainConfig
+
+# The DPO objective's default peak lr, by model width (train.lr unset; see `dpo_default_lr`).
+# DPO_LR_AT_64 is the best of bench/preference.py --sweep (a d_model 64 model SFT'd by gptforge,
+# and its Hugging Face export: held-out implicit-reward accuracy and correct greedy answers after
+# 40 steps, lr 1e-5 .. 3e-3; bench/RESULTS.md "Preference tuning"). The exponent makes d_model
+# 4096 (7B models) land on TRL's 1e-6, the value DPOTrainer's default was set for.
+DPO_LR_AT_64, DPO_LR_AT_4096 = 1e-3, 1e-6
+DPO_WARMUP_FRACTION = 0.1
+
+
+def dpo_default_lr(d_model: int) -> float:
+    """The DPO objective's peak lr when train.lr is unset: DPO_LR_AT_64 * (64 / d_model)^k, k =
+    log(DPO_LR_AT_64 / DPO_LR_AT_4096) / log(64) (about 1.66), two significant digits (d_model 64:
+    0.001; 768: 1.6e-05; 2048: 3.2e-06; 4096: 1e-06). TRL's 1e-6 is for 7B models: on the small
+    models this project trains it barely moves the rewards in a few hundred steps."""
+    import math
+
+    k = math.log(DPO_LR_AT_64 / DPO_LR_AT_4096) / math.log(64)
+    return float(f"{DPO_LR_AT_64 * (64 / d_model) ** k:.2g}")
+
+
+def dpo_train_defaults(tc: TrainConfig, d_model: int) -> TrainConfig:
+    """`tc` with the DPO objective's defaults for what is unset: lr (`dpo_default_lr`), min_lr
+    (lr / 10) and warmup_steps (DPO_WARMUP_FRACTION of max_steps, at least 1, as TRL's DPO
+    recipes' warmup_ratio 0.1). `gptforge finetune` leaves these unset for --finetune.objective
+    dpo unless given (a resumed run has its saved values)."""
+    lr = tc.lr if tc.lr is not None else dpo_default_lr(d_model)
+    warmup = tc.warmup_steps if tc.warmup_steps is not None else max(1, round(DPO_WARMUP_FRACTION * tc.max_steps))
+    return dataclasses.replace(tc, lr=lr, min_lr=tc.min_lr if tc.min_lr is not None else lr / 10,
+                               warmup_steps=min(warmup, tc.max_steps))
 
 
 def reference_mode(fc: FinetuneConfig) -> str:
