@@ -3,16 +3,16 @@ small SFT'd model, pairs whose chosen answer is a correct sum and whose rejected
 one; held-out implicit-reward accuracy and the share of correct greedy answers before and after;
 the step time against TRL's `DPOTrainer` on the same model, rows and batch, in the same process.
 
-    nice python bench/preference.py --seeds 1,2,3 [--sweep] [--write-results]
+    nice python bench/preference.py --seeds 1,2,3 [--steps 40] [--sft-steps 300] [--sweep]
 
 Per seed (everything made here, nothing downloaded):
 1. A byte-level tokenizer without merges (every digit, "+", "=" one token; EOS <|im_end|>) and a
    random Llama-shaped Hugging Face model (d_model 64, 2 layers, 4 heads, 2 KV heads).
-2. SFT: `gptforge finetune --finetune.method full` on "a+b=" -> "s" rows (a, b < 30), 70% of the
-   900 problems, where 30% of the completions are off by one (noisy labels: the SFT'd model then
-   answers off by one part of the time, which DPO should remove).
-3. Pairs on the SFT problems: {"prompt": "a+b=", "chosen": "s", "rejected": "s+1" or "s-1"}
-   (TRL's plain format); held-out pairs on the other 30% of problems.
+2. SFT: `gptforge finetune --finetune.method full` on "a+b=" -> "s" rows (a < 100, 1 <= b <= 3),
+   70% of the 300 problems, 8 rows each, where 60% of the completions are s+1: a systematic
+   off-by-one error the SFT'd model learns (its greedy answers are mostly one too high).
+3. Pairs on the SFT problems: {"prompt": "a+b=", "chosen": "s", "rejected": "s+1"} (TRL's plain
+   format); held-out pairs on the other 30% of problems, which DPO never sees.
 4. Before: on the held-out problems, the share of greedy answers (the SFT model, up to EOS) equal
    to the sum, and pref_acc (log p(chosen) > log p(rejected)). The implicit reward of the SFT
    model against itself is 0 for every pair, so its reward accuracy is 0 (TRL's strict >).
@@ -27,10 +27,10 @@ Per seed (everything made here, nothing downloaded):
 
 --sweep (item 6 of issue 43, the default lr): DPO from the SFT run (a model gptforge trained) and
 from its Hugging Face export (the converted-HF path: a model loaded from an HF folder), lr in
-1e-6 .. 3e-3, warmup 0 and 10% of the steps; held-out reward accuracy and correct share.
+1e-5 .. 3e-3, warmup 10% of the steps (and 0 at 1e-3); held-out reward accuracy and correct share.
 
-Figures print as tables; --write-results replaces the "Preference tuning" section of
-bench/RESULTS.md. Runs on the CPU (torch threads: --threads, default 2).
+Figures print as JSON lines and a markdown table (copied into bench/RESULTS.md by hand, the
+machine named). Runs on the CPU (torch threads: --threads, default 2).
 """
 
 from __future__ import annotations
@@ -52,8 +52,8 @@ import torch
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-N_MAX = 30  # operands 0..N_MAX-1
-NOISE = 0.3  # share of SFT completions off by one
+A_MAX, B_MAX = 100, 3  # problems a+b=, a in 0..A_MAX-1, b in 1..B_MAX
+NOISE = 0.6  # share of SFT completions one too high (a systematic error the SFT'd model learns)
 SPECIALS = ("<|endoftext|>", "<|im_start|>", "<|im_end|>")
 
 
@@ -91,15 +91,11 @@ def write_base(folder: Path, seed: int) -> Path:
 
 
 def problems(seed: int) -> tuple[list[tuple[int, int]], list[tuple[int, int]]]:
-    """(train, held-out) problems (a, b): a seeded 70/30 split of all N_MAX^2."""
-    allp = [(a, b) for a in range(N_MAX) for b in range(N_MAX)]
+    """(train, held-out) problems (a, b): a seeded 70/30 split of all A_MAX * B_MAX."""
+    allp = [(a, b) for a in range(A_MAX) for b in range(1, B_MAX + 1)]
     random.Random(seed).shuffle(allp)
     cut = int(0.7 * len(allp))
     return allp[:cut], allp[cut:]
-
-
-def off_by_one(s: int, rng: random.Random) -> int:
-    return s + 1 if s == 0 or rng.random() < 0.5 else s - 1
 
 
 def write_jsonl(path: Path, rows: list[dict]) -> Path:
@@ -197,8 +193,8 @@ def prepare(seed: int, tmp: Path, sft_steps: int) -> dict:
     rng = random.Random(seed)
     train, held = problems(seed)
     base = write_base(tmp / "base", seed)
-    sft_rows = [{"prompt": f"{a}+{b}=", "completion": str(off_by_one(a + b, rng) if rng.random() < NOISE else a + b)}
-                for _ in range(4) for a, b in train]
+    sft_rows = [{"prompt": f"{a}+{b}=", "completion": str(a + b + 1 if rng.random() < NOISE else a + b)}
+                for _ in range(8) for a, b in train]
     rng.shuffle(sft_rows)
     sft = tmp / "sft"
     cli("finetune", "--from", str(base), "--data", str(write_jsonl(tmp / "sft.jsonl", sft_rows)), "--out", str(sft),
@@ -210,7 +206,7 @@ def prepare(seed: int, tmp: Path, sft_steps: int) -> dict:
     cli("convert", "--to-hf", str(sft), "--out", str(hf))
 
     def pair_rows(probs):
-        return [{"prompt": f"{a}+{b}=", "chosen": str(a + b), "rejected": str(off_by_one(a + b, rng))}
+        return [{"prompt": f"{a}+{b}=", "chosen": str(a + b), "rejected": str(a + b + 1)}
                 for a, b in probs]
 
     return {"train": train, "held": held, "sft": sft, "hf": hf,
@@ -248,9 +244,12 @@ def sweep(seed: int, steps: int, sft_steps: int) -> list[dict]:
     with tempfile.TemporaryDirectory() as d:
         tmp = Path(d)
         p = prepare(seed, tmp, sft_steps)
+        res.append({"source": "sft", "correct": greedy_correct(p["sft"], p["held"]),
+                    "pref_acc": pair_scores(p["sft"], p["held_pairs"], None)["pref_acc"]})
+        print(json.dumps(res[-1]), flush=True)
         w = steps // 10
-        grid = [("run", 1e-5, w), ("run", 1e-4, w), ("run", 1e-3, w), ("run", 1e-3, 0), ("run", 3e-3, w),
-                ("hf", 1e-4, w), ("hf", 1e-3, w)]
+        grid = [("run", 1e-5, w), ("run", 1e-4, w), ("run", 3e-4, w), ("run", 1e-3, w), ("run", 1e-3, 0),
+                ("run", 3e-3, w), ("hf", 1e-4, w), ("hf", 1e-3, w)]
         for source, lr, warm in grid:
                     out = tmp / f"{source}-{lr}-{warm}"
                     dpo(p["sft"] if source == "run" else p["hf"], p["pairs"], out, steps, lr, warm)
@@ -259,6 +258,30 @@ def sweep(seed: int, steps: int, sft_steps: int) -> list[dict]:
                                 "correct": greedy_correct(out, p["held"])})
                     print(json.dumps(res[-1]), flush=True)
     return res
+
+
+def table(res: list[dict], sweep_mode: bool) -> str:
+    """The figures as a markdown table (mean over seeds in the last row)."""
+    if sweep_mode:
+        lines = ["| DPO from | lr | warmup | held-out reward_acc | held-out correct |", "|---|---|---|---|---|"]
+        for r in res:
+            if r["source"] == "sft":
+                lines.append(f"| (SFT model, before) | | | pref_acc {r['pref_acc']:.3f} | {r['correct']:.3f} |")
+            else:
+                lines.append(f"| {r['source']} | {r['lr']:g} | {r['warmup']} | {r['reward_acc']:.3f} | "
+                             f"{r['correct']:.3f} |")
+        return "\n".join(lines)
+    cols = ["before_correct", "after_correct", "before_pref_acc", "after_pref_acc", "after_reward_acc",
+            "ours_step_s", "trl_step_s"]
+    lines = ["| seed | lr | warmup | " + " | ".join(cols) + " | TRL / ours | CPU s |",
+             "|" + "---|" * (len(cols) + 5)]
+    for r in res + [{"seed": "mean", **{k: statistics.mean(x[k] for x in res) for k in [*cols, "cpu_s"]
+                                        if all(k in x for x in res)}}]:
+        ratio = f"{r['trl_step_s'] / r['ours_step_s']:.2f}x" if "trl_step_s" in r else ""
+        lines.append(f"| {r['seed']} | {r.get('lr', '')} | {r.get('warmup', '')} | "
+                     + " | ".join(f"{r[k]:.3f}" if k in r else "" for k in cols)
+                     + f" | {ratio} | {r.get('cpu_s', 0):.0f} |")
+    return "\n".join(lines)
 
 
 def main() -> None:
@@ -283,6 +306,7 @@ def main() -> None:
             res.append(run_seed(s, args.steps, args.sft_steps, args.lr, not args.no_trl))
             res[-1]["cpu_s"] = time.process_time() - t0
             print(json.dumps(res[-1]), flush=True)
+    print(table(res, args.sweep))
     if args.json:
         args.json.write_text(json.dumps(res, indent=1))
 

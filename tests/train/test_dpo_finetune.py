@@ -1,18 +1,23 @@
 """`gptforge finetune --finetune.objective dpo` end to end on a tiny Qwen2-shaped HF model: TRL's
 numbers through the real trainer, the three reference kinds (frozen copy, adapters off, precomputed)
-agreeing, resume bit for bit, TRL's metric names in metrics.jsonl, validation pairs, evaluate."""
+agreeing, resume after a SIGKILL bit for bit, TRL's metric names in metrics.jsonl, validation pairs, evaluate."""
 
 from __future__ import annotations
 
 import json
 import math
+import multiprocessing
+import os
+import signal
 import warnings
+from pathlib import Path
 
 import pytest
 import torch
 
 pytest.importorskip("transformers")
 
+from gptforge.train.loggers import read_metrics  # noqa: E402
 from tests.preference_fixtures import plain_rows, write_hf_model, write_jsonl  # noqa: E402
 
 KEYS = ("rewards/chosen", "rewards/rejected", "rewards/accuracies", "rewards/margins", "logps/chosen",
@@ -40,6 +45,24 @@ def _finetune(hf, data, out, *extra) -> list[dict]:
 
 def _train_rows(rows: list[dict]) -> list[dict]:
     return [r for r in rows if "rewards/chosen" in r]
+
+
+def _finetune_and_die(hf, data, out, step: int) -> None:
+    """In a forked child: a 3-step precomputed-reference DPO run that SIGKILLs itself (no cleanup
+    runs, as with kill -9) once the checkpoint of `step` is complete (its `latest` pointer written)."""
+    from gptforge.runtime import checkpoint as ck
+
+    write_text = ck.atomic_write_text
+
+    def write_then_die(path, text, *a, **k):
+        written = write_text(path, text, *a, **k)
+        if Path(path).name == "latest" and text.strip() == ck.step_dir_name(step):
+            os.kill(os.getpid(), signal.SIGKILL)
+        return written
+
+    ck.atomic_write_text = write_then_die
+    _finetune(hf, data, out, "--train.max_steps", "3", "--finetune.precompute_ref", "true",
+              "--train.checkpoint_interval", str(step))
 
 
 def test_two_steps_through_the_trainer_equal_trl(hf, tmp_path):
@@ -78,11 +101,14 @@ def test_reference_kinds_agree_and_resume_is_bit_for_bit(hf, tmp_path):
     for a, b in zip(copy_rows, pre_rows, strict=True):
         for key in ("loss", *KEYS):
             assert a[key] == pytest.approx(b[key], abs=1e-6), key
-    # Stop after step 2 (a checkpoint), resume to step 3: the same numbers as the straight run.
+    # SIGKILLed right after the step-2 checkpoint of a 3-step run, resumed: the straight run's numbers.
     cut = tmp_path / "cut"
-    _finetune(hf, data, cut, "--train.max_steps", "2", "--finetune.precompute_ref", "true",
-              "--train.checkpoint_interval", "2")
-    (cut / "ref_logps.pt").unlink()  # resume must read the table from the checkpoint, not recompute it
+    child = multiprocessing.get_context("fork").Process(target=_finetune_and_die, args=(hf, data, cut, 2))
+    child.start()
+    child.join(300)
+    assert child.exitcode == -signal.SIGKILL
+    assert max(r["step"] for r in _train_rows(read_metrics(cut))) == 2
+    (cut / "ref_logps.pt").unlink()  # the table in the checkpoint (or recomputed from --from) serves the resume
     resumed = _train_rows(_finetune(hf, data, cut, "--train.max_steps", "3", "--finetune.precompute_ref", "true",
                                     "--resume"))
     assert resumed[-1]["step"] == pre_rows[-1]["step"]
