@@ -214,11 +214,18 @@ def prepare(seed: int, tmp: Path, sft_steps: int) -> dict:
             "held_pairs": write_jsonl(tmp / "heldout.jsonl", pair_rows(held))}
 
 
-def run_seed(seed: int, steps: int, sft_steps: int, lr: float | None, trl: bool) -> dict:
+def prepared(seed: int, folder: Path) -> dict:
+    """What `prepare` made for `seed` in `folder` (an earlier run's, e.g. a --sweep's kept folder)."""
+    train, held = problems(seed)
+    return {"train": train, "held": held, "sft": folder / "sft", "hf": folder / "sft_hf",
+            "pairs": folder / "pairs.jsonl", "held_pairs": folder / "heldout.jsonl"}
+
+
+def run_seed(seed: int, steps: int, sft_steps: int, lr: float | None, trl: bool, reuse: Path | None = None) -> dict:
     torch.manual_seed(seed)
     with tempfile.TemporaryDirectory() as d:
         tmp = Path(d)
-        p = prepare(seed, tmp, sft_steps)
+        p = prepare(seed, tmp, sft_steps) if reuse is None else prepared(seed, reuse)
         out = {"seed": seed, "before_correct": greedy_correct(p["sft"], p["held"]),
                "before_pref_acc": pair_scores(p["sft"], p["held_pairs"], None)["pref_acc"]}
         rows = dpo(p["sft"], p["pairs"], tmp / "dpo", steps, lr, None)
@@ -294,6 +301,8 @@ def main() -> None:
     ap.add_argument("--no-trl", action="store_true")
     ap.add_argument("--sweep", action="store_true", help="the lr/warmup sweep instead (first seed)")
     ap.add_argument("--json", type=Path, default=None, help="also write the raw figures here")
+    ap.add_argument("--reuse", type=Path, default=None,
+                    help="a folder holding the first seed's base, SFT run and pairs (from an earlier run): no SFT")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     seeds = [int(s) for s in args.seeds.split(",")]
@@ -303,7 +312,8 @@ def main() -> None:
         res = []
         for s in seeds:
             t0 = time.process_time()
-            res.append(run_seed(s, args.steps, args.sft_steps, args.lr, not args.no_trl))
+            res.append(run_seed(s, args.steps, args.sft_steps, args.lr, not args.no_trl,
+                                args.reuse if s == seeds[0] else None))
             res[-1]["cpu_s"] = time.process_time() - t0
             print(json.dumps(res[-1]), flush=True)
     print(table(res, args.sweep))

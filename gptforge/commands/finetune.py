@@ -21,7 +21,7 @@ instead (TRL's prompt/chosen/rejected rows; losses sigmoid, ipo, simpo, orpo; do
 Options go under train:, parallel: and finetune: in a YAML recipe (--config) or on the command line.
 Defaults differ from pretrain: train.lr 2e-4 (use about 1e-5..5e-5 for full fine-tuning of large models),
 train.min_lr 2e-5, train.warmup_steps 20, train.weight_decay 0, train.max_steps 500; with --finetune.objective dpo,
-train.lr by model width (1e-3 at d_model 64 down to TRL's 1e-6 at 4096), min_lr lr/10, warmup 10% of the steps."""
+train.lr by model width (1e-5 at d_model 64 down to TRL's 1e-6 at 4096), min_lr lr/10, warmup 10% of the steps."""
 
 SECTIONS = {"train": TrainConfig, "parallel": ParallelConfig, "finetune": FinetuneConfig}
 FINETUNE_DEFAULTS = {"train.lr": 2e-4, "train.min_lr": 2e-5, "train.warmup_steps": 20, "train.weight_decay": 0.0,

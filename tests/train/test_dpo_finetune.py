@@ -170,15 +170,15 @@ def test_dpo_objective_has_its_own_lr_and_warmup_defaults(hf, tmp_path):
     from gptforge.options import parse_command
     from gptforge.train.workflows.preference import dpo_default_lr, dpo_train_defaults
 
-    assert dpo_default_lr(64) == 1e-3 and dpo_default_lr(4096) == 1e-6
-    assert 1e-5 < dpo_default_lr(768) < 3e-5 and dpo_default_lr(32) > dpo_default_lr(64)
+    assert dpo_default_lr(64) == 1e-5 and dpo_default_lr(4096) == 1e-6
+    assert 1e-6 < dpo_default_lr(768) < 1e-5 and dpo_default_lr(32) > dpo_default_lr(64)
     base = ["--from", "m", "--data", "d.jsonl", "--out", "o"]
     _, sft = parse_command(build_parser(), base)
     assert (sft.train.lr, sft.train.warmup_steps) == (2e-4, 20)
     _, dpo = parse_command(build_parser("dpo"), [*base, "--finetune.objective", "dpo"])
     assert dpo.train.lr is None and dpo.train.warmup_steps is None and dpo.train.min_lr is None
     filled = dpo_train_defaults(dpo.train, 64)
-    assert (filled.lr, filled.min_lr, filled.warmup_steps) == (1e-3, 1e-4, 50)  # 10% of finetune's 500 steps
+    assert (filled.lr, filled.min_lr, filled.warmup_steps) == (1e-5, 1e-6, 50)  # 10% of finetune's 500 steps
     data = write_jsonl(tmp_path / "pairs.jsonl", plain_rows(8))
     run = tmp_path / "run"
     assert main(["--from", str(hf), "--data", str(data), "--out", str(run), "--quiet", "--finetune.objective", "dpo",
