@@ -8,7 +8,12 @@ from typing import Optional
 from gptforge.config import FinetuneConfig, ParallelConfig, RunConfig, TrainConfig
 from gptforge.options import command_parser, parse_command
 
-DESCRIPTION = """Fine-tune a pretrained model: a Hugging Face folder (GPT-2, Llama 2/3, Mistral, Qwen2) or a
+# One description: `gptforge --help` lists SUMMARY (read from this file unimported); DESCRIPTION begins with it.
+SUMMARY = "Fine-tune a Hugging Face or gptforge model (full, LoRA or QLoRA) on instruction .jsonl or shards."
+
+DESCRIPTION = SUMMARY + """
+
+Fine-tune a pretrained model: a Hugging Face folder (GPT-2, Llama 2/3, Mistral, Qwen2) or a
 gptforge run directory, on an instruction .jsonl (prompt/completion or chat messages; the loss counts
 completion tokens only) or on a shard folder from `gptforge prepare --tokenizer MODEL/tokenizer.json`
 (continued pretraining). Full fine-tuning, LoRA, or QLoRA (LoRA on a 4-bit NF4 base through
@@ -19,16 +24,15 @@ QLoRA: the dequantized 4-bit base plus the adapters). --finetune.objective dpo t
 instead (TRL's prompt/chosen/rejected rows; losses sigmoid, ipo, simpo, orpo; docs/training.md).
 
 Options go under train:, parallel: and finetune: in a YAML recipe (--config) or on the command line.
-Defaults differ from pretrain: train.lr 2e-4 (use about 1e-5..5e-5 for full fine-tuning of large models),
-train.min_lr 2e-5, train.warmup_steps 20, train.weight_decay 0, train.max_steps 500; with --finetune.objective dpo,
-train.lr by model width (1e-5 at d_model 64 down to TRL's 1e-6 at 4096), min_lr lr/10, warmup 10% of the steps."""
+Defaults differ from pretrain: train.lr by method and model width (LoRA/QLoRA: pretrain's width rule,
+e.g. 0.0025 at d_model 32, 2e-4 at 4096; full: a tenth of it; gptforge.train.optim.finetune_lr),
+train.min_lr lr/10, train.warmup_steps 5% of max_steps (at most a quarter of the run),
+train.weight_decay 0, train.max_steps 500. With --finetune.objective dpo: train.lr by model width
+(1e-5 at d_model 64 down to TRL's 1e-6 at 4096; gptforge.train.workflows.preference.dpo_default_lr),
+min_lr lr/10, warmup 10% of the steps."""
 
 SECTIONS = {"train": TrainConfig, "parallel": ParallelConfig, "finetune": FinetuneConfig}
-FINETUNE_DEFAULTS = {"train.lr": 2e-4, "train.min_lr": 2e-5, "train.warmup_steps": 20, "train.weight_decay": 0.0,
-                     "train.max_steps": 500}
-DPO_UNSET = {"train.lr": None, "train.min_lr": None, "train.warmup_steps": None}
-"""--finetune.objective dpo: left unset for the objective's own defaults
-(gptforge.train.workflows.preference.dpo_train_defaults, which needs the model's width)."""
+FINETUNE_DEFAULTS = {"train.weight_decay": 0.0, "train.max_steps": 500}
 
 
 @dataclass
@@ -48,9 +52,9 @@ class FinetuneOptions:
     """No progress bar."""
 
 
-def build_parser(objective: str = "sft"):
+def build_parser():
     parser = command_parser("gptforge finetune", DESCRIPTION, FinetuneOptions, sections=SECTIONS)
-    parser.set_defaults(FINETUNE_DEFAULTS if objective != "dpo" else {**FINETUNE_DEFAULTS, **DPO_UNSET})
+    parser.set_defaults(FINETUNE_DEFAULTS)
     return parser
 
 
@@ -63,8 +67,6 @@ def main(argv: list[str]) -> int:
 
         argv = saved_config_argv(argv, SECTIONS, "gptforge finetune")
     opts, init = parse_command(build_parser(), argv)
-    if init.finetune.objective == "dpo":  # the objective (command line or recipe) picks lr/warmup defaults
-        opts, init = parse_command(build_parser("dpo"), argv)
     cfg = RunConfig(train=init.train, parallel=init.parallel)
     from rich.console import Console
 

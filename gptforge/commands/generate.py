@@ -7,6 +7,9 @@ from typing import Optional
 
 from gptforge.options import bounded, command_parser, parse_command
 
+# One description: `gptforge --help` lists SUMMARY (read from this file unimported); DESCRIPTION begins with it.
+SUMMARY = "Sample continuations of a prompt from a run or checkpoint with a KV cache."
+
 
 @dataclass
 class GenerateOptions:
@@ -29,7 +32,10 @@ class GenerateOptions:
     no_cache: bool = False
     """Recompute the whole context every token (slow; for checks)."""
     stop_at_eos: bool = False
-    """Stop a sample at the end-of-text token (<|endoftext|>, or the tokenizer_config's eos_token)."""
+    """Stop a sample at the end-of-text token (<|endoftext|>, or the tokenizer_config's eos_token): the
+    default; kept for older command lines."""
+    no_stop_at_eos: bool = False
+    """Go on past the end-of-text token (the model then starts a new document)."""
     chat: bool = False
     """Treat --prompt as a user message: render it with the run's chat template (the one `finetune`
     trained with) and stop at the end-of-turn token."""
@@ -38,14 +44,23 @@ class GenerateOptions:
     length bucket, torch.compile with Inductor's C++ wrapper): a one-off compile (seconds to a few
     minutes on a CPU, cached on disk), then less per-token overhead; pays most on small models
     (bench/RESULTS.md, issue 29)."""
+    speculative: Optional[str] = None
+    """`ngram`: speculative decoding with drafts looked up in the prompt and output so far, verified
+    in one forward pass (greedy output equals plain decoding's; the prompt and --max-new-tokens must
+    fit in the context). Prints the draft tokens accepted to stderr."""
+    num_speculative_tokens: int = bounded(4, low=1)
+    """Draft tokens per sample and step with --speculative."""
     best: bool = False
     """Use checkpoints/best instead of latest."""
     device: str = "auto"
     """auto, cpu, cuda, mps."""
 
 
+DESCRIPTION = SUMMARY
+
+
 def build_parser():
-    return command_parser("gptforge generate", "Sample continuations of a prompt with a KV cache.",
+    return command_parser("gptforge generate", DESCRIPTION,
                           GenerateOptions, positional=("model",))
 
 
@@ -55,16 +70,17 @@ def main(argv: list[str]) -> int:
     import torch
 
     from gptforge.data.tokenizer import Tokenizer
-    from gptforge.infer.engine import kv_cache_excess
     from gptforge.infer.generate import generate
+    from gptforge.infer.slots import kv_cache_excess
     from gptforge.runtime.device import pick_device
     from gptforge.runtime.loading import load_for_inference
 
     if args.compile and args.no_cache:  # generate() refuses it too, in its Python arguments' names
-        from gptforge.errors import InputError
+        from gptforge.errors import OptionError
 
-        raise InputError("--compile needs the KV cache (it compiles the cached decode step): drop --no-cache "
+        raise OptionError("--compile needs the KV cache (it compiles the cached decode step): drop --no-cache "
                          "or --compile")
+    check_speculative(args)
     device = pick_device(args.device, "--device")
     model, ckpt, _doc, tok_path = load_for_inference(args.model, device, "best" if args.best else "latest")
     if tok_path is None:
@@ -79,8 +95,15 @@ def main(argv: list[str]) -> int:
                          DEFAULT_TEMPLATE if use_default else None)
         tok.eos_id = chat.eos_id  # the end-of-turn token the template closes answers with
         args.stop_at_eos = True
+        if not (_doc or {}).get("finetune") and not chat.chat_template:  # a base model: no template of its own
+            import sys
+
+            print("gptforge generate: warning: --chat on a model not fine-tuned on chat: the prompt goes through "
+                  "the default template it never saw; expect poor answers (fine-tune with `gptforge finetune` "
+                  "first)", file=sys.stderr)
     else:
         ids = tok.encode(args.prompt) if args.prompt else [tok.eos_id]
+        args.stop_at_eos = not args.no_stop_at_eos  # a document ends at EOS: stop there by default
     if not ids:
         ids = [tok.eos_id]
     block = model.config.block_size
@@ -94,18 +117,43 @@ def main(argv: list[str]) -> int:
         ids = ids[-block:]
     excess = kv_cache_excess(model, args.num_samples, min(len(ids) + args.max_new_tokens, block))
     if excess is not None:
-        from gptforge.errors import InputError
+        from gptforge.errors import OptionError
 
-        raise InputError(f"--num-samples {args.num_samples}: {excess}; lower --num-samples")
-    idx = torch.tensor([ids] * args.num_samples, dtype=torch.long, device=device)
-    out = generate(model, idx, args.max_new_tokens, temperature=args.temperature, top_k=args.top_k,
-                   top_p=args.top_p, seed=args.seed, use_cache=not args.no_cache,
-                   eos_id=tok.eos_id if args.stop_at_eos else None, compile=args.compile)
-    for i, row in enumerate(out.tolist()):
-        new = row[len(ids):]
+        raise OptionError(f"--num-samples {args.num_samples}: {excess}; lower --num-samples")
+    eos_id = tok.eos_id if args.stop_at_eos else None
+    if args.speculative:
+        import sys
+
+        from gptforge.infer.spec_generate import speculative_generate
+
+        rows, st = speculative_generate(model, [ids] * args.num_samples, args.max_new_tokens, args.num_speculative_tokens,
+                                        tok.decode, args.temperature, args.top_k, args.top_p, args.seed, eos_id)
+        print(f"gptforge generate: speculative ngram: {st.spec_accepted_tokens} of {st.spec_draft_tokens} draft "
+              "tokens accepted", file=sys.stderr)
+    else:
+        idx = torch.tensor([ids] * args.num_samples, dtype=torch.long, device=device)
+        rows = [row[len(ids):] for row in generate(
+            model, idx, args.max_new_tokens, temperature=args.temperature, top_k=args.top_k, top_p=args.top_p,
+            seed=args.seed, use_cache=not args.no_cache, eos_id=eos_id, compile=args.compile).tolist()]
+    for i, new in enumerate(rows):
         if args.stop_at_eos and tok.eos_id in new:
             new = new[: new.index(tok.eos_id)]
         if args.num_samples > 1:
             print(f"--- sample {i + 1}")
         print(tok.decode(new) if args.chat else args.prompt + tok.decode(new))
     return 0
+
+
+def check_speculative(args) -> None:
+    """Refuse --speculative with an unknown method, --compile or --no-cache (one line naming both)."""
+    from gptforge.errors import OptionError
+
+    if args.speculative is None:
+        return
+    if args.speculative != "ngram":
+        raise OptionError(f"--speculative {args.speculative!r}: the only method is `ngram`")
+    for flag in ("compile", "no_cache"):
+        if getattr(args, flag):
+            raise OptionError(f"--speculative decodes through the serving engine, not with --{flag.replace('_', '-')}: "
+                              "drop one of them")
+

@@ -163,19 +163,18 @@ def test_bad_dpo_options_and_data_fail_in_one_line(hf, tmp_path):
 
 
 def test_dpo_objective_has_its_own_lr_and_warmup_defaults(hf, tmp_path):
-    """Unset lr/warmup: the DPO rule by width (not finetune's 2e-4); SFT keeps its defaults; given values win."""
+    """Unset lr/warmup: the DPO rule by width (not SFT's `finetune_lr`, 0.0025 at d_model 32)."""
     import yaml
 
     from gptforge.commands.finetune import build_parser, main
     from gptforge.options import parse_command
+    from gptforge.train.optim import finetune_lr
     from gptforge.train.workflows.preference import dpo_default_lr, dpo_train_defaults
 
     assert dpo_default_lr(64) == 1e-5 and dpo_default_lr(4096) == 1e-6
     assert 1e-6 < dpo_default_lr(768) < 1e-5 and dpo_default_lr(32) > dpo_default_lr(64)
-    base = ["--from", "m", "--data", "d.jsonl", "--out", "o"]
-    _, sft = parse_command(build_parser(), base)
-    assert (sft.train.lr, sft.train.warmup_steps) == (2e-4, 20)
-    _, dpo = parse_command(build_parser("dpo"), [*base, "--finetune.objective", "dpo"])
+    _, dpo = parse_command(build_parser(), ["--from", "m", "--data", "d.jsonl", "--out", "o",
+                                            "--finetune.objective", "dpo"])
     assert dpo.train.lr is None and dpo.train.warmup_steps is None and dpo.train.min_lr is None
     filled = dpo_train_defaults(dpo.train, 64)
     assert (filled.lr, filled.min_lr, filled.warmup_steps) == (1e-5, 1e-6, 50)  # 10% of finetune's 500 steps
@@ -186,5 +185,5 @@ def test_dpo_objective_has_its_own_lr_and_warmup_defaults(hf, tmp_path):
                  "--train.micro_batch_size", "4", "--train.precision", "fp32", "--train.device", "cpu",
                  "--train.eval_interval", "0", "--train.compile", "false"]) == 0
     saved = yaml.safe_load((run / "config.yaml").read_text())["train"]
-    assert saved["lr"] == dpo_default_lr(32) and saved["warmup_steps"] == 1
+    assert saved["lr"] == dpo_default_lr(32) != finetune_lr("full", 32) and saved["warmup_steps"] == 1
     assert saved["min_lr"] == pytest.approx(saved["lr"] / 10)

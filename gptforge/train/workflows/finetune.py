@@ -36,7 +36,6 @@ from gptforge.train.sources import BatchSource, InstructionData, ShardSource
 
 MAX_DEFAULT_BLOCK = 2048
 ADAPTER_DIR = "adapter"
-EXPORT_FILES = ("hf_config.json", "generation_config.json")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -195,6 +194,7 @@ def finetune(fc: FinetuneConfig, cfg: RunConfig, source: str | Path | None, data
     from gptforge.runtime.adapters import save_adapter_from_checkpoint
     from gptforge.runtime.checkpoint import find_checkpoint
     from gptforge.runtime.device import pick_device, resolve_precision
+    from gptforge.train.optim import finetune_lr_defaults
     from gptforge.train.run import train
 
     say = log or (lambda m: None)
@@ -215,6 +215,11 @@ def finetune(fc: FinetuneConfig, cfg: RunConfig, source: str | Path | None, data
                                 "or an instruction .jsonl file")
 
     model, mc, tok_dir, source = _base_model(run_dir, source, resume, chat_template, say)
+    if fc.objective == "dpo":  # its own unset lr / min_lr / warmup first, then SFT's for what is left (nothing)
+        from gptforge.train.workflows.preference import dpo_train_defaults
+
+        cfg = dataclasses.replace(cfg, train=dpo_train_defaults(cfg.train, mc.d_model))
+    cfg = RunConfig(model=cfg.model, train=finetune_lr_defaults(cfg.train, fc.method, mc.d_model), parallel=cfg.parallel)
     seq_len = seq_len_for(fc, mc.block_size)
     objective = None  # the next-token loss, unless finetune.objective dpo
     source_data: BatchSource
@@ -226,9 +231,8 @@ def finetune(fc: FinetuneConfig, cfg: RunConfig, source: str | Path | None, data
         if not resume and int(os.environ.get("RANK", "0")) == 0:
             write_builtin_template(run_dir, tok, fc)
         if fc.objective == "dpo":
-            from gptforge.train.workflows.preference import dpo_train_defaults, preference_parts
+            from gptforge.train.workflows.preference import preference_parts
 
-            cfg = dataclasses.replace(cfg, train=dpo_train_defaults(cfg.train, mc.d_model))
             source_data, objective = preference_parts(fc, data, tok, seq_len, cfg.train.seed, _base_path(source),
                                                       Path(tok_dir) / "tokenizer.json")
         else:
