@@ -3,7 +3,7 @@ small SFT'd model, pairs whose chosen answer is a correct sum and whose rejected
 one; held-out implicit-reward accuracy and the share of correct greedy answers before and after;
 the step time against TRL's `DPOTrainer` on the same model, rows and batch, in the same process.
 
-    nice python bench/preference.py --seeds 1,2,3 [--steps 40] [--sft-steps 300] [--sweep]
+    nice python bench/preference.py --seeds 1,2,3 [--steps 40] [--sft-steps 300] [--sweep | --timing 2]
 
 Per seed (everything made here, nothing downloaded):
 1. A byte-level tokenizer without merges (every digit, "+", "=" one token; EOS <|im_end|>) and a
@@ -27,7 +27,9 @@ Per seed (everything made here, nothing downloaded):
 
 --sweep (item 6 of issue 43, the default lr): DPO from the SFT run (a model gptforge trained) and
 from its Hugging Face export (the converted-HF path: a model loaded from an HF folder), lr in
-1e-5 .. 3e-3, warmup 10% of the steps (and 0 at 1e-3); held-out reward accuracy and correct share.
+3e-6 .. 3e-3, warmup 10% of the steps (and 0 at 1e-3); held-out reward accuracy and correct share.
+--timing N: N back-to-back repeats of the step-time comparison on the first seed (ratios measured
+within the same minute; absolute times on a shared machine swing with the other load).
 
 Figures print as JSON lines and a markdown table (copied into bench/RESULTS.md by hand, the
 machine named). Runs on the CPU (torch threads: --threads, default 2).
@@ -48,6 +50,7 @@ import warnings
 from pathlib import Path
 
 import torch
+import yaml
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -230,10 +233,7 @@ def run_seed(seed: int, steps: int, sft_steps: int, lr: float | None, trl: bool,
                "before_pref_acc": pair_scores(p["sft"], p["held_pairs"], None)["pref_acc"]}
         rows = dpo(p["sft"], p["pairs"], tmp / "dpo", steps, lr, None)
         after = pair_scores(tmp / "dpo", p["held_pairs"], p["sft"])
-        cfg = (tmp / "dpo" / "config.yaml").read_text()
-        import yaml
-
-        train_cfg = yaml.safe_load(cfg)["train"]
+        train_cfg = yaml.safe_load((tmp / "dpo" / "config.yaml").read_text())["train"]
         out.update(after_correct=greedy_correct(tmp / "dpo", p["held"]), after_pref_acc=after["pref_acc"],
                    after_reward_acc=after["reward_acc"], lr=train_cfg["lr"], warmup=train_cfg["warmup_steps"],
                    ours_step_s=statistics.median(r["step_seconds"] for r in rows[2:]))
@@ -242,6 +242,24 @@ def run_seed(seed: int, steps: int, sft_steps: int, lr: float | None, trl: bool,
                                  train_cfg["min_lr"] / train_cfg["lr"], tmp)
             out["trl_step_s"] = statistics.median(t[2:])
         return out
+
+
+def timing(seed: int, steps: int, sft_steps: int, lr: float | None, repeats: int, reuse: Path | None) -> list[dict]:
+    """Step time of gptforge then TRL, back to back, `repeats` times on one seed's SFT model: on a
+    shared machine only ratios measured within the same minute mean anything."""
+    res = []
+    with tempfile.TemporaryDirectory() as d:
+        tmp = Path(d)
+        p = prepare(seed, tmp, sft_steps) if reuse is None else prepared(seed, reuse)
+        for rep in range(repeats):
+            rows = dpo(p["sft"], p["pairs"], tmp / f"dpo{rep}", steps, lr, None)
+            train_cfg = yaml.safe_load((tmp / f"dpo{rep}" / "config.yaml").read_text())["train"]
+            ours = statistics.median(r["step_seconds"] for r in rows[2:])
+            trl = statistics.median(trl_step_seconds(p["hf"], p["pairs"], steps, train_cfg["lr"],
+                                                     train_cfg["warmup_steps"], 0.1, tmp / f"t{rep}")[2:])
+            res.append({"source": "timing", "rep": rep, "ours_step_s": ours, "trl_step_s": trl, "ratio": trl / ours})
+            print(json.dumps(res[-1]), flush=True)
+    return res
 
 
 def sweep(seed: int, steps: int, sft_steps: int) -> list[dict]:
@@ -255,8 +273,8 @@ def sweep(seed: int, steps: int, sft_steps: int) -> list[dict]:
                     "pref_acc": pair_scores(p["sft"], p["held_pairs"], None)["pref_acc"]})
         print(json.dumps(res[-1]), flush=True)
         w = steps // 10
-        grid = [("run", 1e-5, w), ("run", 1e-4, w), ("run", 3e-4, w), ("run", 1e-3, w), ("run", 1e-3, 0),
-                ("run", 3e-3, w), ("hf", 1e-4, w), ("hf", 1e-3, w)]
+        grid = [("run", 3e-6, w), ("run", 1e-5, w), ("run", 3e-5, w), ("run", 1e-4, w), ("run", 3e-4, w),
+                ("run", 1e-3, w), ("run", 1e-3, 0), ("run", 3e-3, w), ("hf", 1e-4, w), ("hf", 1e-3, w)]
         for source, lr, warm in grid:
                     out = tmp / f"{source}-{lr}-{warm}"
                     dpo(p["sft"] if source == "run" else p["hf"], p["pairs"], out, steps, lr, warm)
@@ -300,6 +318,8 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--no-trl", action="store_true")
     ap.add_argument("--sweep", action="store_true", help="the lr/warmup sweep instead (first seed)")
+    ap.add_argument("--timing", type=int, default=0, metavar="N",
+                    help="N back-to-back gptforge/TRL step-time repeats instead (first seed)")
     ap.add_argument("--json", type=Path, default=None, help="also write the raw figures here")
     ap.add_argument("--reuse", type=Path, default=None,
                     help="a folder holding the first seed's base, SFT run and pairs (from an earlier run): no SFT")
@@ -308,6 +328,8 @@ def main() -> None:
     seeds = [int(s) for s in args.seeds.split(",")]
     if args.sweep:
         res = sweep(seeds[0], args.steps, args.sft_steps)
+    elif args.timing:
+        res = timing(seeds[0], args.steps, args.sft_steps, args.lr, args.timing, args.reuse)
     else:
         res = []
         for s in seeds:
@@ -316,7 +338,8 @@ def main() -> None:
                                 args.reuse if s == seeds[0] else None))
             res[-1]["cpu_s"] = time.process_time() - t0
             print(json.dumps(res[-1]), flush=True)
-    print(table(res, args.sweep))
+    if not args.timing:
+        print(table(res, args.sweep))
     if args.json:
         args.json.write_text(json.dumps(res, indent=1))
 
