@@ -31,7 +31,8 @@ class EvaluateOptions:
     model: str
     """Run directory (checkpoints/latest, or best with --best), checkpoint folder, or Hugging Face folder."""
     tasks: Optional[list[str]] = None
-    """Task files (.jsonl, .csv, or .yaml task definitions) to score."""
+    """Task files (.jsonl, .csv, or .yaml task definitions) to score; a .jsonl of preference pairs
+    (chosen/rejected rows) is scored as pairs (pref_acc: log p(chosen) > log p(rejected))."""
     harness: Optional[list[str]] = None
     """lm-evaluation-harness task names, run by lm-eval's own task code on this model, offline (needs gptforge[eval])."""
     include_path: Optional[str] = None
@@ -63,6 +64,9 @@ class EvaluateOptions:
     report every score on the clean examples too."""
     contamination_ngram: int = bounded(13, low=1)
     """n of the contamination n-grams (tokens of the data's tokenizer; GPT-3 appendix C used 13)."""
+    reference: Optional[str] = None
+    """With preference files in --tasks: the model tuned from (run, checkpoint or HF folder), for the
+    implicit-reward accuracy (c - ref c) > (r - ref r)."""
     precision: Literal["fp32", "bf16", "fp16"] = "fp32"
     """Autocast precision of the forward passes (log-softmax is always fp32)."""
     data: Optional[str] = None
@@ -122,7 +126,8 @@ def main(argv: list[str]) -> int:
                                      seed=opts.seed, contamination=opts.contamination,
                                      contamination_ngram=opts.contamination_ngram, chat=opts.chat,
                                      chat_template=opts.chat_template, num_samples=opts.num_samples,
-                                     temperature=opts.temperature, **common)
+                                     temperature=opts.temperature, reference=opts.reference,
+                                     **common)
     elif opts.harness:
         from gptforge.eval.task_report import evaluate_harness
 

@@ -20,13 +20,16 @@ completion tokens only) or on a shard folder from `gptforge prepare --tokenizer 
 bitsandbytes: pip install 'gptforge[qlora]'; CPU or CUDA, one process) (--finetune.method). Same loop,
 logging, checkpoints and --resume as pretrain. (Q)LoRA runs also write PEFT adapters (RUN_DIR/adapter
 and in each checkpoint); `gptforge convert --to-hf RUN_DIR --out HF_DIR` writes the merged model (for
-QLoRA: the dequantized 4-bit base plus the adapters).
+QLoRA: the dequantized 4-bit base plus the adapters). --finetune.objective dpo tunes on preference pairs
+instead (TRL's prompt/chosen/rejected rows; losses sigmoid, ipo, simpo, orpo; docs/training.md).
 
 Options go under train:, parallel: and finetune: in a YAML recipe (--config) or on the command line.
 Defaults differ from pretrain: train.lr by method and model width (LoRA/QLoRA: pretrain's width rule,
 e.g. 0.0025 at d_model 32, 2e-4 at 4096; full: a tenth of it; gptforge.train.optim.finetune_lr),
 train.min_lr lr/10, train.warmup_steps 5% of max_steps (at most a quarter of the run),
-train.weight_decay 0, train.max_steps 500."""
+train.weight_decay 0, train.max_steps 500. With --finetune.objective dpo: train.lr by model width
+(1e-5 at d_model 64 down to TRL's 1e-6 at 4096; gptforge.train.workflows.preference.dpo_default_lr),
+min_lr lr/10, warmup 10% of the steps."""
 
 SECTIONS = {"train": TrainConfig, "parallel": ParallelConfig, "finetune": FinetuneConfig}
 FINETUNE_DEFAULTS = {"train.weight_decay": 0.0, "train.max_steps": 500}
@@ -37,7 +40,8 @@ class FinetuneOptions:
     out: str
     """Run directory: config.yaml, metrics.jsonl, checkpoints/, tokenizer, adapter/."""
     data: str
-    """Instruction .jsonl (prompt/completion or messages rows) or a shard folder (meta.json)."""
+    """Instruction .jsonl (prompt/completion or messages rows), a shard folder (meta.json), or with
+    --finetune.objective dpo a .jsonl of preference pairs."""
     source: Optional[str] = field(default=None, metadata={"flag": "--from"})
     """Pretrained model: a Hugging Face folder (config.json + safetensors) or a gptforge run
     directory / checkpoint. With --resume: default the one the run started from."""

@@ -273,3 +273,21 @@ class FinetuneConfig:
     their val split."""
     cache: bool = True
     """Cache the tokenized instruction data beside the .jsonl (keyed on data, tokenizer, template)."""
+    objective: Literal["sft", "dpo"] = "sft"
+    """sft: next-token loss on the completions of instruction data (or every token of shards);
+    dpo: preference tuning on a .jsonl of prompt/chosen/rejected pairs (TRL's formats), with the
+    loss chosen by dpo_loss. train.micro_batch_size then counts pairs."""
+    dpo_loss: Literal["sigmoid", "ipo", "simpo", "orpo"] = "sigmoid"
+    """objective dpo: sigmoid (DPO), ipo (length-normalised, as TRL), or the reference-free simpo
+    and orpo (as TRL's experimental CPO/ORPO trainers)."""
+    dpo_beta: float = 0.1
+    """objective dpo: beta, the strength of the pull toward the reference (DPO, IPO), SimPO's
+    reward scale, ORPO's weight of the odds-ratio term (lambda). TRL's default 0.1."""
+    rpo_alpha: float = 0.0
+    """objective dpo: weight of an added next-token loss on the chosen completions (RPO; 0: off)."""
+    simpo_gamma: float = 0.5
+    """dpo_loss simpo: the target reward margin gamma (TRL's default 0.5)."""
+    precompute_ref: bool = False
+    """objective dpo, full fine-tuning: compute the reference log-probs of every pair once before
+    training (kept in the run folder and checkpoint) instead of holding a frozen copy of the
+    model. LoRA/QLoRA use the base with adapters off and need neither."""

@@ -287,18 +287,19 @@ def subset_metrics(task: Task, result: TaskResult, keep: list[int]) -> dict[str,
 
 
 def main_metric(result: TaskResult) -> str:
-    """The metric CORE and tables lead with: exact_match for generation, else acc."""
-    return "exact_match" if result.type == "generation" else "acc"
+    """The metric CORE and tables lead with: exact_match for generation, pref_acc for preference
+    pairs, else acc."""
+    return {"generation": "exact_match", "preference": "pref_acc"}.get(result.type, "acc")
 
 
 def aggregate(results: list[TaskResult]) -> dict | None:
     """{"core": metric record} over the tasks scored plain and {"chatcore": ...} over those scored
     through the chat template: each task's main metric rescaled so chance is 0 and a perfect score
     1, averaged (DCLM's centred accuracy, see metrics; nanochat's ChatCORE). Perplexity tasks have
-    no accuracy and are left out. None without such tasks."""
+    no accuracy and preference pairs no benchmark baseline: both are left out. None without such tasks."""
     out = {}
     for key, chat in (("core", False), ("chatcore", True)):
-        scored = [r for r in results if r.type != "perplexity" and r.chat == chat]
+        scored = [r for r in results if r.type not in ("perplexity", "preference") and r.chat == chat]
         if scored:
             out[key] = centered_aggregate({r.name: (r.metrics[main_metric(r)], r.chance) for r in scored})
     return out or None

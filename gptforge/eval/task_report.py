@@ -14,9 +14,9 @@ from gptforge.eval.model_source import load_eval_model, results_path, tree_sha25
 
 
 def _model_and_tokenizer(model: str, device: str, best: bool, chat_template: str | None = None):
-    """(model, checkpoint path, device, Tokenizer, chat format or None); a missing tokenizer.json is a
-    MissingInputError. With `chat_template` (auto, default or a file), the chat format is
-    `gptforge.eval.chat.load_chat_format`'s."""
+    """(model, checkpoint path, device, Tokenizer, chat format or None, its tokenizer.json); a missing
+    tokenizer.json is a MissingInputError. With `chat_template` (auto, default or a file), the chat
+    format is `gptforge.eval.chat.load_chat_format`'s."""
     from gptforge.data.tokenizer import Tokenizer
     from gptforge.runtime.device import pick_device
 
@@ -29,7 +29,7 @@ def _model_and_tokenizer(model: str, device: str, best: bool, chat_template: str
         from gptforge.eval.chat import load_chat_format
 
         chat = load_chat_format(model, Path(tok_path), doc, chat_template)
-    return net, ckpt, dev, Tokenizer.from_file(tok_path), chat
+    return net, ckpt, dev, Tokenizer.from_file(tok_path), chat, Path(tok_path)
 
 
 def evaluate_harness(model: str, harness: list[str], *, include_path: str | None = None, num_fewshot: int = 0,
@@ -46,7 +46,7 @@ def evaluate_harness(model: str, harness: list[str], *, include_path: str | None
     from gptforge.eval.harness import run_harness
     from gptforge.eval.results_file import record_results
 
-    net, ckpt, dev, tok, _ = _model_and_tokenizer(model, device, best)
+    net, ckpt, dev, tok, _, _ = _model_and_tokenizer(model, device, best)
     res = run_harness(net, tok, harness, include_path, num_fewshot, limit, dev, precision, batch_size or 32, seed)
     from lm_eval.utils import make_table
 
@@ -62,14 +62,17 @@ def evaluate_tasks(model: str, task_files: list[str], *, num_fewshot: int = 0, l
                    seed: int = 1234, batch_size: int | None = None, precision: str = "fp32", device: str = "auto",
                    best: bool = False, out: str | None = None, contamination: str | None = None,
                    contamination_ngram: int = 13, chat: bool = False, chat_template: str = "auto",
-                   num_samples: int = 1, temperature: float | None = None) -> tuple[dict, str]:
+                   num_samples: int = 1, temperature: float | None = None,
+                   reference: str | None = None) -> tuple[dict, str]:
     """(this call's results document, report) of task files scored on `model`; the arguments are
     `gptforge evaluate`'s options of the same name. The document (checkpoint and its SHA-256,
     settings, versions, per-task metrics, an aggregate over several tasks, contamination) merges
     into results.json beside earlier calls' other tasks; predictions into results.predictions.json.
     With `chat` (`gptforge.eval.chat_runner`) the default file is chat_results.json instead, so
     plain and chat scores of the same task are both kept; temperature None is 0 (greedy) for one
-    sample and 1.0 for several.
+    sample and 1.0 for several. Preference files (pair rows, `gptforge.eval.preference`) are scored
+    as pairs (never through the chat template: a pair row carries its own format); `reference` (a
+    run, checkpoint or Hugging Face folder) adds their implicit-reward accuracy against it.
 
     Raises:
         InputError: two tasks share a name; errors of `gptforge.eval.tasks.load_task` (read before
@@ -82,12 +85,16 @@ def evaluate_tasks(model: str, task_files: list[str], *, num_fewshot: int = 0, l
     import torch
 
     import gptforge
+    from gptforge.eval.preference import is_preference_file
     from gptforge.eval.results_file import merge_predictions, record_results
     from gptforge.eval.runner import aggregate, run_task
     from gptforge.eval.tasks import load_task
 
-    tasks = [load_task(t) for t in task_files]  # read every file before loading the model
-    names = [t.name for t in tasks]
+    pair_files = [t for t in task_files if is_preference_file(t)]
+    tasks = [load_task(t) for t in task_files if t not in pair_files]  # read every file before loading the model
+    if reference and not pair_files:
+        raise InputError("--reference scores preference files (.jsonl rows with chosen/rejected); none was given")
+    names = [t.name for t in tasks] + [Path(t).stem for t in pair_files]
     if len(set(names)) != len(names):
         raise InputError(f"two tasks share a name ({sorted(n for n in names if names.count(n) > 1)[0]!r}); "
                          "give one a `name:` in a YAML task definition")
@@ -98,11 +105,12 @@ def evaluate_tasks(model: str, task_files: list[str], *, num_fewshot: int = 0, l
     if num_samples > 1 and temperature <= 0:
         raise OptionError(f"--num-samples {num_samples} with --temperature 0 gives {num_samples} identical greedy "
                          "replies; give --temperature above 0 (e.g. 0.8)")
-    net, ckpt, dev, tok, fmt = _model_and_tokenizer(model, device, best, chat_template if chat else None)
+    net, ckpt, dev, tok, fmt, tok_path = _model_and_tokenizer(model, device, best, chat_template if chat else None)
     results = [run_task(net, tok, t, dev, precision, batch_size or 32, num_fewshot, limit, seed, progress=True,
                         chat=fmt, num_samples=num_samples, temperature=temperature) for t in tasks]
+    results += _score_pairs(net, tok_path, pair_files, dev, precision, batch_size or 8, reference, limit)
     agg = aggregate(results) if len(results) > 1 else None
-    found = _contamination(contamination, contamination_ngram, tasks, results) if contamination else None
+    found = _contamination(contamination, contamination_ngram, tasks, results[:len(tasks)]) if contamination else None
     doc = {
         "checkpoint": str(ckpt), "checkpoint_sha256": tree_sha256(Path(ckpt)), "num_fewshot": num_fewshot,
         "seed": seed, "limit": limit, "batch_size": batch_size or 32, "precision": precision, "device": str(dev),
@@ -141,6 +149,18 @@ def _tasks_report(doc: dict, results, agg, block_size: int, contamination: str |
                      f" ({rec['too_short']} too short to check); clean subset (n {clean['n']}): {figures or 'empty'}")
     lines.append(f"results: {path}" + (f" (also holds earlier results of {', '.join(earlier)})" if earlier else ""))
     return "\n".join(lines)
+
+
+def _score_pairs(net, tok_json: Path, files: list[str], dev, precision: str, batch_size: int,
+                 reference: str | None, limit: int | None) -> list:
+    """TaskResults of the preference files (`gptforge.eval.preference.score_preference_file`)."""
+    if not files:
+        return []
+    from gptforge.eval.preference import score_preference_file
+
+    ref_net = load_eval_model(reference, dev)[0] if reference else None
+    return [score_preference_file(net, tok_json, f, dev, precision, batch_size, ref_net, limit, progress=True)
+            for f in files]
 
 
 def _contamination(folder: str, ngram: int, tasks, results) -> dict:

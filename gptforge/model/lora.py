@@ -15,13 +15,14 @@ training dependency. PEFT users still get PEFT's format: `save_peft_adapter` wri
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
 import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 import torch
 import torch.nn as nn
@@ -89,8 +90,13 @@ class LoRALinear(nn.Linear):
         self.scaling = alpha / rank
         self.lora_dropout = nn.Dropout(dropout)
 
+    adapter_enabled: bool = True
+    """False inside `adapters_disabled`: the layer is its base linear alone."""
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         out = F.linear(x, self.weight, self.bias)
+        if not self.adapter_enabled:
+            return out
         return out + F.linear(F.linear(self.lora_dropout(x), self.lora_A), self.lora_B) * self.scaling
 
     def delta_weight(self) -> torch.Tensor:
@@ -126,6 +132,21 @@ def apply_lora(model: nn.Module, cfg: LoRAConfig) -> list[str]:
     if not done:
         raise ValueError(f"lora.target_modules {sorted(targets)} matched no linear layer of this model")
     return done
+
+
+@contextlib.contextmanager
+def adapters_disabled(model: nn.Module) -> Iterator[nn.Module]:
+    """Within the block, every LoRA layer of `model` (LoRALinear, QLoRA's LoRALinear4bit) computes its
+    base layer alone: the model is the frozen base it was adapted from (a DPO reference at no extra
+    memory, as PEFT's `disable_adapter`). The adapters are back on when the block ends."""
+    layers: list[Any] = [m for m in model.modules() if isinstance(getattr(m, "lora_A", None), nn.Parameter)]
+    for m in layers:
+        m.adapter_enabled = False
+    try:
+        yield model
+    finally:
+        for m in layers:
+            m.adapter_enabled = True
 
 
 def lora_parameters(model: nn.Module) -> dict[str, nn.Parameter]:

@@ -267,8 +267,13 @@ class LoRALinear4bit(Linear4bit):
         self.scaling = alpha / rank
         self.lora_dropout = nn.Dropout(dropout)
 
+    adapter_enabled: bool = True
+    """False inside `gptforge.model.lora.adapters_disabled`: the 4-bit base alone."""
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         out = self.base_forward(x).to(x.dtype)
+        if not self.adapter_enabled:
+            return out
         return out + F.linear(F.linear(self.lora_dropout(x), self.lora_A), self.lora_B) * self.scaling
 
     def delta_weight(self) -> torch.Tensor:

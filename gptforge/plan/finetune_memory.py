@@ -17,6 +17,7 @@ and the temporaries from `estimate_memory` and swaps the model states.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 from gptforge.config import FinetuneConfig, ModelConfig, ParallelConfig, TrainConfig
@@ -76,13 +77,51 @@ def finetune_states(model: ModelConfig, fc: FinetuneConfig) -> dict[str, int]:
 
 def estimate_finetune_memory(model: ModelConfig, train: TrainConfig, fc: FinetuneConfig,
                              parallel: ParallelConfig | None = None, capacity_bytes: int = 0) -> MemoryEstimate:
-    """Per-device memory of a fine-tuning step (`fc.method` full, lora or qlora), in bytes.
+    """Per-device memory of a fine-tuning step (`fc.method` full, lora or qlora; `fc.objective`
+    sft or dpo), in bytes.
 
     full is `estimate_memory` itself. For lora / qlora the model states are `finetune_states`
     (passed to estimate_memory, which also drops the frozen head's gradient); activations, logits
-    and temporaries are full training's (see the module docstring).
+    and temporaries are full training's (see the module docstring). objective dpo: a micro-batch
+    of b pairs runs 2b rows (chosen and rejected), so activations and logits are those of 2b
+    sequences, plus `reference_bytes` at every phase.
     """
-    if fc.method == "full":
-        return estimate_memory(model.resolved(), train, parallel, capacity_bytes=capacity_bytes)
-    return estimate_memory(model.resolved(), train, parallel, capacity_bytes=capacity_bytes,
-                           states=finetune_states(model, fc))
+    if fc.objective == "dpo":
+        train = dataclasses.replace(train, micro_batch_size=2 * train.micro_batch_size)
+    states = None if fc.method == "full" else finetune_states(model, fc)
+    est = estimate_memory(model.resolved(), train, parallel, capacity_bytes=capacity_bytes, states=states)
+    return _with_reference(est, reference_bytes(est, fc), fc)
+
+
+def reference_bytes(est: MemoryEstimate, fc: FinetuneConfig) -> int:
+    """Bytes of the DPO reference model held beside the policy on one device.
+
+    A frozen copy of the weights, placed (and sharded) like the policy's fp32 weights, for a full
+    fine-tune with a reference loss (sigmoid, ipo) and no precomputed reference log-probs; 0
+    otherwise: LoRA/QLoRA use the base with adapters off, `precompute_ref` keeps two floats per pair,
+    simpo/orpo need no reference. The reference's own forward runs without grad before the policy's,
+    so its temporaries are gone by the policy's peak.
+    """
+    if fc.objective != "dpo" or fc.method != "full" or fc.precompute_ref or fc.dpo_loss in ("simpo", "orpo"):
+        return 0
+    return est.weights
+
+
+def _with_reference(est: MemoryEstimate, ref: int, fc: FinetuneConfig) -> MemoryEstimate:
+    """`est` with `ref` bytes live at every phase (peak, margin and total recomputed)."""
+    from gptforge.plan.memory import ALLOCATOR_MARGIN_FRACTION
+
+    notes = list(est.assumptions)
+    if fc.objective == "dpo":
+        notes.append("preference tuning: micro_batch_size counts pairs, each runs a chosen and a rejected row")
+    if not ref:
+        return dataclasses.replace(est, assumptions=notes)
+    notes.append("DPO reference: a frozen fp32 copy of the weights placed like the policy "
+                 "(--finetune.precompute_ref true or LoRA removes it)")
+    phases = {k: v + ref for k, v in est.phases.items()}
+    peak = est.peak_tensor_bytes + ref
+    margin = int(ALLOCATOR_MARGIN_FRACTION * (peak + est.comm_buckets))
+    total = peak + est.comm_buckets + est.cuda_context + margin
+    return dataclasses.replace(est, phases=phases, peak_parts={**est.peak_parts, "reference_weights": ref},
+                               peak_tensor_bytes=peak, allocator_margin=margin, total=total,
+                               fits=(total <= est.capacity) if est.capacity else None, assumptions=notes)

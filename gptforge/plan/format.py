@@ -50,6 +50,7 @@ def list_gpus_text() -> str:
 
 _PART_LABELS = [
     ("weights", "weights (fp32 master)"),
+    ("reference_weights", "DPO reference model (frozen copy)"),
     ("gradients", "gradients (fp32)"),
     ("optimizer_states", "optimizer states"),
     ("activations", "activations (blocks)"),

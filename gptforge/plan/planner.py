@@ -106,16 +106,19 @@ def plan(model_cfg: ModelConfig, train_cfg: TrainConfig | None = None, parallel_
         if train_cfg.precision == "fp32" and g.tf32_tflops:
             notes.append("fp32 speed assumes TF32 matmuls (torch.backends.cuda.matmul.allow_tf32 = True)")
     capacity = g.memory_bytes if g else 0
-    if finetune is not None and finetune.method != "full":
-        from gptforge.plan.finetune_memory import estimate_finetune_memory, finetune_states
+    if finetune is not None and (finetune.method != "full" or finetune.objective != "sft"):
+        from gptforge.plan.finetune_memory import estimate_finetune_memory
 
         mem = estimate_finetune_memory(cfg, train_cfg, finetune, parallel_cfg, capacity_bytes=capacity)
+    else:
+        mem = estimate_memory(cfg, train_cfg, parallel_cfg, capacity_bytes=capacity)
+    if finetune is not None and finetune.method != "full":
+        from gptforge.plan.finetune_memory import finetune_states
+
         st = finetune_states(cfg, finetune)
         notes.append(f"fine-tuning ({finetune.method}, rank {finetune.lora_rank}): {st['adapter_params']:,} adapter "
                      f"parameters trained, the {st['base_params']:,} base parameters frozen"
                      + (" and their block linears stored in 4 bits" if finetune.method == "qlora" else ""))
-    else:
-        mem = estimate_memory(cfg, train_cfg, parallel_cfg, capacity_bytes=capacity)
     if tokens is None:
         tokens_v, source = float(chinchilla_tokens(n)), "chinchilla (20 tokens/parameter)"
     else:

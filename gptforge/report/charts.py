@@ -205,13 +205,37 @@ def other_metrics_chart(runs: list[RunData]) -> go.Figure | None:
     """Every other numeric metrics key (e.g. task scores), one curve per (run, key)."""
     fig = go.Figure()
     for i, run in enumerate(runs):
-        for key in sorted(k for k in run.metric_keys() - KNOWN_KEYS if not k.startswith(("val/", "data/"))):
+        for key in sorted(k for k in run.metric_keys() - KNOWN_KEYS - set(PREFERENCE_KEYS)
+                          if not k.startswith(("val/", "data/"))):
             for t in _line(runs, run, i, key, key, mode="lines+markers"):
                 t.line.color = None  # one colour per key; runs differ in legend name
                 fig.add_trace(t)
     if not fig.data:
         return None
     return _layout(fig, "Other logged metrics", "value")
+
+
+PREFERENCE_KEYS = ("rewards/chosen", "rewards/rejected", "rewards/margins", "rewards/accuracies")
+"""TRL's reward metrics that preference tuning logs per step (and as val/... on held-out pairs)."""
+
+
+def preference_chart(runs: list[RunData]) -> go.Figure | None:
+    """Preference tuning's implicit rewards (beta times the log-ratio against the reference) of the
+    chosen and rejected answers, their margin and the share of pairs ranked right, per step (lines)
+    and on the validation pairs (markers)."""
+    fig = go.Figure()
+    for i, run in enumerate(runs):
+        for key in PREFERENCE_KEYS:
+            for t in _line(runs, run, i, key, key, mode="lines"):
+                t.line.color = None
+                fig.add_trace(t)
+            xs, ys = run.series(f"val/{key}")
+            if xs:
+                fig.add_trace(go.Scatter(x=xs, y=ys, mode="markers", name=_name(runs, run, f"val/{key}"),
+                                         legendgroup=run.label))
+    if not fig.data:
+        return None
+    return _layout(fig, "Preference rewards", "reward (nats x beta) / accuracy")
 
 
 def stage_ends(run: RunData) -> list[int]:
@@ -262,5 +286,6 @@ def _all_charts(runs: list[RunData]) -> dict[str, tuple[go.Figure | None, str]]:
         "memory": (memory_chart(runs), "peak_memory_bytes / predicted_memory_bytes"),
         "eval": (eval_chart(runs), "val_loss"),
         "sources": (sources_chart(runs), "val/NAME/loss"),
+        "preference": (preference_chart(runs), "rewards/margins"),
         "other": (other_metrics_chart(runs), "(keys beyond the standard ones)"),
     }

@@ -414,6 +414,8 @@ def render_report(runs: list[RunData], out_dir: Path | None = None, stopped: str
                  f"loss or gradient spikes. Curves over {2000:,} points keep every bucket's min and max.</p>"
                  "<div class=grid>" + "".join(chart(c) for c in ("loss", "lr", "grad_norm", "tokens_per_second",
                                                                   "mfu", "step_seconds")) + "</div>")
+    if charts["preference"][0] is not None:
+        parts.append("<h2>Preference tuning</h2><div class=grid>" + chart("preference") + "</div>")
     if charts["other"][0] is not None:
         parts.append("<h2>Other metrics</h2><div class=grid>" + chart("other") + "</div>")
     parts.append("<h2>Memory</h2><div class=grid>" + chart("memory") + "</div>" + _memory_html(runs))

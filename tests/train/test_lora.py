@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import json
 
 import pytest
@@ -136,3 +137,24 @@ def test_peft_loads_saved_adapter(arch, targets, n_kv_head, tmp_path):
     with torch.no_grad():
         assert (merged(idx).logits - ours).abs().max() < 1e-4
         assert (peft_model.merge_and_unload()(idx).logits - ours).abs().max() < 1e-4
+
+
+def test_adapters_disabled_gives_the_base_model_and_restores_them():
+    from gptforge.model.lora import adapters_disabled
+
+    torch.manual_seed(0)
+    cfg = ModelConfig(arch="llama", n_layer=2, n_head=4, n_kv_head=2, d_model=32, d_ff=64, block_size=16,
+                      vocab_size=50).resolved()
+    base = GPT(cfg)
+    model = copy.deepcopy(base)
+    apply_lora(model, LoRAConfig(rank=4, alpha=8, target_modules=["all"]))
+    with torch.no_grad():
+        for n, p in model.named_parameters():
+            if n.endswith("lora_B"):
+                p.normal_()  # adapters that change the output
+    x = torch.randint(0, 50, (2, 16))
+    adapted = model(x)
+    assert not torch.allclose(adapted, base(x))
+    with adapters_disabled(model):
+        torch.testing.assert_close(model(x), base(x))
+    torch.testing.assert_close(model(x), adapted)

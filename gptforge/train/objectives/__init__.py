@@ -4,6 +4,8 @@
   (the policy's forward under autocast), `Layout` (what `setup` sees), `ObjectiveLoss`.
 - next_token: `NextToken`, pretraining and completion-only SFT (the default of every run).
 - distill: `Distillation`, a frozen teacher's distribution (`gptforge distill`).
+- preference: `Preference`, DPO and its relatives on pairs, with its `Reference`
+  (`gptforge finetune --finetune.objective dpo`).
 
 A new objective is a new module here with a class deriving from `ObjectiveBase` (docs/extending.md).
 """

@@ -6,6 +6,7 @@
 - mixture: `MixtureSource`, several shard sources mixed by train.data_weights / train.stages.
 - instruction: `InstructionData`, instruction .jsonl with completion-only targets (`gptforge finetune`).
 - fixed: `FixedBatchSource`, one fixed batch at every step (the overfit sanity check).
+- pairs: `PairSource`, preference pairs (chosen and rejected rows of a pair in one micro-batch).
 
 A new kind of data is a new module here with a class deriving from `SourceBase` (docs/extending.md).
 """

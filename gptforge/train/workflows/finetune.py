@@ -215,20 +215,13 @@ def finetune(fc: FinetuneConfig, cfg: RunConfig, source: str | Path | None, data
                                 "or an instruction .jsonl file")
 
     model, mc, tok_dir, source = _base_model(run_dir, source, resume, chat_template, say)
+    if fc.objective == "dpo":  # its own unset lr / min_lr / warmup first, then SFT's for what is left (nothing)
+        from gptforge.train.workflows.preference import dpo_train_defaults
+
+        cfg = dataclasses.replace(cfg, train=dpo_train_defaults(cfg.train, mc.d_model))
     cfg = RunConfig(model=cfg.model, train=finetune_lr_defaults(cfg.train, fc.method, mc.d_model), parallel=cfg.parallel)
     seq_len = seq_len_for(fc, mc.block_size)
-    if data.is_file():
-        if tok_dir is None:
-            raise FileNotFoundError(f"{source}: no tokenizer.json beside the model; instruction data needs the "
-                                    "model's tokenizer")
-        tok = load_chat_tokenizer(Path(tok_dir), chat_template if not resume else None)
-        if not resume and int(os.environ.get("RANK", "0")) == 0:
-            write_builtin_template(run_dir, tok, fc)
-        source_data: BatchSource = InstructionData(data, tok, seq_len, fc, cfg.train.seed)
-    else:
-        tok_json = Path(tok_dir) / "tokenizer.json" if tok_dir is not None else None
-        source_data = ShardSource(data, seq_len, cfg.train.eval_steps, cfg.train.micro_batch_size,
-                                  tok_json if tok_json is not None and tok_json.is_file() else None)
+    source_data, objective = _data_source(fc, cfg, data, run_dir, tok_dir, source, chat_template, resume, seq_len)
 
     def model_factory(_mc):
         m = empty_model(mc) if model is None else model
@@ -236,7 +229,7 @@ def finetune(fc: FinetuneConfig, cfg: RunConfig, source: str | Path | None, data
         prepare_model(m, fc, device, cfg.train.precision, quantize=model is not None, progress=progress)
         return m
 
-    base = str(Path(source).resolve()) if source is not None else None
+    base = _base_path(source)
     extra = {"finetune": to_dict(fc), "base_model": {"path": base}}
     lora = fc.method != "full"
 
@@ -247,10 +240,41 @@ def finetune(fc: FinetuneConfig, cfg: RunConfig, source: str | Path | None, data
     say(f"fine-tuning ({fc.method}) at sequence length {seq_len}")
     result = train(RunConfig(model=mc, train=cfg.train, parallel=cfg.parallel), data, run_dir, resume=resume,
                    progress=progress, log=log, model_factory=model_factory, data=source_data,
-                   config_extra=extra, on_save=on_save)
+                   config_extra=extra, on_save=on_save, objective=objective)
     if lora and int(os.environ.get("RANK", "0")) == 0:
         save_adapter_from_checkpoint(find_checkpoint(run_dir), run_dir / ADAPTER_DIR, base)
     return result
+
+
+def _data_source(fc: FinetuneConfig, cfg: RunConfig, data: Path, run_dir: Path, tok_dir, source, chat_template,
+                 resume: bool, seq_len: int):
+    """(BatchSource, Objective or None for the next-token loss) of `finetune`: instruction data,
+    preference pairs (finetune.objective dpo) or a shard folder, at `seq_len`."""
+    objective = None
+    source_data: BatchSource
+    if data.is_file() or fc.objective == "dpo":
+        if tok_dir is None:
+            raise FileNotFoundError(f"{source}: no tokenizer.json beside the model; instruction data needs the "
+                                    "model's tokenizer")
+        tok = load_chat_tokenizer(Path(tok_dir), chat_template if not resume else None)
+        if not resume and int(os.environ.get("RANK", "0")) == 0:
+            write_builtin_template(run_dir, tok, fc)
+        if fc.objective == "dpo":
+            from gptforge.train.workflows.preference import preference_parts
+
+            source_data, objective = preference_parts(fc, data, tok, seq_len, cfg.train.seed, _base_path(source),
+                                                      Path(tok_dir) / "tokenizer.json")
+        else:
+            source_data = InstructionData(data, tok, seq_len, fc, cfg.train.seed)
+    else:
+        tok_json = Path(tok_dir) / "tokenizer.json" if tok_dir is not None else None
+        source_data = ShardSource(data, seq_len, cfg.train.eval_steps, cfg.train.micro_batch_size,
+                                  tok_json if tok_json is not None and tok_json.is_file() else None)
+    return source_data, objective
+
+
+def _base_path(source) -> str | None:
+    return str(Path(source).resolve()) if source is not None else None
 
 
 def _base_model(run_dir: Path, source, resume: bool, chat_template: Path | None, say):
