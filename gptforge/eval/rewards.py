@@ -198,7 +198,7 @@ def load_rewards_file(path: str | Path) -> list[Reward]:
     entries = data.get("rewards") if isinstance(data, dict) else data
     if not isinstance(entries, list) or not entries:
         raise InputError(f"--rl.rewards {path}: expected `rewards:` with a list of {{reward: SPEC, weight: W}}")
-    rewards = []
+    rewards: list[Reward] = []
     for i, entry in enumerate(entries):
         where = f"--rl.rewards {path}: rewards[{i}]"
         if not isinstance(entry, dict) or not isinstance(entry.get("reward"), str):
