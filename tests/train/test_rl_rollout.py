@@ -92,3 +92,81 @@ def test_prompt_that_leaves_no_room_is_refused(model, tok):
     p = _prompts(tok)[0]
     with pytest.raises(ValueError, match="train.jsonl:1: the prompt's \\d+ tokens \\+ max_new_tokens 60 exceed"):
         _sample(model, tok, p, 0, 0, max_new_tokens=60)
+
+
+def test_rows_put_each_completion_in_the_next_token_frame(model, tok):
+    """The policy's log-probs over the batched rows (groups of different prompt lengths, right-padded)
+    equal each group's old log-probs at the loss mask's positions."""
+    from gptforge.train.rl.batch import rollout_rows, rows_logprobs, split_rows
+
+    ps = _prompts(tok)
+    groups = [_sample(model, tok, p, i, 1) for i, p in enumerate(ps)]
+    for g, r in zip(groups, ([1.0, 0.0, 0.0, 0.0], [1.0, 1.0, 1.0, 1.0], [0.0, 0.5, 1.0, 0.5]), strict=True):
+        g.rewards = torch.tensor(r)
+    rows = rollout_rows(groups, scale_rewards=False, mask_overlong=False)
+    B, L = rows["input_ids"].shape
+    assert B == 12 and L == max(g.input_ids.size(1) for g in groups)
+    assert rows["loss_mask"].sum() == sum(int(g.completion_mask.sum()) for g in groups)
+    torch.testing.assert_close(rows["advantages"][:4], torch.tensor([0.75, -0.25, -0.25, -0.25]))
+    assert rows["advantages"][4:8].abs().max() == 0
+    with torch.no_grad():
+        logp = torch.cat([rows_logprobs(model, part, 1.0)[0] for part in split_rows(rows, 5)])
+    torch.testing.assert_close(logp[rows["loss_mask"]], rows["old_logprobs"][rows["loss_mask"]], rtol=1e-5, atol=1e-5)
+    assert [len(p["advantages"]) for p in split_rows(rows, 5)] == [2, 2, 3, 2, 3]  # 12 * i // 5
+
+
+def test_overlong_penalty_mask_dynamic_sampling_and_metrics(model, tok):
+    from gptforge.train.rl.batch import kept_groups, rollout_metrics, rollout_rows, shape_rewards
+
+    ps = _prompts(tok)
+    groups = [_sample(model, tok, p, i, 2, max_new_tokens=4, eos_id=tok.tokenizer.get_vocab_size() + 1)
+              for i, p in enumerate(ps[:2])]
+    for g, r in zip(groups, ([1.0, 0.0, 1.0, 0.0], [1.0, 1.0, 1.0, 1.0]), strict=True):
+        g.rewards, g.reward_parts = torch.tensor(r), {"exact": torch.tensor(r)}
+    assert kept_groups(groups, "drop") == [groups[0]] and kept_groups(groups, "off") == groups
+    m = rollout_metrics(groups, kept_groups(groups, "drop"))
+    assert m["zero_variance_share"] == 0.5 and m["groups_kept_share"] == 0.5 and m["completion_cut_share"] == 1.0
+    assert m["reward_mean"] == 0.75 and m["completion_length_max"] == 4 and m["reward/exact"] == 0.75
+    assert not rollout_rows(groups, False, mask_overlong=True)["loss_mask"].any()  # every completion was cut
+    shape_rewards(groups, "penalty", max_new_tokens=4, ramp=2)  # length 4 = L_max: -1
+    assert groups[0].rewards.tolist() == [0.0, -1.0, 0.0, -1.0] and groups[0].reward_parts["overlong"].tolist() == [-1.0] * 4
+
+
+def test_lora_reference_is_the_base(tok):
+    from gptforge.model.lora import LoRAConfig, apply_lora
+    from gptforge.train.rl.batch import adapters_off
+
+    torch.manual_seed(1)
+    m = GPT(ModelConfig(arch="llama", n_layer=1, n_head=2, n_kv_head=2, d_model=16, block_size=16,
+                        vocab_size=50).resolved())
+    x = torch.randint(0, 50, (2, 8))
+    with torch.no_grad():
+        base = m(x)
+        apply_lora(m, LoRAConfig(rank=2))
+        for n, p in m.named_parameters():
+            if "lora_B" in n:
+                p.normal_()
+        tuned = m(x)
+        with adapters_off(m):
+            off = m(x)
+        again = m(x)
+    assert not torch.allclose(tuned, base)
+    torch.testing.assert_close(off, base)
+    torch.testing.assert_close(again, tuned)
+
+
+def test_heldout_evaluation_writes_samples(model, tok, tmp_path):
+    import json
+
+    from gptforge.train.rl.heldout import evaluate_prompts
+
+    ps = _prompts(tok)
+    out = tmp_path / "samples" / "step_3.jsonl"
+    m = evaluate_prompts(model, ps, [parse_reward("regex:.")], 6, tok.eos_id,
+                         lambda ids: tok.tokenizer.decode(ids, skip_special_tokens=False), out, batch_size=2)
+    lines = [json.loads(x) for x in out.read_text().splitlines()]
+    assert [x["where"] for x in lines] == [p.where for p in ps]
+    assert m["pass@1"] == sum(x["reward"] for x in lines) / 3 == m["reward/regex:."]
+    greedy = generate_batch(model, [ps[2].ids], 6, temperature=0.0, eos_id=tok.eos_id,
+                            decode=lambda ids: tok.tokenizer.decode(ids, skip_special_tokens=False))[0]
+    assert lines[2]["completion"] == greedy.text  # batched with another prompt == alone

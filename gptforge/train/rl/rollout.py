@@ -42,7 +42,8 @@ class Group:
     group's longest, T; completion_mask (G, T) bool: the completion's tokens (EOS included);
     old_logprobs (G, T) float32: log pi_old of each completion token (0 on padding); truncated
     (G,) bool: cut at max_new_tokens (no EOS); completions: the G decoded texts (EOS removed);
-    rewards (G,) float32 and reward_parts {reward name: (G,)}, set by `score_group`.
+    rewards (G,) float32 and reward_parts {reward name: (G,)}, set by `score_group`; ref_logprobs
+    (G, T) float32: log pi_ref of each completion token when a KL penalty is on (0 on padding).
     """
 
     prompt_index: int
@@ -55,6 +56,7 @@ class Group:
     completions: list[str]
     rewards: torch.Tensor = field(default_factory=lambda: torch.zeros(0))
     reward_parts: dict[str, torch.Tensor] = field(default_factory=dict)
+    ref_logprobs: torch.Tensor | None = None
 
     @property
     def lengths(self) -> torch.Tensor:
@@ -81,11 +83,13 @@ def completion_logprobs(model: GPT, input_ids: torch.Tensor, prompt_len: int, te
 def sample_group(model: GPT, prompt: PromptRow, prompt_index: int, step: int, *, samples: int,
                  max_new_tokens: int, temperature: float, seed: int, eos_id: int,
                  decode: Callable[[list[int]], str], top_k: int | None = None, top_p: float | None = None,
-                 pad_id: int | None = None) -> Group:
+                 pad_id: int | None = None,
+                 reference: Callable[[torch.Tensor, int], torch.Tensor] | None = None) -> Group:
     """Sample `samples` completions of `prompt` as one batch (module docstring) and their old log-probs.
 
     eos_id ends a completion (it is kept, and trained, as in SFT); pad_id (default eos_id) fills
-    the shorter completions. The group is not yet scored (`score_group`).
+    the shorter completions. reference(input_ids (G, P+T), P) -> (G, T) gives the reference
+    policy's log-probs (`ref_logprobs`, for the KL penalty). The group is not yet scored (`score_group`).
 
     Raises:
         ValueError: the prompt plus max_new_tokens does not fit in the model's block_size (naming
@@ -105,7 +109,10 @@ def sample_group(model: GPT, prompt: PromptRow, prompt_index: int, step: int, *,
     mask = torch.tensor([[t < len(g.tokens) for t in range(T)] for g in gens], dtype=torch.bool, device=device)
     old = completion_logprobs(model, input_ids, P, temperature) * mask
     truncated = torch.tensor([g.finish_reason == "length" for g in gens], dtype=torch.bool, device=device)
-    return Group(prompt_index, prompt, input_ids, P, mask, old, truncated, [g.text or "" for g in gens])
+    group = Group(prompt_index, prompt, input_ids, P, mask, old, truncated, [g.text or "" for g in gens])
+    if reference is not None:
+        group.ref_logprobs = reference(input_ids, P) * mask
+    return group
 
 
 def score_group(group: Group, rewards: Sequence[Reward]) -> Group:
