@@ -12,6 +12,7 @@ batched matrix products).
 from __future__ import annotations
 
 import contextlib
+import itertools
 from collections.abc import Iterator, Sequence
 
 import torch
@@ -77,7 +78,7 @@ def split_rows(rows: dict[str, torch.Tensor], parts: int) -> list[dict[str, torc
     micro-batches); each slice keeps the batch's width L."""
     B = rows["advantages"].size(0)
     bounds = [B * i // parts for i in range(parts + 1)]
-    return [{k: v[a:b] for k, v in rows.items()} for a, b in zip(bounds, bounds[1:]) if b > a]
+    return [{k: v[a:b] for k, v in rows.items()} for a, b in itertools.pairwise(bounds) if b > a]
 
 
 def rows_logprobs(model, rows: dict[str, torch.Tensor], temperature: float) -> tuple[torch.Tensor, torch.Tensor]:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -31,7 +32,7 @@ def evaluate_prompts(model, prompts: Sequence[PromptRow], rewards: Sequence[Rewa
     Raises:
         RewardError: a reward function failed (naming the row and the function).
     """
-    records = []
+    records: list[dict[str, Any]] = []
     with torch.no_grad():
         for start in range(0, len(prompts), batch_size):
             chunk = prompts[start:start + batch_size]
