@@ -170,3 +170,48 @@ def test_heldout_evaluation_writes_samples(model, tok, tmp_path):
     greedy = generate_batch(model, [ps[2].ids], 6, temperature=0.0, eos_id=tok.eos_id,
                             decode=lambda ids: tok.tokenizer.decode(ids, skip_special_tokens=False))[0]
     assert lines[2]["completion"] == greedy.text  # batched with another prompt == alone
+
+
+def _sampler(tok, prompts, dp_rank=0, dp_size=1, **cfg):
+    from gptforge.config import RLConfig
+    from gptforge.train.rl.sampler import RolloutSampler
+
+    c = RLConfig(samples_per_prompt=3, prompts_per_step=2, max_new_tokens=6, **cfg)
+    return RolloutSampler(prompts, [parse_reward("regex:[0-9]")], c, seed=11, eos_id=tok.eos_id,
+                          decode=lambda ids: tok.tokenizer.decode(ids, skip_special_tokens=False),
+                          dp_rank=dp_rank, dp_size=dp_size)
+
+
+def test_sampler_same_completions_on_two_ranks_and_after_a_state_round_trip(model, tok, tmp_path):
+    """Rank 0 and rank 1 of 2 hold the groups that one process samples (stream position q on rank
+    q % 2), so the rollout rows are the same tokens; a saved and reloaded sampler serves the same
+    mini-batch without sampling again."""
+    ps = _prompts(tok) * 2
+    one = _sampler(tok, ps, updates_per_batch=2)
+    two = [_sampler(tok, ps, r, 2, updates_per_batch=2) for r in (0, 1)]
+    for sampler in (one, *two):
+        sampler.mini_batch(model, 2)  # step 2 = rollout batch 1, mini-batch 0
+    k = one.batch_index
+    assert k == 1 and all(s.batch_index == 1 for s in two)
+    rows_one = torch.cat([m["input_ids"] for m in one.minis])  # groups q = 2, 3 of batch 1, in order
+    G = 3
+    for r, s in enumerate(two):
+        mine = torch.cat([m["input_ids"] for m in s.minis])
+        want = rows_one[r * G:(r + 1) * G]
+        assert torch.equal(mine[:, :want.size(1)], want[:, :mine.size(1)])
+    assert one.prompt_at(0) != one.prompt_at(1) and sorted(one.prompt_at(q) for q in range(6)) == list(range(6))
+    path = tmp_path / "sampler.pt"
+    torch.save(one.state_dict(), path)
+    again = _sampler(tok, ps, updates_per_batch=2)
+    again.load_state_dict(torch.load(path, weights_only=True))
+    assert torch.equal(again.mini_batch(model, 3)["input_ids"], one.mini_batch(model, 3)["input_ids"])
+    assert again.metrics == one.metrics and 0 <= one.metrics["reward_mean"] <= 1
+
+
+def test_dynamic_sampling_masks_groups_without_variance(model, tok):
+    ps = _prompts(tok)
+    s = _sampler(tok, ps, dynamic_sampling="drop")
+    s.rewards = [parse_reward("regex:.*")]  # every completion scores 1: no group has variance
+    rows = s.mini_batch(model, 0)
+    assert not rows["loss_mask"].any() and s.metrics["zero_variance_share"] == 1.0
+    assert s.metrics["groups_kept_share"] == 0.0

@@ -92,6 +92,14 @@ def k3_kl(logprobs: torch.Tensor, ref_logprobs: torch.Tensor) -> torch.Tensor:
     return torch.exp(d) - d - 1
 
 
+def loss_count(mask: torch.Tensor, unit: Unit) -> float:
+    """The normaliser of `policy_loss` for a batch, known before the forward: the counted tokens
+    (unit "token"), or the sequences with at least one counted token (unit "sequence"). mask (B, T)."""
+    if unit == "token":
+        return float(mask.sum().item())
+    return float(mask.any(dim=1).sum().item())
+
+
 @dataclass
 class PolicyLoss:
     """`policy_loss`'s result: `loss_sum` (scalar, differentiable) divided by `count` (tokens or
@@ -113,7 +121,7 @@ def policy_loss(logprobs: torch.Tensor, old_logprobs: torch.Tensor, advantages: 
     log pi_old, the sampling policy (no grad); advantages (B,); mask (B, T) 1 where a token counts;
     ref_logprobs (B, T) when kl_beta > 0. clip_low, clip_high: eps_low, eps_high.
     unit: "token" (DAPO) sums over tokens, count = sum(mask); "sequence" (GRPO) sums per-sequence
-    means, count = B (a sequence whose mask is all 0 contributes 0).
+    means, count = the sequences with at least one counted token (`loss_count`).
 
     Raises:
         ValueError: shapes that disagree, an unknown unit, kl_beta > 0 without ref_logprobs.
@@ -142,12 +150,12 @@ def policy_loss(logprobs: torch.Tensor, old_logprobs: torch.Tensor, advantages: 
             token_stats["kl"] = kl.detach()
     if unit == "token":
         loss_sum = (per_token * mask).sum()
-        count = float(mask.sum().item())
+        count = loss_count(mask, unit)
         metrics = {k: float((v * mask).sum().item()) for k, v in token_stats.items()}
     else:
         lengths = mask.sum(dim=1).clamp(min=1.0)
         loss_sum = ((per_token * mask).sum(dim=1) / lengths).sum()
-        count = float(logprobs.size(0))
+        count = loss_count(mask, unit)
         metrics = {k: float(((v * mask).sum(dim=1) / lengths).sum().item()) for k, v in token_stats.items()}
     return PolicyLoss(loss_sum, count, metrics)
 
