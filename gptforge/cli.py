@@ -25,6 +25,7 @@ COMMANDS = {
     "generate": "Sample text from a run or checkpoint with a KV cache.",
     "distill": "Train a student to match a frozen teacher's next-token distribution (logit distillation).",
     "finetune": "Fine-tune a Hugging Face or gptforge model (full or LoRA) on instruction .jsonl or shards.",
+    "rl": "Reinforcement learning with verifiable rewards (GRPO / DAPO) from a Hugging Face or gptforge model.",
     "convert": "Convert Hugging Face model folders (GPT-2, Llama, Mistral, Qwen2) to gptforge checkpoints and back.",
     "launch": "Run a gptforge command under torchrun on N processes (and nodes), printing the command.",
     "slurm": "Write a Slurm sbatch script that runs a gptforge command with torchrun on N nodes x G GPUs.",

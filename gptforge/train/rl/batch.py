@@ -120,24 +120,3 @@ def rollout_metrics(groups: Sequence[Group], kept: Sequence[Group]) -> dict[str,
         out[f"reward/{name}"] = torch.cat([g.reward_parts[name] for g in groups]).mean().item()
     return out
 
-
-def micro_batch_loss(model, rows: dict[str, torch.Tensor], temperature: float, clip_low: float, clip_high: float,
-                     unit: str, kl_beta: float):
-    """`policy_loss` of one micro-batch of rollout rows under the current weights, with the
-    summed entropy of the counted positions added to its metrics ("entropy", same unit as the count).
-
-    Returns: a `gptforge.train.rl.loss.PolicyLoss` (loss_sum, count, metrics).
-    """
-    from gptforge.train.rl.loss import policy_loss
-
-    logp, entropy = rows_logprobs(model, rows, temperature)
-    mask = rows["loss_mask"]
-    out = policy_loss(logp, rows["old_logprobs"], rows["advantages"], mask, clip_low, clip_high,
-                      unit,  # type: ignore[arg-type]  # RLConfig.loss_unit is the Literal
-                      kl_beta, rows["ref_logprobs"] if kl_beta else None)
-    m = mask.to(entropy.dtype)
-    if unit == "token":
-        out.metrics["entropy"] = float((entropy * m).sum())
-    else:
-        out.metrics["entropy"] = float(((entropy * m).sum(1) / m.sum(1).clamp(min=1)).sum())
-    return out
