@@ -124,7 +124,7 @@ def main(argv: list[str]) -> int:
         budget = None
         if ns.data:
             from gptforge.plan.mixture import mixture_budget
-            from gptforge.train.mixture_source import parse_data_weights
+            from gptforge.train.sources.mixture import parse_data_weights
 
             weights = parse_data_weights(ns.data_weights) if ns.data_weights else None
             budget = mixture_budget(ns.data if len(ns.data) > 1 else ns.data[0], weights, answer.plan.tokens)

@@ -119,7 +119,7 @@ def _prepare_sources(opts, values: dict) -> int:
     from rich.console import Console
 
     from gptforge.data.prepare_sources import parse_named, prepare_sources
-    from gptforge.train.mixture_source import parse_data_weights
+    from gptforge.train.sources.mixture import parse_data_weights
 
     try:
         sources = {n: [p] for n, p in parse_named(opts.source, "--source").items()}

@@ -63,7 +63,7 @@ def main(argv: list[str]) -> int:
         if opts.backend is None:
             cfg.parallel.backend = "deepspeed"
     if opts.data_weights is not None:
-        from gptforge.train.mixture_source import parse_data_weights
+        from gptforge.train.sources.mixture import parse_data_weights
 
         cfg.train.data_weights = parse_data_weights(opts.data_weights)
     from rich.console import Console

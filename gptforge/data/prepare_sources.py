@@ -8,7 +8,7 @@ characters (default: in proportion to its train text; `--tokenizer-weights NAME=
 of them, at most all of its text); then each source is encoded and written with that tokenizer
 into DIR/NAME/ (its own splits, meta.json and report). DIR/meta.json, written last, lists the
 sources with documents, tokens and bytes per split; DIR/tokenizer.json is the shared tokenizer.
-`gptforge pretrain --data DIR` trains on the mixture (gptforge.train.mixture_source).
+`gptforge pretrain --data DIR` trains on the mixture (gptforge.train.sources.mixture).
 """
 
 from __future__ import annotations

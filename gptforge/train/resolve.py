@@ -158,7 +158,7 @@ def resolve_run(cfg: RunConfig, env, data, probes: Probes, requested_parallel: P
     Args:
         cfg: the user's config (parallel resolved for this world). env: the world (a DistEnv:
             dp_size, world_size, device). data: the data's facts (`vocab_size`, from meta.json,
-            and `description`; a BatchSource). probes: what the start-up probes found.
+            `description`, `source_tokens`: a BatchSource). probes: what the start-up probes found.
         requested_parallel: as `ResolvedRun.requested_parallel` (default cfg.parallel).
         log: receives one line per value chosen here (accumulation, time budget, size-aware
             defaults, the schedule).
@@ -196,7 +196,7 @@ def resolve_run(cfg: RunConfig, env, data, probes: Probes, requested_parallel: P
         tc = dataclasses.replace(tc, max_steps=steps, max_minutes_steps=steps)
     tc = resolve_warmup_default(tc, probes.saved_train)
     tc = dataclasses.replace(tc, document_mask=resolve_document_mask(tc.document_mask, probes.saved_train))
-    tc = resolve_mixture(tc, getattr(data, "source_tokens", None), probes.saved_train, data.description, say,
+    tc = resolve_mixture(tc, data.source_tokens, probes.saved_train, data.description, say,
                          probes.resume_step)
     line = describe_defaults(user, tc)
     if line:

@@ -15,9 +15,9 @@ import torch
 from gptforge.config import ModelConfig, RunConfig
 from gptforge.errors import TrainingError
 from gptforge.runtime.device import pick_device
-from gptforge.train.mixture_source import open_source
+from gptforge.train.objectives import Objective
 from gptforge.train.parallel import distributed as D
-from gptforge.train.sources import BatchSource
+from gptforge.train.sources import BatchSource, open_source
 from gptforge.train.trainer import Trainer, TrainResult
 
 if TYPE_CHECKING:
@@ -54,14 +54,14 @@ def train(cfg: RunConfig, data_dir: str | Path | list, run_dir: str | Path, resu
           model_factory: Callable[[ModelConfig], torch.nn.Module] | None = None,
           data: BatchSource | None = None, config_extra: dict[str, Any] | None = None,
           on_save: Callable[[int, Path], None] | None = None,
-          loss_fn: Callable[..., torch.Tensor] | None = None) -> TrainResult:
+          objective: Objective | None = None) -> TrainResult:
     """Train a GPT on the token shards in `data_dir` (or on `data`), writing the run to `run_dir`.
 
     Args:
         cfg: model/train/parallel config; `model.vocab_size` defaults to the data's vocabulary.
             Parallel degrees of -1 take the rest of the world (see ParallelConfig.resolved).
         data_dir: a `gptforge prepare` output folder (meta.json + *.bin + tokenizer.json), or a
-            list of them sharing a tokenizer (a mixture: gptforge.train.mixture_source); ignored
+            list of them sharing a tokenizer (a mixture: gptforge.train.sources.mixture); ignored
             when `data` is given.
         run_dir: output folder (config.yaml, metrics.jsonl, tb/, checkpoints/).
         resume: continue from run_dir/checkpoints/latest (same config).
@@ -69,7 +69,8 @@ def train(cfg: RunConfig, data_dir: str | Path | list, run_dir: str | Path, resu
         data: a BatchSource (gptforge.train.sources) used instead of the shard folder.
         config_extra: extra top-level sections written into config.yaml (e.g. `finetune`).
         on_save: called on rank 0 as on_save(step, checkpoint_folder) after each checkpoint.
-        loss_fn: replaces the training loss (distillation: gptforge.train.workflows.distill.DistillLoss).
+        objective: what a training step minimises (gptforge.train.objectives; default the
+            summed next-token loss, e.g. gptforge.train.objectives.distill.Distillation).
 
     Returns: a TrainResult with the final step and losses.
 
@@ -102,7 +103,7 @@ def train(cfg: RunConfig, data_dir: str | Path | list, run_dir: str | Path, resu
         try:
             trainer = Trainer(cfg, env, source, Path(run_dir), resume, progress, log, model_factory=model_factory,
                               config_extra=config_extra, on_save=on_save, ds_config=ds_config,
-                              requested_parallel=requested, loss_fn=loss_fn)
+                              requested_parallel=requested, objective=objective)
         except BaseException:
             source.close()
             raise

@@ -1,13 +1,15 @@
 """One optimizer step's forward and backward, for a plain module and through a pipeline schedule.
 
 Per optimizer step: `gradient_accumulation_steps` micro-batches under autocast; each micro-batch's
-summed token loss is divided by the number of target tokens of the whole optimizer step, so the
-update equals one big batch's mean-over-tokens loss, not a mean of micro-batch means.
+summed loss (the run's objective, gptforge.train.objectives; next-token by default) is divided by
+the count of the objective's units (target tokens, sequences, pairs) of the whole optimizer step,
+so the update equals one big batch's mean-per-unit loss, not a mean of micro-batch means.
 """
 
 from __future__ import annotations
 
 import contextlib
+from dataclasses import dataclass, field
 from typing import Any, Callable
 
 import numpy as np
@@ -15,55 +17,78 @@ import torch
 
 from gptforge.data.loader import TokenStream
 from gptforge.runtime.device import autocast_context
-from gptforge.runtime.loss import IGNORE_INDEX, token_loss_sum, unpack_micro_batch
+from gptforge.runtime.loss import IGNORE_INDEX, token_loss_sum
 from gptforge.runtime.onednn_linear import onednn_linear
+from gptforge.train.objectives import Forward, NextToken, Objective, to_device
 from gptforge.train.parallel.parallelize import Parallelized
 
 
-def forward_backward(model: torch.nn.Module, micro_batches: list[tuple[torch.Tensor, torch.Tensor]],
-                     loss_divisor: float, device: torch.device, precision: str = "fp32",
-                     scaler: torch.amp.GradScaler | None = None,
+@dataclass
+class StepSums:
+    """This rank's sums over one optimizer step's micro-batches (detached).
+
+    loss: the objective's summed loss (0-dim). metrics: name -> [sum, weight] of the objective's
+    metrics (`gptforge.train.objectives.ObjectiveLoss.metrics`), summed over the micro-batches.
+    """
+
+    loss: torch.Tensor
+    metrics: dict[str, list[torch.Tensor | float]] = field(default_factory=dict)
+
+
+def forward_backward(model: torch.nn.Module, micro_batches: list, loss_divisor: float, device: torch.device,
+                     precision: str = "fp32", scaler: torch.amp.GradScaler | None = None,
                      grad_sync: Callable[[bool], Any] | None = None,
                      backward: Callable[[torch.Tensor, bool], None] | None = None,
-                     loss_fn: Callable[..., torch.Tensor] | None = None,
-                     use_onednn_linear: bool = False) -> torch.Tensor:
-    """Accumulate gradients of sum(token losses) / loss_divisor over the micro-batches.
+                     objective: Objective | None = None, use_onednn_linear: bool = False) -> torch.Tensor:
+    """Accumulate gradients of sum(objective losses) / loss_divisor over the micro-batches.
 
-    With loss_divisor = the step's total target-token count, the accumulated gradient equals that
-    of the mean token loss of one batch holding all micro-batches, however the target tokens are
-    spread across micro-batches (a mean of micro-batch means would weight them unequally).
-    Each micro-batch is (inputs (b, T), targets (b, T)) int64, or a dict (see
-    `unpack_micro_batch`); targets -100 are ignored.
+    With loss_divisor = the step's total count of the objective's units (target tokens for the
+    default `NextToken`), the accumulated gradient equals that of the mean loss per unit of one
+    batch holding all micro-batches, however the units are spread across micro-batches (a mean
+    of micro-batch means would weight them unequally). For `NextToken` each micro-batch is
+    (inputs (b, T), targets (b, T)) int64, or a dict (see `unpack_micro_batch`); targets -100
+    are ignored. Other objectives read their own micro-batches (gptforge.train.objectives).
 
-    Data parallel: pass loss_divisor = (global target count over all dp ranks) / dp, because DDP
+    Data parallel: pass loss_divisor = (global count over all dp ranks) / dp, because DDP
     and FSDP2 average gradients over the dp ranks; `grad_sync(is_last)` gives the context of each
     backward (gradients are reduced across ranks on the last micro-batch only).
-    `loss_fn(logits, targets, inputs, extra)` replaces the summed token loss (e.g. distillation's
-    T^2 KL + alpha CE, gptforge.train.workflows.distill.DistillLoss): same units, summed over counted targets.
     `backward(loss, is_last)` replaces `loss.backward()` (a backend's, e.g. DeepSpeed's engine).
     `use_onednn_linear`: forward and backward inside `gptforge.runtime.onednn_linear.onednn_linear`
     (only fp32 CPU linear layers change; pass it for eager steps only, see `onednn_linear_for`).
 
-    Returns: this rank's summed token loss in nats (0-dim, detached), for logging.
+    Returns: this rank's summed loss (nats for NextToken; 0-dim, detached), for logging.
     """
-    loss_sum = torch.zeros((), device=device)
+    return forward_backward_sums(model, micro_batches, loss_divisor, device, precision, scaler, grad_sync, backward,
+                                 objective, use_onednn_linear).loss
+
+
+def forward_backward_sums(model: torch.nn.Module, micro_batches: list, loss_divisor: float, device: torch.device,
+                          precision: str = "fp32", scaler: torch.amp.GradScaler | None = None,
+                          grad_sync: Callable[[bool], Any] | None = None,
+                          backward: Callable[[torch.Tensor, bool], None] | None = None,
+                          objective: Objective | None = None, use_onednn_linear: bool = False) -> StepSums:
+    """`forward_backward` that also returns the objective's metric sums (StepSums)."""
+    objective = objective if objective is not None else NextToken()
+    forward = Forward(model, device, precision)
+    out = StepSums(torch.zeros((), device=device))
     n = len(micro_batches)
     for i, mb in enumerate(micro_batches):
-        x, y, extra = unpack_micro_batch(mb)
-        x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
-        extra = {k: v.to(device, non_blocking=True) for k, v in extra.items()}
+        mb = to_device(mb, device)
         with (grad_sync(i == n - 1) if grad_sync is not None else contextlib.nullcontext(),
               onednn_linear(use_onednn_linear)):
-            with autocast_context(device, precision):
-                logits = model(x, **extra)
-            ls = token_loss_sum(logits, y) if loss_fn is None else loss_fn(logits, y, x, extra)
+            result = objective.loss(forward, mb)
+            ls = result.loss
             scaled = ls / max(loss_divisor, 1e-12) if loss_divisor > 0 else ls
             if backward is not None:
                 backward(scaled, i == n - 1)
             else:
                 (scaler.scale(scaled) if scaler is not None else scaled).backward()
-        loss_sum += ls.detach()
-    return loss_sum
+        out.loss += ls.detach()
+        for name, (value, weight) in result.metrics.items():
+            acc = out.metrics.setdefault(name, [0.0, 0.0])
+            acc[0] = acc[0] + (value.detach() if isinstance(value, torch.Tensor) else value)
+            acc[1] = acc[1] + weight
+    return out
 
 
 def onednn_linear_for(enabled: bool, device: torch.device, precision: str, compiled: bool) -> bool:
@@ -73,19 +98,23 @@ def onednn_linear_for(enabled: bool, device: torch.device, precision: str, compi
 
 
 class PipelineLoss:
-    """loss_fn of the last pipeline stage: summed token loss of a micro-batch / `divisor`.
+    """loss_fn of the last pipeline stage: a micro-batch's summed loss / `divisor`.
 
-    The divisor is the step's global target count (over dp ranks, / dp), so the schedule runs
-    with scale_grads=False: dividing again by the micro-batch count would be wrong whenever
-    micro-batches hold different numbers of target tokens. The raw sums are kept in `sums`.
+    Training uses the objective's `pipeline_loss` (gptforge.train.objectives; the default is the
+    summed next-token loss); evaluation (`training` False) the summed next-token loss, as every
+    validation figure is. The divisor is the step's global count (over dp ranks, / dp), so the
+    schedule runs with scale_grads=False: dividing again by the micro-batch count would be wrong
+    whenever micro-batches hold different numbers of units. The raw sums are kept in `sums`.
     """
 
-    def __init__(self):
+    def __init__(self, objective: Objective | None = None):
+        self.objective = objective if objective is not None else NextToken()
         self.divisor = 1.0
+        self.training = True
         self.sums: list[torch.Tensor] = []
 
     def __call__(self, logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-        ls = token_loss_sum(logits, targets)
+        ls = self.objective.pipeline_loss(logits, targets) if self.training else token_loss_sum(logits, targets)
         self.sums.append(ls.detach())
         return ls / self.divisor
 
@@ -95,6 +124,7 @@ def _pipeline_run(par: Parallelized, pp_loss: PipelineLoss, x: torch.Tensor, y: 
     has_first = any(s.is_first for s in par.stages)
     has_last = any(s.is_last for s in par.stages)
     pp_loss.sums = []
+    pp_loss.training = train
     args = (x.to(device),) if has_first else ()
     kwargs: dict[str, Any] = {"target": y.to(device), "losses": []} if has_last else {}
     with autocast_context(device, precision):

@@ -3,7 +3,8 @@
 `Trainer.train()` reads top to bottom: `train_step` -> bad-step guard -> `evaluator` ->
 `early_stop` -> `metrics` -> `checkpointer`; each component (gptforge.train.components) decides
 whether a step is its step and owns its state. Data comes through a `BatchSource`
-(gptforge.train.sources), so the loop never asks which kind of data it trains on; the layout
+(gptforge.train.sources) and what a step minimises is an `Objective` (gptforge.train.objectives),
+so the loop never asks which kind of data or loss it trains on; the layout
 (single process, DDP, FSDP2, TP, PP, DeepSpeed) is hidden behind the engine (gptforge.train.parallel.backend)
 and the step function chosen once at set-up (gptforge.train.step). The run is resolved once, first
 (gptforge.train.resolve): `self.run`, a frozen ResolvedRun, is the only config read after that.
@@ -34,7 +35,6 @@ from gptforge.model.gpt import GPT
 from gptforge.plan.flops import flops_per_token
 from gptforge.runtime import checkpoint as ckpt_lib
 from gptforge.runtime.activation import apply_activation_checkpointing
-from gptforge.runtime.loss import count_targets
 from gptforge.train.components import (
     BadStepGuard,
     Checkpointer,
@@ -47,20 +47,22 @@ from gptforge.train.components import (
 )
 from gptforge.train.loggers import MetricsWriter, Progress
 from gptforge.train.mfu import Peak, device_peak
+from gptforge.train.objectives import Layout, NextToken, Objective
 from gptforge.train.optim import build_optimizer, lr_at
 from gptforge.train.parallel import distributed as D
 from gptforge.train.parallel.backend import DeepSpeedBackend, TorchBackend
-from gptforge.train.parallel.parallelize import Parallelized, apply_compile, parallelize
+from gptforge.train.parallel.parallelize import Parallelized, apply_compile, parallelize, place_frozen
 from gptforge.train.resolve import resolve_training
 from gptforge.train.resume import check_resume, nothing_to_resume
 from gptforge.train.rollback import RollbackState, SpikeRollback
 from gptforge.train.samples import write_run_end
-from gptforge.train.sources import BatchSource, ShardSource
-from gptforge.train.spikes import SpikeDetector, divergence_loss_ceiling
+from gptforge.train.sources import BatchSource, ModelHandle
+from gptforge.train.spikes import SpikeDetector
 from gptforge.train.state import Fields
 from gptforge.train.step import (
     PipelineLoss,
-    forward_backward,
+    StepSums,
+    forward_backward_sums,
     onednn_linear_for,
     pipeline_evaluate,
     pipeline_forward_backward,
@@ -120,15 +122,16 @@ class Trainer:
         on_save: called on rank 0 as on_save(step, checkpoint_folder) after each checkpoint.
         ds_config: a DeepSpeed config dict (backend deepspeed), else None; the engine gets it with
             the resolved run's lr, batch and precision (`self.ds_config`).
-        loss_fn: replaces the summed token loss of a training step (see train.step.forward_backward),
-            e.g. distillation; evaluation keeps the plain loss.
+        objective: what a training step minimises (gptforge.train.objectives; default NextToken,
+            the summed next-token loss), e.g. distillation; evaluation keeps the source's loss.
         requested_parallel: the parallel section as asked for (degrees of -1 unresolved), which
             config.yaml keeps so that a resume re-resolves it for its own world size; `layout`
             records what it resolved to. Default: cfg.parallel.
 
     Raises:
         FileExistsError: run_dir holds another run and resume is False.
-        InputError: inconsistent config or data (the message names the field).
+        InputError: inconsistent config or data (the message names the field); pipeline
+            parallelism with an objective or source that does not run under it.
     """
 
     def __init__(self, cfg: RunConfig, env: D.DistEnv, source: BatchSource, run_dir: Path, resume: bool = False,
@@ -136,9 +139,10 @@ class Trainer:
                  model_factory: Callable[[ModelConfig], torch.nn.Module] | None = None,
                  config_extra: dict[str, Any] | None = None, on_save: Callable[[int, Path], None] | None = None,
                  ds_config: dict | None = None, requested_parallel: ParallelConfig | None = None,
-                 loss_fn: Callable[..., torch.Tensor] | None = None):
+                 objective: Objective | None = None):
         self.env, self.source, self.run_dir = env, source, Path(run_dir)
-        self.loss_fn = loss_fn
+        self.objective: Objective = objective if objective is not None else NextToken()
+        self.stopped: str | None = None
         self.device, self.main = env.device, env.is_main
         self.say = (log or (lambda m: None)) if self.main else (lambda m: None)
         self.ckpt_root = self.run_dir / "checkpoints"
@@ -165,16 +169,17 @@ class Trainer:
 
             ds_config = resolved_deepspeed_config(ds_config, tc, env.dp_size)
         self.ds_config = ds_config
-        if isinstance(source, ShardSource):  # before the model: a block_size no data fills would allocate first
-            source.check_window(source.seq_len or mc.block_size)
+        self._check_pipeline()
+        source.check_window(mc.block_size)  # before the model: a block_size no data fills would allocate first
         self._build_model_and_engine(model_factory, ds_config)
+        self._bind_model()
         self.batches = source.batches(mc.block_size, tc, env.dp_rank, env.dp_size)
         self.tokens_per_step = self.batches.tokens_per_step
         self.fpt = flops_per_token(mc, self.n_params, self.batches.seq_len)
         self.state: dict[str, Any] = {"step": 0, "tokens_seen": 0, "elapsed_seconds": 0.0, "skipped_steps": 0}
         self.early_stop = self._early_stopping()
-        # The absolute ceiling ln V + margin holds for the default next-token cross-entropy only.
-        ceiling = divergence_loss_ceiling(mc.vocab_size) if loss_fn is None else None
+        # An absolute ceiling (ln V + margin) only where the objective has one (next-token loss).
+        ceiling = self.objective.loss_ceiling(mc.vocab_size)
         self.spikes = (SpikeDetector(grad_clip=tc.grad_clip, warmup_steps=tc.warmup_steps, loss_ceiling=ceiling)
                        if tc.spike_alarms else None)
         self.rollback = RollbackState(tc.max_rollbacks)
@@ -198,7 +203,7 @@ class Trainer:
 
     def _early_stopping(self) -> EarlyStopping:
         metric = self.tc.best_metric
-        per_source = [f"val/{n}/loss" for n in getattr(self.source, "source_tokens", None) or {}]
+        per_source = [f"val/{n}/loss" for n in self.source.source_tokens or {}]
         if metric != "val_loss" and metric not in per_source and not (metric.startswith("eval/") and self.tc.eval_tasks):
             raise InputError(f"train.best_metric={metric!r}: use val_loss, "
                              + "".join(f"{m}, " for m in per_source)
@@ -242,7 +247,7 @@ class Trainer:
         torch.manual_seed(tc.seed)
         model = model_factory(mc) if model_factory is not None else GPT(mc)
         self.n_params = model.num_params()
-        self.pp_loss = PipelineLoss()
+        self.pp_loss = PipelineLoss(self.objective)
         if ds_config is not None:
             apply_activation_checkpointing(model, tc.activation_checkpointing)
             if tc.compile:
@@ -258,6 +263,29 @@ class Trainer:
             self.engine = TorchBackend(self.par, optimizer, scaler, env, tc.precision)
         self.par.core.train()
 
+    def _check_pipeline(self) -> None:
+        """Refuse, before the model is built, an objective or source that does not run under
+        pipeline parallelism (the last stage sees only logits and targets; evaluation reads a
+        token stream)."""
+        if self.pc.pp <= 1:
+            return
+        if not self.objective.supports_pipeline:
+            raise InputError(f"{self.objective.name} does not run under pipeline parallelism (parallel.pp > 1): "
+                             "use data, tensor or FSDP2 parallelism")
+        if not self.source.supports_pipeline:
+            raise InputError(f"pipeline parallelism (parallel.pp > 1) takes token shards of one source, not "
+                             f"{self.source.description}")
+
+    def _bind_model(self) -> None:
+        """The laid-out policy to the objective (`setup`: a frozen reference placed like it) and
+        to the source (`bind`: batches made with the model)."""
+        tc, pc, env = self.tc, self.pc, self.env
+        handle = ModelHandle(core=self.par.core, module=self.par.module, device=self.device,
+                             precision=self.engine.autocast_precision, env=env)
+        self.objective.setup(Layout(policy=handle, model=self.mc, train=tc, parallel=pc, run_dir=self.run_dir,
+                                    place=lambda m: place_frozen(cast(GPT, m), tc, pc, env)))
+        self.source.bind(handle)
+
     def _checkpointer(self, on_save) -> Checkpointer:
         """The checkpointer, with the stateful components registered: one save and one reload
         (gptforge.train.state) for --resume and rollback alike."""
@@ -271,6 +299,8 @@ class Trainer:
         if self.spikes is not None:
             ck.register("spikes", self.spikes)
         ck.register("rollback", self.rollback, on_rollback=False)
+        ck.register("objective", self.objective)  # e.g. an RL sampler's RNG, precomputed reference log-probs
+        ck.register("source", self.source)
         if self.wandb is not None:
             ck.register("wandb", self.wandb, on_rollback=False)
         return ck
@@ -285,20 +315,17 @@ class Trainer:
 
     def _components(self, progress: bool, resume: bool) -> None:
         tc, par = self.tc, self.par
-        if par.schedule is not None:
-            if self.loss_fn is not None:
-                raise InputError("a custom training loss (distillation) does not run under pipeline parallelism")
-            if not isinstance(self.source, ShardSource):
-                raise InputError("pipeline parallelism (parallel.pp > 1) takes token shards only, not instruction data")
+        if par.schedule is not None:  # objective and source were checked by _check_pipeline
             rows = tc.micro_batch_size * tc.gradient_accumulation_steps
-            stream, offsets = self.source.val_stream, self.source.val_offsets
+            val = self.source.pipeline_val()
 
             def evaluate():
-                return pipeline_evaluate(par, self.pp_loss, stream, offsets, self.mc.block_size, rows,
-                                         self.device, tc.precision, self.env)
+                return None if val is None else pipeline_evaluate(par, self.pp_loss, val[0], val[1], self.mc.block_size,
+                                                                  rows, self.device, tc.precision, self.env)
 
-            def step_fn(micro, divisor):
-                return pipeline_forward_backward(par, self.pp_loss, micro, divisor, self.device, tc.precision)
+            def step_fn(micro, divisor) -> StepSums:
+                return StepSums(pipeline_forward_backward(par, self.pp_loss, micro, divisor, self.device,
+                                                          tc.precision))
         else:
             def evaluate():
                 return self.source.evaluate(par.module, self.device, self.engine.autocast_precision,
@@ -306,10 +333,10 @@ class Trainer:
 
             dnn = onednn_linear_for(tc.onednn_linear, self.device, self.engine.autocast_precision, bool(tc.compile))
 
-            def step_fn(micro, divisor):
-                return forward_backward(par.module, micro, divisor, self.device, self.engine.autocast_precision,
-                                        grad_sync=self.engine.grad_sync, backward=self.engine.backward,
-                                        loss_fn=self.loss_fn, use_onednn_linear=dnn)
+            def step_fn(micro, divisor) -> StepSums:
+                return forward_backward_sums(par.module, micro, divisor, self.device, self.engine.autocast_precision,
+                                             grad_sync=self.engine.grad_sync, backward=self.engine.backward,
+                                             objective=self.objective, use_onednn_linear=dnn)
         self.step_fn = step_fn
         self.evaluator = Evaluator(evaluate, tc.eval_interval, tc.max_steps, enabled=self.source.has_val)
         self.task_evaluator = self._task_evaluator()
@@ -322,7 +349,7 @@ class Trainer:
                                      mfu_label="mfu est." if self.device.type == "cpu" else "mfu",
                                      has_peak=bool(self.peak.flops_per_second))
         self.spike_rollback = SpikeRollback(self.rollback, self.checkpointer, self.bad_steps, self.metrics,
-                                            self.run_dir, tc, on_stop=lambda reason: setattr(self, "stopped", reason))
+                                            self.run_dir, tc, on_stop=self._stop_with)
         # Every run checks the planner: its prediction goes beside the measured peak in every row.
         try:
             from gptforge.plan.planner import predict_peak_memory_bytes
@@ -396,7 +423,7 @@ class Trainer:
                     val = self.evaluator.maybe_evaluate(done)
                     if val is not None:
                         row["val_loss"] = val
-                        row.update(self.source.val_metrics() if hasattr(self.source, "val_metrics") else {})
+                        row.update(self.source.val_metrics())
                     row.update(self.task_evaluator.maybe_evaluate(done))
                     new_best = self.early_stop.update(row.get(self.early_stop.metric))
                     self._add_events(row, first=first)
@@ -404,10 +431,7 @@ class Trainer:
                         continue
                     self.metrics.log(row, force=bool(row.get("events")))
                     self.metrics.progress(row, self.evaluator.last)
-                    reason = ("early_stopping" if self.early_stop.should_stop else "signal" if interrupted
-                              else "stop_at_step" if tc.stop_at_step and done >= tc.stop_at_step
-                              else "max_minutes" if tc.max_minutes > 0
-                              and self.state["elapsed_seconds"] + self.budget_spent_s >= tc.max_minutes * 60 else None)
+                    reason = self._stop_reason(done, interrupted)
                     self.checkpointer.maybe_save(done, best=new_best, bad=bad,
                                                  force=done == tc.max_steps or reason is not None)
                     if reason is not None:
@@ -418,7 +442,7 @@ class Trainer:
             self.close()
         return TrainResult(run_dir=self.run_dir, step=self.state["step"], train_loss=self.last_loss,
                            val_loss=self.evaluator.last, best_val_loss=self.early_stop.best_val_loss,
-                           stopped=self.stopped, tokens_seen=self.state["tokens_seen"], history=self.metrics.history,
+                           stopped=self.stopped or "max_steps", tokens_seen=self.state["tokens_seen"], history=self.metrics.history,
                            signal=(stop.signal or signal.SIGTERM) if self.stopped == "signal" else None,
                            max_steps=tc.max_steps, main=self.main)
 
@@ -430,16 +454,19 @@ class Trainer:
         engine.set_lr(lr)
         index = self.rollback.data_index(step)
         micro = self.batches.micro_batches(index)
-        drawn = self.batches.step_metrics(index) if hasattr(self.batches, "step_metrics") else {}
+        drawn = self.batches.step_metrics(index)
+        # The objective's units (target tokens, sequences, pairs), counted before any forward.
         # Every tp and pp rank of a dp rank reads the same slice: count each slice once.
-        (n_sum,) = env.all_reduce_sum([count_targets(micro)])
-        n_tokens = int(round(n_sum / (env.tp_size * env.pp_size)))
+        (n_sum,) = env.all_reduce_sum([sum(self.objective.count(mb) for mb in micro)])
+        n_units = int(round(n_sum / (env.tp_size * env.pp_size)))
         # DDP/FSDP2 average gradients over the dp ranks: divide by the global count / dp.
-        loss_sum = self.step_fn(micro, n_tokens / env.dp_size)
+        sums = self.step_fn(micro, n_units / env.dp_size)
         grad_norm = engine.clip(tc.grad_clip if tc.grad_clip > 0 else float("inf"))
         # Loss sums live on the last pp stage of each dp rank, repeated on its tp ranks.
-        (total_loss,) = env.all_reduce_sum([float(loss_sum)])
-        loss = total_loss / env.tp_size / max(n_tokens, 1)
+        total_loss, *metric_sums = env.all_reduce_sum([float(sums.loss), *self._metric_values(sums)])
+        loss = total_loss / env.tp_size / max(n_units, 1)
+        objective_metrics = {name: metric_sums[2 * i] / metric_sums[2 * i + 1]
+                             for i, name in enumerate(self.objective.metric_names) if metric_sums[2 * i + 1] > 0}
         finite = math.isfinite(loss) and math.isfinite(grad_norm)
         skipped = engine.step(finite)
         if self.device.type == "cuda":
@@ -456,8 +483,17 @@ class Trainer:
         self.state["skipped_steps"] += int(skipped)
         if math.isfinite(loss):
             self.last_loss = loss
-        row = {**self._row(loss, lr, grad_norm, dt, stats, mem is not None, skipped), **drawn}
+        row = {**self._row(loss, lr, grad_norm, dt, stats, mem is not None, skipped), **objective_metrics, **drawn}
         return row, finite, any(r[3] > 0 for r in stats)
+
+    def _metric_values(self, sums: StepSums) -> list[float]:
+        """[sum, weight] of each of the objective's declared metrics, 0 where this rank has none
+        (a pipeline stage without the loss), flattened for one all-reduce."""
+        out: list[float] = []
+        for name in self.objective.metric_names:
+            value, weight = sums.metrics.get(name, (0.0, 0.0))
+            out += [float(value), float(weight)]
+        return out
 
     def _row(self, loss, lr, grad_norm, dt, stats, has_mem: bool, skipped: bool) -> dict[str, Any]:
         tps = self.tokens_per_step / dt
@@ -470,7 +506,7 @@ class Trainer:
             "tokens_seen": self.state["tokens_seen"], "step_seconds": dt,
             "elapsed_seconds": self.state["elapsed_seconds"], "skipped": skipped,
         }
-        if getattr(self.engine, "loss_scale", None) is not None:  # fp16: the scale this step used
+        if self.engine.loss_scale is not None:  # fp16: the scale this step used
             row["loss_scale"] = self.engine.loss_scale
         if self.env.world_size > 1:
             row["tokens_per_second_rank_min"] = min(r[0] for r in stats)
@@ -504,6 +540,18 @@ class Trainer:
         self.metrics.message(f"memory per device: planner predicted {self.predicted_mem / 2**30:.2f} GiB of "
                              f"tensors; {measured}")
 
+    def _stop_reason(self, done: int, interrupted: bool) -> str | None:
+        """Why the run stops after step `done` (the first that holds, in this order), or None."""
+        tc = self.tc
+        out_of_time = tc.max_minutes > 0 and self.state["elapsed_seconds"] + self.budget_spent_s >= tc.max_minutes * 60
+        reasons = (("early_stopping", self.early_stop.should_stop), ("signal", interrupted),
+                   ("stop_at_step", bool(tc.stop_at_step) and done >= tc.stop_at_step), ("max_minutes", out_of_time))
+        return next((name for name, hit in reasons if hit), None)
+
+    def _stop_with(self, reason: str) -> None:
+        """Record why the run stopped (a spike after the last allowed rollback)."""
+        self.stopped = reason
+
     def _say_stop(self, reason: str, step: int, stop: StopFlag) -> None:
         if reason == "early_stopping":
             self.metrics.message(f"early stopping at step {step}: no val improvement in {self.tc.patience} "
@@ -522,8 +570,8 @@ class Trainer:
         if self.main and self.tc.report and (self.run_dir / "metrics.jsonl").exists():
             # A sharded model (distributed, or no whole module on this rank) gets no samples.
             whole = cast(GPT, self.par.core) if not self.env.distributed and self.par.module is not None else None
-            path = write_run_end(self.run_dir, getattr(self, "stopped", None), whole, self.device,
-                                 getattr(self.source, "data_dir", None), self.state["step"])
+            path = write_run_end(self.run_dir, self.stopped, whole, self.device, self.source.data_dir,
+                                 self.state["step"])
             self.say(f"report: {path}")
             if self.wandb is not None:
                 self.wandb.log_report(path)

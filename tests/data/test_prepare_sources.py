@@ -49,7 +49,7 @@ def test_two_sources_share_one_tokenizer_and_have_their_own_splits(corpora, tmp_
     assert (out / "tokenizer.json").read_bytes() == (out / "lib" / "tokenizer.json").read_bytes()
     assert sorted(p.name for p in out.iterdir()) == ["lib", "meta.json", "more", "tokenizer.json"]
     # pretrain --data OUT sees the two sources.
-    from gptforge.train.mixture_source import MixtureSource, open_source
+    from gptforge.train.sources.mixture import MixtureSource, open_source
 
     source = open_source(str(out), 2, 2)
     assert isinstance(source, MixtureSource) and list(source.subs) == ["lib", "more"]

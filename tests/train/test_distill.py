@@ -7,7 +7,8 @@ import torch.nn.functional as F
 from gptforge.config import ModelConfig
 from gptforge.errors import InputError
 from gptforge.model.gpt import GPT
-from gptforge.train.workflows.distill import Teacher, check_same_tokenizer, distill_loss, distill_loss_sum
+from gptforge.train.objectives.distill import distill_loss, distill_loss_sum
+from gptforge.train.workflows.distill import Teacher, check_same_tokenizer
 
 
 def _model(seed=0):

@@ -9,8 +9,8 @@ import time
 
 import pytest
 
+import gptforge.train.objectives.next_token as next_token_lib
 import gptforge.train.run as loop
-import gptforge.train.step as step_lib
 from gptforge.config import ModelConfig, RunConfig, TrainConfig
 from gptforge.data.loader import TokenStream, TrainBatches
 from gptforge.data.shards import load_meta
@@ -26,7 +26,7 @@ def _cfg(**kw):
 
 
 def test_non_finite_steps_are_skipped_then_stop_the_run(tiny_shards, tmp_path, monkeypatch):
-    real = step_lib.token_loss_sum
+    real = next_token_lib.token_loss_sum
     calls = {"n": 0}
 
     def poisoned(logits, targets):
@@ -35,7 +35,7 @@ def test_non_finite_steps_are_skipped_then_stop_the_run(tiny_shards, tmp_path, m
         # micro-batch 3 (step 3) is NaN once; from micro-batch 6 on every step is NaN.
         return out * float("nan") if calls["n"] == 3 or calls["n"] >= 6 else out
 
-    monkeypatch.setattr(step_lib, "token_loss_sum", poisoned)
+    monkeypatch.setattr(next_token_lib, "token_loss_sum", poisoned)
     with pytest.raises(RuntimeError, match="consecutive steps with a non-finite"):
         loop.train(_cfg(max_bad_steps=3), tiny_shards, tmp_path / "run", progress=False)
     rows = read_metrics(tmp_path / "run")

@@ -3,8 +3,8 @@
 import pytest
 import torch
 
+import gptforge.train.objectives.next_token as next_token_lib
 import gptforge.train.run as loop
-import gptforge.train.step as step_lib
 from gptforge.config import ModelConfig, RunConfig, TrainConfig
 from gptforge.train.loggers import read_metrics
 
@@ -20,7 +20,7 @@ def test_fp16_logs_the_loss_scale_of_every_step_and_halves_it_after_an_overflow(
                                                                                 monkeypatch):
     if not hasattr(torch.amp, "GradScaler"):
         pytest.skip("torch.amp.GradScaler is missing in this torch")
-    real = step_lib.token_loss_sum
+    real = next_token_lib.token_loss_sum
     calls = {"n": 0}
 
     def overflow_once(logits, targets):
@@ -28,7 +28,7 @@ def test_fp16_logs_the_loss_scale_of_every_step_and_halves_it_after_an_overflow(
         out = real(logits, targets)
         return out * float("inf") if calls["n"] == 2 else out  # step 2's gradients overflow
 
-    monkeypatch.setattr(step_lib, "token_loss_sum", overflow_once)
+    monkeypatch.setattr(next_token_lib, "token_loss_sum", overflow_once)
     loop.train(_cfg("fp16"), tiny_shards, tmp_path / "run", progress=False)
     rows = [r for r in read_metrics(tmp_path / "run") if "loss" in r]
     scales = [r["loss_scale"] for r in rows]

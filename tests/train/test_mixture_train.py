@@ -17,8 +17,8 @@ import torch
 from gptforge.config import ModelConfig, RunConfig, TrainConfig
 from gptforge.errors import InputError
 from gptforge.train.loggers import read_metrics
-from gptforge.train.mixture_source import MixtureSource, open_source, parse_data_weights
 from gptforge.train.run import train
+from gptforge.train.sources.mixture import MixtureSource, open_source, parse_data_weights
 from tests.conftest import stdlib_sample_files
 from tests.train.dist_harness import run_layouts
 

@@ -118,7 +118,7 @@ def test_deepspeed_json_takes_config_yaml_lr(tiny_shards, tmp_path, monkeypatch)
 
 def test_resolve_run_leaves_no_training_field_unset():
     cfg = RunConfig(model=ModelConfig(**MODEL), train=TrainConfig(**{**TRAIN, "max_minutes": 1.0, "eval_interval": 5}))
-    data = types.SimpleNamespace(vocab_size=384, description="test data")
+    data = types.SimpleNamespace(vocab_size=384, description="test data", source_tokens=None)
     said = []
     run = resolve_run(cfg, DistEnv(), data, Probes(precision="fp32", compile=False, step_seconds=0.5,
                                                    step_how="eager, measured", spent_seconds=10.0), log=said.append)
@@ -143,7 +143,7 @@ def test_resolve_run_leaves_no_training_field_unset():
 def test_document_mask_is_resolved_once():
     cfg = RunConfig(model=ModelConfig(**MODEL), train=TrainConfig(**TRAIN))
     assert cfg.train.document_mask is None  # unset in the user's config
-    data = types.SimpleNamespace(vocab_size=384, description="test data")
+    data = types.SimpleNamespace(vocab_size=384, description="test data", source_tokens=None)
     probes = Probes(precision="fp32", compile=False)
     assert resolve_run(cfg, DistEnv(), data, probes).train.document_mask is False
     # On resume the run's own value wins over the default; an explicit value wins over both.

@@ -7,7 +7,7 @@ import torch
 
 from gptforge.config import ModelConfig, RunConfig, TrainConfig
 from gptforge.model.gpt import GPT
-from gptforge.train.workflows import sanity
+from gptforge.train.sources.fixed import FixedBatches
 from gptforge.train.workflows.sanity import sanity_overfit
 
 
@@ -24,21 +24,21 @@ def test_a_good_model_passes(tiny_shards, tmp_path):
 
 
 def test_labels_reshuffled_at_every_step_fail(tiny_shards, tmp_path, monkeypatch):
-    real = sanity.FixedBatches.micro_batches
+    real = FixedBatches.micro_batches
 
     def shuffled(self, step):
         g = torch.Generator().manual_seed(step)
         return [(x, y.flatten()[torch.randperm(y.numel(), generator=g)].view_as(y)) for x, y in real(self, step)]
 
-    monkeypatch.setattr(sanity.FixedBatches, "micro_batches", shuffled)
+    monkeypatch.setattr(FixedBatches, "micro_batches", shuffled)
     r = sanity_overfit(_cfg(), tiny_shards, tmp_path / "run", progress=False)
     assert not r.passed and "not below 0.1" in r.reason
     assert any("labels that change" in a for a in r.advice)
 
 
 def test_every_label_ignored_fails(tiny_shards, tmp_path, monkeypatch):
-    real = sanity.FixedBatches.micro_batches
-    monkeypatch.setattr(sanity.FixedBatches, "micro_batches",
+    real = FixedBatches.micro_batches
+    monkeypatch.setattr(FixedBatches, "micro_batches",
                         lambda self, step: [(x, torch.full_like(y, -100)) for x, y in real(self, step)])
     r = sanity_overfit(_cfg(10), tiny_shards, tmp_path / "run", progress=False)
     assert not r.passed and "no target token counts" in r.reason

@@ -8,20 +8,20 @@ import math
 
 import pytest
 
-import gptforge.train.step as step_lib
+import gptforge.train.objectives.next_token as next_token_lib
 from gptforge.config import ModelConfig, RunConfig, TrainConfig
 from gptforge.errors import InputError, TrainingError
 from gptforge.runtime import checkpoint as ck
 from gptforge.train.loggers import read_metrics
 from gptforge.train.run import train
-from gptforge.train.sources import ShardSource
+from gptforge.train.sources import BatchesBase, ShardSource
 
 POISON_TOKEN = 1
 """Every target of a poisoned batch is this token: a loss far above the curve's (about 6.9 nats
 against a median of 5.3 at step 30 of the runs below, robust z above 20)."""
 
 
-class _PoisonedBatches:
+class _PoisonedBatches(BatchesBase):
     def __init__(self, inner, source):
         self.inner, self.source = inner, source
         self.global_batch_size, self.tokens_per_step, self.seq_len = (inner.global_batch_size, inner.tokens_per_step,
@@ -145,8 +145,8 @@ def test_no_checkpoint_yet_goes_on_as_warn(tiny_shards, tmp_path, capsys):
 
 def test_a_non_finite_streak_rolls_back_and_the_progress_line_says_so(tiny_shards, tmp_path, monkeypatch, capsys):
     src = PoisonedShards(tiny_shards)
-    real = step_lib.token_loss_sum
-    monkeypatch.setattr(step_lib, "token_loss_sum",
+    real = next_token_lib.token_loss_sum
+    monkeypatch.setattr(next_token_lib, "token_loss_sum",
                         lambda logits, targets: real(logits, targets) * (math.nan if src.current in (23, 24) else 1))
     res = train(_cfg(max_steps=30, max_bad_steps=2), tiny_shards, tmp_path / "run", data=src)
     (rb,) = _events(tmp_path / "run", "rollback")

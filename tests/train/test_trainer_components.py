@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-import gptforge.train.step as step_lib
+import gptforge.train.objectives.next_token as next_token_lib
 from gptforge.config import ModelConfig, RunConfig, TrainConfig
 from gptforge.errors import TrainingError
 from gptforge.runtime import checkpoint as ck
@@ -27,8 +27,8 @@ def test_every_run_ends_with_a_report_also_when_it_fails(tiny_shards, tmp_path, 
     html = (run / "report.html").read_text()
     assert "max_steps" in html and "plotly" in html.lower()
     # A run stopped by non-finite losses still gets its report.
-    real = step_lib.token_loss_sum
-    monkeypatch.setattr(step_lib, "token_loss_sum", lambda lg, t: real(lg, t) * float("nan"))
+    real = next_token_lib.token_loss_sum
+    monkeypatch.setattr(next_token_lib, "token_loss_sum", lambda lg, t: real(lg, t) * float("nan"))
     bad = tmp_path / "bad"
     with pytest.raises(TrainingError):
         train(_cfg(max_bad_steps=2), tiny_shards, bad, progress=False)
@@ -40,7 +40,7 @@ def test_every_run_ends_with_a_report_also_when_it_fails(tiny_shards, tmp_path, 
 
 
 def test_a_loss_spike_is_an_event_in_metrics_and_a_resume_is_marked(tiny_shards, tmp_path, monkeypatch):
-    real = step_lib.token_loss_sum
+    real = next_token_lib.token_loss_sum
     calls = {"n": 0}
 
     def spiky(logits, targets):
@@ -48,7 +48,7 @@ def test_a_loss_spike_is_an_event_in_metrics_and_a_resume_is_marked(tiny_shards,
         out = real(logits, targets)
         return out * 3.0 if calls["n"] == 30 else out  # step 30 of 40 (one micro-batch a step)
 
-    monkeypatch.setattr(step_lib, "token_loss_sum", spiky)
+    monkeypatch.setattr(next_token_lib, "token_loss_sum", spiky)
     run = tmp_path / "run"
     train(_cfg(max_steps=40, lr=1e-3, warmup_steps=0, eval_interval=0, checkpoint_interval=20, stop_at_step=35,
                log_interval=5), tiny_shards, run, progress=False)

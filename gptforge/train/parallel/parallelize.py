@@ -331,6 +331,37 @@ def parallelize(model: GPT, tc: TrainConfig, pc: ParallelConfig, env,
     return out
 
 
+def place_frozen(model: GPT, tc: TrainConfig, pc: ParallelConfig, env) -> GPT:
+    """Lay a frozen model (a distillation teacher, a preference reference) out like the policy:
+    on this rank's device, eval mode, no gradients; under tensor parallel the policy's TP plan;
+    under FSDP2 (ZeRO-2/3) sharded over the same data-parallel mesh (its forward is then collective:
+    every rank calls it in step, as the policy's). No DDP wrapper (nothing to reduce), no
+    activation checkpointing or compile. Returns `model`.
+
+    Raises:
+        InputError: under pipeline parallelism (a frozen model is not split into stages).
+    """
+    from gptforge.errors import InputError
+
+    if pc.pp > 1:
+        raise InputError("a frozen reference or teacher model is not laid out under pipeline parallelism "
+                         "(parallel.pp > 1): use data, tensor or FSDP2 parallelism")
+    model.eval()
+    for p in model.parameters():
+        p.requires_grad_(False)
+    model.to(env.device)
+    if not env.distributed:
+        return model
+    if pc.tp > 1:
+        check_tp(model.config, pc.tp)
+        apply_tensor_parallel(model, env.mesh["tp"], next(iter(dict(cast(nn.Module, model.blocks).named_children())),
+                                                          None))
+    if pc.effective_zero_stage() in (2, 3):
+        dp_mesh = env.mesh["dp_replicate", "dp_shard"] if pc.dp_replicate > 1 else env.mesh["dp_shard"]
+        apply_fsdp(model, dp_mesh, True, tc.precision, False, env.device)
+    return model
+
+
 def _pipeline(out: Parallelized, parts: Sequence[nn.Module], my_stages: list[int], n_stages: int, tc: TrainConfig,
               pc: ParallelConfig, env, pp_loss_fn: Callable | None) -> Parallelized:
     """Attach this rank's PipelineStages and the schedule (pc.pp_schedule) to `out`."""

@@ -1,13 +1,7 @@
-"""Logit distillation: a student learns a frozen teacher's next-token distribution.
+"""Logit distillation (`gptforge distill`): a student learns a frozen teacher's next-token distribution.
 
-Loss per target token (Hinton, Vinyals and Dean 2015, "Distilling the Knowledge in a Neural
-Network", section 2; forward KL as Minitron, Muralidharan et al. 2024, arXiv 2407.14679 / 2408.11796):
-
-    loss = T^2 * KL(p_teacher^T || p_student^T) + alpha * CE(student, target)
-
-where p^T = softmax(logits / T). The T^2 factor keeps the soft term's gradients at the same
-scale whatever the temperature (Hinton et al., end of section 2). Tokens whose target is -100
-count for nothing in either term, as in `gptforge.runtime.loss.token_loss_sum`.
+The loss is the `Distillation` objective (gptforge.train.objectives.distill, with its formula and
+sources); this module loads the teacher and runs the trainer with that objective.
 
 The teacher (`load_teacher`) is frozen, in eval mode, run under no_grad, optionally in another
 dtype, and must share the student's tokenizer (`check_same_tokenizer`).
@@ -15,73 +9,16 @@ dtype, and must share the student's tokenizer (`check_same_tokenizer`).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import torch
-import torch.nn.functional as F
 
 from gptforge.errors import InputError
-from gptforge.runtime.loss import IGNORE_INDEX
+from gptforge.train.objectives.distill import Distillation
 
 if TYPE_CHECKING:
     from gptforge.model.gpt import GPT
-
-
-@dataclass
-class DistillTerms:
-    """Summed terms over the counted tokens (0-dim fp32 tensors) and their count."""
-
-    loss: torch.Tensor
-    """T^2 * kl + alpha * ce (what backward runs on)."""
-    kl: torch.Tensor
-    """Summed KL(teacher || student) at temperature T, in nats (without the T^2 factor)."""
-    ce: torch.Tensor
-    """Summed next-token cross-entropy of the student against the targets, in nats."""
-    tokens: int
-    """Number of targets != -100."""
-
-
-def distill_loss_sum(student_logits: torch.Tensor, teacher_logits: torch.Tensor, targets: torch.Tensor,
-                     alpha: float = 0.0, temperature: float = 1.0) -> DistillTerms:
-    """The distillation loss summed over the counted tokens (see the module docstring).
-
-    student_logits, teacher_logits: (B, T, V), any float dtype (computed in fp32);
-    targets: (B, T) int64, -100 = ignored. Divide `loss` by the step's token count, as the trainer
-    does with `token_loss_sum`.
-
-    Raises:
-        InputError: shapes differ (a teacher with another vocabulary), temperature <= 0 or alpha < 0.
-    """
-    if student_logits.shape != teacher_logits.shape:
-        raise InputError(f"student logits {tuple(student_logits.shape)} and teacher logits "
-                         f"{tuple(teacher_logits.shape)} differ: teacher and student need the same vocabulary")
-    if temperature <= 0:
-        raise InputError(f"--temperature must be > 0, got {temperature}")
-    if alpha < 0:
-        raise InputError(f"--alpha must be >= 0, got {alpha}")
-    V = student_logits.size(-1)
-    s = student_logits.float().reshape(-1, V)
-    t = teacher_logits.detach().float().reshape(-1, V)
-    y = targets.reshape(-1)
-    keep = y != IGNORE_INDEX
-    log_ps = F.log_softmax(s[keep] / temperature, dim=-1)
-    log_pt = F.log_softmax(t[keep] / temperature, dim=-1)
-    # KL(pt || ps) = sum pt (log pt - log ps), summed over tokens.
-    kl = F.kl_div(log_ps, log_pt, log_target=True, reduction="sum")
-    ce = F.cross_entropy(s, y, ignore_index=IGNORE_INDEX, reduction="sum")
-    return DistillTerms(loss=temperature**2 * kl + alpha * ce, kl=kl, ce=ce, tokens=int(keep.sum()))
-
-
-def distill_loss(student_logits: torch.Tensor, teacher_logits: torch.Tensor, targets: torch.Tensor,
-                 alpha: float = 0.0, temperature: float = 1.0) -> torch.Tensor:
-    """Mean per counted token of `distill_loss_sum(...).loss`: a 0-dim fp32 tensor.
-
-    student_logits, teacher_logits (B, T, V); targets (B, T) int64 (-100 ignored).
-    """
-    terms = distill_loss_sum(student_logits, teacher_logits, targets, alpha, temperature)
-    return terms.loss / max(terms.tokens, 1)
 
 
 def _tokenizer_sha(doc: dict, tok_path: Path | None) -> str | None:
@@ -143,27 +80,6 @@ class Teacher:
         return self.model(x, **extra)
 
 
-class DistillLoss:
-    """The trainer's `loss_fn` for distillation: the teacher runs on the same inputs (no_grad,
-    under the run's autocast) and the step's loss is `distill_loss_sum(...).loss`, summed over
-    the counted targets like `token_loss_sum`, so the trainer divides it by the step's tokens."""
-
-    def __init__(self, teacher: Teacher, alpha: float, temperature: float, device: torch.device, precision: str):
-        if temperature <= 0:
-            raise InputError(f"--temperature must be > 0, got {temperature}")
-        if alpha < 0:
-            raise InputError(f"--alpha must be >= 0, got {alpha}")
-        self.teacher, self.alpha, self.temperature = teacher, alpha, temperature
-        self.device, self.precision = device, precision
-
-    def __call__(self, logits: torch.Tensor, targets: torch.Tensor, inputs: torch.Tensor, extra: dict) -> torch.Tensor:
-        from gptforge.runtime.device import autocast_context
-
-        with autocast_context(self.device, self.precision):
-            teacher_logits = self.teacher(inputs, **extra)
-        return distill_loss_sum(logits, teacher_logits, targets, self.alpha, self.temperature).loss
-
-
 def distill(cfg, teacher_run: str | Path, student: str, data: str | Path, run_dir: str | Path,
             alpha: float = 0.0, temperature: float = 1.0, teacher_dtype: str | None = None, resume: bool = False,
             progress: bool = True, log=None):
@@ -215,8 +131,8 @@ def distill(cfg, teacher_run: str | Path, student: str, data: str | Path, run_di
         raise InputError(f"--student context {student_block} tokens is longer than the teacher's model.block_size "
                          f"{teacher.model.config.block_size}: the teacher cannot score those positions; use "
                          f"--model.block_size {teacher.model.config.block_size} or less")
-    loss = DistillLoss(teacher, alpha, temperature, device, precision)
+    objective = Distillation(teacher, alpha, temperature)
     extra = {"distill": {"teacher": str(Path(teacher_run).resolve()), "student": student, "alpha": alpha,
                          "temperature": temperature, "teacher_dtype": teacher_dtype}}
     return train(RunConfig(model=mc, train=cfg.train, parallel=cfg.parallel), data, run_dir, resume=resume,
-                 progress=progress, log=log, model_factory=model_factory, config_extra=extra, loss_fn=loss)
+                 progress=progress, log=log, model_factory=model_factory, config_extra=extra, objective=objective)

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from gptforge.runtime.loss import IGNORE_INDEX
-from gptforge.train.sources import BatchSource
+from gptforge.train.sources import BatchSource, FixedBatchSource
 
 SANITY_THRESHOLD = 0.1
 """Train loss (nats/token) the fixed batch must fall below for the check to pass."""
@@ -28,45 +28,6 @@ ADVICE = (
     "gradients: a .detach(), torch.no_grad() or requires_grad=False between the loss and the weights",
     "model.dropout: high dropout slows memorisation (use 0 for this check)",
 )
-
-
-class FixedBatches:
-    """Step 0's micro-batches of `inner` at every step."""
-
-    def __init__(self, inner):
-        self.inner = inner
-        self.seq_len, self.global_batch_size = inner.seq_len, inner.global_batch_size
-        self.tokens_per_step = inner.tokens_per_step
-        self.fixed = inner.micro_batches(0)
-
-    def micro_batches(self, step: int):
-        return self.fixed
-
-
-class FixedBatchSource:
-    """A BatchSource that trains on one fixed batch of `source` and has no validation set."""
-
-    def __init__(self, source: BatchSource):
-        self.source = source
-        self.vocab_size, self.tokenizer_file = source.vocab_size, source.tokenizer_file
-        self.description = f"one fixed batch of {source.description} (sanity check)"
-        self.has_val = False
-
-    def batches(self, block_size: int, tc, dp_rank: int, dp_size: int):
-        self.last_batches = FixedBatches(self.source.batches(block_size, tc, dp_rank, dp_size))
-        return self.last_batches
-
-    def evaluate(self, model, device, precision, should_stop=None):
-        return None
-
-    def provenance(self) -> dict:
-        return {**self.source.provenance(), "sanity_overfit": True}
-
-    def check_resume(self, saved: dict, checkpoint: Path) -> None:
-        self.source.check_resume(saved, checkpoint)
-
-    def close(self) -> None:
-        self.source.close()
 
 
 @dataclass
@@ -127,4 +88,4 @@ def sanity_overfit(cfg, data_dir: str | Path, run_dir: str | Path, threshold: fl
 
 def fixed_batches_of(source: FixedBatchSource) -> list:
     """The micro-batches the check trained on (after the run)."""
-    return source.last_batches.micro_batches(0) if hasattr(source, "last_batches") else []
+    return source.last_batches.micro_batches(0) if source.last_batches is not None else []

@@ -26,7 +26,8 @@ import torch
 from gptforge.data.mixture import mixture_folders
 from gptforge.errors import InputError
 from gptforge.train.provenance import data_provenance
-from gptforge.train.sources import ShardSource, with_document_mask
+from gptforge.train.sources.base import BatchesBase, SourceBase
+from gptforge.train.sources.shards import ShardSource, with_document_mask
 
 if TYPE_CHECKING:
     from gptforge.data.mixture import MixtureSampler
@@ -64,7 +65,7 @@ def open_source(data: str | Path | list, eval_steps: int, micro_batch_size: int,
     return MixtureSource(folders, eval_steps, micro_batch_size, log, top=top)
 
 
-class MixtureBatches:
+class MixtureBatches(BatchesBase):
     """This rank's micro-batches of each step of a mixture; `step_metrics` gives what was drawn.
 
     Rows: the rank's contiguous slice of the step's global batch (`MixtureBatch.rank_slice`), cut
@@ -81,7 +82,7 @@ class MixtureBatches:
 
     def micro_batches(self, step: int):
         """The micro-batches of optimizer step `step`: (x, y) pairs (b, T) int64, or dicts with
-        the document mask (see gptforge.train.sources.ShardBatches)."""
+        the document mask (see gptforge.train.sources.shards.ShardBatches)."""
         mine = self.sampler.global_batch(step).rank_slice(self.dp_rank, self.dp_size)
         w = self.seq_len + 1
         rows = np.stack([self.streams[name].read(i * self.seq_len, w) for name, i in mine])
@@ -106,7 +107,7 @@ class MixtureBatches:
         return out
 
 
-class MixtureSource:
+class MixtureSource(SourceBase):
     """Several token-shard sources sharing one tokenizer, mixed by train.data_weights.
 
     Args:
@@ -138,15 +139,21 @@ class MixtureSource:
                                  f"or --tokenizer {first.data_dir / 'tokenizer.json'})")
         self.top, self.log = top, log
         self.vocab_size = int(first.meta["vocab_size"])
-        self.source_tokens = {n: int(s.meta["splits"]["train"]["tokens"]) for n, s in self.subs.items()}
+        tokens = {n: int(s.meta["splits"]["train"]["tokens"]) for n, s in self.subs.items()}
+        self.source_tokens: dict[str, int] | None = tokens
         tok = (top / "tokenizer.json") if top is not None else first.data_dir / "tokenizer.json"
         self.tokenizer_file = tok if tok.exists() else first.tokenizer_file
         self.description = (f"a mixture of {len(self.subs)} sources ("
-                            + ", ".join(f"{n}: {t:,} train tokens" for n, t in self.source_tokens.items()) + ")")
+                            + ", ".join(f"{n}: {t:,} train tokens" for n, t in tokens.items()) + ")")
         self.has_val = False
         self.sampler: MixtureSampler | None = None
         self.val_details: dict[str, Any] = {}
         self.weights: dict[str, float] = {}
+
+    def check_window(self, block_size: int) -> None:
+        """Refuse a window that a source's train split cannot fill (see ShardSource.check_window)."""
+        for sub in self.subs.values():
+            sub.check_window(block_size)
 
     def batches(self, block_size: int, tc, dp_rank: int, dp_size: int) -> MixtureBatches:
         """The mixture's batches for the resolved TrainConfig `tc` (data_weights set by

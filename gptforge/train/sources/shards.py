@@ -1,21 +1,15 @@
-"""Where the trainer's batches come from: one `BatchSource` protocol, several implementations.
-
-The trainer never asks which kind of data it has. A source gives the vocabulary it needs, a log
-line, the batches of every optimizer step, a validation loss, its provenance for config.yaml and
-a check that a resumed run uses the data it started with. Implementations: `ShardSource` (token
-shards from `gptforge prepare`: pretraining and continued pretraining) and
-`gptforge.train.workflows.finetune.InstructionData` (instruction .jsonl with completion-only loss).
+"""Token shards from `gptforge prepare` as a `BatchSource` (gptforge.train.sources.base): random
+training windows and fixed validation windows, for pretraining and continued pretraining.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
-
-import torch
+from typing import TYPE_CHECKING, Any
 
 from gptforge.errors import InputError
 from gptforge.train.provenance import data_provenance
+from gptforge.train.sources.base import BatchesBase, SourceBase
 
 if TYPE_CHECKING:
     import numpy as np
@@ -23,56 +17,7 @@ if TYPE_CHECKING:
     from gptforge.data.loader import TokenStream
 
 
-class Batches(Protocol):
-    """The batches of a run on one data-parallel rank.
-
-    Optional: `step_metrics(step) -> dict`, fields the trainer adds to that step's metrics row
-    (a mixture's tokens drawn and epoch per source, gptforge.train.mixture_source)."""
-
-    global_batch_size: int
-    """Sequences per optimizer step over all dp ranks."""
-    tokens_per_step: int
-    """Tokens per optimizer step over all dp ranks (padding included)."""
-    seq_len: int
-    """Tokens per sequence."""
-
-    def micro_batches(self, step: int) -> list:
-        """This rank's micro-batches of optimizer step `step`: (inputs (b, T), targets (b, T))
-        int64 pairs, or dicts (see `gptforge.runtime.loss.unpack_micro_batch`)."""
-
-
-class BatchSource(Protocol):
-    """What the trainer reads data through.
-
-    Optional: `val_metrics() -> dict`, fields the trainer adds to the row of each evaluation
-    (a mixture's val loss and bits per byte per source, gptforge.train.mixture_source)."""
-
-    vocab_size: int
-    """Token ids run below this."""
-    description: str
-    """One log line: what the data is."""
-    has_val: bool
-    """Whether `evaluate` gives a loss (valid after `batches` was called)."""
-    tokenizer_file: Path | None
-    """tokenizer.json to copy into the run directory, or None."""
-
-    def batches(self, block_size: int, tc, dp_rank: int, dp_size: int) -> Batches: ...
-
-    def evaluate(self, model: torch.nn.Module, device: torch.device, precision: str,
-                 should_stop=None) -> float | None:
-        """Mean validation loss in nats per counted token (None without a val set, or when
-        `should_stop()` turned True between batches)."""
-
-    def provenance(self) -> dict[str, Any]:
-        """config.yaml's `data` section (path and hashes)."""
-
-    def check_resume(self, saved: dict[str, Any], checkpoint: Path) -> None:
-        """Raise InputError when the run saved in `saved` (its config.yaml) used other data."""
-
-    def close(self) -> None: ...
-
-
-class ShardBatches:
+class ShardBatches(BatchesBase):
     """Random windows of a token stream (`gptforge.data.loader.TrainBatches`) with the figures the
     trainer logs. With `document_mask_eos` (train.document_mask), each micro-batch is a dict that
     adds the position_ids (b, T) and attn_mask (b, 1, T, T) of `gptforge.model.gpt.document_mask`."""
@@ -116,7 +61,7 @@ SHORT_TRAIN_ADVICE = "use a smaller block size or more data"
 with its own options passes its own (ShardSource's short_train_advice)."""
 
 
-class ShardSource:
+class ShardSource(SourceBase):
     """A `gptforge prepare` shard folder: random training windows, fixed validation windows.
 
     Args:
@@ -144,7 +89,8 @@ class ShardSource:
         from gptforge.data.shards import load_meta
         from gptforge.data.tokenizer import Tokenizer
 
-        self.data_dir, self.seq_len = Path(data_dir), seq_len
+        self.data_dir: Path = Path(data_dir)
+        self.seq_len = seq_len
         self.meta = load_meta(self.data_dir)
         if tokenizer_json is not None and self.meta.get("tokenizer_sha256"):
             if Tokenizer.from_file(tokenizer_json).sha256 != self.meta["tokenizer_sha256"]:
@@ -167,13 +113,17 @@ class ShardSource:
         n = self.meta["splits"]["train"]["tokens"]
         self.description = f"{n:,} train tokens in {self.data_dir}" + (f", windows of {seq_len}" if seq_len else "")
 
-    def check_window(self, seq_len: int) -> None:
-        """Refuse a window of `seq_len` + 1 tokens that the train split cannot fill (training, and any
-        timing of its shape, needs more train tokens than one window).
+    supports_pipeline = True
+
+    def check_window(self, block_size: int) -> None:
+        """Refuse a window of seq_len + 1 tokens (the source's seq_len, else `block_size`) that the
+        train split cannot fill (training, and any timing of its shape, needs more train tokens
+        than one window).
 
         Raises:
             InputError: naming the folder, its train tokens and `short_train_advice`.
         """
+        seq_len = self.seq_len or block_size
         n = self.meta["splits"]["train"].get("tokens", 0)
         if n <= seq_len + 1:
             raise InputError(f"{self.data_dir}: {n} train tokens, fewer than one window of {seq_len + 1} tokens "
@@ -215,6 +165,11 @@ class ShardSource:
             return None
         return evaluate_windows(model, self.val_stream, self.val_offsets, self.seq_len, self.micro_batch_size,
                                 device, precision, should_stop, document_mask_eos=self.document_mask_eos)
+
+    def pipeline_val(self) -> tuple[TokenStream, np.ndarray] | None:
+        if self.val_stream is None or self.val_offsets is None:
+            return None
+        return self.val_stream, self.val_offsets
 
     def provenance(self) -> dict[str, Any]:
         return data_provenance(self.data_dir)
