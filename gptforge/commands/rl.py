@@ -21,12 +21,13 @@ supported for RL. Same checkpoints, --resume (bit for bit: the sampler's state i
 metrics.jsonl and report as finetune; held-out samples go to RUN_DIR/samples/.
 
 Defaults differ from finetune: finetune.method full, train.lr 1e-5, train.warmup_steps 0,
-train.weight_decay 0, train.max_steps 100, train.lr_schedule constant (docs/rl.md says how they were chosen)."""
+train.weight_decay 0, train.max_steps 100, train.lr_schedule constant, and parallel.dp_replicate -1 with
+parallel.dp_shard 1 (DDP over the processes torchrun starts). docs/rl.md says how they were chosen."""
 
 SECTIONS = {"train": TrainConfig, "parallel": ParallelConfig, "finetune": FinetuneConfig, "rl": RLConfig}
 RL_DEFAULTS = {"finetune.method": "full", "train.lr": 1e-5, "train.min_lr": 1e-5, "train.warmup_steps": 0,
                "train.weight_decay": 0.0, "train.max_steps": 100, "train.grad_clip": 1.0,
-               "train.lr_schedule": "constant"}
+               "train.lr_schedule": "constant", "parallel.dp_replicate": -1, "parallel.dp_shard": 1}
 
 
 @dataclass

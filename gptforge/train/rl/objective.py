@@ -13,6 +13,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import torch
+
 from gptforge.config.rl import RLConfig
 from gptforge.train.objectives.base import Forward, ObjectiveBase, ObjectiveLoss
 from gptforge.train.rl.loss import loss_count, policy_loss, token_logprobs
@@ -43,5 +45,6 @@ class PolicyGradient(ObjectiveBase):
             out.metrics["entropy"] = float((entropy * m).sum())
         else:
             out.metrics["entropy"] = float(((entropy * m).sum(1) / m.sum(1).clamp(min=1)).sum())
-        metrics = {f"rl/{k}": (v, out.count) for k, v in out.metrics.items() if f"rl/{k}" in self.metric_names}
+        metrics: dict[str, tuple[torch.Tensor | float, torch.Tensor | float]] = {
+            f"rl/{k}": (v, out.count) for k, v in out.metrics.items() if f"rl/{k}" in self.metric_names}
         return ObjectiveLoss(out.loss_sum, metrics)

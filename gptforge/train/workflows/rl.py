@@ -6,8 +6,9 @@ rewards (gptforge.eval.rewards), the prompt rows rendered as fine-tuning renders
 (gptforge.eval.prompts), a `RolloutSource` that samples each rollout batch from the current
 weights (gptforge.train.rl.source) and the `PolicyGradient` objective (gptforge.train.rl.objective).
 
-Layouts: one process, or data parallel (DDP, through torchrun); FSDP2, tensor, pipeline and
-context parallel and DeepSpeed are refused (sampling runs on each rank's whole model).
+Layouts: one process, or data parallel (DDP through torchrun: parallel.dp_replicate -1, dp_shard 1,
+`gptforge rl`'s defaults); FSDP2, tensor and pipeline parallel and DeepSpeed are refused (sampling
+runs on each rank's whole model).
 The KL reference (rl.kl_beta > 0) is the starting model: with LoRA the base with the adapters
 switched off (no second copy), with full fine-tuning a second, frozen copy loaded from --from.
 """
@@ -31,9 +32,9 @@ def check_layout(cfg: RunConfig, fc: FinetuneConfig) -> None:
     Raises:
         InputError: FSDP2, tensor / pipeline / context parallel, DeepSpeed or finetune.method qlora.
     """
-    pc = cfg.parallel
+    pc = cfg.parallel.resolved(int(os.environ.get("WORLD_SIZE", "1")))
     if pc.uses_fsdp() or pc.tp > 1 or pc.pp > 1 or pc.backend == "deepspeed":
-        raise InputError("gptforge rl runs in one process or with DDP (torchrun, parallel.dp_replicate); FSDP2, "
+        raise InputError("gptforge rl runs in one process or with DDP (parallel.dp_replicate, dp_shard 1, the default); FSDP2, "
                          "tensor and pipeline parallel and DeepSpeed are not supported for RL")
     if fc.method == "qlora":
         raise InputError("finetune.method=qlora is not supported by gptforge rl; use full or lora")

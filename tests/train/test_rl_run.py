@@ -1,0 +1,133 @@
+"""`gptforge rl` end to end on a tiny random Qwen2: metrics, held-out samples, resume bit for bit,
+and bad input in one line."""
+
+from __future__ import annotations
+
+import json
+import random
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+transformers = pytest.importorskip("transformers")
+
+from gptforge.cli import main  # noqa: E402
+from gptforge.train.loggers import read_metrics  # noqa: E402
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "data"))
+from test_instruct import CHATML, train_tokenizer  # noqa: E402
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+
+@pytest.fixture(scope="module")
+def hf_model(tmp_path_factory) -> Path:
+    """A tiny random Qwen2 with a ChatML BPE tokenizer (as tests/train/test_finetune.py)."""
+    from transformers import Qwen2Config
+
+    folder = tmp_path_factory.mktemp("hf") / "qwen"
+    tok = train_tokenizer(folder, chat_template=CHATML)
+    torch.manual_seed(0)
+    cfg = Qwen2Config(vocab_size=tok.tokenizer.get_vocab_size(), hidden_size=32, intermediate_size=64,
+                      num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+                      max_position_embeddings=128, tie_word_embeddings=True, eos_token_id=tok.eos_id)
+    transformers.AutoModelForCausalLM.from_config(cfg).save_pretrained(folder)
+    return folder
+
+
+@pytest.fixture(scope="module")
+def prompts(tmp_path_factory) -> tuple[Path, Path]:
+    rng = random.Random(0)
+    rows = []
+    for i in range(16):
+        a, b = rng.randint(0, 9), rng.randint(0, 9)
+        q = f"{a}+{b}="
+        rows.append({"messages": [{"role": "user", "content": q}], "answer": str(a + b)} if i % 2
+                    else {"prompt": q, "answer": str(a + b), "id": i})
+    folder = tmp_path_factory.mktemp("prompts")
+    (folder / "train.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    (folder / "val.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows[:3]))
+    return folder / "train.jsonl", folder / "val.jsonl"
+
+
+# A reward with variance on a random model: the share of digits among the completion's characters.
+REWARD_PY = "def digits(prompt, completion, row):\n    return sum(c.isdigit() for c in completion) / max(1, len(completion))\n"
+COMMON = ["--rl.samples_per_prompt", "4", "--rl.prompts_per_step", "2", "--rl.max_new_tokens", "6",
+          "--train.micro_batch_size", "3", "--train.device", "cpu", "--train.tensorboard", "false",
+          "--train.lr", "3e-3", "--quiet"]
+
+
+def _rl(hf_model, train, out, *extra) -> int:
+    return main(["rl", "--from", str(hf_model), "--prompts", str(train), "--out", str(out), *COMMON, *extra])
+
+
+def test_rl_run_logs_rollout_metrics_and_writes_samples(hf_model, prompts, tmp_path):
+    train, val = prompts
+    f = tmp_path / "r.py"
+    f.write_text(REWARD_PY)
+    y = tmp_path / "rewards.yaml"
+    y.write_text(f"rewards:\n  - reward: python:{f}:digits\n  - reward: exact\n    weight: 2\n")
+    run = tmp_path / "run"
+    assert _rl(hf_model, train, run, "--rl.rewards", str(y), "--rl.eval_prompts", str(val), "--rl.updates_per_batch",
+               "2", "--rl.kl_beta", "0.1", "--train.max_steps", "4", "--train.eval_interval", "2") == 0
+    rows = read_metrics(run)
+    assert [r["step"] for r in rows] == [1, 2, 3, 4]
+    for key in ("rl/reward_mean", "rl/reward_std", "rl/zero_variance_share", "rl/completion_length_mean",
+                "rl/completion_length_max", "rl/completion_cut_share", "rl/clip_low", "rl/clip_high", "rl/kl",
+                "rl/entropy", f"rl/reward/python:{f}:digits", "rl/reward/exact", "tokens_per_second"):
+        assert key in rows[0], key
+    assert rows[0]["rl/sampling_seconds"] > 0 and rows[1]["rl/sampling_seconds"] == 0  # batch 0 serves steps 1-2
+    assert rows[0]["rl/reward_std"] > 0 and abs(rows[0]["rl/ratio"] - 1) < 1e-4  # fresh batch: ratio 1
+    assert abs(rows[1]["rl/ratio"] - 1) > 1e-5  # second update on the same rollouts: the policy moved
+    assert rows[0]["rl/kl"] < 1e-6 < rows[1]["rl/kl"]  # the reference is the start
+    samples = [json.loads(x) for x in (run / "samples" / "step_4.jsonl").read_text().splitlines()]
+    assert len(samples) == 3 and set(samples[0]["rewards"]) == {f"python:{f}:digits", "exact"}
+    assert rows[3]["eval/pass@1"] == pytest.approx(sum(s["reward"] for s in samples) / 3)
+    assert rows[3]["val_loss"] == pytest.approx(-rows[3]["eval/pass@1"])
+    doc = (run / "config.yaml").read_text()
+    assert "rl:" in doc and "rl_data:" in doc and "samples_per_prompt: 4" in doc
+
+
+def test_rl_resume_continues_bit_for_bit(hf_model, prompts, tmp_path):
+    """Killed after step 3 (in the middle of a rollout batch of 2 updates) and resumed: the same
+    losses and rollout metrics as the uninterrupted run."""
+    train, _ = prompts
+    f = tmp_path / "r.py"
+    f.write_text(REWARD_PY)
+    args = ("--reward", f"python:{f}:digits", "--rl.updates_per_batch", "2", "--train.checkpoint_interval", "1")
+    whole, part = tmp_path / "whole", tmp_path / "part"
+    assert _rl(hf_model, train, whole, *args, "--train.max_steps", "5") == 0
+    assert _rl(hf_model, train, part, *args, "--train.max_steps", "3") == 0
+    assert main(["rl", "--out", str(part), "--resume", "--train.max_steps", "5", "--quiet"]) == 0
+    a, b = read_metrics(whole), read_metrics(part)
+    assert [r["step"] for r in b] == [1, 2, 3, 4, 5]
+    for ra, rb in zip(a, b, strict=True):
+        for key in ("loss", "rl/reward_mean", "rl/ratio", "rl/clip_high", "rl/entropy", "rl/completion_length_mean"):
+            assert ra[key] == rb[key], (ra["step"], key)
+    assert any(r["loss"] != 0 for r in a)
+
+
+@pytest.mark.parametrize("extra, message", [
+    (["--reward", "exact", "--rl.samples_per_prompt", "1"], "rl.samples_per_prompt=1: group advantages"),
+    (["--reward", "python:missing.py:f"], "no such file missing.py"),
+    ([], "give one of --reward SPEC"),
+    (["--reward", "exact", "--parallel.dp_shard", "2", "--parallel.dp_replicate", "1"], "FSDP2, tensor and pipeline"),
+])
+def test_bad_input_is_one_line(hf_model, prompts, tmp_path, capsys, extra, message):
+    train, _ = prompts
+    code = _rl(hf_model, train, tmp_path / "run", "--train.max_steps", "1", *extra)
+    err = capsys.readouterr().err.strip()
+    assert code != 0 and len(err.splitlines()) == 1, err
+    if message is not None:
+        assert message in err, err
+
+
+def test_reward_that_raises_names_row_and_function(hf_model, prompts, tmp_path, capsys):
+    train, _ = prompts
+    f = tmp_path / "r.py"
+    f.write_text("def bad(prompt, completion, row):\n    return row['missing']\n")
+    assert _rl(hf_model, train, tmp_path / "run", "--reward", f"python:{f}:bad", "--train.max_steps", "1") != 0
+    err = capsys.readouterr().err
+    assert "train.jsonl:" in err and f"reward python:{f}:bad raised KeyError" in err, err
