@@ -33,8 +33,9 @@ class RLConfig:
     """Held-out prompt .jsonl: every train.eval_interval steps, one greedy completion each is
     scored (pass@1 = mean reward) and written with the prompts to RUN/samples/step_N.jsonl."""
     updates_per_batch: int = bounded(1, low=1)
-    """Optimizer steps served by one rollout batch (it is split into this many mini-batches). Above
-    1 the policy moves away from the sampling weights and the ratio clip acts."""
+    """Optimizer steps served by one rollout batch, each on a share of every group's completions
+    (at most rl.samples_per_prompt). Above 1 the policy moves away from the sampling weights and
+    the ratio clip acts."""
     clip_low: float = bounded(0.2, low=0.0, high=1.0, low_open=True)
     """eps_low of the ratio clip: ratios below 1 - clip_low stop pulling when the advantage is negative."""
     clip_high: float = bounded(0.28, low=0.0, low_open=True)
@@ -75,9 +76,9 @@ class RLConfig:
         if self.overlong_cache is not None and self.overlong_cache > self.max_new_tokens:
             raise InputError(f"rl.overlong_cache={self.overlong_cache} > rl.max_new_tokens={self.max_new_tokens}: "
                              "the penalty ramp must fit in the completion budget")
-        if self.updates_per_batch > self.prompts_per_step * self.samples_per_prompt:
-            raise InputError(f"rl.updates_per_batch={self.updates_per_batch}: more mini-batches than the "
-                             f"{self.prompts_per_step * self.samples_per_prompt} completions of a rollout batch")
+        if self.updates_per_batch > self.samples_per_prompt:
+            raise InputError(f"rl.updates_per_batch={self.updates_per_batch}: each mini-batch takes a share of every "
+                             f"group's {self.samples_per_prompt} completions; use at most rl.samples_per_prompt")
 
     @property
     def ramp(self) -> int:

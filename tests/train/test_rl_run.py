@@ -131,3 +131,34 @@ def test_reward_that_raises_names_row_and_function(hf_model, prompts, tmp_path, 
     assert _rl(hf_model, train, tmp_path / "run", "--reward", f"python:{f}:bad", "--train.max_steps", "1") != 0
     err = capsys.readouterr().err
     assert "train.jsonl:" in err and f"reward python:{f}:bad raised KeyError" in err, err
+
+
+def test_two_gloo_ranks_match_one_process_and_resume(hf_model, prompts, tmp_path):
+    """DDP over 2 gloo ranks: the same completions, rewards and losses as one process (each group is
+    sampled with one batch shape and seed on whichever rank holds it), and a resume in the middle of
+    a rollout batch continues as the uninterrupted 2-rank run."""
+    from tests.train.dist_harness import run_layouts
+
+    train, _ = prompts
+    f = tmp_path / "r.py"
+    f.write_text(REWARD_PY)
+    args = ["rl", "--from", str(hf_model), "--prompts", str(train), *COMMON, "--reward", f"python:{f}:digits",
+            "--rl.updates_per_batch", "2", "--train.checkpoint_interval", "1"]
+    one = tmp_path / "one"
+    assert main([*args, "--out", str(one), "--train.max_steps", "4"]) == 0
+    jobs = [{"name": "whole", "argv": [*args, "--out", str(tmp_path / "w"), "--train.max_steps", "4"],
+             "run_dir": str(tmp_path / "w")},
+            {"name": "part", "argv": [*args, "--out", str(tmp_path / "p"), "--train.max_steps", "3"],
+             "run_dir": str(tmp_path / "p")},
+            {"name": "resumed", "argv": ["rl", "--out", str(tmp_path / "p"), "--resume", "--train.max_steps", "4",
+                                         "--quiet"], "run_dir": str(tmp_path / "p")}]
+    res = run_layouts(2, jobs, tmp_path / "dist")
+    for name in ("whole", "part", "resumed"):
+        assert "error" not in res[name], res[name].get("error")
+    single, whole, resumed = read_metrics(one), res["whole"]["rows"], res["resumed"]["rows"]
+    for a, b in zip(single, whole, strict=True):
+        for key in ("loss", "rl/reward_mean", "rl/reward_std", "rl/completion_length_mean", "rl/completion_length_max",
+                    "rl/ratio", "rl/entropy"):
+            assert abs(a[key] - b[key]) <= 1e-5 * max(1.0, abs(a[key])), (a["step"], key, a[key], b[key])
+    for a, b in zip(whole, resumed, strict=True):
+        assert a["loss"] == b["loss"] and a["rl/reward_mean"] == b["rl/reward_mean"], a["step"]

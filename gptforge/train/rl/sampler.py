@@ -1,7 +1,8 @@
 """The RL sampler: which prompts each rollout batch holds, sampling them on this rank, and the
 mini-batch of each optimizer step.
 
-Rollout batch k serves optimizer steps k*U .. k*U + U - 1 (U = rl.updates_per_batch); its prompts
+Rollout batch k serves optimizer steps k*U .. k*U + U - 1 (U = rl.updates_per_batch), step k*U + u
+on mini-batch u: completions G*u//U .. G*(u+1)//U - 1 of every group (`mini_batches`); its prompts
 are positions k*N .. k*N + N - 1 (N = rl.prompts_per_step) of one prompt stream: epoch e is a
 permutation of the prompt file keyed on (train.seed, e), so every prompt is used once per epoch.
 The group at stream position q goes to data-parallel rank q % dp and is sampled with the seed
@@ -29,17 +30,30 @@ import torch
 from gptforge.config.rl import RLConfig
 from gptforge.eval.prompts import PromptRow
 from gptforge.eval.rewards import Reward
-from gptforge.train.rl.batch import kept_groups, rollout_metrics, rollout_rows, shape_rewards, split_rows
+from gptforge.train.rl.batch import kept_groups, rollout_rows, shape_rewards
+from gptforge.train.rl.loss import dynamic_sampling_keep
 from gptforge.train.rl.rollout import Group, sample_group, score_group
 
 REFILL_ROUNDS = 3
 
 
+def mini_batches(rows: dict[str, torch.Tensor], n_groups: int, G: int, U: int) -> list[dict[str, torch.Tensor]]:
+    """`rows` of n_groups groups of G completions (in group order) cut into U mini-batches: mini-batch
+    u takes completions G*u//U .. G*(u+1)//U - 1 of every group, so it holds the same completions
+    however the groups are dealt to ranks."""
+    minis = []
+    for u in range(U):
+        idx = torch.tensor([g * G + j for g in range(n_groups) for j in range(G * u // U, G * (u + 1) // U)],
+                           dtype=torch.long, device=rows["advantages"].device)
+        minis.append({k: v[idx] for k, v in rows.items()})
+    return minis
+
+
 class RolloutSampler:
     """Samples, scores and serves rollout batches (module docstring) for one data-parallel rank.
 
-    all_reduce_sum(list of floats) -> list of floats sums over the data-parallel ranks (identity in
-    one process); reference(input_ids, P) -> (G, T) gives the KL reference's log-probs (or None).
+    all_reduce_sum(list of floats) -> list of floats sums over the data-parallel ranks, and
+    gather(list of floats) -> one such list per rank (identities in one process); reference(input_ids, P) -> (G, T) gives the KL reference's log-probs (or None).
 
     Raises:
         InputError (at construction): prompts_per_step not divisible by the data-parallel size.
@@ -48,6 +62,7 @@ class RolloutSampler:
     def __init__(self, prompts: Sequence[PromptRow], rewards: Sequence[Reward], cfg: RLConfig, seed: int,
                  eos_id: int, decode: Callable[[list[int]], str], dp_rank: int = 0, dp_size: int = 1,
                  all_reduce_sum: Callable[[list[float]], list[float]] | None = None,
+                 gather: Callable[[list[float]], list[list[float]]] | None = None,
                  reference: Callable[[torch.Tensor, int], torch.Tensor] | None = None):
         from gptforge.errors import InputError
 
@@ -57,6 +72,7 @@ class RolloutSampler:
         self.prompts, self.rewards, self.cfg, self.seed = list(prompts), list(rewards), cfg, seed
         self.eos_id, self.decode, self.dp_rank, self.dp_size = eos_id, decode, dp_rank, dp_size
         self.all_reduce_sum = all_reduce_sum or (lambda xs: xs)
+        self.gather = gather or (lambda xs: [xs])
         self.reference = reference
         self.batch_index: int | None = None
         self.minis: list[dict[str, torch.Tensor]] = []
@@ -101,22 +117,31 @@ class RolloutSampler:
                 if not any(g is x for x in kept):
                     g.completion_mask = torch.zeros_like(g.completion_mask)
         rows = rollout_rows(groups, c.scale_rewards, mask_overlong=c.overlong == "mask")
-        self.minis = split_rows(rows, c.updates_per_batch)
+        self.minis = mini_batches(rows, len(groups), c.samples_per_prompt, c.updates_per_batch)
         self.metrics = self._global_metrics(groups, kept, time.perf_counter() - t0)
         self.batch_index = k
 
     def _global_metrics(self, groups: list[Group], kept: list[Group], seconds: float) -> dict[str, float]:
-        """`rollout_metrics` averaged over ranks (each rank holds the same number of groups),
-        with sampled tokens and seconds summed and the maximum length the largest."""
-        local = rollout_metrics(groups, kept)
-        local["sampled_tokens"] = float(sum(int(g.lengths.sum()) for g in groups))
-        local["rounds"] = float(len(groups) * self.dp_size // self.cfg.prompts_per_step)
-        names = sorted(local)
-        summed = self.all_reduce_sum([local[n] for n in names])
-        out = {n: v / self.dp_size for n, v in zip(names, summed, strict=True)}
-        out["sampled_tokens"] = summed[names.index("sampled_tokens")]
-        out["completion_length_max"] = local["completion_length_max"]  # this rank's (a sum of maxima means nothing)
-        out["sampling_seconds"] = seconds
+        """The rollout metrics (`rollout_metrics`' names) of every rank's groups together: sums
+        gathered from the ranks (`gather`), then the means, the unbiased reward std and the
+        maximum length formed from them, so they equal one process's figures."""
+        rewards = torch.cat([g.rewards for g in groups]).double()
+        lengths = torch.cat([g.lengths.cpu() for g in groups]).double()
+        zero_var = float((~dynamic_sampling_keep(torch.stack([g.rewards for g in groups]))).sum())
+        parts = sorted(groups[0].reward_parts)
+        local = [float(rewards.numel()), float(rewards.sum()), float((rewards ** 2).sum()), zero_var, float(len(kept)),
+                 float(len(groups)), float(lengths.sum()), float(lengths.max()),
+                 float(torch.cat([g.truncated.cpu() for g in groups]).sum())]
+        local += [float(torch.cat([g.reward_parts[p] for g in groups]).double().sum()) for p in parts]
+        rows = self.gather(local)
+        tot = [sum(r[i] for r in rows) for i in range(len(local))]
+        n, s1, s2 = tot[0], tot[1], tot[2]
+        var = max(0.0, (s2 - s1 * s1 / n) / (n - 1)) if n > 1 else 0.0
+        out = {"reward_mean": s1 / n, "reward_std": var ** 0.5, "zero_variance_share": tot[3] / tot[5],
+               "groups_kept_share": tot[4] / tot[5], "completion_length_mean": tot[6] / n,
+               "completion_length_max": max(r[7] for r in rows), "completion_cut_share": tot[8] / n,
+               "sampled_tokens": tot[6], "rounds": tot[5] / self.cfg.prompts_per_step, "sampling_seconds": seconds}
+        out.update({f"reward/{p}": tot[9 + i] / n for i, p in enumerate(parts)})
         return out
 
     def mini_batch(self, model, step: int) -> dict[str, torch.Tensor]:

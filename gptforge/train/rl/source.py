@@ -106,7 +106,7 @@ class RolloutSource(SourceBase):
         assert self.handle is not None, "the trainer binds the model before asking for batches"
         env = self.handle.env
         sampler = RolloutSampler(self.prompts, self.rewards, self.cfg, self.seed, self.eos_id, self.decode,
-                                 dp_rank, dp_size, all_reduce_sum=env.all_reduce_sum,
+                                 dp_rank, dp_size, all_reduce_sum=env.all_reduce_sum, gather=env.gather_stats,
                                  reference=self.reference(self.handle) if self.reference is not None else None)
         if self.pending_state is not None:
             sampler.load_state_dict(self.pending_state)
@@ -140,9 +140,24 @@ class RolloutSource(SourceBase):
         """Nothing to compare: the prompts' hash is in the run's provenance, the tokenizer is the run's own."""
 
     def state_dict(self) -> dict[str, Any]:
-        return self.batches_.sampler.state_dict() if self.batches_ is not None else {}
+        """Every rank's held rollout batch ({"per_rank": [rank 0's, rank 1's, ...]}): the checkpoint
+        keeps rank 0's trainer state, so the ranks' states are gathered there (a collective: the
+        trainer saves on every rank)."""
+        mine = self.batches_.sampler.state_dict() if self.batches_ is not None else {}
+        env = self.handle.env if self.handle is not None else None
+        if env is None or env.dp_size == 1:
+            return {"per_rank": [mine]}
+        import torch.distributed as dist
+
+        mine = {k: ([{n: t.cpu() for n, t in m.items()} for m in v] if k == "minis" else v) for k, v in mine.items()}
+        gathered: list[Any] = [None] * env.world_size
+        dist.all_gather_object(gathered, mine)
+        return {"per_rank": gathered}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
+        per_rank = state.get("per_rank") or [{}]
+        rank = self.handle.env.dp_rank if self.handle is not None else 0
+        state = per_rank[rank] if rank < len(per_rank) else {}
         if self.batches_ is not None:
             self.batches_.sampler.load_state_dict(state)
         else:
