@@ -1,7 +1,7 @@
 """Generation and serving speed: gptforge against transformers, onnxruntime and llama.cpp on the
 same weights, in one run.
 
-    python bench/serve_throughput.py [--new-tokens 128] [--prompt-tokens 32] [--threads 1]
+    python bench/serve_throughput.py [--new-tokens 128] [--prompt-tokens 32] [--threads 1] [--grammar]
         [--dtypes fp32,bf16] [--presets gpt2-mini llama-micro] [--serving-only] [--rounds 3]
         [--uvicorn-loop auto|asyncio] [--uvicorn-http auto|h11] [--switch-interval S] [--engine-process]
         [--write]
@@ -27,6 +27,9 @@ folder (loaded back with `AutoModelForCausalLM`), an ONNX folder and GGUF files:
    server process, and where the server's time went (`EngineStats`: share of the wall time in engine
    steps, the engine thread's CPU and the rest of the process's, ms per decode pass, sequences per
    decode and prefill pass, prefill share, time in the event callbacks), in process and under HTTP.
+4. with --grammar (--grammar-only: this alone): the grammar's cost per token, the engine's aggregate
+   tokens/s with 8 streams sampled free, under a JSON schema (gptforge.infer.grammar, llguidance),
+   and half of each in one batch (`engine_grammar_rates`).
 Prints Markdown tables; --write appends them to bench/RESULTS.md with the command line.
 """
 
@@ -164,6 +167,45 @@ def engine_rate(model, decode, prompts, n, batch):
     while eng.step():
         pass
     return len(prompts) * n / (time.perf_counter() - t)
+
+
+GRAMMAR_SCHEMA = {"type": "array", "items": {"type": "object", "properties": {
+    "name": {"type": "string"}, "score": {"type": "number"}}, "required": ["name", "score"]}}
+"""The JSON schema of the constrained run (--grammar): a list of named scores, long enough for any n."""
+
+
+def engine_grammar_rates(model, tok, prompts, n, batch=8, rounds=3) -> tuple[float, float, float]:
+    """(free, constrained, half-and-half) aggregate tokens/s of the engine over `prompts`, sampled
+    at temperature 1 (seed 0): free rows, rows under GRAMMAR_SCHEMA (gptforge.infer.grammar), and
+    half of each in one batch; best of `rounds` rounds that run the three in turn. Tokens counted
+    as generated (a constrained row that closes its JSON early counts what it made)."""
+    from gptforge.infer.engine import Engine, SamplingParams
+    from gptforge.infer.grammar import GrammarVocab, json_schema_grammar
+
+    vocab = GrammarVocab(tok.to_str(), model.config.vocab_size, tok.eos_id)
+    grammar = json_schema_grammar(GRAMMAR_SCHEMA, "bench")
+
+    def run(constrained) -> float:
+        eng = Engine(model, tok.decode, max_batch_size=batch)
+        eng.grammar_vocab = vocab
+        made = [0]
+
+        def count(ev):
+            made[0] += ev.token_id is not None
+
+        t = time.perf_counter()
+        for i, p in enumerate(prompts):
+            eng.submit(p, SamplingParams(max_tokens=n, temperature=1.0, seed=i,
+                                         grammar=grammar if constrained(i) else None), count)
+        while eng.step():
+            pass
+        return made[0] / (time.perf_counter() - t)
+
+    best = [0.0, 0.0, 0.0]
+    for _ in range(rounds):
+        for k, rule in enumerate((lambda i: False, lambda i: True, lambda i: i % 2 == 1)):
+            best[k] = max(best[k], run(rule))
+    return best[0], best[1], best[2]
 
 
 def engine_clients(model, decode, prompts, n, clients, per_client, stop_token_ids=(), batch=8) -> dict:
@@ -325,6 +367,8 @@ def _ratio(ours: float, theirs) -> str:
 def tables(rows: list[dict], args) -> str:
     """The three Markdown tables of a run (decode against transformers, against the other runtimes,
     engine and HTTP)."""
+    if args.grammar_only:
+        return grammar_table(rows) + "\n"
     t1 = ["| model | dtype | gptforge generate | transformers generate | ratio | gptforge compiled | ratio |",
           "|---|---|---:|---:|---:|---:|---:|"]
     for r in rows:
@@ -369,7 +413,18 @@ def tables(rows: list[dict], args) -> str:
     parts = (t1, t2, t3, t4) if all(r.get("http") for r in rows) else (t1, t2)
     if args.serving_only:
         parts = (t3, t4)
-    return "\n\n".join("\n".join(t) for t in parts) + "\n"
+    text = "\n\n".join("\n".join(t) for t in parts) + "\n"
+    return text + ("\n" + grammar_table(rows) + "\n" if args.grammar else "")
+
+
+def grammar_table(rows: list[dict]) -> str:
+    """The Markdown table of --grammar (`engine_grammar_rates` of each preset)."""
+    t = ["| model | engine 8 streams free | under a JSON schema | constrained / free | 4 free + 4 constrained |",
+         "|---|---:|---:|---:|---:|"]
+    for r in rows:
+        free, con, mixed = r["grammar"]
+        t.append(f"| {r['preset']} | {free:.0f} tok/s | {con:.0f} tok/s | {con / free:.2f}x | {mixed:.0f} tok/s |")
+    return "\n".join(t)
 
 
 def measure(preset: str, tok, tmp: Path, args) -> dict:
@@ -378,6 +433,12 @@ def measure(preset: str, tok, tmp: Path, args) -> dict:
     g = torch.Generator().manual_seed(1)
     prompts = [torch.randint(1, 1000, (args.prompt_tokens,), generator=g).tolist() for _ in range(8)]
     r: dict = {"preset": preset, "single": {}}
+    if args.grammar:
+        r["grammar"] = engine_grammar_rates(model, tok, prompts, args.new_tokens)
+        print(f"{preset}: free / constrained / mixed {r['grammar']} tok/s (load {os.getloadavg()[0]:.2f})",
+              flush=True)
+        if args.grammar_only:
+            return r
     for d in ([] if args.serving_only else args.dtypes.split(",")):
         r["single"][d] = single_stream(model, hf, prompts[0], args.new_tokens, DTYPES[d], not args.no_compile)
         print(f"{preset} {d}: gptforge {r['single'][d][0]:.0f} vs transformers {r['single'][d][1]:.0f} tok/s; "
@@ -438,8 +499,12 @@ def main() -> int:
                     help="sys.setswitchinterval of this (server) process, seconds (default Python's 0.005)")
     ap.add_argument("--engine-process", action="store_true",
                     help="serve with the engine in its own process (`gptforge serve --engine-process`)")
+    ap.add_argument("--grammar", action="store_true",
+                    help="also the grammar's cost: engine tokens/s free vs under a JSON schema (llguidance)")
+    ap.add_argument("--grammar-only", action="store_true", help="only the grammar table (implies --grammar)")
     ap.add_argument("--write", action="store_true", help="append the tables to bench/RESULTS.md")
     args = ap.parse_args()
+    args.grammar = args.grammar or args.grammar_only
     torch.set_num_threads(args.threads)
     if args.switch_interval is not None:
         sys.setswitchinterval(args.switch_interval)
@@ -464,7 +529,9 @@ def main() -> int:
     if args.write:
         cmd = "python bench/serve_throughput.py " + " ".join(sys.argv[1:])
         with open(REPO / "bench" / "RESULTS.md", "a") as f:
-            f.write(f"\n## Decoding and serving against transformers, onnxruntime and llama.cpp (issue 29)\n\n"
+            title = ("The grammar's cost per token: constrained vs free decoding (issue 44)" if args.grammar_only
+                     else "Decoding and serving against transformers, onnxruntime and llama.cpp (issue 29)")
+            f.write(f"\n## {title}\n\n"
                     f"Command: `{cmd.strip()}`. {text}")
     return 0
 

@@ -5,7 +5,10 @@ Rows (one JSON object per line of an instruction .jsonl; `gptforge.data.instruct
   the completion and the EOS are trained. No chat template (as TRL does for plain prompt/completion).
 - `{"messages": [{"role": "system"|"user"|"assistant", "content": "..."}, ...]}`: rendered with the
   tokenizer's chat template when it has one, else with `DEFAULT_TEMPLATE` below; every assistant
-  message's content and the end-of-turn token that closes it are trained.
+  message's content and the end-of-turn token that closes it are trained. A row may add `tools`
+  (OpenAI function objects); assistant messages may carry OpenAI `tool_calls` (content then may be
+  null) and `role: "tool"` messages hold results: the default template writes them as
+  `gptforge.data.tools` says, and the calls are trained with their assistant turn.
 
 Special tokens come only from the template, as ids; text from the data is encoded with special-
 token matching switched off, so a literal "<|im_end|>" or "<|endoftext|>" in a message is plain
@@ -31,8 +34,11 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from gptforge.data.tools import JINJA_CALLS, JINJA_TOOLS, call_function, calls_text, tools_text
+
 DEFAULT_TEMPLATE = "default"
-ROLE_HEADERS = {"system": "### System:\n", "user": "### User:\n", "assistant": "### Assistant:\n"}
+ROLE_HEADERS = {"system": "### System:\n", "user": "### User:\n", "assistant": "### Assistant:\n",
+                "tool": "### Tool:\n"}
 TURN_SEPARATOR = "\n\n"
 _EOS_CANDIDATES = ("<|endoftext|>", "</s>", "<|end_of_text|>", "<|eot_id|>", "<|im_end|>")
 # Private-use characters around mixed-case letters: a template filter such as upper/lower/title
@@ -136,14 +142,33 @@ class Example:
     target: list[bool]
 
 
+def _check_message(m, where: str) -> dict:
+    """`m` with content "" where an assistant message has only tool calls.
+
+    Raises:
+        ValueError: a role other than system/user/assistant/tool, content that is not a string
+            (null only beside tool_calls), or a malformed tool call (naming `where`).
+    """
+    calls = m.get("tool_calls") if isinstance(m, dict) else None
+    if isinstance(m, dict) and m.get("role") == "assistant" and calls and m.get("content") is None:
+        m = dict(m, content="")
+    if not isinstance(m, dict) or not isinstance(m.get("content"), str) or m.get("role") not in ROLE_HEADERS:
+        raise ValueError(f"{where} must have role system/user/assistant/tool and string content, got {m!r:.120}")
+    if calls is not None:
+        if m["role"] != "assistant" or not isinstance(calls, list):
+            raise ValueError(f"{where}: tool_calls must be a list, on an assistant message")
+        for k, c in enumerate(calls):
+            try:
+                call_function(c)
+            except ValueError as e:
+                raise ValueError(f"{where}.tool_calls[{k}]: {e}") from None
+    return m
+
+
 def _check_messages(messages, where: str) -> list[dict]:
     if not isinstance(messages, list) or not messages:
         raise ValueError(f"{where}: `messages` must be a non-empty list of {{role, content}} objects")
-    for j, m in enumerate(messages):
-        if not isinstance(m, dict) or not isinstance(m.get("content"), str) or m.get("role") not in ROLE_HEADERS:
-            raise ValueError(
-                f"{where}: messages[{j}] must have role system/user/assistant and string content, got {m!r:.120}"
-            )
+    messages = [_check_message(m, f"{where}: messages[{j}]") for j, m in enumerate(messages)]
     if not any(m["role"] == "assistant" for m in messages):
         raise ValueError(f"{where}: no assistant message, so nothing to train on")
     return messages
@@ -166,20 +191,27 @@ def default_chat_template(add_bos: bool = False) -> str:
     """
     headers = ", ".join(f"'{role}': '{h[:-1]}\\n'" for role, h in ROLE_HEADERS.items())
     sep = TURN_SEPARATOR.replace("\n", "\\n")
-    return (("{{ bos_token }}" if add_bos else "") + "{% set headers = {" + headers + "} %}"
-            "{% for message in messages %}{{ headers[message['role']] + message['content'] }}"
-            "{% if message['role'] == 'assistant' %}{{ eos_token }}{% endif %}{{ '" + sep + "' }}{% endfor %}"
+    return (("{{ bos_token }}" if add_bos else "") + JINJA_TOOLS + "{% set headers = {" + headers + "} %}"
+            "{% for message in messages %}{{ headers[message['role']] + (message['content'] or '') }}"
+            "{% if message['role'] == 'assistant' %}" + JINJA_CALLS + "{{ eos_token }}{% endif %}"
+            "{{ '" + sep + "' }}{% endfor %}"
             "{% if add_generation_prompt %}{{ headers['assistant'] }}{% endif %}")
 
 
-def render_default(tok: ChatTokenizer, messages: list[dict], add_generation_prompt: bool = False) -> Example:
-    """`messages` in the default template (see the module docstring)."""
+def render_default(tok: ChatTokenizer, messages: list[dict], add_generation_prompt: bool = False,
+                   tools: list[dict] | None = None) -> Example:
+    """`messages` in the default template (see the module docstring; tools and tool calls as
+    `gptforge.data.tools` writes them: an assistant turn's calls are trained with its content)."""
     ids: list[int] = [tok.bos_id] if tok.add_bos else []
+    if tools:
+        ids += tok.encode_template(tools_text(tools) + TURN_SEPARATOR)
     target = [False] * len(ids)
     for m in messages:
         header = tok.encode_template(ROLE_HEADERS[m["role"]])
-        content = tok.encode_text(m["content"])
+        content = tok.encode_text(m["content"] or "")
         trained = m["role"] == "assistant"
+        if m.get("tool_calls"):
+            content += tok.encode_template(calls_text(m["tool_calls"]))
         end = [tok.eos_id] if trained else []
         sep = tok.encode_template(TURN_SEPARATOR)
         ids += header + content + end + sep
@@ -205,13 +237,14 @@ def _jinja_env():
 
     # The settings transformers renders chat templates with (trim/lstrip blocks, loop controls).
     env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True, extensions=[loopcontrols])
-    env.filters["tojson"] = lambda x, indent=None, **_: json.dumps(x, ensure_ascii=False, indent=indent)
+    env.filters["tojson"] = lambda x, indent=None, separators=None, sort_keys=False, **_: json.dumps(
+        x, ensure_ascii=False, indent=indent, separators=separators, sort_keys=sort_keys)
     env.globals.update(raise_exception=raise_exception, strftime_now=strftime_now)
     return env
 
 
 def render_chat_template(tok: ChatTokenizer, messages: list[dict], add_generation_prompt: bool = False,
-                         where: str = "messages") -> Example:
+                         where: str = "messages", tools: list[dict] | None = None) -> Example:
     """`messages` in the tokenizer's Jinja chat template, special tokens as ids (see module doc).
 
     Targets: each assistant message's content, plus the template text that follows it up to and
@@ -228,7 +261,8 @@ def render_chat_template(tok: ChatTokenizer, messages: list[dict], add_generatio
     specials = {k: v for k, v in tok.extra_tokens.items()}
     specials.update(bos_token=tok.bos_token or "", eos_token=tok.eos_token)
     try:
-        rendered = template.render(messages=placeholders, add_generation_prompt=add_generation_prompt, **specials)
+        rendered = template.render(messages=placeholders, add_generation_prompt=add_generation_prompt,
+                                   **({"tools": tools} if tools else {}), **specials)
     except Exception as e:  # noqa: BLE001 - a template error is the user's data/config problem
         raise ValueError(f"{where}: the chat template failed: {e}") from None
     pieces = _SENTINEL.split(rendered)  # [text, j, text, j, ..., text]
@@ -244,7 +278,7 @@ def render_chat_template(tok: ChatTokenizer, messages: list[dict], add_generatio
     for k, piece in enumerate(pieces):
         if k % 2 == 1:
             m = messages[int(piece)]
-            content = tok.encode_text(m["content"])
+            content = tok.encode_text(m["content"] or "")
             after_assistant = m["role"] == "assistant"
             ids += content
             target += [after_assistant] * len(content)
@@ -277,9 +311,12 @@ def render_example(tok: ChatTokenizer, row: dict, template: str | None = None, w
         raise ValueError(f"{where}: expected a JSON object, got {type(row).__name__}")
     if "messages" in row:
         messages = _check_messages(row["messages"], where)
+        tools = row.get("tools")
+        if tools is not None and not (isinstance(tools, list) and all(isinstance(t, dict) for t in tools)):
+            raise ValueError(f"{where}: `tools` must be a list of function objects")
         if tok.chat_template and template != DEFAULT_TEMPLATE:
-            return render_chat_template(tok, messages, where=where)
-        return render_default(tok, messages)
+            return render_chat_template(tok, messages, where=where, tools=tools)
+        return render_default(tok, messages, tools=tools)
     if "prompt" in row and "completion" in row:
         if not isinstance(row["prompt"], str) or not isinstance(row["completion"], str):
             raise ValueError(f"{where}: `prompt` and `completion` must be strings")
@@ -287,15 +324,14 @@ def render_example(tok: ChatTokenizer, row: dict, template: str | None = None, w
     raise ValueError(f"{where}: a row needs `messages` (chat) or `prompt` and `completion`; it has {sorted(row)}")
 
 
-def prompt_ids(tok: ChatTokenizer, messages: list[dict], template: str | None = None) -> list[int]:
+def prompt_ids(tok: ChatTokenizer, messages: list[dict], template: str | None = None,
+               tools: list[dict] | None = None) -> list[int]:
     """Ids of a conversation ending with the assistant's header, ready for generation.
 
     Rendered exactly as during training (same template, same special-token handling); generation
     should stop at `tok.eos_id` (default template) or the template's end-of-turn token.
     """
-    for j, m in enumerate(messages):
-        if not isinstance(m, dict) or m.get("role") not in ROLE_HEADERS or not isinstance(m.get("content"), str):
-            raise ValueError(f"messages[{j}] must have role system/user/assistant and string content")
+    messages = [_check_message(m, f"messages[{j}]") for j, m in enumerate(messages)]
     if tok.chat_template and template != DEFAULT_TEMPLATE:
-        return render_chat_template(tok, messages, add_generation_prompt=True).ids
-    return render_default(tok, messages, add_generation_prompt=True).ids
+        return render_chat_template(tok, messages, add_generation_prompt=True, tools=tools).ids
+    return render_default(tok, messages, add_generation_prompt=True, tools=tools).ids

@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 import torch
 
 from gptforge.infer.generate import MIN_TEMPERATURE, filter_logits
+from gptforge.infer.grammar import Constraint, GrammarVocab
 from gptforge.infer.stream import StopStringFilter, StreamDetokenizer
 from gptforge.model.gpt import GPT
 
@@ -124,6 +125,8 @@ class SamplingParams:
     prompt_logprobs: int | None = None
     presence_penalty: float = 0.0
     frequency_penalty: float = 0.0
+    grammar: str | None = None
+    """An llguidance grammar the output must follow (gptforge.infer.grammar.compile_*), or None."""
 
 
 @dataclass
@@ -197,6 +200,7 @@ class Request:
             self.generator = torch.Generator(device=device)
             self.generator.manual_seed(params.seed)
         self.counts: torch.Tensor | None = None
+        self.constraint: Constraint | None = None
         self.submitted = time.monotonic()
 
     @property
@@ -305,6 +309,8 @@ class Engine:
         self._paused = False
         self.steps = 0
         self.stats = EngineStats()
+        self.grammar_vocab: GrammarVocab | None = None
+        """The tokenizer for requests with a `grammar` (set by the engine's owner; None: refused)."""
         self.step_hooks: list[Callable[[], None]] = []
         """Called on the engine's thread after each step has delivered its events, e.g. to wake an
         event loop once per step instead of once per event."""
@@ -315,10 +321,15 @@ class Engine:
         """Queue a request; `on_event` receives its Events until one has a finish_reason.
 
         Raises:
-            ValueError: an empty prompt, or prompt + max_tokens longer than max_model_len (naming both).
+            ValueError: an empty prompt, or prompt + max_tokens longer than max_model_len (naming both);
+                a grammar that does not compile (GrammarError) or without a `grammar_vocab`.
         """
         check_request(prompt, params, self.max_model_len)
         seq = Request(prompt, params, on_event, self.decode, self.device)
+        if params.grammar is not None:
+            if self.grammar_vocab is None:
+                raise ValueError("this engine has no grammar_vocab: it cannot follow a grammar")
+            seq.constraint = Constraint(self.grammar_vocab, params.grammar)
         with self._cv:
             self.waiting.append(seq)
             self._cv.notify()
@@ -485,6 +496,12 @@ class Engine:
             if seq.counts is None:
                 seq.counts = torch.zeros_like(logits)
             logits = logits - p.frequency_penalty * seq.counts - p.presence_penalty * (seq.counts > 0).float()
+        if seq.constraint is not None:
+            try:
+                logits = seq.constraint.mask(logits, p.stop_token_ids)
+            except RuntimeError as e:  # this row's grammar failed (a work limit): it alone ends
+                ev.finish_reason, ev.error, seq.finished = "error", str(e), True
+                return ev
         if p.temperature < MIN_TEMPERATURE:  # a subnormal one would overflow the logits
             tok = int(logits.argmax())
         else:
@@ -504,6 +521,8 @@ class Engine:
         ev.text = text
         if stopped:
             ev.finish_reason, seq.finished = "stop", True
+        elif seq.constraint is not None and seq.constraint.advance(tok):  # the grammar has ended
+            self._finish(seq, "stop", ev)
         elif len(seq.generated) >= p.max_tokens or seq.length >= self.max_model_len:
             self._finish(seq, "length", ev)
         return ev

@@ -334,7 +334,10 @@ def _child_main(conn, model: GPT, tokenizer_file: str, max_batch_size: int, max_
     _name_process(b"gptforge-engine")
     torch.set_num_threads(threads)
     from gptforge.data.tokenizer import Tokenizer
-    engine = Engine(model, Tokenizer.from_file(tokenizer_file).decode, max_batch_size, max_model_len)
+    from gptforge.infer.grammar import GrammarVocab
+    tok = Tokenizer.from_file(tokenizer_file)
+    engine = Engine(model, tok.decode, max_batch_size, max_model_len)
+    engine.grammar_vocab = GrammarVocab(tok.to_str(), model.config.vocab_size, tok.eos_id)
     send_lock, seqs_lock = threading.Lock(), threading.Lock()
     pending: list[tuple[int, Event]] = []
     seqs: dict[int, Request] = {}  # unfinished requests by the parent's id (for cancel)
@@ -374,7 +377,11 @@ def _child_main(conn, model: GPT, tokenizer_file: str, max_batch_size: int, max_
             kind = msg[0]
             if kind == "submit":
                 with seqs_lock:  # held until stored: its finishing event (engine thread) pops it after
-                    seqs[msg[1]] = engine.submit(msg[2], msg[3], sink(msg[1]))
+                    try:
+                        seqs[msg[1]] = engine.submit(msg[2], msg[3], sink(msg[1]))
+                    except ValueError as e:  # a grammar the parent let through: this request alone fails
+                        _send_quietly(("events", [(msg[1], Event(finish_reason="error", error=str(e)))],
+                                       engine.stats, time.process_time()))
             elif kind == "cancel":
                 with seqs_lock:
                     seq = seqs.pop(msg[1], None)

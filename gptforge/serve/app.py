@@ -32,7 +32,7 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from gptforge.serve import chat, completions, info
+from gptforge.serve import chat, completions, info, page
 from gptforge.serve.openapi import OPEN_PATHS, openapi
 from gptforge.serve.protocol import APIError
 from gptforge.serve.server import ServeConfig, Server
@@ -114,7 +114,7 @@ def create_app(model, tokenizer_file: str | Path, cfg: ServeConfig | None = None
                   openapi_url="/openapi.json",
                   description="OpenAI-compatible completions and chat over a continuous-batching engine.")
     app.state.server = srv
-    for module in (completions, chat, info):
+    for module in (completions, chat, info, page):
         app.include_router(module.router)
     # Starlette types a handler as taking any Exception; each of these takes the class it is registered for.
     app.add_exception_handler(APIError, _api_error)  # type: ignore[arg-type]

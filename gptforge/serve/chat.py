@@ -14,10 +14,12 @@ from fastapi import APIRouter, Request
 from fastapi.responses import Response
 
 from gptforge.infer.engine import Event, TokenLogprob
+from gptforge.serve import tools
 from gptforge.serve.logprobs import AnsweredLogprobs
 from gptforge.serve.openapi import route_doc
 from gptforge.serve.protocol import APIError, ChatCompletion, ChatCompletionChunk, ChatRequest
 from gptforge.serve.server import Server, Submission, sse, sse_error, usage
+from gptforge.serve.tools import CallStream, check_tools
 
 router = APIRouter()
 ENDPOINT = "/v1/chat/completions"
@@ -30,7 +32,9 @@ class ChatCall:
         self.srv, self.req = srv, req
         if req.top_logprobs is not None and not req.logprobs:
             raise APIError(400, "top_logprobs needs logprobs: true", "top_logprobs", "invalid_value")
-        self.ids = ids = srv.chat_ids(req.messages)
+        check_tools(req)
+        self.tools = tools.active(req)
+        self.ids = ids = srv.chat_ids(req.messages, tools=tools.tool_dicts(req))
         max_tokens = req.max_completion_tokens if req.max_completion_tokens is not None else req.max_tokens
         top = req.top_logprobs if req.top_logprobs is not None else 0
         stop_ids = sorted({srv.chat.eos_id, srv.tok.eos_id})
@@ -62,6 +66,7 @@ class ChatCall:
         completion_tokens = 0
         started: set[int] = set()
         answered = [AnsweredLogprobs(self.srv.tok.decode) for _ in self.jobs] if req.logprobs else []
+        calls = [CallStream() for _ in self.jobs] if self.tools else []
         async for j, ev in sub.timed_events(request, start, metrics):
             if ev.finish_reason == "error":
                 yield sse_error(ev.error)
@@ -76,14 +81,28 @@ class ChatCall:
             if req.logprobs:
                 content = self.content(ev, answered[j])
                 lp = {"content": content} if content else None
-            if ev.text or lp is not None:
-                yield self.chunk([{"index": j, "delta": {"content": ev.text}, "logprobs": lp, "finish_reason": None}])
-            if ev.finish_reason:
-                yield self.chunk([{"index": j, "delta": {}, "logprobs": None, "finish_reason": ev.finish_reason}])
+            text, reason = (calls[j].push(ev.text) if calls else ev.text), ev.finish_reason
+            if text or lp is not None:
+                yield self.chunk([{"index": j, "delta": {"content": text}, "logprobs": lp, "finish_reason": None}])
+            if reason and calls:
+                for delta in self.call_deltas(calls[j]):
+                    reason = "tool_calls" if "tool_calls" in delta and reason == "stop" else reason
+                    yield self.chunk([{"index": j, "delta": delta, "logprobs": None, "finish_reason": None}])
+            if reason:
+                yield self.chunk([{"index": j, "delta": {}, "logprobs": None, "finish_reason": reason}])
         if self.include_usage:
             yield self.chunk([], usage=usage(len(self.ids), completion_tokens))
         metrics.requests.labels(ENDPOINT, "200").inc()
         yield "data: [DONE]\n\n"
+
+    @staticmethod
+    def call_deltas(stream: CallStream) -> list[dict]:
+        """The deltas that end a streamed choice with tools: its held-back text, then its calls."""
+        text, calls = stream.finish()
+        out: list[dict] = [{"content": text}] if text else []
+        if calls:
+            out.append({"tool_calls": [dict(c, index=k) for k, c in enumerate(calls)]})
+        return out
 
     async def respond(self, request: Request, sub: Submission, start: float) -> Response:
         """The whole answer (a ChatCompletion), or 499 when the client went away first."""
@@ -99,9 +118,15 @@ class ChatCall:
         if done is None:
             return Response(status_code=499)
         texts, counts, reasons = done
-        choices = [{"index": j, "message": {"role": "assistant", "content": texts[j]},
-                    "logprobs": {"content": lps[j]} if req.logprobs else None, "finish_reason": reasons[j]}
-                   for j in range(len(self.jobs))]
+        choices = []
+        for j in range(len(self.jobs)):
+            message: dict = {"role": "assistant", "content": texts[j]}
+            content, calls = tools.parse_calls(texts[j]) if self.tools else (texts[j], [])
+            if calls:
+                message = {"role": "assistant", "content": content, "tool_calls": calls}
+                reasons[j] = "tool_calls" if reasons[j] == "stop" else reasons[j]
+            choices.append({"index": j, "message": message, "finish_reason": reasons[j],
+                            "logprobs": {"content": lps[j]} if req.logprobs else None})
         return self.srv.ok(ENDPOINT, ChatCompletion.model_validate({
             "id": self.rid, "created": self.created, "model": self.srv.cfg.model_name, "choices": choices,
             "usage": usage(len(self.ids), sum(counts))}))

@@ -17,8 +17,8 @@ from pydantic.json_schema import models_json_schema
 
 from gptforge.serve.protocol import REQUEST_MODELS, RESPONSE_MODELS, ErrorResponse
 
-OPEN_PATHS = ("/health", "/metrics", "/openapi.json")
-"""Paths that need no API key."""
+OPEN_PATHS = ("/", "/health", "/metrics", "/openapi.json")
+"""Paths that need no API key ("/": the chat page, which asks for the key itself)."""
 
 _ERRORS = {
     400: "Invalid parameters: `param` names the field, `code` says what is wrong",

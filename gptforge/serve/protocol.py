@@ -12,6 +12,8 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StrictInt, WithJsonSchema
 
+from gptforge.serve.formats import NamedToolChoice, ResponseFormat, StructuredOutputs, Tool, ToolCall, ToolCallDelta
+
 
 class APIError(Exception):
     """An error answered as OpenAI's `{"error": {"message", "type", "param", "code"}}` with `status`."""
@@ -61,6 +63,10 @@ class _Sampling(_Strict):
     service_tier: Unsupported = None
     metadata: Unsupported = None
     store: Unsupported = None
+    response_format: ResponseFormat | None = None
+    """Constrain the output to JSON (gptforge.serve.formats)."""
+    structured_outputs: StructuredOutputs | None = None
+    """vLLM's constraints: a JSON schema, regex, choice or grammar (gptforge.serve.formats)."""
 
 
 class CompletionRequest(_Sampling):
@@ -80,9 +86,14 @@ class ContentPart(_Strict):
 
 class ChatMessage(BaseModel):
     model_config = ConfigDict(extra="allow")
-    role: Literal["system", "user", "assistant", "developer"]
-    content: str | list[ContentPart]
+    role: Literal["system", "user", "assistant", "developer", "tool"]
+    content: str | list[ContentPart] | None = None
+    """Null only on an assistant message with tool_calls."""
     name: str | None = None
+    tool_calls: list[ToolCall] | None = None
+    """An assistant message's calls (as an answer gave them)."""
+    tool_call_id: str | None = None
+    """A tool message: the call it answers."""
 
 
 class ChatRequest(_Sampling):
@@ -92,12 +103,15 @@ class ChatRequest(_Sampling):
     max_completion_tokens: int | None = None
     logprobs: bool = False
     top_logprobs: int | None = Field(None, ge=0, le=20)
-    tools: Unsupported = None
-    tool_choice: Unsupported = None
+    tools: list[Tool] | None = Field(None, max_length=64)
+    """Functions the model may call (rendered by the chat template; see gptforge.serve.tools)."""
+    tool_choice: Literal["none", "auto", "required"] | NamedToolChoice | None = None
+    """none: no calls; auto (the default with tools): the model decides; required or a named
+    function: the answer is one call, its arguments constrained to the function's schema."""
+    parallel_tool_calls: bool | None = None
+    """Accepted; a forced answer holds one call, an auto one as many as the model writes."""
     functions: Unsupported = None
     function_call: Unsupported = None
-    response_format: Unsupported = None
-    parallel_tool_calls: Unsupported = None
     modalities: Unsupported = None
     audio: Unsupported = None
     prediction: Unsupported = None
@@ -105,9 +119,8 @@ class ChatRequest(_Sampling):
 
 
 # OpenAI fields that are accepted by name and refused (400 naming them) when set to a value.
-UNSUPPORTED = ("logit_bias", "suffix", "tools", "tool_choice", "functions", "function_call", "response_format",
-               "parallel_tool_calls", "modalities", "audio", "prediction", "reasoning_effort", "service_tier",
-               "metadata", "store")
+UNSUPPORTED = ("logit_bias", "suffix", "functions", "function_call", "modalities", "audio", "prediction",
+               "reasoning_effort", "service_tier", "metadata", "store")
 
 
 class TokenizeRequest(_Strict):
@@ -125,9 +138,9 @@ class DetokenizeRequest(_Strict):
 
 # ---- responses (OpenAI API reference: the Completion, Chat Completion and chunk objects) ---------
 
-FinishReason = Literal["stop", "length", "cancelled"]
+FinishReason = Literal["stop", "length", "cancelled", "tool_calls"]
 """"length": max_tokens or the end of the context; "stop": a stop string or the end-of-text token;
-"cancelled": the server stopped before the sequence finished."""
+"cancelled": the server stopped before the sequence finished; "tool_calls": the answer holds tool calls."""
 
 
 class ErrorBody(BaseModel):
@@ -230,7 +243,9 @@ class ChatLogprobs(BaseModel):
 
 class ChatCompletionMessage(BaseModel):
     role: Literal["assistant"] = "assistant"
-    content: str
+    content: str | None
+    """None when the answer is only tool calls."""
+    tool_calls: list[ToolCall] | None = None
 
 
 class ChatChoice(BaseModel):
@@ -256,6 +271,7 @@ class ChatDelta(BaseModel):
 
     role: Literal["assistant"] | None = None
     content: str | None = None
+    tool_calls: list[ToolCallDelta] | None = None
 
 
 class ChatChunkChoice(BaseModel):

@@ -26,7 +26,10 @@ from gptforge.data.tokenizer import token_bytes
 from gptforge.infer.engine import Engine, Event, SamplingParams
 from gptforge.infer.engine_process import EngineProcess
 from gptforge.infer.generate import MIN_TEMPERATURE, MIN_TOP_P
+from gptforge.infer.grammar import GrammarVocab
 from gptforge.serve.protocol import UNSUPPORTED, APIError
+from gptforge.serve.structured import constrain
+from gptforge.serve.tools import message_dict
 
 # A JSON escape of a UTF-16 surrogate (a pair is one character once decoded; a lone one is not Unicode).
 _SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")
@@ -39,7 +42,8 @@ class ServeConfig:
     model_name: str = "gptforge"
     """The model id clients name (GET /v1/models lists it; another name is a 404)."""
     api_key: str | None = None
-    """When set, every request except /health, /metrics and /openapi.json needs `Authorization: Bearer KEY`."""
+    """When set, every request except GET / (the chat page), /health, /metrics and /openapi.json needs
+    `Authorization: Bearer KEY`."""
     max_batch_size: int = 8
     """Sequences decoded together; more wait in arrival order."""
     max_model_len: int | None = None
@@ -258,6 +262,9 @@ class Server:
         else:
             self.engine = Engine(model, self.tok.decode, cfg.max_batch_size, cfg.max_model_len)
         self.max_model_len = self.engine.max_model_len
+        self.grammar_vocab = GrammarVocab(self.tok.to_str(), model.config.vocab_size, self.tok.eos_id)
+        if isinstance(self.engine, Engine):
+            self.engine.grammar_vocab = self.grammar_vocab
         self.max_prompt_chars = self.max_model_len * _max_token_chars(self.chat.tokenizer)
         self.metrics = Metrics(self.engine)
         self.created = int(time.time())
@@ -405,25 +412,22 @@ class Server:
             prompts.append(list(p))
         return prompts
 
-    def chat_ids(self, messages, bounded: bool = True) -> list[int]:
+    def chat_ids(self, messages, bounded: bool = True, tools: list[dict] | None = None) -> list[int]:
         """Ids of a conversation rendered with the chat template, ending with the assistant's header.
         bounded: refuse contents longer than the context holds before rendering (`check_prompt_chars`).
+        tools: the functions the template shows the model (gptforge.serve.tools.tool_dicts).
 
         Raises:
             APIError: 400 for a conversation the template refuses, or one too long (when bounded).
         """
         from gptforge.data.chat import prompt_ids
 
-        rendered = []
-        for m in messages:
-            content = m.content
-            if isinstance(content, list):
-                content = "".join(p.text for p in content)
-            rendered.append({"role": "system" if m.role == "developer" else m.role, "content": content})
+        rendered = [message_dict(m) for m in messages]
         if bounded:
-            self.check_prompt_chars(sum(len(m["content"]) for m in rendered), "the conversation", "messages")
+            chars = sum(len(m["content"] or "") for m in rendered) + len(json.dumps(tools or []))
+            self.check_prompt_chars(chars, "the conversation", "messages")
         try:
-            return prompt_ids(self.chat, rendered, self.template)
+            return prompt_ids(self.chat, rendered, self.template, tools)
         except ValueError as e:
             raise _err(400, str(e), "messages", "invalid_value") from None
 
@@ -470,6 +474,7 @@ class Server:
         self.check_model(req.model)
         self.check_unsupported(req)
         call = make_call(self, req)
+        await constrain(self.grammar_vocab, req, call.jobs)
         start = time.monotonic()
         sub = self.submit(call.jobs)
         if req.stream:

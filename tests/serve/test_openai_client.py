@@ -97,8 +97,8 @@ def test_openai_errors(client, live):
     assert e.value.body["param"] == "n"
     with pytest.raises(openai.BadRequestError) as e:
         client.chat.completions.create(model="tiny", messages=[{"role": "user", "content": "x"}],
-                                       response_format={"type": "json_object"})
-    assert e.value.body["param"] == "response_format"
+                                       response_format={"type": "json_schema"})
+    assert e.value.body["param"] == "response_format.json_schema"
     client.completions.create(model="tiny", prompt="x", max_tokens=1, user="someone")  # accepted, ignored
     bad = openai.OpenAI(base_url=live.url + "/v1", api_key="wrong", max_retries=0)
     with pytest.raises(openai.AuthenticationError):
