@@ -162,3 +162,23 @@ def test_two_gloo_ranks_match_one_process_and_resume(hf_model, prompts, tmp_path
             assert abs(a[key] - b[key]) <= 1e-5 * max(1.0, abs(a[key])), (a["step"], key, a[key], b[key])
     for a, b in zip(whole, resumed, strict=True):
         assert a["loss"] == b["loss"] and a["rl/reward_mean"] == b["rl/reward_mean"], a["step"]
+
+
+def test_docs_worked_example(hf_model, prompts, tmp_path):
+    """docs/rl.md's worked example, run as written with a tiny model and small flags appended."""
+    import re
+    import shlex
+
+    text = (Path(__file__).resolve().parents[2] / "docs" / "rl.md").read_text()
+    block = next(b for b in re.findall(r"```bash\n(.*?)```", text, re.S) if "gptforge rl" in b)
+    argv = shlex.split(block.replace("\\\n", " "))
+    assert argv[:2] == ["gptforge", "rl"]
+    train, val = prompts
+    names = {"sft_run": str(hf_model), "train.jsonl": str(train), "val.jsonl": str(val), "rl_run": str(tmp_path / "rl")}
+    argv = [names.get(a, a) for a in argv[1:]]
+    small = ["--rl.samples_per_prompt", "2", "--rl.prompts_per_step", "2", "--rl.max_new_tokens", "4",
+             "--train.max_steps", "2", "--train.eval_interval", "2", "--train.device", "cpu",
+             "--train.tensorboard", "false", "--quiet"]
+    assert main(argv + small) == 0
+    rows = read_metrics(tmp_path / "rl")
+    assert len(rows) == 2 and "eval/pass@1" in rows[-1] and (tmp_path / "rl" / "samples" / "step_2.jsonl").is_file()
