@@ -116,7 +116,7 @@ def test_rows_put_each_completion_in_the_next_token_frame(model, tok):
 
 
 def test_overlong_penalty_mask_dynamic_sampling_and_metrics(model, tok):
-    from gptforge.train.rl.batch import kept_groups, rollout_metrics, rollout_rows, shape_rewards
+    from gptforge.train.rl.batch import kept_groups, rollout_rows, shape_rewards
 
     ps = _prompts(tok)
     groups = [_sample(model, tok, p, i, 2, max_new_tokens=4, eos_id=tok.tokenizer.get_vocab_size() + 1)
@@ -124,7 +124,7 @@ def test_overlong_penalty_mask_dynamic_sampling_and_metrics(model, tok):
     for g, r in zip(groups, ([1.0, 0.0, 1.0, 0.0], [1.0, 1.0, 1.0, 1.0]), strict=True):
         g.rewards, g.reward_parts = torch.tensor(r), {"exact": torch.tensor(r)}
     assert kept_groups(groups, "drop") == [groups[0]] and kept_groups(groups, "off") == groups
-    m = rollout_metrics(groups, kept_groups(groups, "drop"))
+    m = _sampler(tok, ps)._global_metrics(groups, kept_groups(groups, "drop"), 0.0)
     assert m["zero_variance_share"] == 0.5 and m["groups_kept_share"] == 0.5 and m["completion_cut_share"] == 1.0
     assert m["reward_mean"] == 0.75 and m["completion_length_max"] == 4 and m["reward/exact"] == 0.75
     assert not rollout_rows(groups, False, mask_overlong=True)["loss_mask"].any()  # every completion was cut

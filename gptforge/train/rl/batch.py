@@ -1,5 +1,5 @@
 """From scored rollout groups to loss micro-batches: reward shaping, group advantages, dynamic
-sampling, the rows the policy loss reads, and the rollout metrics of a step.
+sampling, and the rows the policy loss reads.
 
 A rollout row is prompt + completion, right-padded to the batch's longest row L, read as the
 next-token frame of SFT: position j predicts input_ids[j + 1], so completion token t of a prompt
@@ -103,20 +103,4 @@ def adapters_off(model) -> Iterator[None]:
     finally:
         for m, s in zip(layers, saved, strict=True):
             m.scaling = s
-
-
-def rollout_metrics(groups: Sequence[Group], kept: Sequence[Group]) -> dict[str, float]:
-    """Per-step metrics of the sampled groups (all of them, before dynamic sampling): reward
-    mean/std (and each reward part's mean as reward/NAME), share of zero-variance groups, share
-    kept, completion length mean/max and the share cut at max_new_tokens."""
-    rewards = torch.cat([g.rewards for g in groups])
-    lengths = torch.cat([g.lengths.float().cpu() for g in groups])
-    zero_var = (~dynamic_sampling_keep(torch.stack([g.rewards for g in groups]))).float().mean()
-    out = {"reward_mean": rewards.mean().item(), "reward_std": rewards.std().item() if rewards.numel() > 1 else 0.0,
-           "zero_variance_share": zero_var.item(), "groups_kept_share": len(kept) / len(groups),
-           "completion_length_mean": lengths.mean().item(), "completion_length_max": lengths.max().item(),
-           "completion_cut_share": torch.cat([g.truncated.float().cpu() for g in groups]).mean().item()}
-    for name in groups[0].reward_parts:
-        out[f"reward/{name}"] = torch.cat([g.reward_parts[name] for g in groups]).mean().item()
-    return out
 

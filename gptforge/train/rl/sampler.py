@@ -122,7 +122,8 @@ class RolloutSampler:
         self.batch_index = k
 
     def _global_metrics(self, groups: list[Group], kept: list[Group], seconds: float) -> dict[str, float]:
-        """The rollout metrics (`rollout_metrics`' names) of every rank's groups together: sums
+        """The rollout metrics (reward mean/std and per reward, zero-variance and kept shares, completion
+        length mean/max and cut share, sampled tokens) of every rank's groups together: sums
         gathered from the ranks (`gather`), then the means, the unbiased reward std and the
         maximum length formed from them, so they equal one process's figures."""
         rewards = torch.cat([g.rewards for g in groups]).double()
