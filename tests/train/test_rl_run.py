@@ -182,3 +182,18 @@ def test_docs_worked_example(hf_model, prompts, tmp_path):
     assert main(argv + small) == 0
     rows = read_metrics(tmp_path / "rl")
     assert len(rows) == 2 and "eval/pass@1" in rows[-1] and (tmp_path / "rl" / "samples" / "step_2.jsonl").is_file()
+
+
+def test_lora_run_with_kl_to_the_base(hf_model, prompts, tmp_path):
+    """LoRA: the KL reference is the base with adapters off (no second copy); B starts at 0, so the
+    first step's KL is 0, and the adapters move the policy on the second update of the batch."""
+    train, _ = prompts
+    f = tmp_path / "r.py"
+    f.write_text(REWARD_PY)
+    run = tmp_path / "run"
+    assert _rl(hf_model, train, run, "--reward", f"python:{f}:digits", "--finetune.method", "lora",
+               "--rl.kl_beta", "0.1", "--rl.updates_per_batch", "2", "--train.lr", "5e-2",
+               "--train.max_steps", "2") == 0
+    rows = read_metrics(run)
+    assert rows[0]["rl/kl"] == 0.0 and rows[1]["rl/kl"] > 0
+    assert "method: lora" in (run / "config.yaml").read_text()
