@@ -414,6 +414,10 @@ def render_report(runs: list[RunData], out_dir: Path | None = None, stopped: str
                  f"loss or gradient spikes. Curves over {2000:,} points keep every bucket's min and max.</p>"
                  "<div class=grid>" + "".join(chart(c) for c in ("loss", "lr", "grad_norm", "tokens_per_second",
                                                                   "mfu", "step_seconds")) + "</div>")
+    if charts["reward"][0] is not None:
+        parts.append("<h2>Reward</h2><p class=sub>gptforge rl: the mean reward of each step's rollouts and the "
+                     "greedy held-out pass@1 (rl.eval_prompts) at each evaluation.</p><div class=grid>"
+                     + chart("reward") + "</div>")
     if charts["other"][0] is not None:
         parts.append("<h2>Other metrics</h2><div class=grid>" + chart("other") + "</div>")
     parts.append("<h2>Memory</h2><div class=grid>" + chart("memory") + "</div>" + _memory_html(runs))

@@ -204,9 +204,12 @@ class Trainer:
     def _early_stopping(self) -> EarlyStopping:
         metric = self.tc.best_metric
         per_source = [f"val/{n}/loss" for n in self.source.source_tokens or {}]
+        own = self.source.val_metric_names
+        if metric in own:
+            return EarlyStopping(self.tc.patience, metric, True)
         if metric != "val_loss" and metric not in per_source and not (metric.startswith("eval/") and self.tc.eval_tasks):
             raise InputError(f"train.best_metric={metric!r}: use val_loss, "
-                             + "".join(f"{m}, " for m in per_source)
+                             + "".join(f"{m}, " for m in (*per_source, *own))
                              + "or eval/<task>/<metric> of a task in train.eval_tasks")
         from gptforge.eval.runner import higher_is_better
 

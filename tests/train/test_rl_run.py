@@ -114,6 +114,7 @@ def test_rl_resume_continues_bit_for_bit(hf_model, prompts, tmp_path):
     (["--reward", "python:missing.py:f"], "no such file missing.py"),
     ([], "give one of --reward SPEC"),
     (["--reward", "exact", "--parallel.dp_shard", "2", "--parallel.dp_replicate", "1"], "FSDP2, tensor and pipeline"),
+    (["--reward", "exact", "--train.best_metric", "eval/pass@1"], "train.best_metric='eval/pass@1'"),
 ])
 def test_bad_input_is_one_line(hf_model, prompts, tmp_path, capsys, extra, message):
     train, _ = prompts
@@ -197,3 +198,22 @@ def test_lora_run_with_kl_to_the_base(hf_model, prompts, tmp_path):
     rows = read_metrics(run)
     assert rows[0]["rl/kl"] == 0.0 and rows[1]["rl/kl"] > 0
     assert "method: lora" in (run / "config.yaml").read_text()
+
+
+def test_best_checkpoint_by_heldout_pass_at_1(hf_model, prompts, tmp_path):
+    """train.best_metric eval/pass@1: the best checkpoint holds the highest held-out reward (higher is
+    better, unlike val_loss); without rl.eval_prompts the name is refused (test_bad_input_is_one_line)."""
+    from gptforge.runtime import checkpoint as ck
+
+    train, val = prompts
+    f = tmp_path / "r.py"
+    f.write_text(REWARD_PY)
+    run = tmp_path / "run"
+    assert _rl(hf_model, train, run, "--reward", f"python:{f}:digits", "--rl.eval_prompts", str(val),
+               "--train.best_metric", "eval/pass@1", "--train.eval_interval", "1", "--train.max_steps", "3",
+               "--train.lr", "3e-2") == 0
+    rows = read_metrics(run)
+    best = ck.load_trainer_state(ck.find_checkpoint(run, "best"))
+    assert best["best_metric"] == "eval/pass@1"
+    assert best["best_metric_value"] == max(r["eval/pass@1"] for r in rows[: best["step"]])
+    assert best["best_metric_value"] == rows[best["step"] - 1]["eval/pass@1"]

@@ -10,7 +10,8 @@ Held-out evaluation (`evaluate`, every train.eval_interval steps when rl.eval_pr
 greedy pass@1 over the held-out prompts (gptforge.train.rl.heldout), the samples written to
 RUN_DIR/samples/step_N.jsonl. The trainer's `val_loss` of an RL run is the negated mean held-out
 reward (lower is better, so train.best_metric val_loss keeps the checkpoint with the highest
-reward); `val_metrics` adds eval/pass@1 and eval/reward/NAME.
+reward); `val_metrics` adds eval/pass@1 and eval/reward/NAME, which train.best_metric may also
+name (`val_metric_names`, higher is better).
 """
 
 from __future__ import annotations
@@ -80,6 +81,8 @@ class RolloutSource(SourceBase):
         self.seed, self.eos_id, self.decode, self.vocab_size = seed, eos_id, decode, vocab_size
         self.prompts_path, self.run_dir, self.reference = Path(prompts_path), Path(run_dir), reference
         self.has_val = bool(eval_prompts)
+        self.val_metric_names = (("eval/pass@1", *(f"eval/reward/{r.name}" for r in self.rewards)) if eval_prompts
+                                 else ())
         self.tokenizer_file: Path | None = None  # the run directory already holds the model's tokenizer
         longest = max(len(p.ids) for p in self.prompts)
         self.seq_len = longest + cfg.max_new_tokens

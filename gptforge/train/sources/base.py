@@ -95,6 +95,9 @@ class BatchSource(Protocol):
     source_tokens: dict[str, int] | None
     """A mixture's sources: name -> train tokens (the default data weights, the `val/NAME/loss`
     names train.best_metric may take); None for data of one source."""
+    val_metric_names: tuple[str, ...]
+    """Names of the metrics `val_metrics` gives that train.best_metric may take, higher being
+    better (an RL run's eval/pass@1); () for none."""
     data_dir: Path | None
     """The shard folder the run report reads its data figures from, or None."""
     supports_pipeline: bool
@@ -150,6 +153,7 @@ class SourceBase:
     `provenance` and `check_resume`."""
 
     source_tokens: dict[str, int] | None = None
+    val_metric_names: tuple[str, ...] = ()
     data_dir: Path | None = None
     supports_pipeline: bool = False
 
