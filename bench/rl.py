@@ -232,7 +232,7 @@ def main() -> None:
 
     torch.set_num_threads(args.threads)
     load0 = os.getloadavg()[0]
-    header = (f"## RL with a verifiable reward (bench/rl.py)\n\nCPU: {cpu_description()}; torch {torch.__version__}; "
+    header = (f"## RL with a verifiable reward: GRPO/DAPO on chat addition (issue 37)\n\nCPU: {cpu_description()}; torch {torch.__version__}; "
               f"threads {args.threads}; load average at start {load0:.1f}; {time.strftime('%Y-%m-%d', time.gmtime())}.")
     work = Path(args.work or tempfile.mkdtemp(prefix="bench_rl_"))
     results = []

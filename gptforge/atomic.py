@@ -157,6 +157,27 @@ def file_sha256(path: str | Path) -> str:
     return h.hexdigest()
 
 
+def remove_dead_staging(out: str | Path) -> list[Path]:
+    """Remove the staging folders `.OUT.tmp-PID` beside `out` whose process PID is gone (a killed
+    writer's); a live process's are left alone. Returns the folders removed."""
+    out = Path(out)
+    removed = []
+    for p in out.parent.glob(f".{out.name}.tmp-*"):
+        pid = p.name[len(f".{out.name}.tmp-"):]  # exactly .OUT.tmp-PID (staged_dir's own names)
+        if not pid.isdigit() or int(pid) == os.getpid():
+            continue
+        try:
+            os.kill(int(pid), 0)
+            continue  # alive: not ours to remove
+        except PermissionError:
+            continue  # alive, another user's
+        except (ProcessLookupError, OverflowError):
+            pass  # gone (or no such pid at all)
+        shutil.rmtree(p, ignore_errors=True)
+        removed.append(p)
+    return removed
+
+
 @contextlib.contextmanager
 def staged_dir(out: str | Path, overwrite: bool = False):
     """Yield an empty temporary folder beside `out`; on a clean exit it replaces `out` (see
@@ -171,6 +192,7 @@ def staged_dir(out: str | Path, overwrite: bool = False):
     if out.exists() and not overwrite:
         raise InputError(f"{out} exists; choose another --out or pass --overwrite")
     out.parent.mkdir(parents=True, exist_ok=True)
+    remove_dead_staging(out)
     tmp = out.parent / f".{out.name}.tmp-{os.getpid()}"
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir()

@@ -1,13 +1,18 @@
 """`gptforge <command>`: one entry point; each command parses its config and calls into a stage.
 
 Each command is a module `gptforge/commands/<name>.py` with `main(argv) -> int`, imported only
-when run, so that `gptforge --help` stays fast. Its options are a typed dataclass parsed by
+when run, and one description: its DESCRIPTION (`gptforge <name> --help`) begins with its
+one-line SUMMARY, which `gptforge --help` reads from the source without importing the module, so
+the list stays fast and cannot disagree with the command's own text. Its options are a typed dataclass parsed by
 `gptforge.options` (hyphenated `--option-name`; config sections as `--section.field`).
 
 Every command runs inside one error wrapper: a `gptforge.errors.GptforgeError`, a ValueError
 raised by gptforge's own code (a message written for the user), or an operating-system error
 (missing file, full disk, read-only folder, ...) prints one `gptforge <command>: error: ...` line
-and exits 1 (2 for commands whose module sets ERROR_EXIT = 2); anything else keeps its traceback.
+and exits 1 (`errors.FAILURE_EXIT`); a bad command line exits 2 (`errors.USAGE_EXIT`): an option
+the parser refuses (the parser exits itself), or an `errors.OptionError` raised after parsing
+(options that contradict each other, a value that cannot fit the model). Anything else keeps its
+traceback.
 `gptforge --debug <command> ...` (or GPTFORGE_DEBUG=1) shows the traceback for every error.
 """
 
@@ -15,35 +20,37 @@ from __future__ import annotations
 
 import sys
 
-COMMANDS = {
-    "quickstart": "Build a corpus from the Python standard library, train a small GPT on the CPU, evaluate, sample.",
-    "plan": "Predict per-GPU memory, speed, time and cost of a training job (and check it on fake tensors).",
-    "prepare": "Read raw text (txt/md/jsonl/json/parquet, plain or compressed), train/load a tokenizer, write token shards.",
-    "pretrain": "Train a GPT from scratch on prepared shards.",
-    "evaluate": "Benchmark tasks (acc, acc_norm, F1, exact match; lm-eval conventions), or loss/perplexity/bits per byte.",
-    "vocab": "Print a tokenizer's vocabulary as text (byte pieces of characters shown as <0xNN>).",
-    "generate": "Sample text from a run or checkpoint with a KV cache.",
-    "distill": "Train a student to match a frozen teacher's next-token distribution (logit distillation).",
-    "finetune": "Fine-tune a Hugging Face or gptforge model (full or LoRA) on instruction .jsonl or shards.",
-    "rl": "Reinforcement learning with verifiable rewards (GRPO / DAPO) from a Hugging Face or gptforge model.",
-    "convert": "Convert Hugging Face model folders (GPT-2, Llama, Mistral, Qwen2) to gptforge checkpoints and back.",
-    "launch": "Run a gptforge command under torchrun on N processes (and nodes), printing the command.",
-    "slurm": "Write a Slurm sbatch script that runs a gptforge command with torchrun on N nodes x G GPUs.",
-    "report": "Write an interactive HTML report of one run, or several runs overlaid (self-contained, no network).",
-    "serve": "Serve a run or Hugging Face folder over the OpenAI HTTP API (continuous batching, streaming).",
-    "export": "Export a run or Hugging Face folder as hf, onnx (KV cache), gguf (llama.cpp) or a Triton repository.",
-    "quantize": "Quantize a run's weights to int8, int4 or nf4 and report size, speed and perplexity change.",
-    "prune": "Prune a run's heads, MLP channels, embedding channels and layers by activation importance.",
-    "sweep": "Plan and run a scaling sweep of small runs within a time budget (resumable), for `plan --fit`.",
-    "export-checkpoint": "Consolidate a sharded training checkpoint into one safetensors (or torch) file.",
-}
+COMMANDS = ("quickstart", "plan", "prepare", "pretrain", "evaluate", "vocab", "generate", "distill", "finetune",
+            "rl", "convert", "launch", "slurm", "report", "serve", "export", "quantize", "prune", "sweep",
+            "export-checkpoint")
+"""The commands in the order `gptforge --help` lists them; `gptforge/commands/<name>.py` (hyphens
+as underscores) implements each."""
+
+
+def command_summary(name: str) -> str:
+    """The one-line SUMMARY of command `name`, read from its module's source without importing it
+    (a command module imports its stage, and many stages import torch: `gptforge --help` would take
+    seconds). The module's DESCRIPTION, its `--help` text, begins with the same SUMMARY.
+
+    Raises:
+        ValueError: the module defines no SUMMARY as a string literal (or parenthesised literals).
+    """
+    import ast
+    from pathlib import Path
+
+    path = Path(__file__).parent / "commands" / f"{name.replace('-', '_')}.py"
+    for node in ast.parse(path.read_text(encoding="utf-8")).body:
+        if (isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "SUMMARY" for t in node.targets)
+                and isinstance(node.value, ast.Constant) and isinstance(node.value.value, str)):
+            return node.value.value
+    raise ValueError(f"{path}: no SUMMARY = \"...\" (the command's one-line summary for `gptforge --help`)")
 
 
 def _usage() -> str:
     width = max(map(len, COMMANDS))
     lines = ["usage: gptforge [--debug] <command> [options]   (gptforge <command> --help for its options)", "",
              "  --debug   show the traceback of every error", "", "commands:"]
-    lines += [f"  {name:<{width}}  {text}" for name, text in COMMANDS.items()]
+    lines += [f"  {name:<{width}}  {command_summary(name)}" for name in COMMANDS]
     return "\n".join(lines)
 
 
@@ -70,7 +77,9 @@ def main(argv: list[str] | None = None) -> int:
         close = difflib.get_close_matches(name, COMMANDS, n=1)
         hint = f" (did you mean {close[0]!r}?)" if close else ""
         print(f"gptforge: unknown command {name!r}{hint}\n\n{_usage()}", file=sys.stderr)
-        return 2
+        from gptforge.errors import USAGE_EXIT
+
+        return USAGE_EXIT
     import importlib
 
     # Before torch (and its OpenMP runtime) loads: idle OpenMP threads sleep instead of spinning.
@@ -79,12 +88,12 @@ def main(argv: list[str] | None = None) -> int:
     # (bench/RESULTS.md). An explicit OMP_WAIT_POLICY is kept.
     os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
     module = importlib.import_module(f"gptforge.commands.{name.replace('-', '_')}")
-    return run_command(name, module.main, rest, debug, getattr(module, "ERROR_EXIT", 1))
+    return run_command(name, module.main, rest, debug)
 
 
-def run_command(name: str, fn, argv: list[str], debug: bool = False, error_exit: int = 1) -> int:
+def run_command(name: str, fn, argv: list[str], debug: bool = False) -> int:
     """Run a command's `fn(argv)` inside the error wrapper (see the module docstring)."""
-    from gptforge.errors import GptforgeError
+    from gptforge.errors import FAILURE_EXIT, USAGE_EXIT, GptforgeError, OptionError
 
     try:
         return fn(argv) or 0
@@ -95,7 +104,7 @@ def run_command(name: str, fn, argv: list[str], debug: bool = False, error_exit:
         if debug or (isinstance(e, ValueError) and not isinstance(e, GptforgeError) and not raised_by_gptforge(e)):
             raise
         print(f"gptforge {name}: error: {describe_error(e)}", file=sys.stderr)
-        return error_exit
+        return USAGE_EXIT if isinstance(e, OptionError) else FAILURE_EXIT
 
 
 def check_command(cmd: list[str], launcher: str) -> None:
@@ -104,13 +113,13 @@ def check_command(cmd: list[str], launcher: str) -> None:
     "did you mean"); a model section is resolved too (an unknown --model preset).
 
     Raises:
-        InputError: an unknown command or a bad model; SystemExit(2) after the command's own
+        OptionError: an unknown command or a bad model; SystemExit(2) after the command's own
             one-line `error:` for an option its parser refuses.
     """
     import difflib
     import importlib
 
-    from gptforge.errors import InputError
+    from gptforge.errors import OptionError
 
     if not cmd:
         return
@@ -118,7 +127,7 @@ def check_command(cmd: list[str], launcher: str) -> None:
     if name not in COMMANDS or name in ("launch", "slurm"):
         close = difflib.get_close_matches(name, COMMANDS, n=1)
         hint = f" (did you mean {close[0]!r}?)" if close else ""
-        raise InputError(f"{name!r} is not a gptforge command to run{hint}; see `gptforge --help`")
+        raise OptionError(f"{name!r} is not a gptforge command to run{hint}; see `gptforge --help`")
     module = importlib.import_module(f"gptforge.commands.{name.replace('-', '_')}")
     build = getattr(module, "build_parser", None)
     if build is None:
@@ -136,7 +145,7 @@ def check_command(cmd: list[str], launcher: str) -> None:
         try:
             model.resolved()
         except ValueError as e:
-            raise InputError(f"{launcher} {name}: {e}") from None
+            raise OptionError(f"{launcher} {name}: {e}") from None
 
 
 def raised_by_gptforge(e: BaseException) -> bool:

@@ -1,13 +1,22 @@
 """The project's exceptions: failures gptforge expects and explains in one line.
 
 `gptforge <command>` prints a `GptforgeError` (and an operating-system error such as a missing
-file, a full disk or a read-only folder) as one `gptforge <command>: error: ...` line; anything
+file, a full disk or a read-only folder) as one `gptforge <command>: error: ...` line and exits
+with USAGE_EXIT for a bad command line (`OptionError`), FAILURE_EXIT otherwise; anything
 else keeps its traceback, and `gptforge --debug <command>` shows tracebacks for all.
 Each class also derives from the built-in exception it refines, so `except ValueError` callers
 keep working.
 """
 
 from __future__ import annotations
+
+USAGE_EXIT = 2
+"""Exit status of a bad command line: an unknown option, a value of the wrong type or outside its
+range (`gptforge.ranges.bounded`), options that contradict each other (`OptionError`). The same
+status as the option parser's own refusals (argparse's usage errors)."""
+FAILURE_EXIT = 1
+"""Exit status of every other known failure: bad input data, a missing or damaged file, a run
+that stopped for a reason it explains."""
 
 
 class GptforgeError(Exception):
@@ -16,6 +25,11 @@ class GptforgeError(Exception):
 
 class InputError(GptforgeError, ValueError):
     """Bad input: an option, a config key, a data file or a task file that cannot be used."""
+
+
+class OptionError(InputError):
+    """A bad option value, or options that contradict each other, found after parsing: the
+    command line is wrong. `gptforge` exits with USAGE_EXIT, as for an option the parser refuses."""
 
 
 class MissingInputError(GptforgeError, FileNotFoundError):

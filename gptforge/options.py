@@ -60,7 +60,8 @@ def command_parser(prog: str, description: str, options: type | None = None,
         options: dataclass of the command's own options (`--max-new-tokens`); fields without a
             default are required; bool fields are flags (`--flag`, or `--no-flag` when the
             default is True); `field(metadata={"flag": "--from"})` names an option whose name is
-            no Python identifier.
+            no Python identifier; `field(metadata={"aliases": ("--no-progress",)})` accepts other
+            spellings of one option (kept for old command lines; --help names them as aliases).
         sections: {name: dataclass} added as dotted keys (`--train.lr`), each field's docstring its help.
         positional: fields of `options` taken by position instead (`gptforge generate RUN`).
         config_file: add `--config recipe.yaml` (default: when there are sections).
@@ -143,12 +144,15 @@ def add_options(parser, options: type, positional: tuple[str, ...] = ()) -> None
                                 help=help_text, **({"default": default} if nargs == "*" else {}))
             continue
         flag = f.metadata.get("flag", "--" + f.name.replace("_", "-"))  # e.g. --from for a field `source`
+        aliases = tuple(f.metadata.get("aliases", ()))
+        if aliases:
+            help_text += f" ({', '.join(aliases)}: {'aliases' if len(aliases) > 1 else 'an alias'} of {flag})"
         if kind is bool:
             if default:
-                parser.add_argument("--no-" + f.name.replace("_", "-"), dest=f.name, action="store_false",
+                parser.add_argument("--no-" + f.name.replace("_", "-"), *aliases, dest=f.name, action="store_false",
                                     help=help_text)
             else:
-                parser.add_argument(flag, dest=f.name, action="store_true", help=help_text)
+                parser.add_argument(flag, *aliases, dest=f.name, action="store_true", help=help_text)
             continue
         is_union = typing.get_origin(kind) in (typing.Union, types.UnionType)  # Optional[X] and X | None
         inner = [a for a in typing.get_args(kind) if a is not type(None)] if is_union else [kind]
@@ -156,7 +160,8 @@ def add_options(parser, options: type, positional: tuple[str, ...] = ()) -> None
             parser.add_argument(flag, dest=f.name, type=typing.get_args(inner[0])[0], nargs="+", default=default,
                                 required=required, help=help_text)
             continue
-        parser.add_argument(flag, dest=f.name, type=kind, default=default, required=required, help=help_text)
+        parser.add_argument(flag, *aliases, dest=f.name, type=kind, default=default, required=required,
+                            help=help_text)
 
 
 def allowed_values(kind: Any) -> list[str] | None:
@@ -275,7 +280,8 @@ def parse_command(parser, argv: list[str]) -> tuple[Any, Any]:
     whose section attributes are dataclass instances).
 
     `--model NAME` becomes `--model.preset NAME` for a parser with a model section (see
-    `rewrite_model_shorthand`).
+    `rewrite_model_shorthand`). An options dataclass with a `quiet` field sets the progress mode
+    (`gptforge.progress.set_quiet`), so --quiet silences every progress display of the command.
 
     Raises:
         SystemExit(2): a bad option or value (a `bounded` field outside its range included; a
@@ -310,4 +316,8 @@ def parse_command(parser, argv: list[str]) -> tuple[Any, Any]:
         except ValueError as e:
             print(f"{parser.prog}: error: {e}", file=sys.stderr)
             raise SystemExit(2) from None
+        if hasattr(opts, "quiet"):  # one switch for every progress display of the command
+            from gptforge.progress import set_quiet
+
+            set_quiet(bool(opts.quiet))
     return opts, init

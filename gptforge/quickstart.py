@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Callable
 import torch
 
 from gptforge.config import ModelConfig, OptimizerName, RunConfig, TrainConfig, check_preset
-from gptforge.errors import InputError
+from gptforge.errors import InputError, OptionError
 
 if TYPE_CHECKING:
     import numpy as np
@@ -102,7 +102,7 @@ def run_quickstart(out: Path, minutes: float = 10.0, vocab_size: int = 4096, pre
     check_preset(preset, "--preset")  # named as the quickstart's option, before anything is prepared
     ModelConfig(preset=preset, block_size=block_size, vocab_size=vocab_size).resolved()  # a bad shape fails first
     if optimizer not in QUICKSTART_OPTIMIZERS:
-        raise InputError(f"--optimizer {optimizer!r}: the quickstart trains with {' or '.join(QUICKSTART_OPTIMIZERS)}")
+        raise OptionError(f"--optimizer {optimizer!r}: the quickstart trains with {' or '.join(QUICKSTART_OPTIMIZERS)}")
     _claim_folder(out, log)
     meta = _prepare_corpus(data_dir, _library_files(max_files), vocab_size, workers, progress, log)
     model_cfg = ModelConfig(preset=preset, block_size=block_size, vocab_size=meta["vocab_size"])
@@ -139,7 +139,6 @@ def _claim_folder(out: Path, log: Callable[[str], None]) -> None:
             says what to do).
     """
     from gptforge.atomic import atomic_write_text
-    from gptforge.errors import InputError
 
     if out.exists() and not out.is_dir():
         raise InputError(f"--out {out} is a file: the quickstart writes a folder there; choose another --out")

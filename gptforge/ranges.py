@@ -10,23 +10,23 @@ from typing import Any
 
 
 def bounded(default: Any = None, low: float | None = None, high: float | None = None,
-            low_open: bool = False) -> Any:
+            low_open: bool = False, high_open: bool = False) -> Any:
     """A dataclass field whose value (when not None) must lie in [low, high] (low excluded with
-    low_open; None: no bound). `parse_command` refuses a value outside, naming the option and the
-    range; --help shows the range.
+    low_open, high with high_open; None: no bound). `parse_command` refuses a value outside,
+    naming the option and the range; --help shows the range.
 
         stride: Optional[int] = bounded(None, low=1)
     """
-    return dataclasses.field(default=default, metadata={"range": (low, high, low_open)})
+    return dataclasses.field(default=default, metadata={"range": (low, high, low_open, high_open)})
 
 
-def range_text(low: float | None, high: float | None, low_open: bool = False) -> str:
-    """'>= 1', '> 0', 'in (0, 1]', 'in [0, 1]' for a `bounded` field's range."""
+def range_text(low: float | None, high: float | None, low_open: bool = False, high_open: bool = False) -> str:
+    """'>= 1', '> 0', '< 1', 'in (0, 1]', 'in [0, 1)' for a `bounded` field's range."""
     if high is None:
         return f"{'>' if low_open else '>='} {low}"
     if low is None:
-        return f"<= {high}"
-    return f"in {'(' if low_open else '['}{low}, {high}]"
+        return f"{'<' if high_open else '<='} {high}"
+    return f"in {'(' if low_open else '['}{low}, {high}{')' if high_open else ']'}"
 
 
 def out_of_range(opts: Any) -> tuple[str, Any, str] | None:
@@ -39,10 +39,11 @@ def out_of_range(opts: Any) -> tuple[str, Any, str] | None:
         value = getattr(opts, f.name)
         if value is None:
             continue
-        low, high, low_open = f.metadata["range"]
+        low, high, low_open, high_open = f.metadata["range"]
         if isinstance(value, float) and not math.isfinite(value):  # "1e400" parses as inf
-            return f.name, value, range_text(low, high, low_open) + " (a finite number)"
+            return f.name, value, range_text(low, high, low_open, high_open) + " (a finite number)"
         below = low is not None and (value <= low if low_open else value < low)
-        if below or (high is not None and value > high):
-            return f.name, value, range_text(low, high, low_open)
+        above = high is not None and (value >= high if high_open else value > high)
+        if below or above:
+            return f.name, value, range_text(low, high, low_open, high_open)
     return None

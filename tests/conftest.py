@@ -18,9 +18,6 @@ torch.set_num_threads(1)
 # not depend on the machine (tests of auto itself clear this).
 os.environ.setdefault("GPTFORGE_AUTO_PRECISION", "fp32")
 
-REPO = Path(__file__).resolve().parents[1]
-SHARED_DATA = REPO.parent / "shared" / "data"
-
 
 @pytest.fixture
 def one_thread():
@@ -30,14 +27,6 @@ def one_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(n)
-
-
-@pytest.fixture
-def shared_data() -> Path:
-    """../shared/data beside the checkout, or skip (a user's clone has none)."""
-    if not SHARED_DATA.is_dir():
-        pytest.skip("../shared/data is not present")
-    return SHARED_DATA
 
 
 @functools.lru_cache(maxsize=1)

@@ -280,6 +280,11 @@ def _serve() -> None:
     import tempfile
 
     temp = tempfile.mkdtemp(prefix="ray-")  # Ray's logs and sockets, removed after (not /tmp/ray)
+    # Ray 2.60's Cluster writes the head's address to <system temp>/ray/ray_current_cluster whatever
+    # temp_dir says, and fails on a machine where that folder was never made.
+    from ray._private.utils import get_ray_address_file
+
+    os.makedirs(os.path.dirname(get_ray_address_file(None)), exist_ok=True)
     node = {"num_cpus": 1, "object_store_memory": OBJECT_STORE_BYTES, "include_dashboard": False}
     cluster = Cluster(initialize_head=True, head_node_args={**node, "node_ip_address": HEAD_IP, "temp_dir": temp})
     try:

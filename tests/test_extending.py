@@ -1,17 +1,28 @@
-"""docs/extending.md's example, run: a new objective and a new batch source, defined here, trained
-through the real entry point (`gptforge.train.run.train`) with nothing else changed.
+"""docs/extending.md's examples, run.
+
+The trainer's doors: a new objective and a new batch source, defined here, trained through the
+real entry point (`gptforge.train.run.train`) with nothing else changed.
 
 The data follows two rules: after a token at an even position comes (x + 1) mod V, after one at
 an odd position (5 x + 3) mod V. The objective counts the loss at even positions only, so the
 model learns the first rule and not the second: the even-position loss falls towards 0 while the
 odd-position loss, which no gradient reaches, stays far above it.
+
+The data doors (the second half): a curation step and a reader in a module of their own
+(`TOY_PLUGIN`, written to a folder on sys.path as a user's package would be) run by
+`gptforge prepare` with a recipe naming the step `toy_plugin:Shout`, in spawned workers; an
+export format registered in `gptforge.export.formats.FORMATS`; a server endpoint on the app of
+`gptforge.serve.app.create_app`.
 """
 
-from __future__ import annotations
 
+# No `from __future__ import annotations`: FastAPI reads the toy route's annotations at run time.
+import json
 import math
+from pathlib import Path
 
 import numpy as np
+import pytest
 import torch
 
 from gptforge.config import ModelConfig, RunConfig, TrainConfig
@@ -19,6 +30,7 @@ from gptforge.runtime.loss import IGNORE_INDEX, token_loss_sum
 from gptforge.train.objectives import Forward, ObjectiveBase, ObjectiveLoss
 from gptforge.train.run import train
 from gptforge.train.sources import BatchesBase, SourceBase
+from tests.infer.conftest import trained, trained_run  # noqa: F401  (shared fixtures)
 
 V, T = 16, 16
 
@@ -140,3 +152,167 @@ def test_a_toy_objective_and_source_train_through_the_real_entry_point(tmp_path,
     # The objective's state rides in the checkpoint (gptforge.train.state).
     state = torch.load(tmp_path / "run" / "checkpoints" / "step_0000060" / "trainer_state.pt", weights_only=False)
     assert state["objective"] == {"micro_batches_seen": 120}
+
+
+# ---------------------------------------------------------------------------------------------
+# The data doors
+
+TOY_PLUGIN = '''
+"""An out-of-tree step and reader (docs/extending.md): a recipe names the step toy_plugin:Shout."""
+
+from collections import Counter
+from dataclasses import dataclass, field, replace
+
+from gptforge.data.readers import Document, Reader
+from gptforge.data.readers.files import open_binary
+
+
+@dataclass
+class Shout:
+    """A DocumentStep: upper-cases a document, drops one shorter than `min_chars`."""
+
+    min_chars: int = 1
+    name: str = "shout"
+    counts: Counter = field(default_factory=Counter)
+
+    def __call__(self, doc):
+        if len(doc.text) < self.min_chars:
+            return "shorter than min_chars"
+        self.counts["upper-cased"] += 1
+        return replace(doc, text=doc.text.upper())
+
+
+class ReversedLines(Reader):
+    """.rev files: one document per line, written backwards (ids PATH:LINE)."""
+
+    extensions = frozenset({".rev"})
+
+    def read(self, path, stats, options, opener=None):
+        with (opener() if opener else open_binary(path)) as fh:
+            lines = fh.read().decode("utf-8").splitlines()
+        for i, line in enumerate(lines, 1):
+            if line.strip():
+                stats.documents += 1
+                yield Document(line[::-1], f"{path}:{i}", str(path))
+'''
+
+
+@pytest.fixture
+def toy_plugin(tmp_path, monkeypatch):
+    """The module `toy_plugin` importable (its folder on sys.path, which spawned workers inherit),
+    imported, and its reader unregistered afterwards (READERS is process-wide)."""
+    import importlib
+    import sys
+
+    from gptforge.data.readers import READERS
+
+    folder = tmp_path / "plugins"
+    folder.mkdir()
+    (folder / "toy_plugin.py").write_text(TOY_PLUGIN)
+    monkeypatch.syspath_prepend(str(folder))
+    module = importlib.import_module("toy_plugin")
+    yield module
+    READERS.remove(module.ReversedLines)
+    sys.modules.pop("toy_plugin", None)
+
+
+def test_an_out_of_tree_step_and_reader_run_in_prepare(toy_plugin, tmp_path, capsys):
+    from gptforge.cli import main
+    from gptforge.data.phases.pool import reader_modules
+    from gptforge.data.tokenizer import Tokenizer
+
+    assert reader_modules() == ("toy_plugin",)  # what each spawned worker imports first
+    lines = [f"document number {i} says hello to the reader" for i in range(40)] + ["x", ""]
+    corpus = tmp_path / "corpus.rev"
+    corpus.write_text("\n".join(line[::-1] for line in lines) + "\n")
+    recipe = tmp_path / "recipe.yaml"
+    recipe.write_text("steps:\n  - toy_plugin:Shout: {min_chars: 2}\n")
+    out = tmp_path / "out"
+    assert main(["prepare", str(corpus), "--out", str(out), "--recipe", str(recipe), "--workers", "2",
+                 "--shard-bytes", "400", "--vocab-size", "300", "--val-fraction", "0", "--quiet"]) == 0, \
+        capsys.readouterr().err
+    report = json.loads((out / "report.json").read_text())
+    (shout,) = [st for st in report["steps"] if st["name"] == "shout"]
+    assert shout["documents_in"] == 41 and shout["dropped"] == {"shorter than min_chars": 1}
+    assert shout["counts"] == {"upper-cased": 40}
+    tok = Tokenizer.from_file(out / "tokenizer.json")
+    ids = np.concatenate([np.fromfile(out / f, dtype=np.dtype(json.loads((out / "meta.json").read_text())["dtype"]))
+                          for f in json.loads((out / "meta.json").read_text())["splits"]["train"]["files"]])
+    text = tok.decode(ids.tolist())
+    assert "DOCUMENT NUMBER 7 SAYS HELLO TO THE READER" in text and "hello" not in text
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("steps:\n  - toy_plugin:Whisper: {}\n")
+    assert main(["prepare", str(corpus), "--out", str(tmp_path / "o2"), "--recipe", str(bad), "--quiet"]) == 1
+    assert "toy_plugin has no dataclass 'Whisper'" in capsys.readouterr().err
+
+
+def _write_npz(opts, dtype_name):
+    """The toy format's writer: every weight of the source as one array of a .npz file."""
+    from gptforge.export.common import DTYPES, load_source
+
+    model, _sources = load_source(opts.source, DTYPES[dtype_name])
+    out = Path(opts.out)
+    out.mkdir(parents=True)
+    np.savez(out / "weights.npz", **{k: v.detach().float().numpy() for k, v in model.state_dict().items()})
+    return out
+
+
+def test_an_export_format_registered_beside_the_built_in_ones(trained_run, tmp_path, monkeypatch):
+    from gptforge.errors import OptionError
+    from gptforge.export.common import load_source
+    from gptforge.export.formats import FORMATS, ExportFormat, ExportOptions, export_model
+
+    monkeypatch.setitem(FORMATS, "npz", ExportFormat("npz", _write_npz, default_dtype="f32", dtypes=("f32", "f16"),
+                                                     dtype_refusal="numpy has no bfloat16"))
+    path = export_model(ExportOptions(source=str(trained_run), format="npz", out=str(tmp_path / "x")))
+    model, _ = load_source(trained_run)
+    saved = np.load(path / "weights.npz")
+    assert sorted(saved.files) == sorted(model.state_dict())
+    for name, value in model.state_dict().items():
+        assert np.array_equal(saved[name], value.float().numpy()), name
+    with pytest.raises(OptionError, match="--dtype bf16 cannot be written in the npz format"):
+        export_model(ExportOptions(source=str(trained_run), format="npz", out=str(tmp_path / "y"), dtype="bf16"))
+    with pytest.raises(OptionError, match="--quantize q8_0 cannot be written in the npz format: it takes no"):
+        export_model(ExportOptions(source=str(trained_run), format="npz", out=str(tmp_path / "y"), quantize="q8_0"))
+
+
+def test_a_server_endpoint_on_the_served_app(trained, trained_run):
+    from fastapi import APIRouter, Request
+    from fastapi.testclient import TestClient
+    from pydantic import BaseModel
+
+    from gptforge.runtime.loading import load_for_inference
+    from gptforge.serve.app import ServeConfig, create_app
+    from gptforge.serve.openapi import route_doc
+    from gptforge.serve.protocol import APIError
+
+    class CountRequest(BaseModel):
+        text: str
+
+    class CountResponse(BaseModel):
+        tokens: int
+        characters: int
+
+    router = APIRouter()
+
+    @router.post("/v1/count", summary="Tokens and characters of a text", **route_doc(CountRequest, CountResponse))
+    async def count(request: Request):
+        srv = request.app.state.server  # gptforge.serve.server.Server: tokenizer, engine, metrics
+        req = await srv.parse(request, CountRequest)  # 400 naming the field, 413 over the body limit
+        if not req.text:
+            raise APIError(400, "`text` is empty", "text", "invalid_value")
+        return srv.ok("/v1/count", CountResponse(tokens=len(srv.encode(req.text)), characters=len(req.text)))
+
+    model, tok = trained
+    app = create_app(model, load_for_inference(trained_run, "cpu")[3], ServeConfig(api_key="k"))
+    app.include_router(router)
+    with TestClient(app) as client:
+        key = {"Authorization": "Bearer k"}
+        ok = client.post("/v1/count", json={"text": "hello world"}, headers=key)
+        assert ok.status_code == 200 and ok.json() == {"tokens": len(tok.encode("hello world")), "characters": 11}
+        assert client.post("/v1/count", json={"text": "hi"}).status_code == 401  # the app's API-key guard
+        empty = client.post("/v1/count", json={"text": ""}, headers=key)
+        assert empty.status_code == 400 and empty.json()["error"]["param"] == "text"
+        assert client.post("/v1/count", json={"txt": "a"}, headers=key).status_code == 400
+        assert "/v1/count" in client.get("/openapi.json").json()["paths"]
+        assert 'gptforge_requests_total{endpoint="/v1/count",status="200"} 1.0' in client.get("/metrics").text

@@ -121,3 +121,33 @@ def test_a_step_that_fails_writes_no_final_line():
     lines = out.getvalue().splitlines()
     assert len(lines) == 2 and lines[-1].startswith("gptforge: failing: 3/10 it (30%)")  # no final "done" line
     assert not any(ln.endswith("done") for ln in lines)
+
+
+@pytest.mark.parametrize("env, quiet, lines", [("", False, 2), ("log", False, 2), ("off", False, 0), ("", True, 0)])
+def test_training_progress_line_follows_the_mode_on_stderr(monkeypatch, capsys, env, quiet, lines):
+    from gptforge.train.loggers import Progress
+
+    monkeypatch.setenv("GPTFORGE_PROGRESS", env)  # "": unset (auto; capsys' stderr is no terminal: log lines)
+    P.set_quiet(quiet)
+    bar = Progress(total_steps=3, start_step=0)
+    for step in (1, 2, 3):  # a line for the first step, none for the second (within 5 s), one for the last
+        bar.update(step, f"loss {4 - step:.4f}")
+    bar.log("step 2: a message")
+    bar.close()
+    out, err = capsys.readouterr()
+    assert [ln.split(" |")[0] for ln in err.splitlines()] == ["step 1/3 loss 3.0000", "step 3/3 loss 1.0000"][:lines]
+    assert out == "step 2: a message\n"  # messages are the run's output, whatever the progress mode
+
+
+def test_training_progress_bar_on_a_terminal_and_quiet_training_prints_nothing(monkeypatch, capsys):
+    from gptforge.train.loggers import Progress
+
+    monkeypatch.setenv("GPTFORGE_PROGRESS", "bar")
+    bar = Progress(total_steps=3, start_step=0)
+    assert bar.bar is not None and bar.bar.console.stderr
+    bar.close()
+    assert "0/3" in capsys.readouterr().err
+    silent = Progress(total_steps=3, start_step=0, enabled=False)  # train(progress=False): --quiet
+    silent.update(3, "loss 1")
+    silent.log("a message")
+    assert silent.bar is None and capsys.readouterr() == ("", "")

@@ -17,10 +17,9 @@ from typing import Literal, Optional
 
 import torch
 
-from gptforge.errors import InputError
+from gptforge.errors import OptionError
 from gptforge.options import command_parser, parse_command
 
-ERROR_EXIT = 2  # exit status of a refused conversion
 DTYPES = {"auto": None, "float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 
@@ -45,8 +44,12 @@ class ConvertOptions:
     """Replace --out if it exists."""
 
 
-DESCRIPTION = ("Convert a Hugging Face model folder (GPT-2, Llama 2/3, Mistral, Qwen2) to a gptforge checkpoint, "
-               "or a gptforge run/checkpoint to a Hugging Face folder that transformers and vLLM load.")
+# One description: `gptforge --help` lists SUMMARY (read from this file unimported); DESCRIPTION begins with it.
+SUMMARY = "Convert Hugging Face model folders (GPT-2, Llama, Mistral, Qwen2) to gptforge checkpoints and back."
+
+DESCRIPTION = SUMMARY + ("\n\n--from-hf: a Hugging Face folder (GPT-2, Llama 2/3, Mistral, Qwen2) to a gptforge "
+                         "checkpoint; --to-hf: a gptforge run or checkpoint to a Hugging Face folder that transformers "
+                         "and vLLM load.")
 
 
 def main(argv: list[str]) -> int:
@@ -54,14 +57,14 @@ def main(argv: list[str]) -> int:
 
     args, _ = parse_command(command_parser("gptforge convert", DESCRIPTION, ConvertOptions), argv)
     if (args.from_hf is None) == (args.to_hf is None):
-        raise InputError("give exactly one of --from-hf HF_DIR or --to-hf RUN_DIR")
+        raise OptionError("give exactly one of --from-hf HF_DIR or --to-hf RUN_DIR")
     if args.from_hf is not None:
         if args.tokenizer is not None:
-            raise InputError("--tokenizer applies to --to-hf; --from-hf copies the HF folder's tokenizer")
+            raise OptionError("--tokenizer applies to --to-hf; --from-hf copies the HF folder's tokenizer")
         path = from_hf(Path(args.from_hf), Path(args.out), DTYPES[args.dtype], args.block_size, args.overwrite)
     else:
         if args.block_size is not None:
-            raise InputError("--block-size applies to --from-hf")
+            raise OptionError("--block-size applies to --from-hf")
         path = to_hf(Path(args.to_hf), Path(args.out), DTYPES[args.dtype],
                      Path(args.tokenizer) if args.tokenizer else None, int(args.max_shard_size * 2**30), args.overwrite)
     print(f"wrote {path}")

@@ -8,8 +8,12 @@ from typing import Literal, Optional
 from gptforge.config import SECTIONS, run_config_from
 from gptforge.options import command_parser, parse_command
 
-DESCRIPTION = """Logit distillation: train a student to match a frozen teacher's next-token
-distribution, loss = T^2 * KL(teacher || student at temperature T) + alpha * cross-entropy
+# One description: `gptforge --help` lists SUMMARY (read from this file unimported); DESCRIPTION begins with it.
+SUMMARY = "Train a student to match a frozen teacher's next-token distribution (logit distillation)."
+
+DESCRIPTION = SUMMARY + """
+
+The loss is T^2 * KL(teacher || student at temperature T) + alpha * cross-entropy
 (Hinton et al. 2015; forward KL as Minitron), with the normal trainer (checkpoints, --resume,
 metrics, report; val loss is the plain cross-entropy). The student is a preset (a new model of
 that shape) or a run directory whose weights it starts from (e.g. `gptforge prune` output).

@@ -9,14 +9,21 @@ from typing import Literal, Optional
 
 from gptforge.options import bounded
 
-DESCRIPTION = """Score a run, checkpoint or Hugging Face folder on benchmark task files (--tasks:
+# One description: `gptforge --help` lists SUMMARY (read from this file unimported); DESCRIPTION begins with it.
+SUMMARY = "Benchmark tasks (acc, acc_norm, F1, exact match; lm-eval conventions), or loss/perplexity/bits per byte."
+
+DESCRIPTION = SUMMARY + """
+
+Score a run, checkpoint or Hugging Face folder on benchmark task files (--tasks:
 multiple choice, classification, generation, cloze; acc / acc_norm / F1 / exact match with stderr
 and n, lm-evaluation-harness's conventions; results.json in MODEL/eval/), or measure loss
 (nats/token), perplexity and bits per byte over a split of a shard folder (--data) or a text file
 (--text), with windows of block_size tokens sliding by --stride so every token is scored once.
 Task formats: jsonl {context, choices, label}; HellaSwag, ARC and PIQA/WinoGrande jsonl; MMLU csv;
 {text, label} classification; {prompt, answer} generation; {text} cloze (last word); or a YAML
-task definition (data, type, prompt, labels, fewshot_data, ...; type: perplexity for documents)."""
+task definition (data, type, prompt, labels, fewshot_data, ...; type: perplexity for documents).
+--chat asks every task through the model's chat template (multiple choice as lettered options
+scored by the answer letter; generation checked on the extracted final answer; ChatCORE)."""
 
 
 @dataclass
@@ -29,6 +36,18 @@ class EvaluateOptions:
     """lm-evaluation-harness task names, run by lm-eval's own task code on this model, offline (needs gptforge[eval])."""
     include_path: Optional[str] = None
     """Folder of lm-eval task YAML definitions for --harness (their data as local files)."""
+    chat: bool = False
+    """--tasks through the model's chat template: multiple choice as a question with lettered options
+    scored by the answer letter, classification by the label words, generation by the final answer
+    extracted from the reply; few-shot examples as earlier turns; ChatCORE over several tasks
+    (default results file MODEL/eval/chat_results.json)."""
+    chat_template: str = "auto"
+    """With --chat: auto (the model's own template), default (gptforge's built-in instruction format),
+    or the path of a Jinja chat template file."""
+    num_samples: int = bounded(1, low=1)
+    """With --chat: replies sampled per generation example; more than 1 reports pass@k (unbiased estimator)."""
+    temperature: Optional[float] = bounded(None, low=0.0)
+    """With --chat: sampling temperature of generation (default 0, greedy, for one sample; 1.0 for several)."""
     num_fewshot: int = bounded(0, low=0)
     """Few-shot demonstrations before each example (from the task's fewshot_data or its other rows)."""
     limit: Optional[int] = bounded(None, low=1)
@@ -74,7 +93,7 @@ class EvaluateOptions:
 
 
 def main(argv: list[str]) -> int:
-    from gptforge.errors import InputError
+    from gptforge.errors import InputError, OptionError
     from gptforge.options import command_parser, parse_command
 
     opts, _ = parse_command(command_parser("gptforge evaluate", DESCRIPTION, EvaluateOptions, positional=("model",)),
@@ -84,8 +103,13 @@ def main(argv: list[str]) -> int:
     set_quiet(opts.quiet)
     chosen = [k for k in ("tasks", "harness", "data", "text") if getattr(opts, k)]
     if len(chosen) != 1:
-        raise InputError("give exactly one of --tasks FILE..., --harness TASK..., --data DIR or --text FILE"
+        raise OptionError("give exactly one of --tasks FILE..., --harness TASK..., --data DIR or --text FILE"
                          + (f" (got {', '.join('--' + c for c in chosen)})" if chosen else ""))
+    if opts.chat and not opts.tasks:
+        raise OptionError("--chat scores task files: give --tasks FILE...")
+    from gptforge.eval.model_source import check_results_out
+
+    check_results_out(opts.out)
     if opts.out and os.path.isdir(opts.out):  # refused before the model is loaded and scored
         raise InputError(f"--out {opts.out} is a folder: give the path of a JSON file, such as "
                          f"{os.path.join(opts.out, 'results.json')}")
@@ -96,7 +120,9 @@ def main(argv: list[str]) -> int:
 
         doc, report = evaluate_tasks(opts.model, opts.tasks, num_fewshot=opts.num_fewshot, limit=opts.limit,
                                      seed=opts.seed, contamination=opts.contamination,
-                                     contamination_ngram=opts.contamination_ngram, **common)
+                                     contamination_ngram=opts.contamination_ngram, chat=opts.chat,
+                                     chat_template=opts.chat_template, num_samples=opts.num_samples,
+                                     temperature=opts.temperature, **common)
     elif opts.harness:
         from gptforge.eval.task_report import evaluate_harness
 

@@ -14,7 +14,10 @@ from __future__ import annotations
 from gptforge.export.formats import ExportOptions
 from gptforge.options import command_parser, parse_command
 
-DESCRIPTION = "Export a run or Hugging Face folder as hf, onnx, gguf or a Triton model repository."
+# One description: `gptforge --help` lists SUMMARY (read from this file unimported); DESCRIPTION begins with it.
+SUMMARY = "Export a run or Hugging Face folder as hf, onnx (KV cache), gguf (llama.cpp) or a Triton model repository."
+
+DESCRIPTION = SUMMARY
 
 
 def main(argv: list[str]) -> int:

@@ -7,7 +7,12 @@ from __future__ import annotations
 from gptforge.export.consolidate import ExportCheckpointOptions
 from gptforge.options import command_parser, parse_command
 
-DESCRIPTION = """Write one consolidated model file from a training checkpoint, whatever layout and
+# One description: `gptforge --help` lists SUMMARY (read from this file unimported); DESCRIPTION begins with it.
+SUMMARY = "Consolidate a sharded training checkpoint into one safetensors (or torch) file."
+
+DESCRIPTION = SUMMARY + """
+
+Write one consolidated model file from a training checkpoint, whatever layout and
 number of ranks wrote it. Runs in one process on the CPU: it needs the model's size in RAM, not
 the GPUs that trained it.
 

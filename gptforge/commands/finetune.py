@@ -8,7 +8,12 @@ from typing import Optional
 from gptforge.config import FinetuneConfig, ParallelConfig, RunConfig, TrainConfig
 from gptforge.options import command_parser, parse_command
 
-DESCRIPTION = """Fine-tune a pretrained model: a Hugging Face folder (GPT-2, Llama 2/3, Mistral, Qwen2) or a
+# One description: `gptforge --help` lists SUMMARY (read from this file unimported); DESCRIPTION begins with it.
+SUMMARY = "Fine-tune a Hugging Face or gptforge model (full, LoRA or QLoRA) on instruction .jsonl or shards."
+
+DESCRIPTION = SUMMARY + """
+
+Fine-tune a pretrained model: a Hugging Face folder (GPT-2, Llama 2/3, Mistral, Qwen2) or a
 gptforge run directory, on an instruction .jsonl (prompt/completion or chat messages; the loss counts
 completion tokens only) or on a shard folder from `gptforge prepare --tokenizer MODEL/tokenizer.json`
 (continued pretraining). Full fine-tuning, LoRA, or QLoRA (LoRA on a 4-bit NF4 base through
@@ -18,12 +23,13 @@ and in each checkpoint); `gptforge convert --to-hf RUN_DIR --out HF_DIR` writes 
 QLoRA: the dequantized 4-bit base plus the adapters).
 
 Options go under train:, parallel: and finetune: in a YAML recipe (--config) or on the command line.
-Defaults differ from pretrain: train.lr 2e-4 (use about 1e-5..5e-5 for full fine-tuning of large models),
-train.min_lr 2e-5, train.warmup_steps 20, train.weight_decay 0, train.max_steps 500."""
+Defaults differ from pretrain: train.lr by method and model width (LoRA/QLoRA: pretrain's width rule,
+e.g. 0.0025 at d_model 32, 2e-4 at 4096; full: a tenth of it; gptforge.train.optim.finetune_lr),
+train.min_lr lr/10, train.warmup_steps 5% of max_steps (at most a quarter of the run),
+train.weight_decay 0, train.max_steps 500."""
 
 SECTIONS = {"train": TrainConfig, "parallel": ParallelConfig, "finetune": FinetuneConfig}
-FINETUNE_DEFAULTS = {"train.lr": 2e-4, "train.min_lr": 2e-5, "train.warmup_steps": 20, "train.weight_decay": 0.0,
-                     "train.max_steps": 500}
+FINETUNE_DEFAULTS = {"train.weight_decay": 0.0, "train.max_steps": 500}
 
 
 @dataclass

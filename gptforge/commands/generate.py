@@ -7,6 +7,9 @@ from typing import Optional
 
 from gptforge.options import bounded, command_parser, parse_command
 
+# One description: `gptforge --help` lists SUMMARY (read from this file unimported); DESCRIPTION begins with it.
+SUMMARY = "Sample continuations of a prompt from a run or checkpoint with a KV cache."
+
 
 @dataclass
 class GenerateOptions:
@@ -29,7 +32,10 @@ class GenerateOptions:
     no_cache: bool = False
     """Recompute the whole context every token (slow; for checks)."""
     stop_at_eos: bool = False
-    """Stop a sample at the end-of-text token (<|endoftext|>, or the tokenizer_config's eos_token)."""
+    """Stop a sample at the end-of-text token (<|endoftext|>, or the tokenizer_config's eos_token): the
+    default; kept for older command lines."""
+    no_stop_at_eos: bool = False
+    """Go on past the end-of-text token (the model then starts a new document)."""
     chat: bool = False
     """Treat --prompt as a user message: render it with the run's chat template (the one `finetune`
     trained with) and stop at the end-of-turn token."""
@@ -44,8 +50,11 @@ class GenerateOptions:
     """auto, cpu, cuda, mps."""
 
 
+DESCRIPTION = SUMMARY
+
+
 def build_parser():
-    return command_parser("gptforge generate", "Sample continuations of a prompt with a KV cache.",
+    return command_parser("gptforge generate", DESCRIPTION,
                           GenerateOptions, positional=("model",))
 
 
@@ -61,9 +70,9 @@ def main(argv: list[str]) -> int:
     from gptforge.runtime.loading import load_for_inference
 
     if args.compile and args.no_cache:  # generate() refuses it too, in its Python arguments' names
-        from gptforge.errors import InputError
+        from gptforge.errors import OptionError
 
-        raise InputError("--compile needs the KV cache (it compiles the cached decode step): drop --no-cache "
+        raise OptionError("--compile needs the KV cache (it compiles the cached decode step): drop --no-cache "
                          "or --compile")
     device = pick_device(args.device, "--device")
     model, ckpt, _doc, tok_path = load_for_inference(args.model, device, "best" if args.best else "latest")
@@ -79,8 +88,15 @@ def main(argv: list[str]) -> int:
                          DEFAULT_TEMPLATE if use_default else None)
         tok.eos_id = chat.eos_id  # the end-of-turn token the template closes answers with
         args.stop_at_eos = True
+        if not (_doc or {}).get("finetune") and not chat.chat_template:  # a base model: no template of its own
+            import sys
+
+            print("gptforge generate: warning: --chat on a model not fine-tuned on chat: the prompt goes through "
+                  "the default template it never saw; expect poor answers (fine-tune with `gptforge finetune` "
+                  "first)", file=sys.stderr)
     else:
         ids = tok.encode(args.prompt) if args.prompt else [tok.eos_id]
+        args.stop_at_eos = not args.no_stop_at_eos  # a document ends at EOS: stop there by default
     if not ids:
         ids = [tok.eos_id]
     block = model.config.block_size
@@ -94,9 +110,9 @@ def main(argv: list[str]) -> int:
         ids = ids[-block:]
     excess = kv_cache_excess(model, args.num_samples, min(len(ids) + args.max_new_tokens, block))
     if excess is not None:
-        from gptforge.errors import InputError
+        from gptforge.errors import OptionError
 
-        raise InputError(f"--num-samples {args.num_samples}: {excess}; lower --num-samples")
+        raise OptionError(f"--num-samples {args.num_samples}: {excess}; lower --num-samples")
     idx = torch.tensor([ids] * args.num_samples, dtype=torch.long, device=device)
     out = generate(model, idx, args.max_new_tokens, temperature=args.temperature, top_k=args.top_k,
                    top_p=args.top_p, seed=args.seed, use_cache=not args.no_cache,

@@ -12,7 +12,10 @@ import sys
 from gptforge.options import command_parser, parse_command
 from gptforge.runtime.launch import LaunchOptions, launch_env, torchrun_command
 
-DESCRIPTION = """Start N processes per node with torchrun, each running `gptforge COMMAND ...`.
+# One description: `gptforge --help` lists SUMMARY (read from this file unimported); DESCRIPTION begins with it.
+SUMMARY = "Start N processes per node with torchrun, each running `gptforge COMMAND ...`."
+
+DESCRIPTION = SUMMARY + """
 
 One node:      gptforge launch --nproc-per-node 8 pretrain --data DIR --out RUN --parallel.dp_shard 8
 Several nodes: run on every node, with the same --rdzv-endpoint (host:port of one of them):
@@ -21,9 +24,6 @@ On Slurm, `gptforge slurm` writes the batch script that does this. The command i
 it runs, so it can be copied into a script of your own. launch's own options count wherever they
 stand (`gptforge launch pretrain ... --dry-run` only prints); everything after a `--` goes to
 the command unread."""
-
-
-ERROR_EXIT = 2  # exit status of a refused launch
 
 
 def build_parser():

@@ -24,9 +24,11 @@ from gptforge.plan.flops import parse_tokens  # noqa: F401  (re-exported: tests 
 
 SECTIONS = {"model": ModelConfig, "train": TrainConfig, "parallel": ParallelConfig}
 
+# One description: `gptforge --help` lists SUMMARY (read from this file unimported); DESCRIPTION begins with it.
+SUMMARY = "Predict per-GPU memory, speed, time and cost of a training job (and check it on fake tensors)."
 
-PLAN_DESCRIPTION = ("Predict per-GPU memory (weights, gradients, optimizer states, activations, logits/loss, "
-                    "buffers), FLOPs, tokens/s, MFU, step time, total time and cost of a training job.")
+DESCRIPTION = SUMMARY + ("\n\nMemory per GPU as weights, gradients, optimizer states, activations, logits/loss and "
+                         "buffers; speed as FLOPs, tokens/s, MFU and step time; then total time and cost.")
 
 
 @dataclass
@@ -54,7 +56,7 @@ class PlanOptions:
     """A mixture (several shard folders, or one prepared with several --source): print the
     tokens and epochs per source of the planned training tokens (gptforge.plan.mixture)."""
     data_weights: Optional[str] = None
-    """With --data: NAME=WEIGHT,... (default proportional to train tokens, as pretrain)."""
+    """With --data: shortcut for --train.data_weights, NAME=WEIGHT,... (default: by train tokens)."""
     list_gpus: bool = False
     """List known GPUs and exit."""
     fit: Optional[list[str]] = None
@@ -79,14 +81,14 @@ class PlanOptions:
 def _parser():
     from gptforge.config import FinetuneConfig
 
-    parser = command_parser("gptforge plan", PLAN_DESCRIPTION, PlanOptions,
+    parser = command_parser("gptforge plan", DESCRIPTION, PlanOptions,
                             sections={**SECTIONS, "finetune": FinetuneConfig})
     parser.set_defaults({"finetune.method": "full"})  # plan pretraining unless --finetune.method lora/qlora
     return parser
 
 
 def main(argv: list[str]) -> int:
-    from gptforge.errors import GptforgeError
+    from gptforge.errors import FAILURE_EXIT, USAGE_EXIT, GptforgeError, OptionError
     from gptforge.plan import format as text
     from gptforge.plan.answer import answer_fit, plan_job
 
@@ -97,7 +99,7 @@ def main(argv: list[str]) -> int:
         return 0
     try:
         ns, init = parse_command(parser, argv)
-    except SystemExit as e:  # the error line is printed; keep the exit status as a return value
+    except SystemExit as e:  # the error line is printed; keep the exit status (USAGE_EXIT) as a return value
         return int(e.code or 0)
     if ns.list_gpus:
         print(text.list_gpus_text())
@@ -107,9 +109,9 @@ def main(argv: list[str]) -> int:
             out = answer_fit(ns.fit, init.model, init.train, init.parallel, tokens=ns.tokens,
                              target_loss=ns.target_loss, flops=ns.flops, bootstrap=ns.bootstrap, plot=ns.plot,
                              gpu=ns.gpu, num_gpus=ns.num_gpus, price=ns.price)
-        except (GptforgeError, ValueError) as e:
+        except (GptforgeError, ValueError) as e:  # the sweep folders are input: FAILURE_EXIT, unless an option
             print(f"gptforge plan: error: {e}", file=sys.stderr)
-            return 2
+            return USAGE_EXIT if isinstance(e, OptionError) else FAILURE_EXIT
         print(json.dumps(out, indent=2, default=str) if ns.json else text.format_fit(out))
         return 0
     if ns.table:
@@ -121,16 +123,16 @@ def main(argv: list[str]) -> int:
         answer = plan_job(init.model, init.train, init.parallel, init.finetune, gpu=ns.gpu, num_gpus=ns.num_gpus,
                           tokens=ns.tokens, price=ns.price, measure=ns.measure, recommend=ns.recommend, top=ns.top,
                           host_memory_gb=ns.host_memory_gb)
-        budget = None
-        if ns.data:
-            from gptforge.plan.mixture import mixture_budget
-            from gptforge.train.sources.mixture import parse_data_weights
-
-            weights = parse_data_weights(ns.data_weights) if ns.data_weights else None
-            budget = mixture_budget(ns.data if len(ns.data) > 1 else ns.data[0], weights, answer.plan.tokens)
-    except ValueError as e:
+    except ValueError as e:  # every value plan_job refuses came from an option or recipe key
         print(f"gptforge plan: error: {e}", file=sys.stderr)
-        return 2
+        return USAGE_EXIT
+    budget = None
+    if ns.data:  # the shard folders are input: the error wrapper's FAILURE_EXIT, unless an option
+        from gptforge.plan.mixture import mixture_budget
+        from gptforge.train.sources.mixture import parse_data_weights
+
+        weights = parse_data_weights(ns.data_weights) if ns.data_weights else init.train.data_weights
+        budget = mixture_budget(ns.data if len(ns.data) > 1 else ns.data[0], weights, answer.plan.tokens)
     if ns.json:
         d = answer.to_dict()
         if budget is not None:

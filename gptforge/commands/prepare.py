@@ -8,10 +8,16 @@ from dataclasses import dataclass, field
 from typing import Optional
 
 from gptforge.data.prepare import PrepareConfig
-from gptforge.errors import InputError
+from gptforge.errors import OptionError
 from gptforge.options import command_parser, parse_command
 
-DESCRIPTION = """Read raw text, normalize it (BOM, line ends, Unicode NFC), curate it (a recipe of
+# One description: `gptforge --help` lists SUMMARY (read from this file unimported); DESCRIPTION begins with it.
+SUMMARY = ("Read raw text (txt/md/jsonl/json/csv/parquet/arrow/tar, plain or compressed; hf:NAME), curate "
+           "it, train or load a tokenizer, write token shards.")
+
+DESCRIPTION = SUMMARY + """
+
+In order: read the inputs, normalize the text (BOM, line ends, Unicode NFC), curate it (a recipe of
 filters, PII redaction and deduplication), split documents into train/val/test, train a byte-level
 BPE tokenizer (or load one) and write token shards (meta.json, tokenizer.json,
 {train,val,test}_NNN.bin) for `gptforge pretrain`.
@@ -35,16 +41,17 @@ class PrepareOptions(PrepareConfig):
     show_recipe: Optional[str] = None
     """Print a recipe (a built-in name or a YAML file) as YAML, with --languages applied and the Gopher/C4/FineWeb
     parameters in force per language, and exit."""
-    no_progress: bool = False
-    """Do not draw progress bars (nor, when stderr is not a terminal, progress log lines)."""
-    quiet: bool = False
-    """No progress bars (on a terminal) or progress lines (otherwise) on stderr; the same as --no-progress."""
+    quiet: bool = field(default=False, metadata={"aliases": ("--no-progress",)})
+    """No progress bars (on a terminal) or progress lines (otherwise) on stderr."""
     source: Optional[list[str]] = None
     """Named sources instead of INPUT: NAME=PATH (PATH as an INPUT), repeated or several after one
     --source; one tokenizer over all, shards per source under OUT/NAME/ with their own splits and
     report, OUT/meta.json listing them (`gptforge pretrain --data OUT` trains on the mixture)."""
     source_recipe: Optional[list[str]] = None
     """With --source: NAME=RECIPE, the curation recipe of one source (others take --recipe)."""
+    verify: Optional[str] = None
+    """Check a shard folder (or a --source folder) in full and exit: every .bin file's SHA-256
+    against meta.json and every id below the vocabulary size."""
     tokenizer_weights: Optional[str] = None
     """With --source: NAME=W,... share of the tokenizer's training text per source (default: in
     proportion to each source's train text; a source gives at most all of its text)."""
@@ -55,25 +62,28 @@ def build_parser():
 
 
 def main(argv: list[str]) -> int:
-    """Run `gptforge prepare`; returns the exit code (0 ok, 1 bad input, 2 usage error)."""
+    """Run `gptforge prepare`; returns the exit code (0 ok; gptforge.errors: 1 bad input, 2 bad options)."""
     opts, _ = parse_command(build_parser(), _merge_repeated(argv, ("--source", "--source-recipe")))
-    from gptforge.progress import set_quiet
-
-    set_quiet(opts.quiet or opts.no_progress)
     if opts.show_recipe:
         from gptforge.data.pipeline import show_recipe
 
-        print(show_recipe(opts.show_recipe, opts.languages), end="")
+        print(show_recipe(opts.show_recipe, opts.languages, opts.quality_options()), end="")
+        return 0
+    if opts.verify:
+        from gptforge.data.shard_verify import verify_shards
+
+        got = verify_shards(opts.verify)
+        print(f"{opts.verify}: ok, {got['files']} files, {got['bytes']:,} bytes, every id below the vocabulary size"
+              + (", checksums match meta.json" if got["checksums"] else " (meta.json records no checksums)"))
         return 0
     if opts.source and opts.inputs:
-        raise InputError("give either INPUT files or --source NAME=PATH, not both")
+        raise OptionError("give either INPUT files or --source NAME=PATH, not both")
     if not (opts.inputs or opts.source) or not opts.out:
-        raise InputError("INPUT (or --source NAME=PATH) and --out are required (or --show-recipe NAME)")
+        raise OptionError("INPUT (or --source NAME=PATH) and --out are required (or --show-recipe NAME)")
     from rich.console import Console
     from rich.logging import RichHandler
-    from rich.table import Table
 
-    from gptforge.data.prepare import prepare, summary_rows
+    from gptforge.data.prepare import prepare, print_summary
 
     err = Console(stderr=True)
     logger = logging.getLogger("gptforge.data")
@@ -85,13 +95,8 @@ def main(argv: list[str]) -> int:
         values["languages"] = [x.strip() for v in values["languages"] for x in v.split(",") if x.strip()]
     if opts.source:
         return _prepare_sources(opts, values)
-    result = prepare(PrepareConfig(**values), show_progress=not (opts.no_progress or opts.quiet))
-    table = Table(title=f"prepared {result.out_dir}", show_header=False)
-    table.add_column(style="bold")
-    table.add_column()
-    for label, value in summary_rows(result):
-        table.add_row(label, value)
-    Console().print(table)
+    result = prepare(PrepareConfig(**values), show_progress=not opts.quiet)
+    print_summary(result, f"prepared {result.out_dir}")
     print(f"report: {result.out_dir / 'report.html'}")
     return 0
 
@@ -118,6 +123,7 @@ def _prepare_sources(opts, values: dict) -> int:
     """--source: gptforge.data.prepare_sources.prepare_sources, then one summary line per source."""
     from rich.console import Console
 
+    from gptforge.data.prepare import print_summary
     from gptforge.data.prepare_sources import parse_named, prepare_sources
     from gptforge.train.sources.mixture import parse_data_weights
 
@@ -125,12 +131,14 @@ def _prepare_sources(opts, values: dict) -> int:
         sources = {n: [p] for n, p in parse_named(opts.source, "--source").items()}
         recipes = parse_named(opts.source_recipe or [], "--source-recipe")
     except ValueError as e:
-        raise InputError(str(e)) from None
+        raise OptionError(str(e)) from None
     weights = parse_data_weights(opts.tokenizer_weights) if opts.tokenizer_weights else None
     values = {**values, "inputs": [p for v in sources.values() for p in v]}
     result = prepare_sources(PrepareConfig(**values), sources, recipes, weights,
-                             show_progress=not (opts.no_progress or opts.quiet))
+                             show_progress=not opts.quiet)
     console = Console()
+    for name, r in result.sources.items():
+        print_summary(r, f"source {name}: {r.out_dir}")
     for s in result.meta["sources"]:
         counts = ", ".join(f"{k} {v['tokens']:,} tokens / {v['documents']:,} docs" for k, v in s["splits"].items()
                            if v.get("tokens"))

@@ -8,7 +8,10 @@ from typing import Literal, Optional
 from gptforge.config import SECTIONS, run_config_from
 from gptforge.options import command_parser, parse_command
 
-DESCRIPTION = """Train a GPT from scratch on token shards written by `gptforge prepare`.
+# One description: `gptforge --help` lists SUMMARY (read from this file unimported); DESCRIPTION begins with it.
+SUMMARY = "Train a GPT from scratch on token shards written by `gptforge prepare`."
+
+DESCRIPTION = SUMMARY + """
 
 Every option can also be set in a YAML recipe (--config) under model:, train: or parallel:;
 command-line options override the recipe. With --resume, the run directory's config.yaml is the

@@ -7,7 +7,12 @@ import json
 from dataclasses import dataclass
 from typing import Optional
 
-DESCRIPTION = """Make a trained run smaller by removing whole structures: attention heads (GQA groups kept
+# One description: `gptforge --help` lists SUMMARY (read from this file unimported); DESCRIPTION begins with it.
+SUMMARY = "Prune a run's heads, MLP channels, embedding channels and layers by activation importance."
+
+DESCRIPTION = SUMMARY + """
+
+Make a trained run smaller by removing whole structures: attention heads (GQA groups kept
 intact), MLP channels, embedding channels and layers, ranked by the activations they produce on
 calibration data (Minitron, arXiv 2407.14679 / 2408.11796, section 2). Writes an ordinary run that
 evaluate, generate and finetune use; distil or fine-tune it to recover quality. --sparsity

@@ -6,7 +6,12 @@ import json
 from dataclasses import dataclass
 from typing import Literal, Optional
 
-DESCRIPTION = """Quantize a trained run's weights after training and write a new run that evaluate and
+# One description: `gptforge --help` lists SUMMARY (read from this file unimported); DESCRIPTION begins with it.
+SUMMARY = "Quantize a run's weights to int8, int4 or nf4 and report size, speed and perplexity change."
+
+DESCRIPTION = SUMMARY + """
+
+Quantize a trained run's weights after training and write a new run that evaluate and
 generate load. int8: every linear layer of the blocks per output channel (symmetric), with int8
 activations computed dynamically on the CPU; int4: groups of --group-size inputs, asymmetric,
 two weights per byte, fp16 scales and zero points; nf4: bitsandbytes' 4-bit NormalFloat.

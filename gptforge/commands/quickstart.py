@@ -14,7 +14,10 @@ Muon, bf16) on the 2-core AVX-512 BF16 VM, from a clean clone on 2026-12-02 (0.5
 measured); 10.9 minutes of training, final val loss 3.629 against a unigram entropy of 6.640
 nats/token."""
 
-DESCRIPTION = ("Build a corpus from the Python standard library's source files (tests excluded), train a "
+# One description: `gptforge --help` lists SUMMARY (read from this file unimported); DESCRIPTION begins with it.
+SUMMARY = "Build a corpus from the Python standard library, train a small GPT on the CPU, evaluate, sample."
+
+DESCRIPTION = SUMMARY + "\n\n" + ("Build a corpus from the Python standard library's source files (tests excluded), train a "
                "byte-level BPE tokenizer and a small GPT on the CPU for a bounded time, evaluate it on held-out "
                "files against a unigram baseline, and print samples.")
 

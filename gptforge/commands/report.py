@@ -2,11 +2,17 @@
 
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
 
-DESCRIPTION = """One self-contained HTML page (opens from disk, no network) for one run or several
+# One description: `gptforge --help` lists SUMMARY (read from this file unimported); DESCRIPTION begins with it.
+SUMMARY = "Write an interactive HTML report of one run, or several runs overlaid (self-contained, no network)."
+
+DESCRIPTION = SUMMARY + """
+
+One self-contained HTML page (opens from disk, no network) for one run or several
 runs overlaid: summary card, loss / lr / gradient norm / throughput / MFU / step time curves with
 resumes, skipped steps and spikes marked, memory predicted vs measured, evaluation results, data
 and environment; with several runs, a table of their config differences."""
@@ -33,5 +39,9 @@ def main(argv: list[str]) -> int:
     out = Path(opts.out) if opts.out else (Path(opts.runs[0]) / "report.html" if len(opts.runs) == 1
                                            else Path("report.html"))
     path = write_report(opts.runs, out, progress=True)
+    from gptforge.report.page import missing_metrics
+
+    for line in missing_metrics(opts.runs):
+        print(f"gptforge report: warning: {line}", file=sys.stderr)
     print(f"wrote {path} ({path.stat().st_size / 1e6:.1f} MB; open it in a browser)")
     return 0

@@ -8,8 +8,12 @@ from typing import Optional
 from gptforge.config import FinetuneConfig, ParallelConfig, RLConfig, RunConfig, TrainConfig
 from gptforge.options import command_parser, parse_command
 
-DESCRIPTION = """Reinforcement learning with verifiable rewards (GRPO / DAPO): each step samples
-rl.samples_per_prompt completions of rl.prompts_per_step prompts from the current weights (gptforge's
+# One description: `gptforge --help` lists SUMMARY (read from this file unimported); DESCRIPTION begins with it.
+SUMMARY = "Reinforcement learning with verifiable rewards (GRPO / DAPO) from a Hugging Face or gptforge model."
+
+DESCRIPTION = SUMMARY + """
+
+Each step samples rl.samples_per_prompt completions of rl.prompts_per_step prompts from the current weights (gptforge's
 batched KV-cache generation), scores them with a program (--reward: exact, regex:PATTERN,
 json_schema:FILE, python:FILE:FUNCTION; or several with weights through --rl.rewards FILE.yaml),
 and takes the clipped policy-gradient step with group advantages (reward - group mean), token-level

@@ -4,7 +4,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-DESCRIPTION = """Serve a run directory, checkpoint or Hugging Face folder over the OpenAI HTTP API
+from gptforge.ranges import bounded
+
+# One description: `gptforge --help` lists SUMMARY (read from this file unimported); DESCRIPTION begins with it.
+SUMMARY = "Serve a run or Hugging Face folder over the OpenAI HTTP API (continuous batching, streaming)."
+
+DESCRIPTION = SUMMARY + """
+
+Serve a run directory, checkpoint or Hugging Face folder over the OpenAI HTTP API
 (/v1/models, /v1/completions, /v1/chat/completions, /tokenize, /detokenize, /tokenizer_info,
 /health, /metrics; the OpenAPI schema at /openapi.json). Concurrent requests are decoded together;
 beyond --max-batch-size they wait in arrival order, at most --max-queue of them. Binds to
@@ -17,15 +24,15 @@ class ServeOptions:
     """Run directory (checkpoints/latest), checkpoint folder, or Hugging Face model folder."""
     host: str = "127.0.0.1"
     """Address to bind (0.0.0.0 exposes the server to the network: set --api-key then)."""
-    port: int = 8000
+    port: int = bounded(8000, low=1, high=65535)
     """TCP port."""
     api_key: str | None = None
     """Require `Authorization: Bearer KEY` on every request except /health and /metrics."""
-    max_batch_size: int = 8
+    max_batch_size: int = bounded(8, low=1)
     """Sequences decoded together; further requests queue in arrival order."""
-    max_model_len: int | None = None
+    max_model_len: int | None = bounded(None, low=1)
     """Positions per sequence, prompt + generated (default and maximum: the model's block_size)."""
-    max_queue: int | None = None
+    max_queue: int | None = bounded(None, low=0)
     """Sequences that may wait for a cache slot; a request needing more gets 429 + Retry-After (default: no bound)."""
     device: str = "auto"
     """auto, cpu, cuda, mps."""
@@ -37,7 +44,7 @@ class ServeOptions:
     """`default` forces the default chat template; unset: the tokenizer's template, else the default."""
     engine_process: bool = False
     """Run the model in its own process, beside the HTTP event loop (faster under many streams on a CPU)."""
-    engine_restarts: int = 3
+    engine_restarts: int = bounded(3, low=0)
     """With --engine-process: new engine processes started within 10 minutes after one dies (0: none)."""
 
 
@@ -46,32 +53,23 @@ SERVE_PACKAGES = {"fastapi": "fastapi", "uvicorn": "uvicorn", "prometheus_client
 
 
 def check_options(opts: ServeOptions) -> None:
-    """Refuse, before any package or model is loaded, option values no model can serve (the upper
-    bound of --max-model-len, the model's block_size, is checked once the model is loaded).
+    """Refuse, before any package or model is loaded, option values no model can serve that the
+    fields' ranges (`bounded`, checked by the parser) leave (the upper bound of --max-model-len,
+    the model's block_size, is checked once the model is loaded).
 
     Raises:
-        InputError: naming the option and its allowed values.
+        OptionError: naming the option and its allowed values.
     """
-    from gptforge.errors import InputError
+    from gptforge.errors import OptionError
 
-    if opts.max_batch_size < 1:
-        raise InputError(f"--max-batch-size must be >= 1, got {opts.max_batch_size}")
-    if opts.max_model_len is not None and opts.max_model_len < 1:
-        raise InputError(f"--max-model-len must be >= 1 (and at most the model's block_size), got {opts.max_model_len}")
-    if opts.max_queue is not None and opts.max_queue < 0:
-        raise InputError(f"--max-queue must be >= 0, got {opts.max_queue}")
-    if opts.engine_restarts < 0:
-        raise InputError(f"--engine-restarts must be >= 0, got {opts.engine_restarts}")
-    if not 0 < opts.port < 65536:
-        raise InputError(f"--port must be in 1..65535, got {opts.port}")
     if opts.chat_template not in (None, "default"):
-        raise InputError(f"--chat-template {opts.chat_template!r}: the only value is `default`")
+        raise OptionError(f"--chat-template {opts.chat_template!r}: the only value is `default`")
 
 
 def main(argv: list[str]) -> int:
     from pathlib import Path
 
-    from gptforge.errors import InputError, require_extra
+    from gptforge.errors import OptionError, require_extra
     from gptforge.options import command_parser, parse_command
 
     opts, _ = parse_command(command_parser("gptforge serve", DESCRIPTION, ServeOptions, positional=("model",)), argv)
@@ -81,15 +79,15 @@ def main(argv: list[str]) -> int:
 
     from gptforge.infer.engine import kv_cache_excess
     from gptforge.serve.app import ServeConfig, create_app, load_model
-    from gptforge.serve.listen import bind_listening_socket
+    from gptforge.serve.listen import bind_listening_socket, draining_server
 
     model, tok, template = load_model(opts.model, opts.device, opts.precision)
     block = model.config.block_size
     if opts.max_model_len is not None and not 0 < opts.max_model_len <= block:
-        raise InputError(f"--max-model-len must be in 1..{block} (the model's block_size), got {opts.max_model_len}")
+        raise OptionError(f"--max-model-len must be in 1..{block} (the model's block_size), got {opts.max_model_len}")
     excess = kv_cache_excess(model, opts.max_batch_size, opts.max_model_len or block)
     if excess is not None:
-        raise InputError(f"--max-batch-size {opts.max_batch_size}: {excess}; lower --max-batch-size or --max-model-len")
+        raise OptionError(f"--max-batch-size {opts.max_batch_size}: {excess}; lower --max-batch-size or --max-model-len")
     name = opts.served_model_name or Path(opts.model).resolve().name
     cfg = ServeConfig(model_name=name, api_key=opts.api_key, max_batch_size=opts.max_batch_size,
                       max_model_len=opts.max_model_len, chat_template=opts.chat_template or template,
@@ -99,8 +97,8 @@ def main(argv: list[str]) -> int:
     sock = bind_listening_socket(opts.host, opts.port)  # a busy port: one error line, not uvicorn's
     print(f"serving {name!r} on http://{opts.host}:{opts.port}/v1 (context {cfg.max_model_len or block}, "
           f"batch {opts.max_batch_size})", flush=True)
-    server = uvicorn.Server(uvicorn.Config(app, host=opts.host, port=opts.port, log_level="warning",
-                                           timeout_graceful_shutdown=10))
+    server = draining_server(app, uvicorn.Config(app, host=opts.host, port=opts.port, log_level="warning",
+                                                 timeout_graceful_shutdown=10))
     try:
         server.run(sockets=[sock])
     finally:

@@ -7,11 +7,14 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from gptforge.errors import InputError
+from gptforge.errors import OptionError
 from gptforge.options import command_parser, parse_command
 from gptforge.runtime.slurm import SlurmJob, check_world_size, processes_per_node, render
 
-DESCRIPTION = """Write a Slurm batch script for N nodes x G GPUs running a gptforge command.
+# One description: `gptforge --help` lists SUMMARY (read from this file unimported); DESCRIPTION begins with it.
+SUMMARY = "Write a Slurm batch script for N nodes x G GPUs running a gptforge command."
+
+DESCRIPTION = SUMMARY + """
 
     gptforge slurm --nodes 4 --gpus-per-node 8 --out train.sbatch -- pretrain --data DIR --out RUN \\
         --parallel.dp_shard 32
@@ -22,9 +25,6 @@ allocation hosts the rendezvous. The script sets the NCCL/PyTorch variables for 
 instead of silent hangs (see docs/distributed.md). CPU mode (`--gpus-per-node 0
 --nproc-per-node N`) asks for no GPUs, takes whole nodes (or --cpus-per-task) and splits the
 node's CPUs between the N processes (gloo); see docs/scale-out.md."""
-
-
-ERROR_EXIT = 2  # exit status of a refused script
 
 
 def build_parser():
@@ -41,7 +41,7 @@ def main(argv: list[str]) -> int:
     args.setup = args.setup or []
     nproc = processes_per_node(args)
     if not cmd:
-        raise InputError("no command given: add `-- pretrain --data DIR --out RUN ...`")
+        raise OptionError("no command given: add `-- pretrain --data DIR --out RUN ...`")
     check_world_size(cmd, args.nodes * nproc, "GPUs" if args.gpus_per_node else "processes")
     from gptforge.cli import check_command
 

@@ -12,7 +12,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
 
-DESCRIPTION = """Plan and run a scaling sweep (model sizes x token counts) within a time budget on this
+# One description: `gptforge --help` lists SUMMARY (read from this file unimported); DESCRIPTION begins with it.
+SUMMARY = "Plan and run a scaling sweep of small runs within a time budget (resumable), for `plan --fit`."
+
+DESCRIPTION = SUMMARY + """
+
+Plan and run a scaling sweep (model sizes x token counts) within a time budget on this
 machine; each run is an ordinary run directory; the same command continues a killed sweep. Fit it
 with `gptforge plan --fit SWEEP_DIR`."""
 

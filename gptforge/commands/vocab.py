@@ -5,7 +5,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal, Optional
 
-DESCRIPTION = """Print a tokenizer's vocabulary, one token a line (id, kind, text): tokens as the text
+# One description: `gptforge --help` lists SUMMARY (read from this file unimported); DESCRIPTION begins with it.
+SUMMARY = "Print a tokenizer's vocabulary as text (byte pieces of characters shown as <0xNN>)."
+
+DESCRIPTION = SUMMARY + """
+
+Print a tokenizer's vocabulary, one token a line (id, kind, text): tokens as the text
 they stand for, pieces of multi-byte characters (common with Chinese) with those bytes as <0xNN>,
 special tokens by name. TOKENIZER is a tokenizer.json or a folder holding one (a prepare output
 folder, an exported model)."""

@@ -7,6 +7,8 @@ from dataclasses import dataclass, fields
 from typing import Any, Literal, Optional
 
 from gptforge.config.dicts import _did_you_mean
+from gptforge.errors import OptionError
+from gptforge.ranges import bounded, out_of_range
 
 
 def check_preset(name: str, option: str = "model.preset") -> None:
@@ -15,12 +17,12 @@ def check_preset(name: str, option: str = "model.preset") -> None:
     option: how the message names the setting (a command's own option: `--preset`).
 
     Raises:
-        ValueError: "OPTION: unknown preset 'X' (did you mean 'Y'?); choose one of ..." (every name).
+        OptionError (a ValueError): "OPTION: unknown preset 'X' (did you mean 'Y'?); choose one of ..." (every name).
     """
     from gptforge.presets import PRESETS
 
     if name not in PRESETS:
-        raise ValueError(f"{option}: unknown preset {name!r}{_did_you_mean(name, PRESETS)}; "
+        raise OptionError(f"{option}: unknown preset {name!r}{_did_you_mean(name, PRESETS)}; "
                          f"choose one of {', '.join(PRESETS)}")
 
 
@@ -37,22 +39,22 @@ class ModelConfig:
     arch: Optional[Literal["gpt2", "llama"]] = None
     """Block type: gpt2 (learned positions, LayerNorm, GELU) or llama (RoPE, RMSNorm, SwiGLU, GQA).
     Default gpt2."""
-    n_layer: Optional[int] = None
+    n_layer: Optional[int] = bounded(None, low=1)
     """Number of transformer blocks. Default 4."""
-    n_head: Optional[int] = None
+    n_head: Optional[int] = bounded(None, low=1)
     """Number of query heads. Default 4."""
-    n_kv_head: Optional[int] = None
+    n_kv_head: Optional[int] = bounded(None, low=1)
     """Number of key/value heads (grouped-query attention); must divide n_head. Default n_head."""
-    d_model: Optional[int] = None
+    d_model: Optional[int] = bounded(None, low=1)
     """Hidden size (embedding width). Default 128."""
-    d_ff: Optional[int] = None
+    d_ff: Optional[int] = bounded(None, low=1)
     """MLP inner width. Default 4*d_model for gpt2; for llama 8/3*d_model rounded up to a multiple
     of 16."""
-    block_size: Optional[int] = None
+    block_size: Optional[int] = bounded(None, low=1)
     """Context length in tokens (seq_len). Default 256."""
-    vocab_size: Optional[int] = None
+    vocab_size: Optional[int] = bounded(None, low=1)
     """Vocabulary size. With --data, taken from the data's tokenizer unless set."""
-    dropout: Optional[float] = None
+    dropout: Optional[float] = bounded(None, low=0, high=1, high_open=True)
     """Dropout probability on attention weights, residual branches and embeddings. Default 0."""
     bias: Optional[bool] = None
     """Biases in linear layers and LayerNorm. Default True for gpt2, False for llama."""
@@ -80,7 +82,7 @@ class ModelConfig:
     """Initialise the attention-output (o_proj) and MLP-output (down_proj) weights to zero, so
     every block is the identity at step 0 (Zhang et al. 2019 "Fixup"; modded-nanogpt). Default
     False (GPT-2's N(0, 0.02/sqrt(2*n_layer)))."""
-    logit_softcap: Optional[float] = None
+    logit_softcap: Optional[float] = bounded(None, low=0)
     """Soft cap c on the output logits: c * tanh(z / c), so |logit| < c (Gemma 2, Team 2024,
     section 2, final_logit_softcapping 30; modded-nanogpt uses 15 at GPT-2-small scale). 0 or
     unset: off. Not exportable (no hf / gguf architecture gptforge writes caps only the logits)."""
@@ -97,7 +99,7 @@ class ModelConfig:
     attention: Optional[Literal["sdpa", "eager"]] = None
     """Attention kernel: sdpa (torch scaled_dot_product_attention) or eager (explicit softmax,
     materialises the (T, T) score matrix). Default sdpa."""
-    head_size: Optional[int] = None
+    head_size: Optional[int] = bounded(None, low=1)
     """Width of one attention head. Default d_model / n_head; `gptforge prune` sets it when it
     prunes heads and embedding channels separately (attention width n_head * head_size then
     differs from d_model)."""
@@ -106,7 +108,8 @@ class ModelConfig:
         """Return a copy with every field filled: preset values, then explicit fields, then defaults.
 
         Raises:
-            ValueError: unknown preset (with the nearest name), or inconsistent shapes
+            OptionError (a ValueError): unknown preset (with the nearest name), a value out of its
+                range (`bounded`), or inconsistent shapes
                 (d_model not divisible by n_head, n_head not divisible by n_kv_head).
         """
         from gptforge.presets import PRESETS
@@ -144,21 +147,15 @@ class ModelConfig:
         values.setdefault("logit_softcap", 0.0)
         values.setdefault("value_embeddings", False)
         out = ModelConfig(**values)
-        for name in ("n_layer", "n_head", "n_kv_head", "d_model", "d_ff", "block_size", "vocab_size"):
-            if getattr(out, name) < 1:
-                raise ValueError(f"model.{name} must be >= 1, got {getattr(out, name)}")
-        if not 0.0 <= out.dropout < 1.0:
-            raise ValueError(f"model.dropout must be in [0, 1), got {out.dropout}")
-        if out.head_size is not None and out.head_size < 1:
-            raise ValueError(f"model.head_size must be >= 1, got {out.head_size}")
+        bad = out_of_range(out)  # each single-field range: its `bounded` declaration
+        if bad is not None:
+            raise OptionError(f"model.{bad[0]} must be {bad[2]}, got {bad[1]}")
         if out.head_size is None and out.d_model % out.n_head:
-            raise ValueError(f"model.d_model ({out.d_model}) must be divisible by model.n_head ({out.n_head})")
+            raise OptionError(f"model.d_model ({out.d_model}) must be divisible by model.n_head ({out.n_head})")
         if out.n_head % out.n_kv_head:
-            raise ValueError(f"model.n_head ({out.n_head}) must be divisible by model.n_kv_head ({out.n_kv_head})")
-        if out.logit_softcap < 0:
-            raise ValueError(f"model.logit_softcap must be >= 0 (0: off), got {out.logit_softcap}")
+            raise OptionError(f"model.n_head ({out.n_head}) must be divisible by model.n_kv_head ({out.n_kv_head})")
         if out.arch == "llama" and out.head_dim % 2:
-            raise ValueError("llama (RoPE) needs an even head dimension (d_model/n_head or head_size)")
+            raise OptionError("llama (RoPE) needs an even head dimension (d_model/n_head or head_size)")
         return out
 
     @property

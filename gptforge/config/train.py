@@ -25,7 +25,7 @@ class TrainConfig:
     gradient_accumulation_steps: int = bounded(1, low=1)
     """Micro-batches per optimizer step. global_batch_size = micro_batch_size *
     gradient_accumulation_steps * dp."""
-    global_batch_size: Optional[int] = None
+    global_batch_size: Optional[int] = bounded(None, low=1)
     """Sequences per optimizer step over all data-parallel ranks. Set: gradient_accumulation_steps
     becomes global_batch_size / (micro_batch_size * dp), so the same run keeps its batches on any
     number of processes. Unset: micro_batch_size * gradient_accumulation_steps * dp, recorded in
@@ -66,7 +66,7 @@ class TrainConfig:
     matrices inside the blocks and AdamW (train.lr, betas, weight_decay) for embeddings, head,
     norms and biases; single process, DDP and pipeline parallel (not FSDP2, TP or ZeRO-1).
     adamw8bit and adafactor are planner-only here."""
-    muon_lr: Optional[float] = None
+    muon_lr: Optional[float] = bounded(None, low=0)
     """muon: peak learning rate of the Muon matrices (scaled by the schedule like lr, so the
     ratio muon_lr / lr stays fixed); torch.optim.Muon also multiplies it by sqrt(max(1,
     rows/cols)) per matrix (Jordan et al. 2024, the "original" adjustment). Default 0.02 (the
@@ -109,6 +109,10 @@ class TrainConfig:
     eval/<task>/<metric> to metrics.jsonl and TensorBoard."""
     eval_tasks_limit: Optional[int] = None
     """Score only the first N examples of each train.eval_tasks task (None: all)."""
+    eval_chat: bool = False
+    """Score train.eval_tasks through the run's chat template (as `gptforge evaluate --chat`: lettered
+    options, extracted answers), adding eval/chatcore/centered_acc over several tasks; for runs whose
+    directory holds the chat template (finetune, and rl, which writes it the same way)."""
     best_metric: str = "val_loss"
     """What picks the best checkpoint and drives early stopping: val_loss (of a mixture: the
     token-weighted mean over the sources' val splits), val/<source>/loss (one source of a
@@ -187,34 +191,30 @@ class TrainConfig:
         the run, ...). The checks `pretrain` (through `check_trainable`) and `plan` share.
 
         Raises:
-            InputError: naming the key and the allowed range or values.
+            OptionError: naming the key and the allowed range or values.
         """
-        from gptforge.errors import InputError
+        from gptforge.errors import OptionError
 
         bad = out_of_range(self)  # unset (None) fields are filled when the run is resolved
         if bad is not None:
             name, v, allowed = bad
-            raise InputError(f"train.{name}={v!r}: must be {allowed}")
+            raise OptionError(f"train.{name}={v!r}: must be {allowed}")
         if self.schedule_start >= self.max_steps:
-            raise InputError(f"train.schedule_start={self.schedule_start}: must be below train.max_steps "
+            raise OptionError(f"train.schedule_start={self.schedule_start}: must be below train.max_steps "
                              f"({self.max_steps}); raise max_steps to extend the run")
-        if self.muon_lr is not None and self.muon_lr < 0:
-            raise InputError(f"train.muon_lr={self.muon_lr!r}: must be >= 0 (or unset)")
         if self.lr is not None and self.min_lr is not None and self.min_lr > self.lr:
-            raise InputError(f"train.min_lr={self.min_lr:g} is above train.lr={self.lr:g}: the schedule decays from "
+            raise OptionError(f"train.min_lr={self.min_lr:g} is above train.lr={self.lr:g}: the schedule decays from "
                              "lr to min_lr; set min_lr <= lr")
         if self.warmup_steps is not None and self.warmup_steps > self.max_steps > 1:
-            raise InputError(f"train.warmup_steps={self.warmup_steps} > train.max_steps={self.max_steps}: the "
+            raise OptionError(f"train.warmup_steps={self.warmup_steps} > train.max_steps={self.max_steps}: the "
                              "learning rate would never reach its peak; use fewer warmup steps")
-        if self.global_batch_size is not None and self.global_batch_size < 1:
-            raise InputError(f"train.global_batch_size={self.global_batch_size!r}: must be >= 1 (or unset)")
         if self.spike_action not in ("warn", "rollback"):
-            raise InputError(f"train.spike_action={self.spike_action!r}: must be warn or rollback")
+            raise OptionError(f"train.spike_action={self.spike_action!r}: must be warn or rollback")
         if self.spike_action == "rollback" and not self.spike_alarms:
-            raise InputError("train.spike_action=rollback acts on the spike detector's alarms, and "
+            raise OptionError("train.spike_action=rollback acts on the spike detector's alarms, and "
                              "train.spike_alarms is false; set train.spike_alarms true, or spike_action warn")
         if self.spike_action == "rollback" and self.checkpoint_interval == 0 and self.eval_interval == 0:
-            raise InputError("train.spike_action=rollback needs checkpoints to roll back to, and "
+            raise OptionError("train.spike_action=rollback needs checkpoints to roll back to, and "
                              "train.checkpoint_interval 0 with train.eval_interval 0 writes one only at the end; "
                              "set train.checkpoint_interval (e.g. 100)")
 
@@ -223,14 +223,14 @@ class TrainConfig:
         values the trainer cannot run.
 
         Raises:
-            InputError: naming the key and the allowed range or values.
+            OptionError: naming the key and the allowed range or values.
         """
-        from gptforge.errors import InputError
+        from gptforge.errors import OptionError
 
         self.check_values()
         for name, values in self.PLANNER_ONLY.items():
             if getattr(self, name) in values:
-                raise InputError(f"train.{name}={getattr(self, name)!r} is modelled by `gptforge plan` only and "
+                raise OptionError(f"train.{name}={getattr(self, name)!r} is modelled by `gptforge plan` only and "
                                  "cannot be trained here; use " + ("adamw, sgd or muon" if name == "optimizer"
                                                                    else "fp32, bf16 or fp16"))
 

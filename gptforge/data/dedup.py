@@ -52,7 +52,6 @@ from gptforge.data.text_stats import CJK_CLASS, mix64, words
 if TYPE_CHECKING:
     from gptforge.data.phases.work import WorkFolder
 
-_MASK64 = (1 << 64) - 1
 #: MinHash value of the empty set (the minimum over nothing).
 EMPTY_MINHASH = np.uint32(0xFFFFFFFF)
 #: band key of a document without shingles: never a candidate (`union_equal_keys` skips it).

@@ -56,7 +56,11 @@ class RuleFilter:
     which apply to every language; without them, the fields that differ from this filter's own
     table). Counts go to this filter's `counts`, plus "removed LANG" per document dropped.
     """
-    name: str; language: str; counts: Counter; line_examples: dict  # each subclass's dataclass fields, for mypy
+    # each subclass's dataclass fields, for mypy
+    name: str
+    language: str
+    counts: Counter
+    line_examples: dict
     recipe_options: dict | None = None
 
     def check(self, text: str) -> str | None:

@@ -338,11 +338,6 @@ class InstructionBatches:
         self.global_batch_size = micro_batch_size * gradient_accumulation_steps * dp_size
         self._perms: dict[int, np.ndarray] = {}
 
-    @property
-    def steps_per_epoch(self) -> float:
-        """Optimizer steps per pass over the rows (fractional)."""
-        return len(self.ds) / self.global_batch_size
-
     def _perm(self, epoch: int) -> np.ndarray:
         perm = self._perms.get(epoch)
         if perm is None:

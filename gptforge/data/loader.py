@@ -25,13 +25,15 @@ class TokenStream:
     Args:
         files: shard paths in order.
         dtype: "uint16" or "uint32".
+        vocab_size: when given, `read` refuses an id at or above it, naming the file and offset
+            (a damaged shard would otherwise fail inside the model's embedding).
 
     Raises:
         FileNotFoundError: a shard file is missing.
         ValueError: a shard's size is not a multiple of the token size.
     """
 
-    def __init__(self, files: list[str | Path], dtype: str):
+    def __init__(self, files: list[str | Path], dtype: str, vocab_size: int | None = None):
         self.dtype = np.dtype(dtype).newbyteorder("<")
         self.files = [Path(f) for f in files]
         sizes = []
@@ -46,6 +48,7 @@ class TokenStream:
         self.starts = np.concatenate([[0], np.cumsum(self.sizes)])
         self.num_tokens = int(self.starts[-1])
         self._fds: dict[int, int] = {}
+        self.vocab_size = vocab_size
 
     def _fd(self, i: int) -> int:
         fd = self._fds.get(i)
@@ -54,7 +57,11 @@ class TokenStream:
         return fd
 
     def read(self, offset: int, length: int) -> np.ndarray:
-        """Tokens [offset, offset+length) across file boundaries, as int64 array (length,)."""
+        """Tokens [offset, offset+length) across file boundaries, as int64 array (length,).
+
+        Raises:
+            DamagedFileError: an id at or above `vocab_size` (when given), naming its file and offset.
+        """
         out = np.empty(length, dtype=np.int64)
         pos, filled = offset, 0
         while filled < length:
@@ -63,6 +70,11 @@ class TokenStream:
             n = min(length - filled, int(self.sizes[i]) - local)
             raw = os.pread(self._fd(i), n * self.dtype.itemsize, local * self.dtype.itemsize)
             out[filled : filled + n] = np.frombuffer(raw, dtype=self.dtype)
+            if self.vocab_size is not None and n and int(out[filled:filled + n].max()) >= self.vocab_size:
+                from gptforge.data.shard_verify import out_of_vocab_error
+
+                k = int(np.flatnonzero(out[filled:filled + n] >= self.vocab_size)[0])
+                raise out_of_vocab_error(self.files[i], local + k, int(out[filled + k]), self.vocab_size)
             filled += n
             pos += n
         return out

@@ -20,7 +20,9 @@ one; en by default) and a list of steps, each a one-key mapping
 Per-document steps (`STEPS`, `gptforge.data.steps.DocumentStep`) run in order on each document,
 in any worker. Corpus steps (`CORPUS_STEPS`, `gptforge.data.steps.CorpusStep`) need the whole
 corpus: `boilerplate` (line document frequencies; the steps before it run in a key pass first)
-and `dedup` (every document's hashes; its verdict is a drop mask, so it must be the last step). Built-in recipes: `none`, `default`, `web` and `code`
+and `dedup` (every document's hashes; its verdict is a drop mask, so it must be the last step).
+A step of another package is named `module:Class` (`step_class`; docs/extending.md).
+Built-in recipes: `none`, `default`, `web` and `code`
 (`RECIPES`; `gptforge prepare --show-recipe NAME` prints them). The Gopher, C4 and FineWeb
 steps take each document's thresholds from its language's table (`filters.RuleFilter`);
 options written in the recipe apply to every language.
@@ -53,9 +55,13 @@ from gptforge.data.langid import LanguageID
 from gptforge.data.languages import load_language, options_in_force, table_language
 from gptforge.data.normalize import Clean
 from gptforge.data.pii import PIIRedactor
+from gptforge.data.quality import QualityStep
 from gptforge.data.readers import Document
 from gptforge.data.steps import CorpusStep, DocumentStep, StepStats
 
+#: the recipe step that scores documents with a trained classifier; a recipe's last step
+#: (`gptforge.data.quality.QualityStep`, run by `gptforge.data.phases.quality`).
+QUALITY_STEP = "quality"
 #: per-document steps by recipe name.
 STEPS: dict[str, type] = {
     "clean": Clean,
@@ -137,6 +143,24 @@ def with_languages(recipe: dict[str, Any], languages: list[str] | None, score: f
     return {**recipe, "steps": steps}
 
 
+def with_quality(recipe: dict[str, Any], options: dict[str, Any]) -> dict[str, Any]:
+    """`recipe` with its `quality` step's options updated by `options` (the values given, None
+    left out), the step appended last when the recipe has none; `recipe` itself when no option
+    is given."""
+    given = {k: v for k, v in options.items() if v is not None}
+    if not given:
+        return recipe
+    steps = list(recipe.get("steps") or [])
+    if steps and isinstance(steps[-1], dict) and QUALITY_STEP in steps[-1]:
+        given = {**(steps[-1][QUALITY_STEP] or {}), **given}
+        steps = steps[:-1]
+    if "keep" in options and options.get("threshold") is not None:
+        given.pop("keep", None)  # a threshold given now replaces the recipe's keep fraction
+    if options.get("keep") is not None:
+        given.pop("threshold", None)
+    return {**recipe, "steps": [*steps, {QUALITY_STEP: given}]}
+
+
 def recipe_languages(recipe: dict[str, Any]) -> list[str]:
     """The language tables a recipe's documents are judged by: the tables of its langid step's
     kept languages (the recipe's `language`, en by default, for a kept language without a table),
@@ -173,10 +197,11 @@ def _plain(v: Any) -> Any:
     return list(v) if isinstance(v, tuple) else dict(v) if isinstance(v, dict) else v
 
 
-def show_recipe(name_or_path: str, languages: list[str] | None = None) -> str:
-    """The recipe as YAML text (with `languages` as `--languages` sets them, `with_languages`), then,
-    as comments, the parameters in force per language for its Gopher, C4 and FineWeb steps."""
-    recipe = with_languages(load_recipe(name_or_path), languages, None)
+def show_recipe(name_or_path: str, languages: list[str] | None = None, quality: dict[str, Any] | None = None) -> str:
+    """The recipe as YAML text (with `languages` as `--languages` sets them, `with_languages`, and
+    the --quality-* options as `with_quality` adds them), then, as comments, the parameters in
+    force per language for its Gopher, C4 and FineWeb steps."""
+    recipe = with_quality(with_languages(load_recipe(name_or_path), languages, None), quality or {})
     text = yaml.safe_dump(recipe, sort_keys=False, allow_unicode=True)
     params = parameters_in_force(recipe)
     if params:
@@ -198,6 +223,8 @@ class Recipe:
 
     normalization: str | None
     chain: list[DocumentStep | CorpusStep]
+    quality: QualityStep | None = None
+    """The recipe's last step when it is `quality` (kept out of `chain`: it runs after it)."""
 
     @property
     def steps(self) -> list[DocumentStep]:
@@ -216,15 +243,15 @@ class Recipe:
         return last if isinstance(last, CorpusStep) and last.drops_by_mask else None
 
     def step_names(self) -> list[str]:
-        """Every step's name in run order (corpus steps included)."""
-        return [s.name for s in self.chain]
+        """Every step's name in run order (corpus steps and the quality step included)."""
+        return [s.name for s in self.chain] + ([self.quality.name] if self.quality is not None else [])
 
 
 #: every step a recipe can name: per-document steps, then corpus steps.
-ALL_STEPS: dict[str, type] = {**STEPS, **CORPUS_STEPS}
+ALL_STEPS: dict[str, type] = {**STEPS, **CORPUS_STEPS, QUALITY_STEP: QualityStep}
 
 
-def _recipe_step(i: int, entry: Any, language: str = "en") -> DocumentStep | CorpusStep:
+def _recipe_step(i: int, entry: Any, language: str = "en") -> Any:
     """The step of recipe entry `i` (0-based), checked (see `build_recipe`); a language-aware
     step (`LANGUAGE_STEPS`) gets `language`'s table under the recipe's options, which it keeps as
     `recipe_options` for documents of other languages."""
@@ -236,7 +263,7 @@ def _recipe_step(i: int, entry: Any, language: str = "en") -> DocumentStep | Cor
     options = options or {}
     if not isinstance(options, dict):
         raise ValueError(f"recipe step {name!r}: options must be a mapping, got {options!r}")
-    cls = ALL_STEPS.get(name)
+    cls = step_class(name) if ":" in name else ALL_STEPS.get(name)
     if cls is None:
         raise ValueError(f"recipe step {i + 1}: unknown step {name!r}{_hint(name, ALL_STEPS)}")
     known = {f.name for f in dataclasses.fields(cls) if f.init and f.name not in ("name", "counts")}
@@ -247,7 +274,37 @@ def _recipe_step(i: int, entry: Any, language: str = "en") -> DocumentStep | Cor
         step = cls(**options_in_force(name, options, language))
         step.recipe_options = dict(options)
         return step
-    return cls(**{k: tuple(v) if isinstance(v, list) and k in _TUPLE_OPTIONS else v for k, v in options.items()})
+    step = cls(**{k: tuple(v) if isinstance(v, list) and k in _TUPLE_OPTIONS else v for k, v in options.items()})
+    if ":" in name and not isinstance(step, (DocumentStep, CorpusStep)):  # an out-of-tree step
+        raise ValueError(f"recipe step {name!r}: {cls.__name__} is neither a DocumentStep nor a CorpusStep "
+                         "(gptforge.data.steps): it needs `name`, `counts` and `__call__(doc)`")
+    return step
+
+
+def step_class(spec: str) -> type:
+    """The class of an out-of-tree step named `module:Class` in a recipe: imported (the module must
+    be importable wherever prepare runs a phase: its workers are spawned with this process's
+    sys.path; with --executor ray, on every node). It must be a dataclass (its init fields are the
+    recipe options) whose instances are a `DocumentStep` or a `CorpusStep`.
+
+    Raises:
+        ValueError: `spec` is not `module:Class`, the module cannot be imported, it has no such
+            class, or the class is not a dataclass.
+    """
+    import importlib
+
+    module_name, _, class_name = spec.partition(":")
+    if not module_name or not class_name.isidentifier():
+        raise ValueError(f"recipe step {spec!r}: an out-of-tree step is named module:Class (e.g. mysteps:Shout)")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as e:
+        raise ValueError(f"recipe step {spec!r}: cannot import {module_name!r} ({e}); is it on PYTHONPATH?") from None
+    cls = getattr(module, class_name, None)
+    if not isinstance(cls, type) or not dataclasses.is_dataclass(cls):
+        raise ValueError(f"recipe step {spec!r}: {module_name} has no dataclass {class_name!r} (a step is a "
+                         "dataclass whose fields are its recipe options)")
+    return cls
 
 
 def build_recipe(recipe: dict[str, Any]) -> Recipe:
@@ -255,7 +312,8 @@ def build_recipe(recipe: dict[str, Any]) -> Recipe:
 
     Raises:
         ValueError: an unknown key, step or option (the message names it and the nearest valid
-            name), a corpus step named twice, or a step after one that drops by mask (dedup).
+            name), a corpus step named twice, a step after one that drops by mask (dedup), a
+            `quality` step that is not last, or its options out of range (`QualityStep.check`).
     """
     for key in recipe:
         if key not in TOP_LEVEL_KEYS:
@@ -270,7 +328,18 @@ def build_recipe(recipe: dict[str, Any]) -> Recipe:
     except ValueError as e:
         raise ValueError(f"recipe: language: {e}") from None
     chain: list[DocumentStep | CorpusStep] = []
-    for i, entry in enumerate(recipe.get("steps") or []):
+    entries = list(recipe.get("steps") or [])
+    quality = None
+    for i, entry in enumerate(entries):
+        name = next(iter(entry)) if isinstance(entry, dict) and entry else entry
+        if name == QUALITY_STEP:
+            if i != len(entries) - 1:
+                raise ValueError(f"recipe step {i + 1} ({QUALITY_STEP!r}) must be the last step: it scores what every "
+                                 "other step kept (after dedup)")
+            quality = _recipe_step(i, entry, language)
+            assert isinstance(quality, QualityStep)
+            quality.check()
+            break
         if chain and isinstance(chain[-1], CorpusStep) and chain[-1].drops_by_mask:
             last, name = chain[-1].name, next(iter(entry)) if isinstance(entry, dict) and entry else entry
             raise ValueError(f"recipe step {i + 1} ({name!r}) comes after {last}; {last} must be the last step")
@@ -278,7 +347,7 @@ def build_recipe(recipe: dict[str, Any]) -> Recipe:
         if isinstance(step, CorpusStep) and any(type(s) is type(step) for s in chain):
             raise ValueError(f"recipe step {i + 1}: a second {step.name} step")
         chain.append(step)
-    return Recipe(form, chain)
+    return Recipe(form, chain, quality)
 
 
 def _hint(name: str, choices: Iterable[str]) -> str:
@@ -345,6 +414,6 @@ def warn_heavy_steps(stats: list[StepStats], share: float = WARN_REMOVED_SHARE) 
         top = ", ".join(f"{k}: {v:,}" for k, v in rules.most_common(3)) or "no rule counted"
         log.warning(f"recipe step {st.name!r} removed {removed:.0%} of the characters it received "
                     f"({st.characters_in - st.characters_out:,} of {st.characters_in:,}; {top}); check the "
-                    f"examples in report.html, and relax or remove the step in the recipe if this is wrong")
+                    f"examples in report.html (written when prepare completes), and relax or remove the step in the recipe if this is wrong")
         warned.append(st.name)
     return warned

@@ -59,10 +59,20 @@ from gptforge.data.phases.split import (
 from gptforge.data.phases.tokenizer import check_vocab_size, run_tokenizer
 from gptforge.data.phases.work import WorkFolder, fingerprint_of
 from gptforge.data.phases.write import ReportInputs, run_write
-from gptforge.data.pipeline import Recipe, StepStats, build_recipe, load_recipe, warn_heavy_steps, with_languages
+from gptforge.data.pipeline import (
+    Recipe,
+    StepStats,
+    build_recipe,
+    load_recipe,
+    warn_heavy_steps,
+    with_languages,
+    with_quality,
+)
 from gptforge.data.readers import ReadStats, expand_inputs
 from gptforge.data.shards import DEFAULT_MAX_SHARD_BYTES, SPLITS, check_output_dir
 from gptforge.data.tokenizer import MAX_VOCAB_SIZE, MIN_VOCAB_SIZE, Tokenizer
+from gptforge.errors import OptionError
+from gptforge.ranges import bounded, out_of_range
 
 log = logging.getLogger("gptforge.data")
 
@@ -96,14 +106,14 @@ class PrepareConfig:
     text_field: str = "auto"
     """JSON field / Parquet, CSV or Arrow column holding the document text; auto: the first of text,
     story, content, raw_content that a record has."""
-    val_fraction: float = 0.01
+    val_fraction: float = bounded(0.01, low=0, high=1, high_open=True)
     """Fraction of documents in the validation split (at least one document when the corpus has 2+;
     a single document is split by position)."""
-    test_fraction: float = 0.0
+    test_fraction: float = bounded(0.0, low=0, high=1, high_open=True)
     """Fraction of documents in the test split (at least one document when > 0 and the corpus has 3+)."""
     seed: int = 1337
     """Seed of the document-id hash that decides each document's split."""
-    workers: int = 0
+    workers: int = bounded(0, low=0)
     """Worker processes of the per-shard phases (0: one per available core); the output does not
     depend on it. With --executor ray: the CPUs of the Ray instance started for the run (a cluster
     of its own has its own CPUs)."""
@@ -115,11 +125,12 @@ class PrepareConfig:
     ray_address: str | None = None
     """The Ray cluster of --executor ray (HOST:PORT of its head, or auto); default: RAY_ADDRESS, else
     a Ray instance started on this machine for the run."""
-    max_shard_bytes: int = DEFAULT_MAX_SHARD_BYTES
+    max_shard_bytes: int = bounded(DEFAULT_MAX_SHARD_BYTES, low=0, low_open=True)
     """Start a new .bin file once one holds this many bytes (files end at document boundaries)."""
-    tokenizer_train_bytes: int = 1_000_000_000
-    """Train the tokenizer on at most this many characters of train-split text, in reading order (0: all)."""
-    min_frequency: int = 2
+    tokenizer_train_bytes: int = bounded(1_000_000_000, low=0)
+    """Train the tokenizer on at most this many UTF-8 bytes of train-split text, in reading order (0: all);
+    a Chinese character is 3 bytes."""
+    min_frequency: int = bounded(2, low=0)
     """A byte pair must occur this many times to become a merge in the trained tokenizer."""
     overwrite: bool = False
     """Replace an existing shard folder at --out (only once the new one is complete)."""
@@ -127,11 +138,11 @@ class PrepareConfig:
     """Curation recipe: a built-in (none, default, web, code) or a YAML file; see --show-recipe."""
     doc_separator: str | None = None
     """Split .txt files into documents at this string (e.g. "<|endoftext|>")."""
-    limit: int = 0
+    limit: int = bounded(0, low=0)
     """Read only the first N documents (0: all), for trials."""
     strict: bool = False
     """Stop at the first bad file, record or line instead of skipping and counting it."""
-    shard_bytes: int = 0
+    shard_bytes: int = bounded(0, low=0)
     """Input bytes per work shard (the unit of parallel work and of resume after a crash; 0: the corpus
     size / 64, between 1 MiB and 64 MiB)."""
     keep_work: bool = False
@@ -139,46 +150,53 @@ class PrepareConfig:
     languages: list[str] | None = None
     """Keep only documents in these languages (ISO 639 codes, e.g. en zh, or en,zh), detected with the
     bundled fastText lid.176 model; sets (or adds) the recipe's langid step."""
-    language_score: float | None = None
+    language_score: float | None = bounded(None, low=0, high=1)
     """Minimum language-ID probability with --languages (the recipe's value, else 0.65)."""
     encoding: str | None = None
     """Encoding of text, JSON and CSV files that have no byte-order mark (default UTF-8; UTF-16/32
     files with a BOM are always decoded), e.g. utf-16-le, latin-1, cp1252."""
+    quality_reference: str | None = None
+    """Files or a folder of documents like the ones wanted: train a quality classifier on them against a
+    seeded sample of the curated input, score every document after the recipe (dedup included) and keep
+    the best (--quality-keep); adds the recipe's `quality` step (needs scikit-learn: gptforge[curate])."""
+    quality_model: str | None = None
+    """A quality classifier trained by an earlier prepare (OUT/quality/model.npz) instead of --quality-reference."""
+    quality_keep: float | None = bounded(None, low=0, high=1, low_open=True)
+    """With the quality step: keep this fraction of the scored documents, in (0, 1] (default 0.5); per
+    source with --source."""
+    quality_threshold: float | None = bounded(None, low=0, high=1)
+    """With the quality step: keep the documents scoring at least this (P(reference), in [0, 1]) instead of a
+    fraction; a rerun that changes only the cut reuses the scores of the output it replaces."""
+
+    def quality_options(self) -> dict[str, Any]:
+        """The --quality-* options as the recipe's `quality` step takes them (None: not given)."""
+        return {"reference": self.quality_reference, "model": self.quality_model, "keep": self.quality_keep,
+                "threshold": self.quality_threshold}
 
     def split_rule(self) -> SplitRule:
         return SplitRule(self.seed, self.val_fraction, self.test_fraction)
 
     def validate(self) -> None:
-        """Raise ValueError naming the first invalid option."""
+        """Raise OptionError (a ValueError) naming the first invalid option."""
         if not self.inputs:
-            raise ValueError("no input given: name at least one file, folder or glob")
-        for name in ("val_fraction", "test_fraction"):
-            v = getattr(self, name)
-            if not 0.0 <= v < 1.0:
-                raise ValueError(f"--{name.replace('_', '-')} must be in [0, 1), got {v}")
+            raise OptionError("no input given: name at least one file, folder or glob")
+        bad = out_of_range(self)  # each single-field range: its `bounded` declaration
+        if bad is not None:
+            raise OptionError(f"--{bad[0].replace('_', '-')} must be {bad[2]}, got {bad[1]}")
         if self.val_fraction + self.test_fraction >= 1.0:
-            raise ValueError(f"--val-fraction + --test-fraction = {self.val_fraction + self.test_fraction} "
+            raise OptionError(f"--val-fraction + --test-fraction = {self.val_fraction + self.test_fraction} "
                              f"leaves nothing to train on; keep the sum below 1")
         if self.executor not in EXECUTORS:
-            raise ValueError(f"--executor {self.executor!r}: choose one of {', '.join(EXECUTORS)}")
+            raise OptionError(f"--executor {self.executor!r}: choose one of {', '.join(EXECUTORS)}")
         if self.ray_address and self.executor != "ray":
-            raise ValueError("--ray-address is for --executor ray; add --executor ray or leave it out")
-        if self.workers < 0:
-            raise ValueError(f"--workers must be >= 0 (0 = all cores), got {self.workers}")
-        if self.max_shard_bytes <= 0:
-            raise ValueError(f"--max-shard-bytes must be positive, got {self.max_shard_bytes}")
-        if self.shard_bytes < 0:
-            raise ValueError(f"--shard-bytes must be >= 0 (0 = chosen from the corpus size), got {self.shard_bytes}")
-        if self.limit < 0:
-            raise ValueError(f"--limit must be >= 0 (0 = no limit), got {self.limit}")
-        if self.tokenizer_train_bytes < 0:
-            raise ValueError(f"--tokenizer-train-bytes must be >= 0 (0 = all), got {self.tokenizer_train_bytes}")
-        if self.min_frequency < 0:
-            raise ValueError(f"--min-frequency must be >= 0, got {self.min_frequency}")
-        if self.language_score is not None and not 0.0 <= self.language_score <= 1.0:
-            raise ValueError(f"--language-score is a probability: it must be in [0, 1], got {self.language_score}")
+            raise OptionError("--ray-address is for --executor ray; add --executor ray or leave it out")
+        if self.quality_keep is not None and self.quality_threshold is not None:
+            raise OptionError("--quality-keep and --quality-threshold: give one of them")
+        for option, path in (("--quality-reference", self.quality_reference), ("--quality-model", self.quality_model)):
+            if path is not None and not Path(path).exists():
+                raise FileNotFoundError(f"{option} {path}: no such file or folder")
         if self.doc_separator is not None and self.doc_separator == "":
-            raise ValueError('--doc-separator "": an empty separator cuts nothing; give the string that ends each '
+            raise OptionError('--doc-separator "": an empty separator cuts nothing; give the string that ends each '
                              'document (e.g. "<|endoftext|>"), or leave the option out to read each file as one '
                              "document")
         if self.encoding:
@@ -187,13 +205,13 @@ class PrepareConfig:
             try:
                 codecs.lookup(self.encoding)
             except LookupError:
-                raise ValueError(f"--encoding {self.encoding!r}: not an encoding Python knows "
+                raise OptionError(f"--encoding {self.encoding!r}: not an encoding Python knows "
                                  f"(e.g. utf-8, utf-16-le, latin-1, cp1252)") from None
         if self.tokenizer is None and self.vocab_size != 0 and self.vocab_size < MIN_VOCAB_SIZE:
-            raise ValueError(f"--vocab-size must be at least {MIN_VOCAB_SIZE} (256 bytes + <|endoftext|>), or 0 to "
+            raise OptionError(f"--vocab-size must be at least {MIN_VOCAB_SIZE} (256 bytes + <|endoftext|>), or 0 to "
                              f"choose it from the corpus size; got {self.vocab_size}")
         if self.tokenizer is None and self.vocab_size > MAX_VOCAB_SIZE:
-            raise ValueError(f"--vocab-size must be at most {MAX_VOCAB_SIZE:,} (token ids are stored as uint32); got "
+            raise OptionError(f"--vocab-size must be at most {MAX_VOCAB_SIZE:,} (token ids are stored as uint32); got "
                              f"{self.vocab_size}")
 
     def meta_dict(self) -> dict[str, Any]:
@@ -201,6 +219,8 @@ class PrepareConfig:
         d = asdict(self)
         for key in ("out", "workers", "overwrite", "keep_work", "executor", "ray_address"):
             d.pop(key)
+        for key in ("quality_reference", "quality_model", "quality_keep", "quality_threshold"):
+            d.pop(key)  # recorded in the recipe's quality step (recipe_steps), where they act
         return d
 
 
@@ -227,7 +247,8 @@ def work_fingerprint(cfg: PrepareConfig, files: list[Path], curate_options: dict
     fractions, shard file size, ...), with a given --tokenizer file by its SHA-256 (its path says
     nothing about its content). Options that never change the output (workers, keep_work) are
     left out, so a rerun with another worker count resumes. A work folder with another
-    fingerprint is deleted and the run starts over (`curate.open_work_dir` names what differs).
+    fingerprint is deleted and the run starts over (`phases.work.WorkFolder.open`; the log line names
+    what differs, `phases.work.fingerprint_difference`).
     """
     options = dict(curate_options)
     for key, value in cfg.meta_dict().items():
@@ -290,11 +311,16 @@ def _completed_output(out_dir: Path, fingerprint_sha: str) -> dict[str, Any] | N
     return meta
 
 
-def option_differences(recorded: dict[str, Any], cfg: PrepareConfig) -> list[str]:
+def option_differences(recorded: dict[str, Any], cfg: PrepareConfig, vocab_chosen: int | None = None) -> list[str]:
     """Options of `cfg` that differ from a finished output's meta.json `prepare_config`, as
-    '--vocab-size 8192 (this call: 4096)'; keys the record lacks (an older gptforge's) are skipped."""
+    '--vocab-size 8192 (this call: 4096)'; keys the record lacks (an older gptforge's) are skipped.
+    `vocab_chosen`: the output's vocabulary size, said beside a recorded --vocab-size 0 (auto)."""
     now = json.loads(json.dumps(cfg.meta_dict()))  # tuples as lists, as meta.json holds them
-    return [f"--{k.replace('_', '-')} {json.dumps(recorded[k])} (this call: {json.dumps(v)})"
+
+    def shown(k: str) -> str:
+        auto = f" (auto: {vocab_chosen})" if k == "vocab_size" and recorded[k] == 0 and vocab_chosen else ""
+        return json.dumps(recorded[k]) + auto
+    return [f"--{k.replace('_', '-')} {shown(k)} (this call: {json.dumps(v)})"
             for k, v in now.items() if k in recorded and recorded[k] != v]
 
 
@@ -311,10 +337,11 @@ def check_rerun_output(out_dir: Path, cfg: PrepareConfig) -> None:
     if cfg.overwrite or not (out_dir / "meta.json").is_file():
         return check_output_dir(out_dir, cfg.overwrite)
     try:
-        recorded = load_meta(out_dir).get("prepare_config") or {}
+        done = load_meta(out_dir)
     except (OSError, ValueError):
         return check_output_dir(out_dir, cfg.overwrite)
-    diff = option_differences(recorded, cfg)
+    recorded = done.get("prepare_config") or {}
+    diff = option_differences(recorded, cfg, done.get("vocab_size"))
     what = (f"made with other options: {'; '.join(diff)}" if diff else
             "made with the same options as this call, but its inputs (files, sizes or dates) or its recipe's "
             "content differ")
@@ -335,6 +362,8 @@ class _Plan:
     work: WorkFolder
     reused: bool
     fingerprint_sha: str
+    curation_key: str = ""
+    """What the curated documents depend on (inputs and every option but the quality step's)."""
 
 
 def plan_output(cfg: PrepareConfig, out_dir: Path, t0: float) -> _Plan | PrepareResult:
@@ -345,7 +374,8 @@ def plan_output(cfg: PrepareConfig, out_dir: Path, t0: float) -> _Plan | Prepare
         FileNotFoundError / FileExistsError / ValueError: as `prepare`.
     """
     files = expand_inputs(cfg.inputs)
-    recipe_dict = with_languages(load_recipe(cfg.recipe), cfg.languages, cfg.language_score)
+    recipe_dict = with_quality(with_languages(load_recipe(cfg.recipe), cfg.languages, cfg.language_score),
+                               cfg.quality_options())
     recipe = build_recipe(recipe_dict)
     # With --limit the first N documents in reading order are wanted: one shard reads them.
     shard_bytes = cfg.shard_bytes or auto_shard_bytes(files)
@@ -366,7 +396,10 @@ def plan_output(cfg: PrepareConfig, out_dir: Path, t0: float) -> _Plan | Prepare
                              already_done=True)
     check_rerun_output(out_dir, cfg)
     reused = work.open(fingerprint)
-    return _Plan(cfg, out_dir, files, recipe_dict, recipe, shards, work, reused, fingerprint_sha)
+    unscored = {**options, "recipe": {**recipe_dict, "steps": [s for s in recipe_dict.get("steps") or []
+                                                               if not (isinstance(s, dict) and "quality" in s)]}}
+    curation_key = hashlib.sha256(json.dumps(work_fingerprint(cfg, files, unscored), sort_keys=True).encode()).hexdigest()
+    return _Plan(cfg, out_dir, files, recipe_dict, recipe, shards, work, reused, fingerprint_sha, curation_key)
 
 
 def _prepare_locked(cfg: PrepareConfig, out_dir: Path, show_progress: bool, t0: float,
@@ -383,8 +416,8 @@ def _prepare_locked(cfg: PrepareConfig, out_dir: Path, show_progress: bool, t0: 
         progress = Phases(enabled=show_progress, transient=False, unit="shards")
         with progress, _executor(cfg, out_dir, plan.work, plan.files) as pool:
             curated, splits = curate_and_split(plan, pool, progress, timings, few_documents_advice)
-            mask_step = plan.recipe.mask_step.name if plan.recipe.mask_step is not None else None
-            tokenizer, tok_path = run_tokenizer(tokenizer, plan.work, curated.masks, splits, mask_step, cfg.vocab_size,
+            tokenizer, tok_path = run_tokenizer(tokenizer, plan.work, curated.masks, splits, curated.mask_name,
+                                                cfg.vocab_size,
                                                 cfg.min_frequency, cfg.tokenizer_train_bytes, pool, timings)
             result = encode_and_write(plan, curated, splits, tokenizer, tok_path, pool, progress, timings, t0)
     except Exception:
@@ -399,8 +432,11 @@ def _prepare_locked(cfg: PrepareConfig, out_dir: Path, show_progress: bool, t0: 
 
 
 def curate_and_split(plan: _Plan, pool, progress, timings: dict[str, float],
-                     few_documents_advice: str = FEW_DOCUMENTS_ADVICE):
-    """Phases 1 and 2 of one output: (curated (phases.curate), Splits); `few_documents_advice` as `prepare`."""
+                     few_documents_advice: str = FEW_DOCUMENTS_ADVICE, source: str | None = None):
+    """Phases 1 and 2 of one output: (curated (phases.curate), Splits); `few_documents_advice` as
+    `prepare`; `source`: the mixture source's name, for the warnings."""
+    from gptforge.data.removal import warn_recipe_removal
+
     cfg, work = plan.cfg, plan.work
     if plan.reused:
         log.info(f"resuming from {work.root}")
@@ -408,7 +444,15 @@ def curate_and_split(plan: _Plan, pool, progress, timings: dict[str, float],
             "doc_separator": cfg.doc_separator, "limit": cfg.limit, "strict": cfg.strict, "encoding": cfg.encoding}
     tasks = [{**base, "index": i, "files": shard} for i, shard in enumerate(plan.shards)]
     curated = run_curate(plan.recipe, tasks, work, pool, progress, timings)
-    warn_heavy_steps(curated.steps)
+    if plan.recipe.quality is not None:
+        from gptforge.data.phases.quality import run_quality
+
+        run_quality(plan.recipe.quality, work, curated, pool, progress, timings, plan.curation_key, plan.out_dir)
+    if not curated.steps or curated.steps[-1].documents_out:
+        # With no document left run_split raises, naming the step: no report.html is written, so
+        # the warnings pointing at its examples would send the user to a file that does not exist.
+        warn_heavy_steps(curated.steps)
+        warn_recipe_removal(curated.steps, cfg.recipe, source)
     splits = run_split(cfg.split_rule(), work, curated.masks, plan.files, curated.read, curated.normalize,
                        curated.steps, cfg.doc_separator, few_documents_advice)
     return curated, splits
@@ -418,9 +462,8 @@ def encode_and_write(plan: _Plan, curated, splits, tokenizer: Tokenizer, tok_pat
                      timings: dict[str, float], t0: float, extra_config: dict[str, Any] | None = None) -> PrepareResult:
     """Phases 4 and 5 of one output with its tokenizer: the shard folder, meta.json and report."""
     cfg, work = plan.cfg, plan.work
-    mask_step = plan.recipe.mask_step.name if plan.recipe.mask_step is not None else None
     t = time.perf_counter()
-    encoded = run_encode(tokenizer, tok_path, work, curated.masks, splits, mask_step, pool, progress)
+    encoded = run_encode(tokenizer, tok_path, work, curated.masks, splits, curated.mask_name, pool, progress)
     timings["tokenize"] = time.perf_counter() - t
     prepare_config = {**cfg.meta_dict(), "recipe_steps": plan.recipe_dict, "tokenizer_trained": cfg.tokenizer is None,
                       "moved_to_val_or_test": sorted(k for k, v in splits.moved.items() if v != "train"),
@@ -431,8 +474,18 @@ def encode_and_write(plan: _Plan, curated, splits, tokenizer: Tokenizer, tok_pat
     if dedup is not None:
         prepare_config["near_dedup"] = dedup.near_dedup_record()
     report_inputs = ReportInputs(cfg, plan.recipe_dict, plan.files, plan.shards, curated, timings, plan.reused, t0)
+    extra = None
+    if plan.recipe.quality is not None:
+        from gptforge.data.phases.quality import write_quality_outputs
+
+        def extra(tmp_dir: Path) -> None:
+            write_quality_outputs(tmp_dir, work, len(plan.shards), curated.corpus["quality"])
+
     meta, report = run_write(plan.out_dir, tokenizer, encoded, splits, work, cfg.max_shard_bytes, cfg.overwrite,
-                             prepare_config, report_inputs)
+                             prepare_config, report_inputs, extra)
+    from gptforge.data.removal import warn_small_splits
+
+    warn_small_splits(meta, (extra_config or {}).get("mixture_source"))
     return PrepareResult(plan.out_dir, meta, curated.read, curated.normalize, time.perf_counter() - t0,
                          splits.moved, curated.steps, report)
 
@@ -460,6 +513,8 @@ def summary_rows(result: PrepareResult) -> list[tuple[str, str]]:
     for reason, count in sorted(r.files_skipped.items()):
         rows.append((f"files skipped: {reason}", f"{count:,}"))
     rows.append(("documents read", f"{n.documents_in:,}"))
+    if r.text_fields:  # which record field the texts came from (with auto: the first present of several)
+        rows.append(("text read from field", r.fields_line(meta.get("prepare_config", {}).get("text_field", "auto"))))
     for reason, count in sorted(r.records_skipped.items()):
         rows.append((f"records skipped: {reason}", f"{count:,}"))
     for reason, count in sorted(n.dropped.items()):
@@ -490,11 +545,27 @@ def summary_rows(result: PrepareResult) -> list[tuple[str, str]]:
         if c["tokens"]:
             rows.append((f"val {lang}", f"{c['documents']:,} docs, {c['bytes_per_token']:.2f} bytes/token, "
                                         f"{c['characters_per_token']:.2f} characters/token"))
+    from gptforge.data.removal import small_split_lines
+
+    rows += [("WARNING", line) for line in small_split_lines(meta)]
     if cfg.get("val_fraction", 0) > 0 and not meta["splits"]["val"]["documents"]:
         rows.append(("WARNING", "no val split: too few documents (a single big file is one document; split it "
                                 "with --doc-separator, or give more files); pretrain will run without validation"))
     rows.append(("time", f"{result.seconds:.1f} s"))
     return rows
+
+
+def print_summary(result: PrepareResult, title: str) -> None:
+    """Print `summary_rows(result)` as a table (rich) on stdout: what each step removed and why."""
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title=title, show_header=False)
+    table.add_column(style="bold")
+    table.add_column()
+    for label, value in summary_rows(result):
+        table.add_row(label, value)
+    Console().print(table)
 
 
 def _output_rows(meta: dict[str, Any]) -> list[tuple[str, str]]:

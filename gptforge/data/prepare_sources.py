@@ -4,8 +4,9 @@ A driver over the phases of `gptforge.data.prepare` (not a second pipeline): eve
 planned, curated and split in its own work folder (its recipe: `--source-recipe NAME=RECIPE`,
 else --recipe), exactly as a single-source prepare does; then one byte-level BPE is trained on
 the train text of all sources, each contributing its share of `tokenizer_train_bytes`
-characters (default: in proportion to its train text; `--tokenizer-weights NAME=W,...`: W / sum W
-of them, at most all of its text); then each source is encoded and written with that tokenizer
+UTF-8 bytes (default: in proportion to its train text; `--tokenizer-weights NAME=W,...`: W / sum W
+of them, at most all of its text), its vocabulary size (when not given) following the bytes and
+characters of that text, as for one input (`phases.tokenizer.check_vocab_size`); then each source is encoded and written with that tokenizer
 into DIR/NAME/ (its own splits, meta.json and report). DIR/meta.json, written last, lists the
 sources with documents, tokens and bytes per split; DIR/tokenizer.json is the shared tokenizer.
 `gptforge pretrain --data DIR` trains on the mixture (gptforge.train.sources.mixture).
@@ -57,14 +58,15 @@ def parse_named(items: list[str], option: str) -> dict[str, str]:
     return out
 
 
-def _char_budgets(chars: dict[str, int], weights: dict[str, float] | None, max_chars: int) -> dict[str, int]:
-    """Characters of each source's train text the tokenizer is trained on (module docstring)."""
-    total = sum(chars.values())
-    budget = min(max_chars, total) if max_chars else total
+def _byte_budgets(sizes: dict[str, int], weights: dict[str, float] | None, max_bytes: int) -> dict[str, int]:
+    """UTF-8 bytes of each source's train text (`sizes`: name -> bytes) the tokenizer is trained
+    on (module docstring)."""
+    total = sum(sizes.values())
+    budget = min(max_bytes, total) if max_bytes else total
     if weights is None:
-        return {n: (c if budget == total else int(budget * c / max(total, 1))) for n, c in chars.items()}
+        return {n: (c if budget == total else int(budget * c / max(total, 1))) for n, c in sizes.items()}
     s = sum(weights.values())
-    return {n: min(chars[n], int(budget * weights[n] / s)) for n in chars}
+    return {n: min(sizes[n], int(budget * weights[n] / s)) for n in sizes}
 
 
 def prepare_sources(cfg: PrepareConfig, sources: dict[str, list[str]], recipes: dict[str, str] | None = None,
@@ -97,8 +99,8 @@ def prepare_sources(cfg: PrepareConfig, sources: dict[str, list[str]], recipes: 
     check_not_inside(out_dir, [p for inp in sources.values() for p in inp] + ([cfg.tokenizer] if cfg.tokenizer else []))
     t0 = time.perf_counter()
     with FolderLock(out_dir, command="gptforge prepare --source"):
-        if not cfg.overwrite and out_dir.exists() and (out_dir / "meta.json").exists():
-            check_output_dir(out_dir, False)
+        if (cfg.overwrite or (out_dir / "meta.json").exists()) and out_dir.exists():
+            check_output_dir(out_dir, cfg.overwrite)
         cfgs = {n: replace(cfg, inputs=list(inp), out=str(out_dir / n), recipe=(recipes or {}).get(n, cfg.recipe),
                            overwrite=True) for n, inp in sources.items()}
         for c in cfgs.values():
@@ -106,15 +108,32 @@ def prepare_sources(cfg: PrepareConfig, sources: dict[str, list[str]], recipes: 
         if cfg.executor != "local":
             raise ValueError(f"--executor {cfg.executor}: several named sources run on the local executor only; "
                              f"prepare each source on its own with --executor {cfg.executor}, or leave the option out")
-        results = _run(cfgs, weights, cfg, out_dir, show_progress, t0, Tokenizer)
+        existed = out_dir.exists()
+        try:
+            results = _run(cfgs, weights, cfg, out_dir, show_progress, t0, Tokenizer)
+        except BaseException:
+            _remove_if_empty(out_dir, existed)
+            raise
         meta = _write_meta(out_dir, results, cfgs, weights)
     return SourcesResult(out_dir, meta, results)
+
+
+def _remove_if_empty(out_dir: Path, existed: bool) -> None:
+    """After a failed run, remove the output folder (and the empty source folders in it) when this
+    run created it and nothing was written into it: an error leaves no empty DIR behind."""
+    if existed or not out_dir.is_dir():
+        return
+    for sub in out_dir.iterdir():
+        if sub.is_dir() and not any(sub.iterdir()):
+            sub.rmdir()
+    if not any(out_dir.iterdir()):
+        out_dir.rmdir()
 
 
 def _run(cfgs, weights, cfg, out_dir: Path, show_progress: bool, t0: float, Tokenizer) -> dict[str, PrepareResult]:
     """Plan, curate and split every source; one tokenizer over all; encode and write each."""
     from gptforge.data.phases.pool import WorkerPool, default_workers
-    from gptforge.data.phases.tokenizer import check_vocab_size, train_texts
+    from gptforge.data.phases.tokenizer import check_vocab_size, sample_size, train_texts, utf8_len
     from gptforge.data.phases.work import WorkFolder
     from gptforge.data.tokenizer import train_bpe
     from gptforge.progress import Phases
@@ -129,19 +148,21 @@ def _run(cfgs, weights, cfg, out_dir: Path, show_progress: bool, t0: float, Toke
     progress = Phases(enabled=show_progress, transient=False, unit="shards")
     try:
         with progress, WorkerPool(cfg.workers or default_workers(), lock_folder=out_dir) as pool:
-            fronts = {n: curate_and_split(p, pool, progress, timings[n]) for n, p in plans.items()}
+            fronts = {n: curate_and_split(p, pool, progress, timings[n], source=n) for n, p in plans.items()}
             tok_path = top_work.root / "tokenizer.json"
             if given is not None:
                 tokenizer = given
             else:
-                chars = {n: sum(len(t) for t in train_texts(plans[n].work, cur.masks, sp, 0))
+                sizes = {n: sum(utf8_len(t) for t in train_texts(plans[n].work, cur.masks, sp, 0))
                          for n, (cur, sp) in fronts.items()}
-                budgets = _char_budgets(chars, weights, cfg.tokenizer_train_bytes)
-                texts = itertools.chain.from_iterable(
-                    train_texts(plans[n].work, cur.masks, sp, budgets[n]) for n, (cur, sp) in fronts.items()
-                    if budgets[n] > 0)
-                vocab = check_vocab_size(cfg.vocab_size, sum(budgets.values()))
-                tokenizer = train_bpe(texts, vocab, min_frequency=cfg.min_frequency)
+                budgets = _byte_budgets(sizes, weights, cfg.tokenizer_train_bytes)
+
+                def texts():
+                    return itertools.chain.from_iterable(
+                        train_texts(plans[n].work, cur.masks, sp, budgets[n]) for n, (cur, sp) in fronts.items()
+                        if budgets[n] > 0)
+                vocab = check_vocab_size(cfg.vocab_size, *sample_size(texts()))
+                tokenizer = train_bpe(texts(), vocab, min_frequency=cfg.min_frequency)
             tokenizer.save(tok_path)
             results = {n: encode_and_write(plans[n], cur, sp, tokenizer, tok_path, pool, progress, timings[n], t0,
                                            extra_config={"mixture_source": n, "mixture_folder": str(out_dir)})

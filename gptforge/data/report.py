@@ -86,6 +86,7 @@ def build_report(*, cfg, recipe, files, shards, read, normalize, steps, corpus, 
         "warnings": read.warnings,
         "steps": chain,
         **{name: {k: v for k, v in corpus.get(name, {}).items() if k != "step"} for name in CORPUS_STEPS},
+        **({"quality": {k: v for k, v in corpus["quality"].items() if k != "step"}} if "quality" in corpus else {}),
         "splits": meta["splits"],
         "output_recounted": recount,
         "histograms": {"edges": hist_edges, "characters_per_document": hist_chars, "tokens_per_document": hist_tokens},
@@ -211,6 +212,8 @@ def render_html(r: dict[str, Any]) -> str:
         b = r["boilerplate"]
         out.append(f"<h2>Boilerplate lines</h2><p>{b['boilerplate_lines']:,} distinct lines held by at least "
                    f"{b['threshold_documents']:,} of {b['documents_counted']:,} documents were removed.</p>")
+    if r.get("quality"):
+        out.append(quality_html(r["quality"]))
     out.append("<h2>Output (recounted from the shard files)</h2><table><tr><th class=l>split</th><th>documents</th>"
                "<th>tokens</th><th>bytes</th><th>bytes/token</th><th>files</th></tr>")
     for split, v in r["output_recounted"].items():
@@ -233,3 +236,31 @@ def render_html(r: dict[str, Any]) -> str:
         out.append("<h2>Input warnings (first 50)</h2><ul>" + "".join(f"<li>{_e(w)}</li>" for w in r["warnings"]) + "</ul>")
     out.append("<h2>Recipe</h2><pre>" + _e(json.dumps(r["recipe_steps"], indent=1)) + "</pre></body></html>")
     return "\n".join(out)
+
+
+def quality_html(q: dict[str, Any]) -> str:
+    """The quality step's section: the classifier, the cut, the score histogram per language,
+    and the highest and lowest scored documents."""
+    m = q.get("model") or {}
+    acc = m.get("held_out_accuracy")
+    cut = (f"documents scoring at least {q['threshold']:.4f}" if q.get("threshold_given") else
+           f"the top {q['keep']:.0%} (score at least {q['threshold']:.4f})")
+    out = [f"<h2>Quality classifier</h2><p>{q['scored']:,} documents scored, {q['kept']:,} kept: {_e(cut)}. "
+           f"Classifier: {m.get('positive_documents', '?')} reference and {m.get('negative_documents', '?')} "
+           f"negative documents, held-out accuracy "
+           f"{'n/a' if acc is None else f'{acc:.1%}'} (ROC AUC "
+           f"{'n/a' if m.get('held_out_auc') is None else format(m['held_out_auc'], '.3f')}) on "
+           f"{m.get('held_out_documents', 0)} documents"
+           + (" (scores reused from the output this run replaced)" if q.get("reused_scores") else "") + ".</p>"]
+    bins = int(q.get("histogram_bins", 20))
+    labels = [f"{k / bins:.2f}" for k in range(bins)]
+    for lang, counts in (q.get("histogram") or {}).items():
+        out.append(bar_chart(labels, counts, f"quality scores, language {lang} (documents per bin)",
+                             f"chart-quality-{_e(lang)}"))
+    for title, key in (("Highest scored", "highest"), ("Lowest scored", "lowest")):
+        out.append(f"<h3>{title}</h3><table><tr><th>score</th><th>kept</th><th class=l>text</th></tr>")
+        for ex in q.get(key) or []:
+            out.append(f"<tr><td>{ex['score']:.4f}</td><td>{'yes' if ex['kept'] else 'no'}</td>"
+                       f"<td class=ex>{_e(ex['text'])}</td></tr>")
+        out.append("</table>")
+    return "".join(out)

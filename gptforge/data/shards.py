@@ -14,10 +14,13 @@ meta.json::
     {"format": "gptforge-shards", "format_version": 1,
      "tokenizer_sha256": hex, "vocab_size": int, "dtype": "uint16" | "uint32", "eos_id": int,
      "splits": {"train": {"tokens": int, "documents": int, "bytes": int, "files": [...]}, ...},
+     "file_sha256": {"train_000.bin": hex, ...},
      "prepare_config": {...}, "gptforge_version": str}
 
 `tokens` counts EOS ids too; `bytes` is the UTF-8 size of the documents' normalized text (the
-denominator of bits per byte). A split with no documents has `"files": []`: empty files are not
+denominator of bits per byte). `file_sha256` is each .bin file's SHA-256 (checked when a run
+starts and by `gptforge prepare --verify`: `gptforge.data.shard_verify`; folders written before it
+existed have none and are not checked). A split with no documents has `"files": []`: empty files are not
 written because an empty file cannot be memory-mapped.
 
 `prepare` records in `prepare_config` its options and recipe and, among others, `val_languages`
@@ -32,6 +35,7 @@ Like nanoGPT's `train.bin` and Megatron's `.bin`, the shards read with `numpy.me
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
@@ -95,6 +99,7 @@ class ShardWriter:
             s: {"tokens": 0, "documents": 0, "bytes": 0, "files": []} for s in SPLITS}
         self._fh: dict[str, Any] = {}
         self._fh_bytes: dict[str, int] = {}
+        self._sha: dict[str, Any] = {}  # file name -> hashlib.sha256 of what was written
         self._done = False
 
     def __enter__(self) -> ShardWriter:
@@ -130,6 +135,7 @@ class ShardWriter:
                 fh = open(self.tmp_dir / name, "wb")
                 self._fh[split], self._fh_bytes[split] = fh, 0
                 info["files"].append(name)
+                self._sha[name] = hashlib.sha256()
             # Fill the current file up to the limit, then finish the document in progress
             # (up to and including its EOS) so that every file ends at a document boundary.
             room = max(1, -(-(self.max_shard_bytes - self._fh_bytes[split]) // itemsize))
@@ -138,7 +144,9 @@ class ShardWriter:
                 ends = np.flatnonzero(data[room - 1:] == self.tokenizer.eos_id)
                 if ends.size:
                     take = room - 1 + int(ends[0]) + 1
-            fh.write(data[:take].tobytes())
+            chunk = data[:take].tobytes()
+            fh.write(chunk)
+            self._sha[info["files"][-1]].update(chunk)
             self._fh_bytes[split] += take * itemsize
             ends_document = int(data[take - 1]) == self.tokenizer.eos_id
             data = data[take:]
@@ -179,6 +187,7 @@ class ShardWriter:
             "dtype": self.dtype.name,
             "eos_id": self.tokenizer.eos_id,
             "splits": self.splits,
+            "file_sha256": {name: h.hexdigest() for name, h in self._sha.items()},
             "prepare_config": prepare_config or {},
             "gptforge_version": __version__,
         }
@@ -214,8 +223,20 @@ class ShardWriter:
         self._done = True
 
 
+def written_by_prepare(out_dir: Path) -> bool:
+    """Whether `out_dir` holds a meta.json that `gptforge prepare` writes (a shard folder, or a
+    `--source` folder): the mark of a folder --overwrite may replace."""
+    try:
+        meta = json.loads((Path(out_dir) / "meta.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return False
+    return isinstance(meta, dict) and meta.get("format") in (FORMAT, "gptforge-mixture")
+
+
 def check_output_dir(out_dir: Path, overwrite: bool) -> None:
-    """Raise FileExistsError when `out_dir` holds something and `overwrite` is False."""
+    """Raise FileExistsError when `out_dir` holds something and `overwrite` is False, or holds
+    something `gptforge prepare` did not write (`written_by_prepare`): --overwrite replaces only
+    prepare's own output, never a folder of the user's files."""
     out_dir = Path(out_dir)
     if out_dir.exists():
         if not out_dir.is_dir():
@@ -223,6 +244,10 @@ def check_output_dir(out_dir: Path, overwrite: bool) -> None:
         if any(out_dir.iterdir()) and not overwrite:
             raise FileExistsError(f"output folder {out_dir} exists and is not empty; "
                                   f"choose another --out or pass --overwrite")
+        if overwrite and any(out_dir.iterdir()) and not written_by_prepare(out_dir):
+            raise FileExistsError(f"output folder {out_dir} is not empty and was not written by gptforge prepare "
+                                  f"(no meta.json of a shard folder in it); --overwrite replaces only prepare's "
+                                  f"own output: choose another --out, or empty the folder yourself")
 
 
 def load_meta(shard_dir: str | Path, verify_files: bool = True) -> dict[str, Any]:

@@ -110,3 +110,14 @@ def reference_answer(reference: str) -> str | None:
     if "\n" in text or any(m.search(text) for m in _MARKERS[1:]):
         return extract_answer(text) or answer or None
     return answer or None
+
+
+def reply_answer(text: str) -> str | None:
+    """The answer a chat reply gives: `extract_answer(text)` when it finds one (a marker or a
+    number), else the whole reply normalised when it is one line (a bare word answer such as
+    "Paris" or "red"), else None. `gptforge evaluate --chat` checks generated replies with it."""
+    found = extract_answer(text)
+    if found is not None:
+        return found
+    line = text.strip()
+    return (normalize_answer(line) or None) if line and "\n" not in line else None

@@ -10,6 +10,8 @@
 - `squad_normalize`, `exact_match`, `token_f1`: the SQuAD v1.1 answer normalisation (lower case,
   drop punctuation and the articles a/an/the, collapse whitespace) and its token-overlap F1
   (Rajpurkar et al. 2016, sec. 4), best over the reference answers.
+- `pass_at_k`: the unbiased pass@k estimator of Chen et al. 2021 ("Evaluating Large Language Models
+  Trained on Code", eq. 1) from n samples of which c are correct: 1 - C(n - c, k) / C(n, k).
 - `centered_aggregate`: DCLM's CORE score (Li et al. 2024, "DataComp-LM", sec. 3.4 / appendix G):
   each task's accuracy rescaled so chance is 0 and a perfect score 1, (acc - chance) / (1 - chance),
   averaged over the tasks.
@@ -134,3 +136,21 @@ def centered_aggregate(scores: dict[str, tuple[dict, float]]) -> dict:
         var += (rec["stderr"] or 0.0) ** 2 / (1 - chance) ** 2
         n += rec["n"]
     return metric(float(np.mean(vals)), math.sqrt(var) / len(vals), n)
+
+
+def pass_at_k(n: int, c: int, k: int) -> float:
+    """Unbiased pass@k of one problem (Chen et al. 2021, eq. 1): the probability that at least one
+    of k samples drawn without replacement from n generated samples, c of them correct, is correct,
+    1 - C(n - c, k) / C(n, k), computed as 1 - prod_{i = n - c + 1}^{n} (1 - k / i) (no large
+    binomials). 1.0 when n - c < k.
+
+    Raises:
+        ValueError: not 0 <= c <= n, or not 1 <= k <= n.
+    """
+    if not 0 <= c <= n:
+        raise ValueError(f"pass_at_k: c={c} correct samples must be between 0 and n={n}")
+    if not 1 <= k <= n:
+        raise ValueError(f"pass_at_k: k={k} must be between 1 and the n={n} samples")
+    if n - c < k:
+        return 1.0
+    return float(1.0 - np.prod(1.0 - k / np.arange(n - c + 1, n + 1, dtype=np.float64)))

@@ -35,10 +35,32 @@ def tree_sha256(path: Path) -> str:
     return h.hexdigest()
 
 
-def results_path(model: str, out: str | None) -> Path:
-    """Where task results go: `out`, else MODEL/eval/results.json (for a checkpoint step folder,
-    the eval/ folder of the run that holds it)."""
+def results_path(model: str, out: str | None, name: str = "results.json") -> Path:
+    """Where task results go: `out`, else MODEL/eval/`name` (for a checkpoint step folder, the
+    eval/ folder of the run that holds it)."""
     model_dir = Path(model)
     if model_dir.parent.name == "checkpoints":  # a step folder: results beside it in the run, not inside it
         model_dir = model_dir.parent.parent
-    return Path(out) if out else model_dir / "eval" / "results.json"
+    return Path(out) if out else model_dir / "eval" / name
+
+
+def check_results_out(out: str | None) -> None:
+    """Refuse an `evaluate --out` path inside a run folder (one holding config.yaml beside
+    checkpoints/ or metrics.jsonl) but not under its eval/ folder: results written there could
+    replace the run's own files (its config.yaml, metrics, checkpoints).
+
+    Raises:
+        InputError: naming the run folder and the eval/ path to use instead.
+    """
+    from gptforge.errors import InputError
+
+    if not out:
+        return
+    path = Path(out).resolve()
+    for run in path.parents:
+        if (run / "config.yaml").is_file() and ((run / "checkpoints").is_dir() or (run / "metrics.jsonl").is_file()):
+            if (run / "eval") not in (path, *path.parents):
+                raise InputError(f"--out {out} lies inside the run folder {run}, outside its eval/ folder: "
+                                 f"results there could replace the run's own files; give a path under "
+                                 f"{run / 'eval'} (e.g. {run / 'eval' / path.name}) or outside the run")
+            return

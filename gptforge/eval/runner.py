@@ -32,11 +32,10 @@ Metrics per type (lm-evaluation-harness 0.4's definitions where it has them):
 from __future__ import annotations
 
 import math
-import random
 import re
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -46,14 +45,13 @@ import torch
 from gptforge.errors import InputError
 from gptforge.eval.metrics import (
     centered_aggregate,
-    classification_report,
     exact_match,
     mean_metric,
-    mean_stderr,
     metric,
     token_f1,
 )
 from gptforge.eval.scoring import encode_pair, make_units, score_units
+from gptforge.eval.task_result import TaskResult, choice_metrics, fewshot_picks, generation_metrics
 from gptforge.eval.tasks import Task, load_task
 from gptforge.progress import progress as show_progress
 
@@ -64,90 +62,15 @@ DEFAULT_SEED = 1234
 """Few-shot seed (lm-evaluation-harness's default fewshot_random_seed)."""
 
 
-@dataclass
-class TaskResult:
-    """The outcome of one task: `metrics` maps a name to {"value", "stderr", "n"}."""
-
-    name: str
-    type: str
-    format: str
-    path: str
-    sha256: str
-    n: int
-    num_fewshot: int
-    seed: int
-    truncated: int
-    """Requests (or generation prompts) whose context was cut from the left to fit block_size."""
-    metrics: dict[str, dict]
-    seconds: float
-    confusion_matrix: dict | None = None
-    chance: float = 0.0
-    predictions: list = field(default_factory=list)
-    """Per example: {"line", and "pred" (choice index) or "output" (generated text)}."""
-    clean: dict | None = None
-    """{"n", "metrics"} over the examples a contamination check found clean (set by the caller)."""
-
-    @property
-    def examples_per_s(self) -> float:
-        return self.n / self.seconds if self.seconds > 0 else float("inf")
-
-    def as_dict(self) -> dict:
-        d = {k: getattr(self, k) for k in ("name", "type", "format", "path", "sha256", "n", "num_fewshot", "seed",
-                                            "truncated", "metrics", "chance", "seconds")}
-        d["examples_per_s"] = self.examples_per_s
-        if self.confusion_matrix is not None:
-            d["confusion_matrix"] = self.confusion_matrix
-        if self.clean is not None:
-            d["clean"] = self.clean
-        return d
-
-
 def fewshot_contexts(task: Task, index: int, num_fewshot: int, seed: int) -> list[str]:
     """The contexts of `task.examples[index]` with its few-shot prefix (see the module doc).
 
     Raises:
         InputError: fewer candidate examples than num_fewshot.
     """
-    ex = task.examples[index]
-    prefix = task.description
-    if num_fewshot > 0:
-        pool = task.fewshot_pool if task.fewshot_pool is not None else task.examples
-        candidates = len(pool) - (0 if task.fewshot_pool is not None else 1)
-        if candidates < num_fewshot:
-            raise InputError(f"{task.path}: --num-fewshot {num_fewshot} but the task has only {candidates} "
-                             "few-shot candidates; lower --num-fewshot or give it a fewshot_data file")
-        rng = random.Random(f"{seed}-{index}")
-        if task.fewshot_sampler == "first_n" and task.fewshot_pool is not None:
-            picks = list(range(num_fewshot))
-        elif task.fewshot_pool is not None:
-            picks = rng.sample(range(len(pool)), num_fewshot)
-        else:
-            picks = [i for i in rng.sample(range(len(pool)), num_fewshot + 1) if i != index][:num_fewshot]
-        prefix += "".join(pool[i].demo + task.fewshot_delimiter for i in picks)
-    return [prefix + c for c in ex.contexts]
-
-
-def _choice_metrics(task: Task, examples, lls: list[list[float]], greedy: list[list[bool]]) -> tuple[dict, dict | None,
-                                                                                                      list]:
-    gold = [e.label for e in examples]
-    pred = [int(np.argmax(x)) for x in lls]
-    preds = [{"line": e.line, "pred": p} for e, p in zip(examples, pred, strict=True)]
-    if task.type == "classification":
-        rep = classification_report(gold, pred, task.labels)
-        return rep["metrics"], rep["confusion_matrix"], preds
-    if task.type == "cloze":
-        acc = [float(g[0]) for g in greedy]
-        word_ll = np.array([x[0] for x in lls])
-        mean_ll = float(word_ll.mean())
-        ppl = math.exp(-mean_ll)
-        return {"acc": mean_metric(acc), "perplexity": metric(ppl, ppl * mean_stderr(word_ll), len(word_ll))}, None, \
-            [{"line": e.line, "pred": int(g[0])} for e, g in zip(examples, greedy, strict=True)]
-    out = {"acc": mean_metric([float(p == g) for p, g in zip(pred, gold, strict=True)])}
-    if task.format != "winogrande":
-        norm = [int(np.argmax(np.array(x) / np.array(e.choice_lengths, dtype=np.float64)))
-                for x, e in zip(lls, examples, strict=True)]
-        out["acc_norm"] = mean_metric([float(p == g) for p, g in zip(norm, gold, strict=True)])
-    return out, None, preds
+    prefix = task.description + "".join(d.demo + task.fewshot_delimiter
+                                        for d in fewshot_picks(task, index, num_fewshot, seed))
+    return [prefix + c for c in task.examples[index].contexts]
 
 
 def _generate(model, tokenizer, prompts: list[list[int]], max_new_tokens: int, stop: list[str], batch_size: int,
@@ -194,10 +117,14 @@ def perplexity_metrics(nats: Sequence[float], n_bytes: Sequence[int], words: Seq
 
 def run_task(model: GPT, tokenizer, task: Task | str | Path, device: torch.device | str = "cpu",
              precision: str = "fp32", batch_size: int = 32, num_fewshot: int = 0, limit: int | None = None,
-             seed: int = DEFAULT_SEED, padding_side: str = "right", progress: bool = False) -> TaskResult:
+             seed: int = DEFAULT_SEED, padding_side: str = "right", progress: bool = False,
+             chat=None, num_samples: int = 1, temperature: float = 0.0) -> TaskResult:
     """Score one task (its first `limit` examples; a larger limit is the whole task).
 
     tokenizer: a `gptforge.data.tokenizer.Tokenizer` (encode, decode, eos_id).
+    chat: a `gptforge.eval.chat.ChatFormat` to score through the chat template
+        (`gptforge.eval.chat_runner`; perplexity tasks stay plain), with `num_samples` replies per
+        generation example at `temperature`; None scores plain text.
 
     Raises:
         InputError: bad task file (see `load_task`), too few few-shot candidates, a continuation
@@ -205,8 +132,13 @@ def run_task(model: GPT, tokenizer, task: Task | str | Path, device: torch.devic
     """
     if isinstance(task, (str, Path)):
         task = load_task(task)
-    t0 = time.perf_counter()
     n = len(task.examples) if limit is None else min(limit, len(task.examples))
+    if chat is not None and task.type != "perplexity":
+        from gptforge.eval.chat_runner import ChatRun, run_chat_task
+
+        return run_chat_task(ChatRun(model, chat, task, n, torch.device(device), precision, batch_size, num_fewshot,
+                                     seed, num_samples, temperature, progress))
+    t0 = time.perf_counter()
     run = _TaskRun(model=model, tokenizer=tokenizer, task=task, examples=task.examples[:n],
                    contexts=[fewshot_contexts(task, i, num_fewshot, seed) for i in range(n)],
                    device=torch.device(device), precision=precision, batch_size=batch_size, progress=progress)
@@ -279,10 +211,20 @@ def _score_generation(run: _TaskRun) -> dict:
                              run.precision, bar)
     finally:
         model.train(was_training)
-    em = [exact_match(o, e.answers) for o, e in zip(outs, run.examples, strict=True)]
-    f1 = [token_f1(o, e.answers) for o, e in zip(outs, run.examples, strict=True)]
-    return dict(truncated=truncated, metrics={"exact_match": mean_metric(em), "f1": mean_metric(f1)},
-                predictions=[{"line": e.line, "output": o} for e, o in zip(run.examples, outs, strict=True)])
+    preds = [{"line": e.line, "output": o} for e, o in zip(run.examples, outs, strict=True)]
+    return dict(truncated=truncated, metrics=_generation_metrics(task, run.examples, preds), predictions=preds)
+
+
+def _generation_metrics(task: Task, examples, preds: list[dict]) -> dict[str, dict]:
+    """Plain generation: exact match and token F1 after SQuAD normalisation; GSM8K: exact match of
+    the extracted final answer (`gptforge.eval.answers`)."""
+    if task.format == "gsm8k":
+        from gptforge.eval.answers import answers_match, extract_answer
+
+        return {"exact_match": mean_metric([float(any(answers_match(extract_answer(p["output"]), a) for a in e.answers))
+                                            for p, e in zip(preds, examples, strict=True)])}
+    return {"exact_match": mean_metric([exact_match(p["output"], e.answers) for p, e in zip(preds, examples, strict=True)]),
+            "f1": mean_metric([token_f1(p["output"], e.answers) for p, e in zip(preds, examples, strict=True)])}
 
 
 def _score_choices(run: _TaskRun, padding_side: str) -> dict:
@@ -316,7 +258,7 @@ def _score_choices(run: _TaskRun, padding_side: str) -> dict:
     for r, k in enumerate(owner):
         lls[k].append(ll[r])
         grs[k].append(greedy[r])
-    metrics, confusion, preds = _choice_metrics(task, examples, lls, grs)
+    metrics, confusion, preds = choice_metrics(task, examples, lls, grs)
     for p, x in zip(preds, lls, strict=True):
         p["loglikelihoods"] = x
     return dict(truncated=truncated, metrics=metrics, confusion_matrix=confusion, chance=task.chance,
@@ -332,12 +274,16 @@ def subset_metrics(task: Task, result: TaskResult, keep: list[int]) -> dict[str,
     preds = [result.predictions[i] for i in keep]
     if task.type == "perplexity":
         return perplexity_metrics([p["nats"] for p in preds], [p["bytes"] for p in preds], [p["words"] for p in preds])
+    if task.type == "generation" and result.chat:
+        return generation_metrics(preds, len(preds[0].get("outputs", [None])))
     if task.type == "generation":
-        return {"exact_match": mean_metric([exact_match(p["output"], e.answers) for p, e in zip(preds, examples, strict=True)]),
-                "f1": mean_metric([token_f1(p["output"], e.answers) for p, e in zip(preds, examples, strict=True)])}
+        return _generation_metrics(task, examples, preds)
     lls = [p["loglikelihoods"] for p in preds]
     greedy = [[bool(p["pred"])] for p in preds]  # read only for cloze, where pred is the greedy flag
-    return _choice_metrics(task, examples, lls, greedy)[0]
+    out = choice_metrics(task, examples, lls, greedy)[0]
+    if result.chat:
+        out.pop("acc_norm", None)
+    return out
 
 
 def main_metric(result: TaskResult) -> str:
@@ -346,27 +292,34 @@ def main_metric(result: TaskResult) -> str:
 
 
 def aggregate(results: list[TaskResult]) -> dict | None:
-    """{"core": metric record}: DCLM's centred accuracy averaged over the scored tasks (see
-    metrics); perplexity tasks have no accuracy and are left out. None without such tasks."""
-    scored = [r for r in results if r.type != "perplexity"]
-    if not scored:
-        return None
-    return {"core": centered_aggregate({r.name: (r.metrics[main_metric(r)], r.chance) for r in scored})}
+    """{"core": metric record} over the tasks scored plain and {"chatcore": ...} over those scored
+    through the chat template: each task's main metric rescaled so chance is 0 and a perfect score
+    1, averaged (DCLM's centred accuracy, see metrics; nanochat's ChatCORE). Perplexity tasks have
+    no accuracy and are left out. None without such tasks."""
+    out = {}
+    for key, chat in (("core", False), ("chatcore", True)):
+        scored = [r for r in results if r.type != "perplexity" and r.chat == chat]
+        if scored:
+            out[key] = centered_aggregate({r.name: (r.metrics[main_metric(r)], r.chance) for r in scored})
+    return out or None
 
 
 def evaluate_tasks(model: GPT, tokenizer, tasks: Sequence[Task | str | Path], device: torch.device | str = "cpu",
                    precision: str = "fp32", batch_size: int = 32, num_fewshot: int = 0, limit: int | None = None,
-                   seed: int = DEFAULT_SEED) -> dict[str, dict[str, float]]:
-    """Score `tasks` and return {task name: {metric: value}} (plus "core" when several tasks).
+                   seed: int = DEFAULT_SEED, chat=None) -> dict[str, dict[str, float]]:
+    """Score `tasks` and return {task name: {metric: value}}, plus "core" (plain) or "chatcore"
+    (`chat`, a `gptforge.eval.chat.ChatFormat`: through the chat template) {"centered_acc": v}
+    when several tasks.
 
     The call for a trainer's periodic evaluation: pass loaded `Task`s to read the files once. The
     model is left in the train/eval mode it came in. Log each value as `eval/<task>/<metric>`.
     """
-    results = [run_task(model, tokenizer, t, device, precision, batch_size, num_fewshot, limit, seed) for t in tasks]
+    results = [run_task(model, tokenizer, t, device, precision, batch_size, num_fewshot, limit, seed, chat=chat)
+               for t in tasks]
     out = {r.name: {m: rec["value"] for m, rec in r.metrics.items()} for r in results}
     agg = aggregate(results) if len(results) > 1 else None
-    if agg:
-        out["core"] = {"centered_acc": agg["core"]["value"]}
+    for key, rec in (agg or {}).items():
+        out[key] = {"centered_acc": rec["value"]}
     return out
 
 
@@ -393,12 +346,13 @@ def format_table(results: list[TaskResult], agg: dict | None = None) -> str:
         for i, (name, rec) in enumerate(r.metrics.items()):
             if "/" in name:  # per-class figures are in results.json
                 continue
-            rows.append((r.name if i == 0 else "", name, f"{rec['value']:.4f}",
+            rows.append(((r.name + (" (chat)" if r.chat else "")) if i == 0 else "", name, f"{rec['value']:.4f}",
                          "" if rec["stderr"] is None else f"{rec['stderr']:.4f}", str(rec["n"]),
                          str(r.num_fewshot) if i == 0 else "", str(r.truncated) if i == 0 else "",
                          f"{r.examples_per_s:.1f}" if i == 0 else ""))
-    if agg:
-        c = agg["core"]
-        rows.append(("CORE", "centered_acc", f"{c['value']:.4f}", f"{c['stderr']:.4f}", str(c["n"]), "", "", ""))
+    for key, label in (("core", "CORE"), ("chatcore", "ChatCORE")):
+        c = (agg or {}).get(key)
+        if c:
+            rows.append((label, "centered_acc", f"{c['value']:.4f}", f"{c['stderr']:.4f}", str(c["n"]), "", "", ""))
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
     return "\n".join("  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip() for row in rows)

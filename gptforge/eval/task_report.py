@@ -9,20 +9,27 @@ import json
 from collections.abc import Sequence
 from pathlib import Path
 
-from gptforge.errors import InputError, MissingInputError
+from gptforge.errors import InputError, MissingInputError, OptionError
 from gptforge.eval.model_source import load_eval_model, results_path, tree_sha256
 
 
-def _model_and_tokenizer(model: str, device: str, best: bool):
-    """(model, checkpoint path, device, Tokenizer); a missing tokenizer.json is a MissingInputError."""
+def _model_and_tokenizer(model: str, device: str, best: bool, chat_template: str | None = None):
+    """(model, checkpoint path, device, Tokenizer, chat format or None); a missing tokenizer.json is a
+    MissingInputError. With `chat_template` (auto, default or a file), the chat format is
+    `gptforge.eval.chat.load_chat_format`'s."""
     from gptforge.data.tokenizer import Tokenizer
     from gptforge.runtime.device import pick_device
 
     dev = pick_device(device, "--device")
-    net, ckpt, _doc, tok_path = load_eval_model(model, dev, best)
+    net, ckpt, doc, tok_path = load_eval_model(model, dev, best)
     if tok_path is None:
         raise MissingInputError(f"no tokenizer.json found for {ckpt} (checkpoint, run directory, data folder)")
-    return net, ckpt, dev, Tokenizer.from_file(tok_path)
+    chat = None
+    if chat_template is not None:
+        from gptforge.eval.chat import load_chat_format
+
+        chat = load_chat_format(model, Path(tok_path), doc, chat_template)
+    return net, ckpt, dev, Tokenizer.from_file(tok_path), chat
 
 
 def evaluate_harness(model: str, harness: list[str], *, include_path: str | None = None, num_fewshot: int = 0,
@@ -39,7 +46,7 @@ def evaluate_harness(model: str, harness: list[str], *, include_path: str | None
     from gptforge.eval.harness import run_harness
     from gptforge.eval.results_file import record_results
 
-    net, ckpt, dev, tok = _model_and_tokenizer(model, device, best)
+    net, ckpt, dev, tok, _ = _model_and_tokenizer(model, device, best)
     res = run_harness(net, tok, harness, include_path, num_fewshot, limit, dev, precision, batch_size or 32, seed)
     from lm_eval.utils import make_table
 
@@ -54,15 +61,20 @@ def evaluate_harness(model: str, harness: list[str], *, include_path: str | None
 def evaluate_tasks(model: str, task_files: list[str], *, num_fewshot: int = 0, limit: int | None = None,
                    seed: int = 1234, batch_size: int | None = None, precision: str = "fp32", device: str = "auto",
                    best: bool = False, out: str | None = None, contamination: str | None = None,
-                   contamination_ngram: int = 13) -> tuple[dict, str]:
+                   contamination_ngram: int = 13, chat: bool = False, chat_template: str = "auto",
+                   num_samples: int = 1, temperature: float | None = None) -> tuple[dict, str]:
     """(this call's results document, report) of task files scored on `model`; the arguments are
     `gptforge evaluate`'s options of the same name. The document (checkpoint and its SHA-256,
     settings, versions, per-task metrics, an aggregate over several tasks, contamination) merges
     into results.json beside earlier calls' other tasks; predictions into results.predictions.json.
+    With `chat` (`gptforge.eval.chat_runner`) the default file is chat_results.json instead, so
+    plain and chat scores of the same task are both kept; temperature None is 0 (greedy) for one
+    sample and 1.0 for several.
 
     Raises:
         InputError: two tasks share a name; errors of `gptforge.eval.tasks.load_task` (read before
             the model loads).
+        OptionError: --num-samples or --temperature without chat, or several greedy samples.
         MissingInputError: no tokenizer.json for the model or the contamination folder.
     """
     import platform
@@ -79,9 +91,16 @@ def evaluate_tasks(model: str, task_files: list[str], *, num_fewshot: int = 0, l
     if len(set(names)) != len(names):
         raise InputError(f"two tasks share a name ({sorted(n for n in names if names.count(n) > 1)[0]!r}); "
                          "give one a `name:` in a YAML task definition")
-    net, ckpt, dev, tok = _model_and_tokenizer(model, device, best)
-    results = [run_task(net, tok, t, dev, precision, batch_size or 32, num_fewshot, limit, seed, progress=True)
-               for t in tasks]
+    if not chat and (num_samples != 1 or temperature is not None):
+        raise OptionError("--num-samples and --temperature sample chat replies: add --chat")
+    if temperature is None:
+        temperature = 0.0 if num_samples == 1 else 1.0
+    if num_samples > 1 and temperature <= 0:
+        raise OptionError(f"--num-samples {num_samples} with --temperature 0 gives {num_samples} identical greedy "
+                         "replies; give --temperature above 0 (e.g. 0.8)")
+    net, ckpt, dev, tok, fmt = _model_and_tokenizer(model, device, best, chat_template if chat else None)
+    results = [run_task(net, tok, t, dev, precision, batch_size or 32, num_fewshot, limit, seed, progress=True,
+                        chat=fmt, num_samples=num_samples, temperature=temperature) for t in tasks]
     agg = aggregate(results) if len(results) > 1 else None
     found = _contamination(contamination, contamination_ngram, tasks, results) if contamination else None
     doc = {
@@ -90,11 +109,13 @@ def evaluate_tasks(model: str, task_files: list[str], *, num_fewshot: int = 0, l
         "versions": {"gptforge": gptforge.__version__, "torch": torch.__version__, "python": platform.python_version()},
         "tasks": {r.name: r.as_dict() for r in results},
     }
+    if chat:
+        doc["chat"] = {"template": chat_template, "num_samples": num_samples, "temperature": temperature}
     if agg:
         doc["aggregate"] = agg
     if found:
         doc["contamination"] = found
-    path = results_path(model, out)
+    path = results_path(model, out, "chat_results.json" if chat else "results.json")
     merged = record_results(path, doc)  # earlier calls' other tasks kept; each call in results.history.jsonl
     merge_predictions(path.with_name(path.stem + ".predictions.json"), {r.name: r.predictions for r in results})
     earlier = sorted(set(merged["tasks"]) - {r.name for r in results})

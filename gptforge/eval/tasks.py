@@ -13,6 +13,7 @@ A task is a file; its format is recognised from its rows (every row must be in t
 | `winogrande`  | `{"sentence" with one "_", "option1", "option2", "answer": "1"/"2"}` | multiple_choice |
 | `classification` | `{"text", "label"}`                                      | classification  |
 | `generation`  | `{"prompt", "answer": str or [str, ...]}`                   | generation      |
+| `gsm8k`       | GSM8K jsonl `{"question": str, "answer": "... #### 72"}`    | generation      |
 | `cloze`       | `{"text"}`: predict the last word (LAMBADA)                 | cloze           |
 | `perplexity`  | `{"text"}` with `type: perplexity` in a YAML definition      | perplexity      |
 
@@ -22,7 +23,8 @@ HellaSwag `activity_label: ctx_a ctx_b.capitalize()` with its bracket clean-up; 
 letters, after `The following are multiple choice questions (with answers) about SUBJECT.\\n\\n`
 (SUBJECT from the file name, `abstract_algebra_test.csv` -> abstract algebra); WinoGrande's
 partial scoring (one context per option, the text after `_` as the shared continuation);
-LAMBADA's last word with no delimiter. Every choice is scored as
+LAMBADA's last word with no delimiter; GSM8K `Question: ...\nAnswer:` until `Question:`, 256 new
+tokens, scored on the final answer (`gptforge.eval.answers`). Every choice is scored as
 `target_delimiter + choice` (default " ") after the context.
 
 A YAML task definition (`.yaml` / `.yml`) names a data file and may set the rest:
@@ -60,7 +62,7 @@ TASK_TYPES = ("multiple_choice", "classification", "generation", "cloze", "perpl
 
 FORMAT_TYPE = {"mc": "multiple_choice", "hellaswag": "multiple_choice", "arc": "multiple_choice",
                "mmlu": "multiple_choice", "cmmlu": "multiple_choice", "ceval": "multiple_choice", "piqa": "multiple_choice", "winogrande": "multiple_choice",
-               "classification": "classification", "generation": "generation", "cloze": "cloze",
+               "classification": "classification", "generation": "generation", "gsm8k": "generation", "cloze": "cloze",
                "perplexity": "perplexity"}
 
 FORMAT_FIELDS = {"mc": ("context", "choices", "label"),
@@ -68,7 +70,8 @@ FORMAT_FIELDS = {"mc": ("context", "choices", "label"),
                  "arc": ("question", "answerKey"), "cmmlu": tuple(tasks_zh.HEADERS["cmmlu"]),
                  "ceval": (*tasks_zh.HEADERS["ceval"], "answer"), "piqa": ("goal", "sol1", "sol2", "label"),
                  "winogrande": ("sentence", "option1", "option2", "answer"),
-                 "classification": ("text", "label"), "generation": ("prompt", "answer"), "cloze": ("text",),
+                 "classification": ("text", "label"), "generation": ("prompt", "answer"), "gsm8k": ("question", "answer"),
+                 "cloze": ("text",),
                  "perplexity": ("text",)}
 
 YAML_KEYS = ("name", "data", "type", "prompt", "labels", "target_delimiter", "fewshot_data", "description",
@@ -87,6 +90,8 @@ class Example:
     answers: reference answers (generation); the gold word (cloze).
     demo: this example solved, as a few-shot demonstration (context + delimiter + gold).
     line: 1-based line (row) of the task file, for messages and result listings.
+    question, choices: the question and its answer options as plain text (no prompt wording, no
+        delimiter), what `gptforge.eval.chat` renders as a chat turn; "" and [] when not set.
     """
 
     contexts: list[str]
@@ -96,6 +101,8 @@ class Example:
     answers: list[str]
     demo: str
     line: int
+    question: str = ""
+    choices: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -180,6 +187,8 @@ def detect_format(row: Any) -> str | None:
         return "hellaswag"
     if isinstance(row.get("question"), dict) or "answerKey" in keys:
         return "arc"
+    if isinstance(row.get("question"), str) and "answer" in keys and "choices" not in keys:
+        return "gsm8k"
     if "option1" in keys or "option2" in keys:
         return "winogrande"
     if "sol1" in keys or "goal" in keys:
@@ -237,13 +246,16 @@ def _hellaswag_clean(text: str) -> str:
 
 
 def _mc(contexts: list[str], choices: list[str], label: int, delim: str, line: int,
-        shared_continuation: str | None = None) -> Example:
+        shared_continuation: str | None = None, question: str = "", options: list[str] | None = None) -> Example:
+    """A multiple-choice Example; `question` and `options` (default `choices`) are its plain text."""
+    options = list(choices if options is None else options)
     if shared_continuation is not None:  # WinoGrande: the options are in the contexts
         conts = [delim + shared_continuation] * len(contexts)
         return Example(contexts, conts, [len(shared_continuation)] * len(contexts), label, [],
-                       contexts[label] + conts[label], line)
+                       contexts[label] + conts[label], line, question, options)
     conts = [delim + c for c in choices]
-    return Example(contexts, conts, [len(c) for c in choices], label, [], contexts[0] + conts[label], line)
+    return Example(contexts, conts, [len(c) for c in choices], label, [], contexts[0] + conts[label], line,
+                   question or contexts[0], options)
 
 
 def _format_prompt(path: Path, line: int, template: str, row: dict) -> str:
@@ -287,13 +299,13 @@ def _mmlu_example(r: _Row) -> Example:
     if ans.strip() not in "ABCD" or not ans.strip():
         raise r.err(f"column 6 (answer) = {ans!r}; expected A, B, C or D")
     ctx = (q.strip() + "\n" + "".join(f"{k}. {c}\n" for k, c in zip("ABCD", choices, strict=True)) + "Answer:")
-    return _mc([ctx], list("ABCD"), "ABCD".index(ans.strip()), r.delim, r.line)
+    return _mc([ctx], list("ABCD"), "ABCD".index(ans.strip()), r.delim, r.line, question=q.strip(), options=choices)
 
 
 def _mc_example(r: _Row) -> Example:
     ctx = r.get("context")
     choices = _choices(r.path, r.line, "choices", r.get("choices", list))
-    return _mc([r.context(ctx)], choices, r.label(choices), r.delim, r.line)
+    return _mc([r.context(ctx)], choices, r.label(choices), r.delim, r.line, question=ctx)
 
 
 def _hellaswag_example(r: _Row) -> Example:
@@ -303,7 +315,7 @@ def _hellaswag_example(r: _Row) -> Example:
     label = r.label(endings)
     row = r.row
     ctx = _hellaswag_clean(row["activity_label"] + ": " + row["ctx_a"] + " " + row["ctx_b"].capitalize())
-    return _mc([ctx], [_hellaswag_clean(e) for e in endings], label, r.delim, r.line)
+    return _mc([ctx], [_hellaswag_clean(e) for e in endings], label, r.delim, r.line, question=ctx)
 
 
 def _arc_example(r: _Row) -> Example:
@@ -321,13 +333,13 @@ def _arc_example(r: _Row) -> Example:
     ans = str(r.get("answerKey", (str, int)))
     if ans not in keys:
         raise r.err(f"field 'answerKey' = {ans!r} is not one of the choice labels {keys}")
-    return _mc([f"Question: {stem}\nAnswer:"], [c["text"] for c in items], keys.index(ans), r.delim, r.line)
+    return _mc([f"Question: {stem}\nAnswer:"], [c["text"] for c in items], keys.index(ans), r.delim, r.line, question=stem)
 
 
 def _piqa_example(r: _Row) -> Example:
     goal = r.get("goal")
     choices = [r.get("sol1"), r.get("sol2")]
-    return _mc([f"Question: {goal}\nAnswer:"], choices, r.label(choices), r.delim, r.line)
+    return _mc([f"Question: {goal}\nAnswer:"], choices, r.label(choices), r.delim, r.line, question=goal)
 
 
 def _winogrande_example(r: _Row) -> Example:
@@ -340,7 +352,8 @@ def _winogrande_example(r: _Row) -> Example:
         raise r.err("field 'sentence' must hold exactly one '_' (the blank)")
     cut = sentence.index("_")
     contexts = [sentence[:cut] + o for o in options]
-    return _mc(contexts, options, int(ans) - 1, r.delim, r.line, shared_continuation=sentence[cut + 1:].strip())
+    return _mc(contexts, options, int(ans) - 1, r.delim, r.line, shared_continuation=sentence[cut + 1:].strip(),
+               question=sentence)
 
 
 def _classification_example(r: _Row) -> Example:
@@ -351,16 +364,31 @@ def _classification_example(r: _Row) -> Example:
     ctx = r.context(text)
     conts = [r.delim + v for v in r.verbal]
     gold = r.labels.index(str(label))
-    return Example([ctx], conts, [len(v) for v in r.verbal], gold, [], ctx + conts[gold], r.line)
+    return Example([ctx], conts, [len(v) for v in r.verbal], gold, [], ctx + conts[gold], r.line, ctx, list(r.verbal))
 
 
 def _generation_example(r: _Row) -> Example:
     p = r.get("prompt")
+    if "answer" not in r.row and "answers" not in r.row:
+        raise r.err("a generation row needs 'answer' (the reference answer, a string or a list of strings)")
     key = "answer" if "answer" in r.row else "answers"
     ans = r.get(key, (str, list))
     answers = [ans] if isinstance(ans, str) else _choices(r.path, r.line, key, ans)
+    if not any(a.strip() for a in answers):
+        raise r.err(f"field {key!r} is empty: a generation row needs its reference answer")
     ctx = r.context(p)
-    return Example([ctx], [], [], None, answers, ctx + r.delim + answers[0], r.line)
+    return Example([ctx], [], [], None, answers, ctx + r.delim + answers[0], r.line, ctx)
+
+
+def _gsm8k_example(r: _Row) -> Example:
+    """GSM8K (Cobbe et al. 2021): lm-eval's `Question: {question}\nAnswer:`, the full worked
+    solution as the demonstration, its `#### N` final answer as the reference."""
+    q, ans = r.get("question"), r.get("answer")
+    if "####" not in ans:
+        raise r.err("field 'answer' has no '#### N' final answer (GSM8K's format); for a bare answer use "
+                    "{\"prompt\", \"answer\"} rows")
+    ctx = r.context(f"Question: {q}\nAnswer:")
+    return Example([ctx], [], [], None, [ans], ctx + r.delim + ans, r.line, q)
 
 
 def _perplexity_example(r: _Row) -> Example:
@@ -381,7 +409,7 @@ def _cloze_example(r: _Row) -> Example:
 
 _EXAMPLE_READERS = {"mmlu": _mmlu_example, "mc": _mc_example, "hellaswag": _hellaswag_example, "arc": _arc_example,
                     "piqa": _piqa_example, "winogrande": _winogrande_example,
-                    "classification": _classification_example, "generation": _generation_example,
+                    "classification": _classification_example, "generation": _generation_example, "gsm8k": _gsm8k_example,
                     "perplexity": _perplexity_example, "cloze": _cloze_example}
 
 
@@ -449,8 +477,10 @@ def _read_examples(path: Path, opts: dict, want_type: str | None) -> tuple[str, 
         if want_type is not None and want_type != "multiple_choice":
             raise _err(path, None, f"type: {want_type} but the rows are in the {fmt!r} format (multiple_choice)")
         delim = opts.get("target_delimiter", " ")
-        pairs = [(line, tasks_zh.question_and_answer(path, line, row, fmt)) for line, row in rows]
-        return fmt, [_mc([ctx], list("ABCD"), gold, delim, line) for line, (ctx, gold) in pairs]
+        q_key = "Question" if fmt == "cmmlu" else "question"
+        return fmt, [_mc([ctx], list("ABCD"), gold, delim, line, question=row[q_key].strip(),
+                         options=[row[k] for k in "ABCD"])
+                     for line, row in rows for ctx, gold in [tasks_zh.question_and_answer(path, line, row, fmt)]]
     fmt = detect_format(rows[0][1])
     if fmt is None:
         raise _err(path, rows[0][0], f"row matches no task format; fields found {sorted(rows[0][1])} "
@@ -523,6 +553,8 @@ def load_task(path: str | Path) -> Task:
             sampler = "first_n"
     task = Task(name=name, type=FORMAT_TYPE[fmt], format=fmt, path=path, sha256=file_sha256(data), examples=examples,
                 fewshot_pool=pool, labels=opts.get("_labels", []), description=str(desc), fewshot_sampler=sampler)
+    if fmt == "gsm8k":  # lm-eval's gsm8k: until "Question:", 256 new tokens
+        task.stop, task.max_new_tokens = ["Question:"], 256
     if "stop" in opts:
         stop = opts["stop"]
         task.stop = [stop] if isinstance(stop, str) else [str(s) for s in stop]

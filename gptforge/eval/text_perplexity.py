@@ -11,29 +11,54 @@ from pathlib import Path
 from gptforge.errors import InputError, MissingInputError
 
 
+def _recorded_forms(doc: dict) -> dict[str, str | None]:
+    """meta.json path -> the Unicode form prepare applied there (`prepared_normalization`; None:
+    no recipe recorded or unreadable) for the run's training data: one shard folder, or each
+    source of a mixture (config.yaml's `data.sources`; a mixture folder's own meta.json records
+    no recipe, its sources' do). Folders that no longer exist are left out."""
+    from gptforge.data.normalize import prepared_normalization
+
+    data = doc.get("data") or {}
+    sources = data.get("sources")
+    if isinstance(sources, dict) and sources:
+        folders = [s.get("path") for s in sources.values() if isinstance(s, dict)]
+    else:
+        folders = [data.get("path")] if isinstance(data.get("path"), str) else []
+    forms: dict[str, str | None] = {}
+    for folder in folders:
+        meta_path = Path(folder) / "meta.json" if folder else None
+        if meta_path is None or not meta_path.is_file():
+            continue
+        try:
+            forms[str(meta_path)] = prepared_normalization(json.loads(meta_path.read_text()))
+        except ValueError:  # an unreadable meta.json: fall back to the line ends
+            forms[str(meta_path)] = None
+    return forms
+
+
 def normalize_like_prepare(text: str, doc: dict) -> tuple[str, str]:
     """(text, description): `text` normalized as `gptforge prepare` normalized the run's training
     data (`gptforge.data.normalize.normalize_text`: BOM removed, CRLF / CR -> LF, then the recipe's
-    Unicode form read from the data folder's meta.json). Without a recorded recipe (a Hugging Face
-    folder, a moved data folder) only the BOM and line ends are normalized."""
-    from gptforge.data.normalize import normalize_text, prepared_normalization
+    Unicode form read from the data folder's meta.json, or from each source's of a mixture: the
+    first source's form when they differ, and the description says so). Without a recorded recipe
+    (a Hugging Face folder, a moved data folder) only the BOM and line ends are normalized."""
+    from gptforge.data.normalize import normalize_text
 
-    data = (doc.get("data") or {}).get("path")
-    meta_path = Path(data) / "meta.json" if data else None
-    form = None
-    if meta_path is not None and meta_path.is_file():
-        try:
-            form = prepared_normalization(json.loads(meta_path.read_text()))
-        except ValueError:  # an unreadable meta.json: fall back to the line ends
-            form = None
+    recorded = {p: f for p, f in _recorded_forms(doc).items() if f is not None}
     what = "BOM removed, line ends LF"
-    if form:
-        what += f", Unicode {form} (the recipe's, from {meta_path})"
-    elif form == "":
-        what += f" (the recipe applied no Unicode form, {meta_path})"
-    else:
+    if not recorded:
         what += " (no prepare recipe recorded for this model: no Unicode form applied)"
-    return normalize_text(text, form or ""), what
+        return normalize_text(text, ""), what
+    forms = list(dict.fromkeys(recorded.values()))
+    form, where = forms[0], ", ".join(recorded)
+    if len(forms) > 1:
+        shown = ", ".join(f"{f or 'none'} ({p})" for p, f in recorded.items())
+        what += f", Unicode {form or 'none'}: the sources' recipes differ ({shown}), the first one's applied"
+    elif form:
+        what += f", Unicode {form} (the recipe's, from {where})"
+    else:
+        what += f" (the recipe applied no Unicode form, {where})"
+    return normalize_text(text, form), what
 
 
 def _data_tokens(data: str, split_name: str, max_tokens: int | None, doc: dict):

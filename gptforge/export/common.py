@@ -39,7 +39,8 @@ def format_packages(fmt: str, quantize: str | None = None) -> dict[str, str]:
 def check_export_out(source: str | Path, out: str | Path, overwrite: bool,
                      tokenizer: str | Path | None = None) -> None:
     """Refuse an export before anything is loaded or written when replacing `out` would be wrong:
-    `out` exists without `overwrite`, or `out` is the source (run, checkpoint or Hugging Face
+    `out` exists without `overwrite`, `out` is a file or a non-empty folder without EXPORT_MARKER
+    (a folder gptforge export did not write), or `out` is the source (run, checkpoint or Hugging Face
     folder) or a folder above it, or above `tokenizer` (`--overwrite` would delete them).
 
     Raises:
@@ -48,8 +49,25 @@ def check_export_out(source: str | Path, out: str | Path, overwrite: bool,
     from gptforge.atomic import check_not_inside
 
     check_not_inside(out, [source, *([tokenizer] if tokenizer else [])])
-    if Path(out).exists() and not overwrite:
+    out = Path(out)
+    if out.exists() and not overwrite:
         raise InputError(f"{out} exists; choose another --out or pass --overwrite")
+    if out.is_file() or (out.is_dir() and any(out.iterdir()) and not (out / EXPORT_MARKER).is_file()):
+        raise InputError(f"--out {out} exists and was not written by gptforge export (no {EXPORT_MARKER} in it); "
+                         f"--overwrite replaces only an export's own folder: choose another --out, or remove it "
+                         f"yourself")
+
+
+#: the file every `gptforge export` folder holds: the mark of a folder --overwrite may replace.
+EXPORT_MARKER = ".gptforge-export"
+
+
+def mark_export(out: str | Path) -> None:
+    """Write EXPORT_MARKER into the export folder `out` (after the export is in place)."""
+    from gptforge.atomic import atomic_write_text
+
+    atomic_write_text(Path(out) / EXPORT_MARKER, "written by gptforge export; `gptforge export --overwrite` may "
+                                                 "replace this folder\n")
 
 
 def dtype_name(dtype: torch.dtype) -> str:

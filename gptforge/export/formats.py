@@ -95,15 +95,15 @@ class ExportFormat:
         """Refuse a `--quantize` or `--dtype` this format cannot hold.
 
         Raises:
-            InputError: the message names the option, the format and what it takes instead.
+            OptionError: the message names the option, the format and what it takes instead.
         """
-        from gptforge.errors import InputError
+        from gptforge.errors import OptionError
 
         if opts.quantize is not None and opts.quantize not in self.quantize:
             offers = f"it offers {', '.join(self.quantize)}" if self.quantize else "it takes no --quantize"
-            raise InputError(f"--quantize {opts.quantize} cannot be written in the {self.name} format: {offers}")
+            raise OptionError(f"--quantize {opts.quantize} cannot be written in the {self.name} format: {offers}")
         if opts.dtype is not None and opts.dtype not in self.dtypes:
-            raise InputError(f"--dtype {opts.dtype} cannot be written in the {self.name} format "
+            raise OptionError(f"--dtype {opts.dtype} cannot be written in the {self.name} format "
                              f"({self.dtype_refusal}): use {' or '.join(self.dtypes)}")
 
 
@@ -235,16 +235,18 @@ def export_model(opts: ExportOptions) -> Path:
     or the .gguf file inside it). Nothing is loaded or written before the options are checked.
 
     Raises:
-        InputError: an option the format cannot hold, `opts.out` exists without `overwrite`, or
+        OptionError: an option the format cannot hold. InputError: `opts.out` exists without `overwrite`, or
             `opts.out` is the source or a folder above it (see `check_export_out`).
         MissingExtraError: a package of the `export` extra the format needs is not installed.
         MissingInputError: no source, or no tokenizer; and see each writer.
     """
     from gptforge.errors import require_extra
-    from gptforge.export.common import check_export_out, format_packages
+    from gptforge.export.common import check_export_out, format_packages, mark_export
 
     fmt = FORMATS[opts.format]
     fmt.check(opts)
     check_export_out(opts.source, opts.out, opts.overwrite, opts.tokenizer)
     require_extra(f"gptforge export --format {opts.format}", "export", format_packages(opts.format, opts.quantize))
-    return fmt.write(opts, opts.dtype or fmt.default_dtype)
+    path = fmt.write(opts, opts.dtype or fmt.default_dtype)
+    mark_export(opts.out)
+    return path

@@ -146,10 +146,14 @@ class EngineProcess:
             raise RuntimeError(f"the engine process did not start: {why}")
 
     def stop(self, timeout: float = 10.0) -> None:
-        """Stop the child (its unfinished sequences get "cancelled" events) and wait for it."""
+        """Stop the child (its unfinished sequences get "cancelled" events) and wait for it, up to
+        `timeout` seconds for each of the reader thread and the child; a child that is already
+        dead or silent (`down_reason`) will not answer the stop, and is killed at once."""
         self._stopping = True  # a death from here on is not followed by a restart
         if self._proc is None:
             return
+        if self._ready.is_set() and self.down_reason() is not None:
+            timeout = 0.0
         try:
             self._send(("stop",))
         except (OSError, RuntimeError):

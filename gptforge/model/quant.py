@@ -360,10 +360,3 @@ def quantize_model(model: nn.Module, spec: QuantSpec, allocate_only: bool = Fals
     for p in model.parameters():
         p.requires_grad_(False)
     return names
-
-
-def is_quantized(model: nn.Module) -> bool:
-    """True when any layer of `model` stores its weight quantized (this module's layers or 4-bit)."""
-    from gptforge.model.qlora import Linear4bit
-
-    return any(isinstance(m, QUANTIZED_TYPES + (Linear4bit,)) for m in model.modules())

@@ -26,8 +26,6 @@ QLORA_BLOCK = 64
 """Weights per absmax scale (bitsandbytes' and the QLoRA paper's default)."""
 NESTED_BLOCK = 256
 """Absmax values per second-level scale under double quantization."""
-ADAM_BYTES_PER_TRAINED = 4 + 4 + 8
-"""fp32 weight, fp32 gradient, AdamW's two fp32 moments."""
 
 
 def block_linear_shapes(cfg: ModelConfig) -> dict[str, tuple[int, int]]:

@@ -469,6 +469,12 @@ def write_report(run_dirs: list[str | Path], out: str | Path, stopped: str | Non
     return out
 
 
+def missing_metrics(run_dirs: list[str | Path]) -> list[str]:
+    """One line per run directory without a non-empty metrics.jsonl: its page has no curves."""
+    return [f"{p}: no metrics.jsonl (the run logged no step): its part of the page has no curves"
+            for p in map(Path, run_dirs) if not ((p / "metrics.jsonl").is_file() and (p / "metrics.jsonl").stat().st_size)]
+
+
 def write_run_report(run_dir: str | Path, stopped: str | None = None) -> Path:
     """Write RUN_DIR/report.html for one run; the trainer calls this at the end of every run.
 

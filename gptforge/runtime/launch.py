@@ -7,7 +7,7 @@ import sys
 from dataclasses import dataclass, field
 from typing import Optional
 
-from gptforge.errors import InputError
+from gptforge.errors import OptionError
 
 
 @dataclass
@@ -43,9 +43,9 @@ def nproc(value: str) -> int:
     try:
         n = int(value)
     except ValueError:
-        raise InputError(f"--nproc-per-node {value!r}: give a number or gpu") from None
+        raise OptionError(f"--nproc-per-node {value!r}: give a number or gpu") from None
     if n < 1:
-        raise InputError(f"--nproc-per-node must be >= 1 (got {n})")
+        raise OptionError(f"--nproc-per-node must be >= 1 (got {n})")
     return n
 
 
@@ -53,7 +53,7 @@ def torchrun_command(args: LaunchOptions) -> list[str]:
     """The torch.distributed.run command line for these options (a list of arguments).
 
     Raises:
-        InputError: no gptforge command given, several nodes without --rdzv-endpoint, or the
+        OptionError: no gptforge command given, several nodes without --rdzv-endpoint, or the
             command's --parallel.* layout does not fill nnodes x nproc-per-node processes.
     """
     from gptforge.runtime.slurm import check_world_size
@@ -62,15 +62,15 @@ def torchrun_command(args: LaunchOptions) -> list[str]:
     if cmd and cmd[0] == "--":
         cmd = cmd[1:]
     if not cmd:
-        raise InputError("no command given: e.g. gptforge launch --nproc-per-node 2 pretrain --data DIR --out RUN")
+        raise OptionError("no command given: e.g. gptforge launch --nproc-per-node 2 pretrain --data DIR --out RUN")
     if cmd[0] == "launch":
-        raise InputError("gptforge launch cannot launch itself")
+        raise OptionError("gptforge launch cannot launch itself")
     check_world_size(cmd[1:], args.nnodes * nproc(args.nproc_per_node), "processes")
     out = [sys.executable, "-m", "torch.distributed.run"]
     if args.nnodes == 1 and args.rdzv_endpoint is None:
         out += ["--standalone"]
     elif args.rdzv_endpoint is None:
-        raise InputError(f"--nnodes {args.nnodes} needs --rdzv-endpoint HOST:PORT (a host every node can reach)")
+        raise OptionError(f"--nnodes {args.nnodes} needs --rdzv-endpoint HOST:PORT (a host every node can reach)")
     else:
         out += ["--rdzv-backend", args.rdzv_backend, "--rdzv-endpoint", args.rdzv_endpoint, "--rdzv-id", args.rdzv_id]
         if args.node_rank is not None:

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional
 
-from gptforge.errors import InputError
+from gptforge.errors import InputError, OptionError
 
 PARALLEL_DEGREES = ("dp_replicate", "dp_shard", "tp", "pp")
 
@@ -62,7 +62,7 @@ def check_world_size(cmd: list[str], world: int, unit: str = "GPUs") -> None:
     job waited in the queue). `unit` names them in the message (GPUs, or processes in CPU mode).
 
     Raises:
-        InputError: the layout does not fill the job, naming both.
+        OptionError: the layout does not fill the job, naming both.
     """
     from gptforge.config import ParallelConfig
 
@@ -72,9 +72,9 @@ def check_world_size(cmd: list[str], world: int, unit: str = "GPUs") -> None:
     try:
         pc = pc.resolved(world)
     except InputError as e:
-        raise InputError(f"the command's layout ({shown}) does not fit the {world} {unit} of the job: {e}") from None
+        raise OptionError(f"the command's layout ({shown}) does not fit the {world} {unit} of the job: {e}") from None
     if pc.world_size != world:
-        raise InputError(f"the command's layout ({shown} = {pc.world_size}) does not use the {world} {unit} of the "
+        raise OptionError(f"the command's layout ({shown} = {pc.world_size}) does not use the {world} {unit} of the "
                          "job (nodes x processes per node)")
 
 
@@ -82,19 +82,19 @@ def processes_per_node(args: SlurmJob) -> int:
     """Processes torchrun starts on each node: one per GPU, or --nproc-per-node in CPU mode.
 
     Raises:
-        InputError: a count below its minimum, CPU mode without --nproc-per-node, or a GPU mode
+        OptionError: a count below its minimum, CPU mode without --nproc-per-node, or a GPU mode
             --nproc-per-node other than --gpus-per-node (one process drives one GPU).
     """
     if args.nodes < 1 or args.gpus_per_node < 0:
-        raise InputError("--nodes must be >= 1 and --gpus-per-node >= 0 (0: CPU nodes)")
+        raise OptionError("--nodes must be >= 1 and --gpus-per-node >= 0 (0: CPU nodes)")
     if args.nproc_per_node is not None and args.nproc_per_node < 1:
-        raise InputError(f"--nproc-per-node must be >= 1 (got {args.nproc_per_node})")
+        raise OptionError(f"--nproc-per-node must be >= 1 (got {args.nproc_per_node})")
     if args.gpus_per_node == 0:
         if args.nproc_per_node is None:
-            raise InputError("--gpus-per-node 0 (CPU nodes) needs --nproc-per-node N: the processes per node")
+            raise OptionError("--gpus-per-node 0 (CPU nodes) needs --nproc-per-node N: the processes per node")
         return args.nproc_per_node
     if args.nproc_per_node not in (None, args.gpus_per_node):
-        raise InputError(f"--nproc-per-node {args.nproc_per_node} with --gpus-per-node {args.gpus_per_node}: "
+        raise OptionError(f"--nproc-per-node {args.nproc_per_node} with --gpus-per-node {args.gpus_per_node}: "
                          "each process drives one GPU; leave --nproc-per-node out, or use --gpus-per-node 0 "
                          "for CPU nodes")
     return args.gpus_per_node

@@ -1,4 +1,5 @@
-"""The server's listening socket, bound before uvicorn starts so a busy port is one clear error."""
+"""The server's listening socket, bound before uvicorn starts so a busy port is one clear error,
+and the uvicorn server that tells the app when it is told to stop."""
 
 from __future__ import annotations
 
@@ -44,3 +45,24 @@ def bind_listening_socket(host: str, port: int, backlog: int = 2048) -> socket.s
         raise
     sock.set_inheritable(True)
     return sock
+
+
+def draining_server(app, config):
+    """A `uvicorn.Server` for `app` (built by `gptforge.serve.app.create_app`) that, when told to
+    exit (SIGTERM, SIGINT), first sets `app.state.server.stopping`: a request whose engine is dead
+    or silent then ends with an error at once (`server.Submission.events`), and a silent engine
+    process is killed without waiting for it (`EngineProcess.stop`). Without that a SIGTERM while
+    the engine hangs held the drain until uvicorn's graceful timeout, printed the CancelledError of
+    the tasks it cancelled, then waited for the engine's stop: 33 s in a trial.
+
+    During the drain uvicorn accepts no new connection (its listening socket is closed at once: a
+    load balancer sees the server leave); with a dead engine the drain now ends within a second.
+    """
+    import uvicorn
+
+    class DrainingServer(uvicorn.Server):
+        def handle_exit(self, sig, frame) -> None:
+            app.state.server.stopping = True
+            super().handle_exit(sig, frame)
+
+    return DrainingServer(config)

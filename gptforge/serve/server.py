@@ -31,6 +31,9 @@ from gptforge.serve.protocol import UNSUPPORTED, APIError
 from gptforge.serve.structured import constrain
 from gptforge.serve.tools import message_dict
 
+#: the most `stop` sequences a request may give (OpenAI's limit).
+MAX_STOP = 4
+
 # A JSON escape of a UTF-16 surrogate (a pair is one character once decoded; a lone one is not Unicode).
 _SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")
 
@@ -197,9 +200,9 @@ class Submission:
     async def events(self, request: Request):
         """Yield (job index, Event) as they come until every job has finished or the client has gone."""
         started: dict[int, float] = {}
-        left = self.n
+        finished: set[int] = set()
         try:
-            while left:
+            while len(finished) < self.n:
                 if not self.queue.empty():  # no timer when an event is already there
                     i, ev = self.queue.get_nowait()
                 else:
@@ -208,12 +211,19 @@ class Submission:
                     except asyncio.TimeoutError:
                         if await request.is_disconnected():
                             return
+                        why = self.srv.stopping and getattr(self.srv.engine, "down_reason", lambda: None)()
+                        if why:  # stopping, and the engine will not answer: end the jobs left now
+                            for j in range(self.n):
+                                if j not in finished:
+                                    finished.add(j)
+                                    yield j, Event(finish_reason="error", error=f"{why}; the server is stopping")
+                            return
                         continue
                 started.setdefault(i, time.monotonic())
                 if ev.token_id is not None:
                     self.srv.metrics.generation_tokens.inc()
                 if ev.finish_reason:
-                    left -= 1
+                    finished.add(i)
                     self.srv.observe_slot_seconds(time.monotonic() - started[i])
                 yield i, ev
         finally:
@@ -269,6 +279,10 @@ class Server:
         self.metrics = Metrics(self.engine)
         self.created = int(time.time())
         self.slot_seconds = 1.0  # running mean of the seconds a sequence holds a cache slot (Retry-After)
+        self.stopping = False
+        """Set when the server has been told to stop (SIGTERM / Ctrl-C: `app.DrainingServer`): from
+        then on a request whose engine cannot answer (a dead or silent engine process) ends with an
+        error instead of holding the drain until uvicorn's graceful timeout cancels it."""
         self._piece_cache: dict[int, str] = {}
         # One relay per event loop serving this app (tests run several loops); replaced, never
         # mutated, so that the engine's thread can walk it while a loop adds its relay.
@@ -453,6 +467,8 @@ class Server:
                             f"{prompt_len + max_tokens}, more than the model's context of {self.max_model_len} "
                             "tokens", "max_tokens", "context_length_exceeded")
         stop = [req.stop] if isinstance(req.stop, str) else list(req.stop or [])
+        if len(stop) > MAX_STOP:  # OpenAI's limit: a client written for it never sends more
+            raise _err(400, f"stop: at most {MAX_STOP} stop sequences, got {len(stop)}", "stop", "invalid_value")
         temperature = req.temperature if req.temperature >= MIN_TEMPERATURE else 0.0
         return SamplingParams(
             max_tokens=max_tokens, temperature=temperature, top_k=max(req.top_k, 0), top_p=max(req.top_p, MIN_TOP_P),
@@ -504,8 +520,12 @@ class Server:
             queued = waiting + n - free  # sequences of the queue once this request's have taken the free slots
             if queued > q:
                 wait = self.retry_after(queued - q)
-                raise APIError(429, f"the server is busy: {waiting} sequence(s) already wait for one of {batch} "
-                                    f"cache slots (at most {q} may wait); retry after {wait} s",
+                # Submitted sequences that the free slots take at the next step (or, with the engine
+                # in its own process, that are in their prefill) start now: they are not waiting.
+                ahead = max(0, waiting - free)
+                raise APIError(429, f"the server is busy: {ahead} sequence(s) already wait for one of {batch} "
+                                    f"cache slots, and this request's {n} would make {queued} wait (at most {q} "
+                                    f"may wait); retry after {wait} s",
                                code="queue_full", type="server_busy", headers={"Retry-After": str(wait)})
         try:
             sub = Submission(self, jobs)

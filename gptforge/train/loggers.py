@@ -1,4 +1,4 @@
-"""Where per-step metrics go: metrics.jsonl, TensorBoard, and a live rich progress line."""
+"""Where per-step metrics go: metrics.jsonl, TensorBoard, and the training progress line."""
 
 from __future__ import annotations
 
@@ -82,28 +82,42 @@ def format_seconds(s: float) -> str:
 
 
 class Progress:
-    """A live one-line progress bar (rich) with loss, lr, tokens/s, MFU, elapsed and ETA.
-    Falls back to plain periodic lines when stdout is not a terminal."""
+    """The training progress line: loss, lr, tokens/s, MFU, elapsed and ETA after each step.
+
+    Its form follows `gptforge.progress.resolved_mode` against stderr (so GPTFORGE_PROGRESS
+    chooses it, and a command's --quiet, through `set_quiet`, turns it off): "bar", a live rich bar
+    on stderr; "log", a plain `step N/M ...` line on stderr every 5 s and at the last step; "off",
+    none. Messages (`log`: spikes, rollbacks, resumes) go to stdout unless `enabled` is False
+    (--quiet), whatever the mode (while a bar shows, rich prints them above it).
+
+    Raises:
+        ValueError: GPTFORGE_PROGRESS holds something other than auto, bar, log or off.
+    """
+
+    PLAIN_EVERY_S = 5.0
 
     def __init__(self, total_steps: int, start_step: int, enabled: bool = True):
+        import sys
+
+        from gptforge.progress import resolved_mode
+
         self.total, self.enabled = total_steps, enabled
         self.t0, self.start_step = time.time(), start_step
         self._last_plain = 0.0
         self.bar = None
-        if enabled:
+        self.mode = resolved_mode(sys.stderr) if enabled else "off"
+        if self.mode == "bar":
             from rich.console import Console
             from rich.progress import BarColumn, MofNCompleteColumn, TextColumn
             from rich.progress import Progress as RichProgress
 
-            console = Console()
-            if console.is_terminal:
-                self.bar = RichProgress(TextColumn("[bold]train"), BarColumn(), MofNCompleteColumn(),
-                                        TextColumn("{task.fields[info]}"), console=console, transient=False)
-                self.task = self.bar.add_task("train", total=total_steps, completed=start_step, info="")
-                self.bar.start()
+            self.bar = RichProgress(TextColumn("[bold]train"), BarColumn(), MofNCompleteColumn(),
+                                    TextColumn("{task.fields[info]}"), console=Console(stderr=True), transient=False)
+            self.task = self.bar.add_task("train", total=total_steps, completed=start_step, info="")
+            self.bar.start()
 
     def update(self, step: int, info: str) -> None:
-        if not self.enabled:
+        if self.mode == "off":
             return
         done = step - self.start_step
         elapsed = time.time() - self.t0
@@ -111,14 +125,14 @@ class Progress:
         text = f"{info} | {format_seconds(elapsed)} elapsed, ETA {format_seconds(eta)}"
         if self.bar is not None:
             self.bar.update(self.task, completed=step, info=text)
-        elif time.time() - self._last_plain > 5 or step == self.total:
+        elif time.time() - self._last_plain > self.PLAIN_EVERY_S or step == self.total:
+            import sys
+
             self._last_plain = time.time()
-            print(f"step {step}/{self.total} {text}", flush=True)
+            print(f"step {step}/{self.total} {text}", file=sys.stderr, flush=True)
 
     def log(self, message: str) -> None:
-        if self.bar is not None:
-            self.bar.console.print(message)
-        elif self.enabled:
+        if self.enabled:  # above a live bar: rich redirects stdout while the bar shows
             print(message, flush=True)
 
     def close(self) -> None:

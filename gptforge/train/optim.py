@@ -266,6 +266,32 @@ def default_lr(d_model: int, max_steps: int) -> float:
     return float(f"{lr:.2g}")
 
 
+#: full fine-tuning's lr is the width rule's lr divided by this (LoRA / QLoRA take the rule's lr).
+FULL_FINETUNE_LR_DIVISOR = 10.0
+
+
+def finetune_lr(method: str, d_model: int) -> float:
+    """The fine-tuning learning rate when train.lr is unset: `default_lr(d_model)` for LoRA and
+    QLoRA (only the small adapter matrices move, from zero), that divided by
+    FULL_FINETUNE_LR_DIVISOR for full fine-tuning (every pretrained weight moves). d_model 32:
+    LoRA 0.0025, full 0.00025; 768 (GPT-2 small): 0.00055 / 5.5e-5; 4096 (7-8B): 0.0002 / 2e-5,
+    the values commonly used for those sizes. Measured on gptforge-trained models in
+    bench/finetune_lr.py (figures in bench/RESULTS.md)."""
+    lr = default_lr(d_model, 0)
+    return float(f"{lr / FULL_FINETUNE_LR_DIVISOR:.2g}") if method == "full" else lr
+
+
+def finetune_lr_defaults(train_cfg: TrainConfig, method: str, d_model: int) -> TrainConfig:
+    """A copy of `train_cfg` with an unset lr set by `finetune_lr(method, d_model)` (min_lr,
+    muon_lr and warmup_steps are then filled by the run's resolver as for pretraining: lr / 10, and
+    5% of max_steps, at most a quarter of the run)."""
+    import dataclasses
+
+    if train_cfg.lr is not None:
+        return train_cfg
+    return dataclasses.replace(train_cfg, lr=finetune_lr(method, d_model))
+
+
 def default_warmup(max_steps: int) -> int:
     """Warmup steps when train.warmup_steps is unset: WARMUP_FRACTION (5%) of max_steps, clamped
     to [WARMUP_MIN, WARMUP_MAX] and to at most a quarter of the run."""

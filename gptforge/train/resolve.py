@@ -262,6 +262,9 @@ def resolve_mixture(tc: TrainConfig, source_tokens: dict[str, int] | None, saved
         raise InputError(f"train.stages: stage ends {ends} (steps) must increase and be >= 1")
     if resume_step and saved.get("data_weights"):
         stages = _continue_mixture(saved, weights, stages, resume_step, say)
+    given = tc.data_weights or {}
+    if given and abs(sum(given.values()) - 1.0) > 1e-6:  # say what was given, not only the scaled weights
+        how = "given as " + ", ".join(f"{n}={w:g}" for n, w in given.items()) + ", scaled to sum to 1"
     say("data mixture: " + ", ".join(f"{n} {w:.3f}" for n, w in weights.items())
         + f" ({how or 'proportional to train tokens'})"
         + "".join(f"; stage {i + 1} until step {st['until_step']}: "

@@ -34,9 +34,6 @@ from typing import Any, Callable
 
 from gptforge.errors import TrainingError
 
-ACTIONS = ("warn", "rollback")
-"""Values of train.spike_action."""
-
 
 def rollback_trigger(events: list[dict[str, Any]], bad_streak_full: bool) -> str | None:
     """Why this step calls for a rollback, or None.

@@ -219,6 +219,9 @@ class Trainer:
         """train.eval_tasks, loaded once; scored on the whole model on every rank under FSDP (its
         forward is collective), on rank 0 only otherwise."""
         tc = self.tc
+        if tc.eval_chat and not tc.eval_tasks:
+            raise InputError("train.eval_chat true needs train.eval_tasks (the task files to score through the chat "
+                             "template)")
         if not tc.eval_tasks:
             return TaskEvaluator(dict, tc.eval_interval, tc.max_steps, enabled=False)
         if self.par.schedule is not None:
@@ -232,6 +235,9 @@ class Trainer:
         if not tok_file.is_file():
             raise InputError(f"train.eval_tasks needs the run's tokenizer, and {tok_file} does not exist")
         tok = Tokenizer.from_file(tok_file)
+        from gptforge.eval.chat import chat_format_of_run
+
+        chat = chat_format_of_run(self.run_dir) if tc.eval_chat else None
         runs_here = self.par.fsdp or self.main
         model = self.par.core
 
@@ -240,7 +246,7 @@ class Trainer:
                 return {}
             # par.core is the GPT itself (FSDP2 shards it in place; its class stays a GPT subclass)
             return log_items(evaluate_tasks(cast(GPT, model), tok, tasks, self.device, self.engine.autocast_precision,
-                                            limit=tc.eval_tasks_limit))
+                                            limit=tc.eval_tasks_limit, chat=chat))
 
         return TaskEvaluator(score, tc.eval_interval, tc.max_steps, enabled=True)
 

@@ -82,19 +82,19 @@ def test_convert_round_trip_cli(tmp_path, dtype, capsys):
 
 
 def test_convert_errors_name_the_problem(tmp_path, capsys):
-    assert main(["convert", "--from-hf", str(tmp_path / "nope"), "--out", str(tmp_path / "o")]) == 2
+    assert main(["convert", "--from-hf", str(tmp_path / "nope"), "--out", str(tmp_path / "o")]) == 1  # bad input, not a bad option
     assert "config.json" in capsys.readouterr().err
     (tmp_path / "bert").mkdir()
     (tmp_path / "bert" / "config.json").write_text(json.dumps({"model_type": "bert"}))
-    assert main(["convert", "--from-hf", str(tmp_path / "bert"), "--out", str(tmp_path / "o")]) == 2
+    assert main(["convert", "--from-hf", str(tmp_path / "bert"), "--out", str(tmp_path / "o")]) == 1
     assert "model_type" in capsys.readouterr().err
-    assert main(["convert", "--to-hf", str(tmp_path), "--out", str(tmp_path / "o")]) == 2
+    assert main(["convert", "--to-hf", str(tmp_path), "--out", str(tmp_path / "o")]) == 1
     assert "checkpoints/latest" in capsys.readouterr().err
     assert not (tmp_path / "o").exists()
     src = tmp_path / "hf"
     _tiny_qwen2(src)
     (tmp_path / "exists").mkdir()
-    assert main(["convert", "--from-hf", str(src), "--out", str(tmp_path / "exists")]) == 2
+    assert main(["convert", "--from-hf", str(src), "--out", str(tmp_path / "exists")]) == 1
     assert "--overwrite" in capsys.readouterr().err
 
 

@@ -44,11 +44,13 @@ def test_in_range_values_pass_the_parse(tmp_path, capsys):
 
 
 @pytest.mark.parametrize("args,expected", [
-    (["--max-model-len", "-5"], "--max-model-len must be >= 1 (and at most the model's block_size), got -5"),
+    (["--max-model-len", "-5"], "--max-model-len must be >= 1, got -5"),
     (["--max-batch-size", "0"], "--max-batch-size must be >= 1, got 0"),
-    (["--port", "70000"], "--port must be in 1..65535, got 70000"),
+    (["--port", "70000"], "--port must be in [1, 65535], got 70000"),
 ])
 def test_serve_numbers_are_checked_before_anything_loads(args, expected, tmp_path, capsys):
     # The model path does not exist: a check after loading would report the path instead.
-    assert main(["serve", str(tmp_path / "no-such-run"), *args]) == 1
+    with pytest.raises(SystemExit) as e:  # the fields' ranges: the parser refuses, USAGE_EXIT
+        main(["serve", str(tmp_path / "no-such-run"), *args])
+    assert e.value.code == 2
     assert capsys.readouterr().err.strip() == f"gptforge serve: error: {expected}"

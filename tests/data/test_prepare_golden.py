@@ -77,6 +77,24 @@ def write_corpus(root: Path) -> None:
             os.utime(p, ns=(MTIME_NS, MTIME_NS))
 
 
+TECH_WORDS = ("function returns value parameter object class method module string integer list dictionary error "
+              "exception argument default keyword attribute instance iterator generator file path buffer encoding "
+              "raises called given optional each when the a of is").split()
+
+
+def write_reference(root: Path) -> None:
+    """Reference documents for the quality step (`quality` case): 30 of another register than the
+    corpus (API prose), so the classifier has something to tell apart."""
+    rng = random.Random(5)
+    root.mkdir(parents=True)
+    for k in range(30):
+        text = " ".join(" ".join(rng.choice(TECH_WORDS) for _ in range(rng.randint(8, 14))).capitalize() + "."
+                        for _ in range(rng.randint(4, 9)))
+        (root / f"ref{k:02d}.txt").write_text(text, encoding="utf-8")
+    for p in root.iterdir():
+        os.utime(p, ns=(MTIME_NS, MTIME_NS))
+
+
 def write_one_file(root: Path) -> None:
     """One text file (nanoGPT's input.txt layout, split by position), and one of documents cut by
     a separator, big enough to be read in byte ranges."""
@@ -96,6 +114,8 @@ def report_without_timings(data: bytes) -> bytes:
     timing = {"seconds", "documents_per_second", "input_mb_per_second", "tokens_per_second", "shard_cpu_seconds"}
     report["throughput"] = {phase: {k: v for k, v in d.items() if k not in timing}
                             for phase, d in report.get("throughput", {}).items()}
+    if "quality" in report:  # the classifier's training CPU seconds
+        report["quality"].pop("train_cpu_seconds", None)
     return json.dumps(report, sort_keys=True, ensure_ascii=False).encode("utf-8")
 
 
@@ -113,6 +133,7 @@ def output_hashes(out: Path) -> dict[str, str]:
 
 CASES = {f"recipe-{name}": dict(inputs=["corpus"], recipe=name) for name in RECIPES}
 CASES["one-file"] = dict(inputs=["one/input.txt"], recipe="default", val_fraction=0.1)
+CASES["quality"] = dict(inputs=["corpus"], recipe="default", quality_reference="reference", quality_keep=0.5)
 CASES["separated"] = dict(inputs=["one/separated.txt"], recipe="default", doc_separator=SEPARATOR, test_fraction=0.05)
 
 
@@ -140,6 +161,7 @@ def corpus_dir(tmp_path_factory):
     root = tmp_path_factory.mktemp("golden")
     write_corpus(root / "corpus")
     write_one_file(root / "one")
+    write_reference(root / "reference")
     return root
 
 

@@ -175,7 +175,7 @@ def test_gguf_refuses_what_it_cannot_represent(trained_runs, tiny_shards, tmp_pa
     assert "model.activation=gelu" in err and "gguf format" in err and "--no-approximate-gelu" in err
     assert not (tmp_path / "o").exists() and not list(tmp_path.glob(".o.tmp*"))
     assert main(["export", str(exact), "--format", "gguf", "--out", str(tmp_path / "o")]) == 0
-    assert main(["export", str(exact), "--format", "gguf", "--quantize", "int8", "--out", str(tmp_path / "p")]) == 1
+    assert main(["export", str(exact), "--format", "gguf", "--quantize", "int8", "--out", str(tmp_path / "p")]) == 2  # USAGE_EXIT
     assert "--quantize int8 cannot be written in the gguf format" in capsys.readouterr().err
 
 

@@ -59,7 +59,8 @@ def test_export_hf_is_convert_to_hf(trained_runs, tmp_path):
     run = trained_runs["gpt2"]
     assert main(["export", str(run), "--format", "hf", "--out", str(tmp_path / "a")]) == 0
     assert main(["convert", "--to-hf", str(run), "--out", str(tmp_path / "b")]) == 0
-    names = sorted(p.name for p in (tmp_path / "a").iterdir())
+    names = sorted(p.name for p in (tmp_path / "a").iterdir() if p.name != ".gptforge-export")
+    assert (tmp_path / "a" / ".gptforge-export").is_file()  # export's mark (issue 41 item 6)
     assert names == sorted(p.name for p in (tmp_path / "b").iterdir())
     for name in names:
         if name.endswith(".safetensors"):
@@ -89,11 +90,11 @@ def test_export_bad_input(trained_runs, tmp_path, capsys, monkeypatch):
     (tmp_path / "exists").mkdir()
     assert main(["export", str(run), "--format", "gguf", "--out", str(tmp_path / "exists")]) == 1
     assert "--overwrite" in capsys.readouterr().err
-    assert main(["export", str(run), "--format", "onnx", "--dtype", "bf16", "--out", str(tmp_path / "x")]) == 1
+    assert main(["export", str(run), "--format", "onnx", "--dtype", "bf16", "--out", str(tmp_path / "x")]) == 2  # USAGE_EXIT
     assert "--dtype bf16 cannot be written in the onnx format" in capsys.readouterr().err
-    assert main(["export", str(run), "--format", "hf", "--quantize", "q8_0", "--out", str(tmp_path / "x")]) == 1
+    assert main(["export", str(run), "--format", "hf", "--quantize", "q8_0", "--out", str(tmp_path / "x")]) == 2
     assert "--quantize q8_0 cannot be written in the hf format" in capsys.readouterr().err
-    assert main(["export", str(run), "--format", "onnx", "--quantize", "q4_0", "--out", str(tmp_path / "x")]) == 1
+    assert main(["export", str(run), "--format", "onnx", "--quantize", "q4_0", "--out", str(tmp_path / "x")]) == 2
     assert "in the onnx format: it offers int8" in capsys.readouterr().err
 
     # A failure halfway leaves neither the folder nor its staging folder.

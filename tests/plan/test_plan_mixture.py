@@ -29,3 +29,15 @@ def test_budget_per_source_and_the_repetition_warning(tiny_shards, tmp_path):
     assert out.returncode == 0, out.stderr
     mix = json.loads(out.stdout)["mixture"]
     assert [m["name"] for m in mix] == ["data", "b"] and mix[0]["tokens"] == pytest.approx(0.9e6)
+
+
+def test_train_data_weights_is_the_same_option_as_the_shortcut(tiny_shards, tmp_path, capsys):
+    from gptforge.cli import main
+
+    (tmp_path / "b").symlink_to(tiny_shards, target_is_directory=True)
+    base = ["plan", "--model", "gpt2-mini", "--tokens", "1M", "--data", str(tiny_shards), str(tmp_path / "b"), "--json"]
+    mixes = []
+    for spelling in (["--data-weights", "data=0.9,b=0.1"], ["--train.data_weights", '{"data": 0.9, "b": 0.1}']):
+        assert main([*base, *spelling]) == 0
+        mixes.append([(m["name"], round(m["tokens"])) for m in json.loads(capsys.readouterr().out)["mixture"]])
+    assert mixes[0] == mixes[1] == [("data", 900_000), ("b", 100_000)]

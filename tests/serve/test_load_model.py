@@ -36,16 +36,19 @@ def test_serve_command_errors_are_one_line(tmp_path, trained_run, capsys):
     assert main(["serve", str(tmp_path / "missing")]) == 1
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("gptforge serve: error:") and "missing" in err[0]
-    assert main(["serve", str(trained_run), "--max-model-len", "65"]) == 1
+    assert main(["serve", str(trained_run), "--max-model-len", "65"]) == 2  # USAGE_EXIT: a bad option
     assert "--max-model-len must be in 1..64" in capsys.readouterr().err
-    assert main(["serve", str(trained_run), "--max-batch-size", "0"]) == 1
-    assert "--max-batch-size must be >= 1" in capsys.readouterr().err
-    assert main(["serve", str(trained_run), "--max-queue", "-1"]) == 1
-    assert "--max-queue must be >= 0, got -1" in capsys.readouterr().err
+    for args, said in ((["--max-batch-size", "0"], "--max-batch-size must be >= 1"),
+                       (["--max-queue", "-1"], "--max-queue must be >= 0, got -1")):
+        with pytest.raises(SystemExit) as e:  # refused by the parser (the field's range), which exits itself
+            main(["serve", str(trained_run), *args])
+        assert e.value.code == 2 and said in capsys.readouterr().err
 
 
 def test_serve_refuses_a_negative_engine_restarts(trained_run, capsys):
     from gptforge.cli import main
 
-    assert main(["serve", str(trained_run), "--engine-process", "--engine-restarts", "-1"]) == 1
+    with pytest.raises(SystemExit) as e:
+        main(["serve", str(trained_run), "--engine-process", "--engine-restarts", "-1"])
+    assert e.value.code == 2
     assert "--engine-restarts must be >= 0, got -1" in capsys.readouterr().err

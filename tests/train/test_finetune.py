@@ -179,3 +179,40 @@ def test_errors_name_the_problem(hf_model, instructions, tmp_path, capsys, monke
     assert "t.jinja" in capsys.readouterr().err
     assert _finetune(hf_model, instructions, tmp_path / "r", "--finetune.block_size", "100000") == 1
     assert "finetune.block_size" in capsys.readouterr().err
+
+
+def test_defaults_are_size_aware_and_warmup_fits_a_short_run(hf_model, instructions, tmp_path):
+    """issue 41 item 5: `--train.max_steps 5` alone ran into a fixed warmup of 20; lr and warmup
+    are now resolved per method and model width (gptforge.train.optim.finetune_lr)."""
+    import yaml
+
+    from gptforge.train.optim import default_lr, finetune_lr
+
+    assert finetune_lr("lora", 64) == default_lr(64, 0) and finetune_lr("qlora", 4096) == default_lr(4096, 0)
+    assert finetune_lr("full", 768) == pytest.approx(default_lr(768, 0) / 10)
+    for method in ("lora", "full"):
+        run = tmp_path / method
+        args = ["finetune", "--from", str(hf_model), "--data", str(instructions), "--out", str(run),
+                "--train.micro_batch_size", "4", "--finetune.block_size", "64", "--train.tensorboard", "false",
+                "--train.device", "cpu", "--quiet", "--finetune.method", method, "--train.max_steps", "5"]
+        assert main(args) == 0
+        train = yaml.safe_load((run / "config.yaml").read_text())["train"]
+        assert train["warmup_steps"] <= 5 // 4 + 1
+        assert train["lr"] == pytest.approx(finetune_lr(method, 32))
+        assert train["min_lr"] == pytest.approx(train["lr"] / 10)
+
+
+def test_resume_onto_other_instruction_data_is_refused_naming_both_hashes(hf_model, instructions, tmp_path, capsys):
+    import hashlib
+
+    run = tmp_path / "run"
+    assert _finetune(hf_model, instructions, run, "--train.max_steps", "4", "--train.stop_at_step", "2") == 0
+    other = tmp_path / "other.jsonl"
+    other.write_text("".join(json.dumps(r) + "\n" for r in _rows(120, seed=1)))
+    capsys.readouterr()
+    assert main(["finetune", "--data", str(other), "--out", str(run), "--resume", "--quiet"]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--resume" in err[0] and "other.jsonl" in err[0]
+    for path in (instructions, other):
+        assert hashlib.sha256(path.read_bytes()).hexdigest()[:12] in err[0]
+    assert len(read_metrics(run)) == 2  # nothing trained on the other data

@@ -74,3 +74,22 @@ def test_state_dict_resume_gives_the_same_alarms():
     short = SpikeDetector(window=30, min_history=10)
     short.load_state_dict(state)
     assert list(short.history["loss"]) == [float(v) for v in loss[170:200]]
+
+
+def test_a_spike_needs_a_relative_jump_too():
+    """LoRA grad norms that barely move made +10% a robust z of ~29 (issue 41 item 5): no alarm
+    without a relative jump (MIN_RELATIVE_JUMP) as well."""
+    from gptforge.train.spikes import MIN_RELATIVE_JUMP
+
+    rng = np.random.default_rng(0)
+    det = SpikeDetector()
+    events = []
+    for s in range(1, 101):
+        events += det.update(s, {"loss": 2.0 + rng.normal(0, 1e-4), "grad_norm": 0.3 + rng.normal(0, 1e-4)})
+    assert events == []
+    assert det.update(101, {"loss": 2.0, "grad_norm": 0.33}) == []  # +10%: a z near 30, not a spike
+    assert det.update(102, {"loss": 2.0 * (1 + MIN_RELATIVE_JUMP["loss"] / 2), "grad_norm": 0.3}) == []
+    (ev,) = det.update(103, {"loss": 2.0, "grad_norm": 0.3 * (1 + 2 * MIN_RELATIVE_JUMP["grad_norm"])})
+    assert ev.metric == "grad_norm" and ev.score > 6
+    (ev,) = det.update(104, {"loss": 2.0 * (1 + 2 * MIN_RELATIVE_JUMP["loss"]), "grad_norm": 0.3})
+    assert ev.metric == "loss"

@@ -207,6 +207,7 @@ def curate_task(task: dict[str, Any]) -> dict[str, Any]:
     result = {
         "index": i,
         "read": rstats.to_dict(),
+        "text_fields": dict(rstats.text_fields),
         "warnings": rstats.warnings,
         "normalize": {"documents_in": nstats.documents_in, "documents_out": nstats.documents_out,
                       "characters_out": nstats.characters_out, "dropped": nstats.dropped},
@@ -237,6 +238,7 @@ class Curated:
     corpus: dict[str, dict[str, Any]]  # corpus step name -> its verdict's report entry
     results: list[dict[str, Any]]  # each shard's curate/NNNNN.json
     passes: list[tuple[str, str]] = field(default_factory=list)  # (timing name, work phase) of document passes
+    mask_name: str | None = None  # the work folder's step whose drop masks `masks` are (None: no mask)
 
 
 def _merge_shard_stats(results: list[dict[str, Any]], names: list[str]) -> tuple[ReadStats, NormalizeStats,
@@ -249,7 +251,8 @@ def _merge_shard_stats(results: list[dict[str, Any]], names: list[str]) -> tuple
                                undecodable_sequences=rd["undecodable_sequences"],
                                documents_with_undecodable=rd["documents_with_undecodable"],
                                files_skipped=dict(rd["files_skipped"]), records_skipped=dict(rd["records_skipped"]),
-                               files_truncated=rd["files_truncated"], warnings=list(r.get("warnings", []))))
+                               files_truncated=rd["files_truncated"], warnings=list(r.get("warnings", [])),
+                               text_fields=dict(r.get("text_fields", {}))))
         nd = r["normalize"]
         nstats.merge(NormalizeStats(nd["documents_in"], nd["documents_out"], nd["characters_out"], dict(nd["dropped"])))
         for st, d in zip(steps, r["steps"], strict=True):
@@ -304,4 +307,5 @@ def run_curate(recipe: Recipe, tasks: list[dict[str, Any]], work: WorkFolder, po
         steps.append(step_from_dict(info["step"]))
         masks = [work.drop_mask(mask_step.name, i) for i in range(n)]
         timings[mask_step.name] = time.perf_counter() - t
-    return Curated(rstats, nstats, steps, masks, corpus, results, passes)
+    return Curated(rstats, nstats, steps, masks, corpus, results, passes,
+                   mask_step.name if mask_step is not None else None)

@@ -312,10 +312,6 @@ def _encode_any(task: dict[str, Any]) -> dict[str, Any]:
     return encode_window_task(task) if task["fn"] == "window" else encode_task(task)
 
 
-def _run_encode(tasks: list[dict[str, Any]], enc: Path, pool: Executor, progress: Any) -> None:
-    run_tasks(_encode_any, tasks, lambda k: (enc / f"{tasks[k]['name']}.json").exists(), pool, progress, "tokenize")
-
-
 @dataclass
 class Encoded:
     """The encode phase's output."""

@@ -61,7 +61,7 @@ class WorkerPool:
 
             # spawn: forking a process whose Rust thread pools (tokenizers, rensa) already ran can deadlock.
             self._pool = ProcessPoolExecutor(self.workers, mp_context=mp.get_context("spawn"), initializer=_worker_init,
-                                             initargs=(os.getpid(), self.lock_folder))
+                                             initargs=(os.getpid(), self.lock_folder, reader_modules()))
         return self._pool
 
     def run_tasks(self, fn: Callable[[dict[str, Any]], dict[str, Any]], tasks: list[dict[str, Any]],
@@ -161,7 +161,22 @@ def die_with_parent(parent_pid: int) -> None:
     threading.Thread(target=watch, name="parent-watchdog", daemon=True).start()
 
 
-def _worker_init(parent_pid: int | None = None, lock_folder: str | None = None) -> None:
+def reader_modules() -> tuple[str, ...]:
+    """The modules outside gptforge that define a registered `Reader` (an out-of-tree format,
+    imported by the program that runs prepare): a spawned worker imports them too, so that their
+    classes register there as well (docs/extending.md)."""
+    from gptforge.data.readers import READERS
+
+    # a script's own classes (__main__) come with it: spawn runs the script's module in the worker
+    return tuple(dict.fromkeys(c.__module__ for c in READERS
+                               if not c.__module__.startswith("gptforge.") and c.__module__ != "__main__"))
+
+
+def _worker_init(parent_pid: int | None = None, lock_folder: str | None = None, modules: tuple[str, ...] = ()) -> None:
+    import importlib
+
+    for name in modules:  # out-of-tree readers (`reader_modules`)
+        importlib.import_module(name)
     if parent_pid is not None:
         die_with_parent(parent_pid)
     if lock_folder is not None:

@@ -1,7 +1,8 @@
 """Phase 3, tokenizer: the given tokenizer, or a byte-level BPE trained on the train split's text.
 
 The sample is the train split's text after curation and dedup, in shard order, up to
-`tokenizer_train_bytes` characters, cut in whitespace pieces (`sample_texts`). The executor's
+`tokenizer_train_bytes` UTF-8 bytes (whole pieces: the last may pass the cap), cut in whitespace
+pieces (`sample_texts`). The executor's
 tasks build it per shard (`sample_task`: `tokenizer_sample/NNNNN.arrow`, at most the cap from each
 shard), in waves in shard order that stop once the shards so far hold the cap; this process
 reads the pieces back in shard order, stops at the cap, and trains on them, so the sample, and
@@ -19,7 +20,7 @@ from __future__ import annotations
 import logging
 import time
 from collections import Counter
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -41,9 +42,9 @@ SAMPLE_BATCH = 4096
 
 
 def shard_train_pieces(work: WorkFolder, index: int, mask: np.ndarray | None, splits: Splits,
-                       max_chars: int) -> Iterator[str]:
-    """The train-split pieces of curated shard `index` in order, while fewer than `max_chars`
-    characters came before (0: all)."""
+                       max_bytes: int) -> Iterator[str]:
+    """The train-split pieces of curated shard `index` in order, while fewer than `max_bytes`
+    UTF-8 bytes came before (0: all)."""
     used = 0
     cuts = splits.cuts
     for _, d in work.documents(index, mask):
@@ -57,9 +58,9 @@ def shard_train_pieces(work: WorkFolder, index: int, mask: np.ndarray | None, sp
             # Long texts in whitespace-cut pieces: the BPE trainer's pre-tokenization of one
             # huge string took ~80 bytes per character; the word counts are the same.
             for piece in whitespace_pieces(text, encode.TOKENIZE_PIECE_CHARS):
-                if max_chars and used >= max_chars:
+                if max_bytes and used >= max_bytes:
                     return
-                used += len(piece)
+                used += utf8_len(piece)
                 yield piece
 
 
@@ -72,60 +73,62 @@ def sample_task(task: dict[str, Any]) -> dict[str, Any]:
     splits = Splits(SplitRule(task["seed"], task["val_fraction"], task["test_fraction"]), task["moved"],
                     task["cuts"], {}, 0)
     schema = pa.schema([("piece", pa.large_string())])
-    chars = pieces = 0
+    chars = n_bytes = pieces = 0
     batch: list[str] = []
     with work.arrow_writer(work.shard_file(SAMPLE_PHASE, i, ".arrow")) as tmp:
         with pa.OSFile(str(tmp), "wb") as sink, pa.ipc.new_file(sink, schema) as writer:
-            for piece in shard_train_pieces(work, i, mask, splits, task["max_chars"]):
+            for piece in shard_train_pieces(work, i, mask, splits, task["max_bytes"]):
                 batch.append(piece)
                 chars += len(piece)
+                n_bytes += utf8_len(piece)
                 pieces += 1
                 if len(batch) >= SAMPLE_BATCH:
                     writer.write_batch(pa.record_batch([pa.array(batch, pa.large_string())], schema=schema))
                     batch = []
             if batch:
                 writer.write_batch(pa.record_batch([pa.array(batch, pa.large_string())], schema=schema))
-    result = {"characters": chars, "pieces": pieces}
+    result = {"characters": chars, "bytes": n_bytes, "pieces": pieces}
     work.write_json(work.shard_file(SAMPLE_PHASE, i, ".json"), result)
     return result
 
 
-def run_sample(work: WorkFolder, masks: list, splits: Splits, mask_step: str | None, max_chars: int,
+def run_sample(work: WorkFolder, masks: list, splits: Splits, mask_step: str | None, max_bytes: int,
                pool: Executor, progress: Any = None) -> int:
     """Build the sample's shard files (`sample_task`) in waves of 2 x `pool.workers` shards, in
-    shard order, until the shards so far hold `max_chars` characters; returns how many shards
+    shard order, until the shards so far hold `max_bytes` UTF-8 bytes; returns how many shards
     the sample reads."""
     rule = splits.rule
     common = {"work": str(work.root), "mask_step": mask_step, "seed": rule.seed, "val_fraction": rule.val_fraction,
-              "test_fraction": rule.test_fraction, "moved": splits.moved, "cuts": splits.cuts, "max_chars": max_chars}
+              "test_fraction": rule.test_fraction, "moved": splits.moved, "cuts": splits.cuts, "max_bytes": max_bytes}
     tasks: list[dict[str, Any]] = [{**common, "index": i} for i in range(len(masks))]
     wave = max(1, 2 * pool.workers)
-    chars = used = 0
-    while used < len(tasks) and not (max_chars and chars >= max_chars):
+    got = used = 0
+    while used < len(tasks) and not (max_bytes and got >= max_bytes):
         part = tasks[used:used + wave]
         run_tasks(sample_task, part, lambda i: work.shard_done(SAMPLE_PHASE, i), pool, None, "tokenizer sample")
         for t in part:
             used += 1
-            chars += work.shard_stats(SAMPLE_PHASE, t["index"])["characters"]
-            if max_chars and chars >= max_chars:
+            stats = work.shard_stats(SAMPLE_PHASE, t["index"])
+            got += stats.get("bytes", stats["characters"])  # a work folder of an older gptforge: characters
+            if max_bytes and got >= max_bytes:
                 break
     return used
 
 
-def train_texts(work: WorkFolder, masks: list, splits: Splits, max_chars: int) -> Iterator[str]:
-    """Train-split pieces of every curated shard in shard order, up to `max_chars` characters (0:
+def train_texts(work: WorkFolder, masks: list, splits: Splits, max_bytes: int) -> Iterator[str]:
+    """Train-split pieces of every curated shard in shard order, up to `max_bytes` UTF-8 bytes (0:
     all), read in this process: the same pieces as `sample_texts` (used for several sources)."""
     used = 0
     for i, mask in enumerate(masks):
-        for piece in shard_train_pieces(work, i, mask, splits, max_chars):
-            if max_chars and used >= max_chars:
+        for piece in shard_train_pieces(work, i, mask, splits, max_bytes):
+            if max_bytes and used >= max_bytes:
                 return
-            used += len(piece)
+            used += utf8_len(piece)
             yield piece
 
 
-def sample_texts(work: WorkFolder, shards: int, max_chars: int) -> Iterator[str]:
-    """The sample: the pieces of the first `shards` sample files in order, up to `max_chars` characters (0: all)."""
+def sample_texts(work: WorkFolder, shards: int, max_bytes: int) -> Iterator[str]:
+    """The sample: the pieces of the first `shards` sample files in order, up to `max_bytes` UTF-8 bytes (0: all)."""
     import pyarrow as pa
 
     used = 0
@@ -134,10 +137,24 @@ def sample_texts(work: WorkFolder, shards: int, max_chars: int) -> Iterator[str]
             reader = pa.ipc.open_file(source)
             for b in range(reader.num_record_batches):
                 for piece in reader.get_batch(b).column(0).to_pylist():
-                    if max_chars and used >= max_chars:
+                    if max_bytes and used >= max_bytes:
                         return
-                    used += len(piece)
+                    used += utf8_len(piece)
                     yield piece
+
+
+def utf8_len(text: str) -> int:
+    """UTF-8 bytes of `text` (its length when ASCII, without encoding it)."""
+    return len(text) if text.isascii() else len(text.encode("utf-8", "surrogatepass"))
+
+
+def sample_size(texts: Iterable[str]) -> tuple[int, Counter[str]]:
+    """(UTF-8 bytes, character -> occurrences) of `texts`: what `check_vocab_size` sizes by."""
+    n_bytes, counts = 0, Counter[str]()
+    for piece in texts:
+        n_bytes += utf8_len(piece)
+        counts.update(piece)
+    return n_bytes, counts
 
 
 def check_vocab_size(vocab_size: int, n_bytes: int, char_counts: Mapping[str, int] | None = None) -> int:
@@ -160,7 +177,7 @@ def check_vocab_size(vocab_size: int, n_bytes: int, char_counts: Mapping[str, in
 
 
 def run_tokenizer(given: Tokenizer | None, work: WorkFolder, masks: list, splits: Splits, mask_step: str | None,
-                  vocab_size: int, min_frequency: int, max_chars: int, pool: Executor,
+                  vocab_size: int, min_frequency: int, max_bytes: int, pool: Executor,
                   timings: dict[str, float]) -> tuple[Tokenizer, Path]:
     """Phase 3 (see the module docstring): (tokenizer, its file in the work folder)."""
     if given is not None:
@@ -172,14 +189,10 @@ def run_tokenizer(given: Tokenizer | None, work: WorkFolder, masks: list, splits
     if path.exists():
         tokenizer = Tokenizer.from_file(path)
     else:
-        shards = run_sample(work, masks, splits, mask_step, max_chars, pool)
+        shards = run_sample(work, masks, splits, mask_step, max_bytes, pool)
         # Sized for the bytes and characters the tokenizer is trained on (one counting pass).
-        n_bytes, counts = 0, Counter[str]()
-        for piece in sample_texts(work, shards, max_chars):
-            n_bytes += len(piece.encode("utf-8"))
-            counts.update(piece)
-        vocab = check_vocab_size(vocab_size, n_bytes, counts)
-        tokenizer = train_bpe(sample_texts(work, shards, max_chars), vocab, min_frequency=min_frequency)
+        vocab = check_vocab_size(vocab_size, *sample_size(sample_texts(work, shards, max_bytes)))
+        tokenizer = train_bpe(sample_texts(work, shards, max_bytes), vocab, min_frequency=min_frequency)
         tokenizer.save(path)
     timings["train_tokenizer"] = time.perf_counter() - t
     return tokenizer, path

@@ -13,7 +13,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 
@@ -67,8 +67,12 @@ def _report(tmp_dir: Path, meta: dict[str, Any], r: ReportInputs, encoded: Encod
 
 def run_write(out_dir: Path, tokenizer: Tokenizer, encoded: Encoded, splits: Splits, work: WorkFolder,
               max_shard_bytes: int, overwrite: bool, prepare_config: dict[str, Any],
-              report_inputs: ReportInputs) -> tuple[dict[str, Any], dict[str, Any]]:
+              report_inputs: ReportInputs, extra_files: Callable[[Path], None] | None = None
+              ) -> tuple[dict[str, Any], dict[str, Any]]:
     """Phase 5 (see the module docstring): (meta.json's content, the report).
+
+    `extra_files(tmp_dir)` writes further files into the output before it is moved into place
+    (the quality step's model and scores).
 
     Raises:
         RuntimeError: the encoded documents do not add up to the curated ones (the work folder
@@ -93,6 +97,8 @@ def run_write(out_dir: Path, tokenizer: Tokenizer, encoded: Encoded, splits: Spl
                                f"{written} encoded; delete {work.root} and run prepare again")
 
         def add_report(tmp_dir: Path, meta: dict[str, Any]) -> None:
+            if extra_files is not None:
+                extra_files(tmp_dir)
             report_inputs.timings["write"] = time.perf_counter() - t
             holder["report"] = _report(tmp_dir, meta, report_inputs, encoded, splits, work)
             write_report(tmp_dir, holder["report"])

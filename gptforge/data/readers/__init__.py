@@ -9,12 +9,19 @@ known extension by its first bytes (`Reader.sniff`: Parquet, Arrow, tar), else r
 - `.jsonl`, `.json`: one document per JSON line, text in `text_field`; a `.json` file holding a
   JSON array (or one object) is read whole.
 - `.parquet`: one document per row, text in the `text_field` column, read row group by row group.
-- Any of the above compressed as `.gz` or `.zst` (`.parquet.gz` is decompressed to a temporary
-  file first, since Parquet needs random access).
+- `.csv`: one document per row after the header row, text in the `text_field` column, the other
+  cells its metadata.
+- `.arrow`: one document per row of an Arrow IPC file or stream (Hugging Face `save_to_disk`
+  folders and datasets' cache files).
+- `.tar`: every member read by the reader of its own extension (a member that is a tar itself,
+  recursively).
+- `hf:NAME[:CONFIG]`: a Hugging Face dataset from the local cache (needs the datasets package).
+- Any file above compressed as `.gz`, `.zst`, `.bz2` or `.xz` (`.parquet.gz` and `.arrow.gz` are
+  decompressed to a temporary file first, since they need random access).
 
 Document ids are stable: the input path (as given, normalized with `os.path.normpath`) plus
-`:LINE` (1-based, JSON lines), `#ROW` (0-based, Parquet rows and JSON array items), or nothing
-(one document per file). They do not depend on reading order, so a split decided by hashing them
+`:LINE` (1-based, JSON lines), `#ROW` (0-based, Parquet, CSV and Arrow rows and JSON array items),
+`/MEMBER` (tar members), or nothing (one document per file). They do not depend on reading order, so a split decided by hashing them
 is reproducible.
 
 Bad input never stops a run of many files: a binary file, a truncated archive, a malformed JSON

@@ -94,6 +94,7 @@ def read_csv(path: Path, stats: ReadStats, text_field: str, opener: Opener | Non
             row += 1
             if problem is None:
                 stats.documents += 1
+                stats.count_field(name)
                 meta = {h: v for h, v in zip(header, values, strict=True) if h != name}
                 yield Document(values[col], f"{path}#{row}", str(path), meta)
                 continue

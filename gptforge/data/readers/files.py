@@ -46,7 +46,7 @@ def _is_glob(pattern: str) -> bool:
 def expand_inputs(inputs: Iterable[str | Path]) -> list[Path]:
     """Turn files, folders and glob patterns into a sorted-per-input list of files.
 
-    Folders are walked recursively for files whose extension (after `.gz`/`.zst`) is one of
+    Folders are walked recursively for files whose extension (after one of `COMPRESSION_EXTS`) is one of
     `SUPPORTED_EXTS`; hidden files and folders (names starting with ".") are left out. An
     explicitly named file is always read, whatever its extension (as text when unknown).
 

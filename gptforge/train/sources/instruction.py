@@ -11,6 +11,7 @@ import numpy as np
 import torch
 
 from gptforge.config import FinetuneConfig
+from gptforge.errors import InputError
 from gptforge.runtime.loss import IGNORE_INDEX
 from gptforge.train.provenance import data_provenance
 from gptforge.train.sources.base import SourceBase
@@ -93,7 +94,17 @@ class InstructionData(SourceBase):
         return data_provenance(self.path)
 
     def check_resume(self, saved: dict, checkpoint: Path) -> None:
-        """Nothing to compare: the tokenizer is the run's own (RUN_DIR/tokenizer.json)."""
+        """Raise InputError when the run (its config.yaml `data.sha256`) was trained on another
+        instruction file than `self.path` (sha256 of the file's bytes). The tokenizer needs no
+        check: it is the run's own (RUN_DIR/tokenizer.json)."""
+        saved_sha = (saved.get("data") or {}).get("sha256")
+        new_sha = self.provenance().get("sha256")
+        if saved_sha and saved_sha != new_sha:
+            raise InputError(
+                f"--resume: {self.path} (sha256 {str(new_sha)[:12]}) is not the instruction data the run "
+                f"was trained on (sha256 {saved_sha[:12]} in {checkpoint / 'config.yaml'}, "
+                f"{(saved.get('data') or {}).get('path')}); resume with that data, or start a new run with --out"
+            )
 
     def close(self) -> None:
         pass

@@ -24,7 +24,7 @@ import numpy as np
 import torch
 
 from gptforge.data.mixture import mixture_folders
-from gptforge.errors import InputError
+from gptforge.errors import InputError, OptionError
 from gptforge.train.provenance import data_provenance
 from gptforge.train.sources.base import BatchesBase, SourceBase
 from gptforge.train.sources.shards import ShardSource, with_document_mask
@@ -41,7 +41,7 @@ def parse_data_weights(text: str) -> dict[str, float]:
     """`en=0.7,zh=0.3` -> {"en": 0.7, "zh": 0.3} (the --data-weights shortcut).
 
     Raises:
-        InputError: an item without `=` or a weight that is not a number (naming it).
+        OptionError: an item without `=` or a weight that is not a number (naming it).
     """
     out: dict[str, float] = {}
     for item in filter(None, (p.strip() for p in text.split(","))):
@@ -51,7 +51,7 @@ def parse_data_weights(text: str) -> dict[str, float]:
                 raise ValueError
             out[name.strip()] = float(value)
         except ValueError:
-            raise InputError(f"--data-weights: {item!r} is not NAME=WEIGHT (e.g. en=0.7,zh=0.3)") from None
+            raise OptionError(f"--data-weights: {item!r} is not NAME=WEIGHT (e.g. en=0.7,zh=0.3)") from None
     return out
 
 

@@ -131,20 +131,24 @@ class ShardSource(SourceBase):
 
     def batches(self, block_size: int, tc, dp_rank: int, dp_size: int) -> ShardBatches:
         from gptforge.data.loader import TokenStream, TrainBatches, eval_windows
+        from gptforge.data.shard_verify import check_at_start
 
         seq_len = self.seq_len or block_size
         self.check_window(seq_len)
         split = self.meta["splits"]["train"]
-        self.train_stream = TokenStream([self.data_dir / f for f in split["files"]], self.meta["dtype"])
+        check_at_start(self.data_dir, self.meta, self.log)
+        self.train_stream = TokenStream([self.data_dir / f for f in split["files"]], self.meta["dtype"],
+                                        self.vocab_size)
         val = self.meta["splits"].get("val")
         if tc.eval_interval > 0 and val and val.get("tokens", 0) > seq_len + 1:
-            self.val_stream = TokenStream([self.data_dir / f for f in val["files"]], self.meta["dtype"])
+            self.val_stream = TokenStream([self.data_dir / f for f in val["files"]], self.meta["dtype"],
+                                          self.vocab_size)
             asked = self.eval_steps * self.micro_batch_size
             self.val_offsets = eval_windows(self.val_stream, seq_len, asked)
             if len(self.val_offsets) < asked and self.log is not None:
-                self.log(f"validation: the val split of {self.data_dir} holds {len(self.val_offsets)} windows of "
-                         f"{seq_len + 1} tokens, fewer than the {asked} asked ({self.eval_windows_origin}): "
-                         "each is scored once")
+                self.log(f"WARNING: validation: the val split of {self.data_dir} holds {len(self.val_offsets)} windows "
+                         f"of {seq_len + 1} tokens, fewer than the {asked} asked ({self.eval_windows_origin}): "
+                         "each is scored once, and its val loss rests on that little text")
         self.has_val = self.val_stream is not None
         if tc.eval_interval > 0 and not self.has_val and self.log is not None:
             n_val = (val or {}).get("tokens", 0)

@@ -36,7 +36,6 @@ from gptforge.train.sources import BatchSource, InstructionData, ShardSource
 
 MAX_DEFAULT_BLOCK = 2048
 ADAPTER_DIR = "adapter"
-EXPORT_FILES = ("hf_config.json", "generation_config.json")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -195,6 +194,7 @@ def finetune(fc: FinetuneConfig, cfg: RunConfig, source: str | Path | None, data
     from gptforge.runtime.adapters import save_adapter_from_checkpoint
     from gptforge.runtime.checkpoint import find_checkpoint
     from gptforge.runtime.device import pick_device, resolve_precision
+    from gptforge.train.optim import finetune_lr_defaults
     from gptforge.train.run import train
 
     say = log or (lambda m: None)
@@ -215,6 +215,7 @@ def finetune(fc: FinetuneConfig, cfg: RunConfig, source: str | Path | None, data
                                 "or an instruction .jsonl file")
 
     model, mc, tok_dir, source = _base_model(run_dir, source, resume, chat_template, say)
+    cfg = RunConfig(model=cfg.model, train=finetune_lr_defaults(cfg.train, fc.method, mc.d_model), parallel=cfg.parallel)
     seq_len = seq_len_for(fc, mc.block_size)
     if data.is_file():
         if tok_dir is None:
