@@ -364,7 +364,7 @@ class Trainer:
             from gptforge.plan.planner import predict_peak_memory_bytes
 
             kind = self.device.type if self.device.type in ("cuda", "mps") else "cpu"
-            self.predicted_mem = predict_peak_memory_bytes(self.mc, tc, self.pc, kind)
+            self.predicted_mem = predict_peak_memory_bytes(self.mc, tc, self.pc, kind) + self.source.extra_memory_bytes()
         except ValueError as e:
             self.predicted_mem = None
             self.say(f"planner: no memory prediction for this layout ({e})")

@@ -217,3 +217,24 @@ def test_best_checkpoint_by_heldout_pass_at_1(hf_model, prompts, tmp_path):
     assert best["best_metric"] == "eval/pass@1"
     assert best["best_metric_value"] == max(r["eval/pass@1"] for r in rows[: best["step"]])
     assert best["best_metric_value"] == rows[best["step"] - 1]["eval/pass@1"]
+
+
+def test_memory_prediction_counts_the_sampling_kv_cache(hf_model, prompts, tmp_path):
+    """The planner's prediction of an RL run adds one group's KV cache: G rows of (longest prompt +
+    max_new_tokens) positions x 2 (keys, values) x layers x kv heads x head dim x 4 bytes (fp32
+    weights); doubling G adds exactly that much again (nothing else in the step depends on G)."""
+    from gptforge.eval.prompts import read_prompts
+    from gptforge.train.workflows.finetune import load_chat_tokenizer
+
+    train, _ = prompts
+    f = tmp_path / "r.py"
+    f.write_text(REWARD_PY)
+    predicted = {}
+    for G in (4, 8):
+        run = tmp_path / f"g{G}"
+        assert _rl(hf_model, train, run, "--reward", f"python:{f}:digits", "--rl.samples_per_prompt", str(G),
+                   "--train.max_steps", "1") == 0
+        predicted[G] = read_metrics(run)[0]["predicted_memory_bytes"]
+    longest = max(len(p.ids) for p in read_prompts(train, load_chat_tokenizer(hf_model)))
+    # Qwen2 of the fixture: 2 layers, 2 kv heads of 32 / 4 = 8 dims; COMMON's max_new_tokens 6.
+    assert predicted[8] - predicted[4] == 2 * 2 * 4 * 2 * (longest + 6) * 8 * 4

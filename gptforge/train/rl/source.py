@@ -105,6 +105,15 @@ class RolloutSource(SourceBase):
     def bind(self, model: ModelHandle) -> None:
         self.handle = model
 
+    def extra_memory_bytes(self) -> int:
+        """The KV cache of one group's sampling (gptforge.infer.engine.kv_cache_bytes): G rows of the
+        longest prompt + rl.max_new_tokens positions (groups are sampled one at a time)."""
+        from gptforge.infer.engine import kv_cache_bytes
+
+        assert self.handle is not None, "the trainer binds the model before asking for its memory"
+        core: Any = self.handle.core  # the GPT itself (module docstring)
+        return kv_cache_bytes(core, self.cfg.samples_per_prompt, self.seq_len)
+
     def batches(self, block_size: int, tc, dp_rank: int, dp_size: int) -> RolloutBatches:
         assert self.handle is not None, "the trainer binds the model before asking for batches"
         env = self.handle.env

@@ -112,6 +112,11 @@ class BatchSource(Protocol):
         the model (RL rollouts) keeps the handle; others ignore it."""
         ...
 
+    def extra_memory_bytes(self) -> int:
+        """Bytes this source holds on the model's device beside a training step (after `bind`):
+        an RL source's sampling KV cache; the trainer adds them to the planner's prediction."""
+        ...
+
     def batches(self, block_size: int, tc, dp_rank: int, dp_size: int) -> Batches: ...
 
     def evaluate(self, model: torch.nn.Module, device: torch.device, precision: str,
@@ -162,6 +167,9 @@ class SourceBase:
 
     def bind(self, model: ModelHandle) -> None:
         return None
+
+    def extra_memory_bytes(self) -> int:
+        return 0
 
     def val_metrics(self) -> dict[str, float]:
         return {}
