@@ -44,6 +44,12 @@ class GenerateOptions:
     length bucket, torch.compile with Inductor's C++ wrapper): a one-off compile (seconds to a few
     minutes on a CPU, cached on disk), then less per-token overhead; pays most on small models
     (bench/RESULTS.md, issue 29)."""
+    speculative: Optional[str] = None
+    """`ngram`: speculative decoding with drafts looked up in the prompt and output so far, verified
+    in one forward pass (greedy output equals plain decoding's; the prompt and --max-new-tokens must
+    fit in the context). Prints the draft tokens accepted to stderr."""
+    num_speculative_tokens: int = bounded(4, low=1)
+    """Draft tokens per sample and step with --speculative."""
     best: bool = False
     """Use checkpoints/best instead of latest."""
     device: str = "auto"
@@ -64,8 +70,8 @@ def main(argv: list[str]) -> int:
     import torch
 
     from gptforge.data.tokenizer import Tokenizer
-    from gptforge.infer.engine import kv_cache_excess
     from gptforge.infer.generate import generate
+    from gptforge.infer.slots import kv_cache_excess
     from gptforge.runtime.device import pick_device
     from gptforge.runtime.loading import load_for_inference
 
@@ -74,6 +80,7 @@ def main(argv: list[str]) -> int:
 
         raise OptionError("--compile needs the KV cache (it compiles the cached decode step): drop --no-cache "
                          "or --compile")
+    check_speculative(args)
     device = pick_device(args.device, "--device")
     model, ckpt, _doc, tok_path = load_for_inference(args.model, device, "best" if args.best else "latest")
     if tok_path is None:
@@ -113,15 +120,40 @@ def main(argv: list[str]) -> int:
         from gptforge.errors import OptionError
 
         raise OptionError(f"--num-samples {args.num_samples}: {excess}; lower --num-samples")
-    idx = torch.tensor([ids] * args.num_samples, dtype=torch.long, device=device)
-    out = generate(model, idx, args.max_new_tokens, temperature=args.temperature, top_k=args.top_k,
-                   top_p=args.top_p, seed=args.seed, use_cache=not args.no_cache,
-                   eos_id=tok.eos_id if args.stop_at_eos else None, compile=args.compile)
-    for i, row in enumerate(out.tolist()):
-        new = row[len(ids):]
+    eos_id = tok.eos_id if args.stop_at_eos else None
+    if args.speculative:
+        import sys
+
+        from gptforge.infer.spec_generate import speculative_generate
+
+        rows, st = speculative_generate(model, [ids] * args.num_samples, args.max_new_tokens, args.num_speculative_tokens,
+                                        tok.decode, args.temperature, args.top_k, args.top_p, args.seed, eos_id)
+        print(f"gptforge generate: speculative ngram: {st.spec_accepted_tokens} of {st.spec_draft_tokens} draft "
+              "tokens accepted", file=sys.stderr)
+    else:
+        idx = torch.tensor([ids] * args.num_samples, dtype=torch.long, device=device)
+        rows = [row[len(ids):] for row in generate(
+            model, idx, args.max_new_tokens, temperature=args.temperature, top_k=args.top_k, top_p=args.top_p,
+            seed=args.seed, use_cache=not args.no_cache, eos_id=eos_id, compile=args.compile).tolist()]
+    for i, new in enumerate(rows):
         if args.stop_at_eos and tok.eos_id in new:
             new = new[: new.index(tok.eos_id)]
         if args.num_samples > 1:
             print(f"--- sample {i + 1}")
         print(tok.decode(new) if args.chat else args.prompt + tok.decode(new))
     return 0
+
+
+def check_speculative(args) -> None:
+    """Refuse --speculative with an unknown method, --compile or --no-cache (one line naming both)."""
+    from gptforge.errors import OptionError
+
+    if args.speculative is None:
+        return
+    if args.speculative != "ngram":
+        raise OptionError(f"--speculative {args.speculative!r}: the only method is `ngram`")
+    for flag in ("compile", "no_cache"):
+        if getattr(args, flag):
+            raise OptionError(f"--speculative decodes through the serving engine, not with --{flag.replace('_', '-')}: "
+                              "drop one of them")
+

@@ -9,6 +9,10 @@ row b see only the filled positions of its slot. A request therefore starts as s
 frees, never after a whole other request has finished, and its greedy output is the same alone
 or beside others (up to float rounding of batched matrix products). This is the iteration-level
 scheduling of Orca (Yu et al., OSDI 2022) with a fixed slot per sequence instead of vLLM's pages.
+Options: a prompt whose leading tokens some slot still holds starts its prefill after them
+(`gptforge.infer.prefix_cache`); n-gram drafts verified in the decode pass give a row several
+tokens per step (`gptforge.infer.speculative`); rows may carry LoRA adapters (`gptforge.infer.multi_lora`);
+one-token passes may run as compiled static-shape steps (`gptforge.infer.engine_compile`).
 
 Sampling per sequence: temperature, top-k, top-p, its own seeded generator, presence and
 frequency penalties (OpenAI's definition: logit[j] -= presence * [c_j > 0] + frequency * c_j,
@@ -24,82 +28,20 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 
+from gptforge.infer.engine_compile import CompiledDecode
 from gptforge.infer.generate import MIN_TEMPERATURE, filter_logits
 from gptforge.infer.grammar import Constraint, GrammarVocab
+from gptforge.infer.prefix_cache import PrefixCache, prefill_groups
+from gptforge.infer.slots import SlotBatch, SlotKVCache
+from gptforge.infer.speculative import make_speculator
 from gptforge.infer.stream import StopStringFilter, StreamDetokenizer
 from gptforge.model.gpt import GPT
 
 log = logging.getLogger(__name__)
-
-
-class SlotBatch:
-    """Which cache slots the rows of one forward pass use, computed once and shared by every layer.
-
-    slots (B,) and filled (B,): each row's slot and the positions it has filled before this pass;
-    T: the new positions per row. Derived: `pos` (B, T) int64, the absolute positions of the new
-    tokens; `S`, the key length every row reads (longest filled + T); `leading` when the rows are
-    slots 0..B-1 in order (the cache is then read as a view, no copy); `uniform`, the common filled
-    length when every row has the same one (plain slice writes, no index tensors).
-
-    Raises:
-        ValueError: a row's positions would run past the slot's `max_len`.
-    """
-
-    def __init__(self, slots: list[int], filled: list[int], T: int, max_len: int, device):
-        B = len(slots)
-        self.T, self.S = T, max(filled) + T
-        if self.S > max_len:
-            raise ValueError(f"KV cache slot overflow: position {self.S - 1} >= max_len {max_len}")
-        self.leading = slots == list(range(B))
-        self.uniform = filled[0] if min(filled) == max(filled) else None
-        self.slot_idx = torch.tensor(slots, device=device)
-        self.pos = torch.tensor(filled, device=device)[:, None] + torch.arange(T, device=device)[None, :]
-        self.rows = self.slot_idx[:, None].expand(B, T)
-
-
-class SlotKVCache:
-    """Keys/values of one attention layer for `n_slots` sequences, each with its own length.
-
-    k, v: (n_slots, n_kv_head, max_len, head_dim). Before a forward pass, `bind(batch)` names the
-    batch rows' slots and filled lengths (a `SlotBatch`); `update` then writes the new keys of row b
-    at positions filled[b].. of slot slots[b] and returns the keys and values of the rows' slots up to
-    the longest filled length plus the new ones, (B, n_kv_head, S, head_dim). Positions of a row
-    beyond its own length hold stale values: the attention mask must hide them (`Engine` builds
-    it). Duck-types `gptforge.model.gpt.KVCache` for `GPT.forward`.
-    """
-
-    def __init__(self, n_slots: int, n_kv_head: int, max_len: int, head_dim: int, device, dtype):
-        self.k = torch.zeros(n_slots, n_kv_head, max_len, head_dim, device=device, dtype=dtype)
-        self.v = torch.zeros_like(self.k)
-        self.pos = 0  # unused: the engine always passes position ids
-        self.batch: SlotBatch | None = None
-
-    def bind(self, batch: SlotBatch) -> None:
-        """Use `batch`'s slots and lengths for the next `update`."""
-        self.batch = batch
-
-    def update(self, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        b = self.batch
-        assert b is not None, "bind() a SlotBatch before the forward pass"
-        B, T, S = k.size(0), b.T, b.S
-        k, v = k.to(self.k.dtype), v.to(self.v.dtype)
-        if b.uniform is not None:  # equal lengths: slice writes (and, for slots 0..B-1, slice reads)
-            L = b.uniform
-            if b.leading:
-                self.k[:B, :, L:L + T] = k
-                self.v[:B, :, L:L + T] = v
-                return self.k[:B, :, :S], self.v[:B, :, :S]
-            self.k[b.slot_idx, :, L:L + T] = k
-            self.v[b.slot_idx, :, L:L + T] = v
-        else:
-            self.k[b.rows, :, b.pos] = k.transpose(1, 2)
-            self.v[b.rows, :, b.pos] = v.transpose(1, 2)
-        if b.leading:
-            return self.k[:B, :, :S], self.v[:B, :, :S]
-        return self.k[b.slot_idx, :, :S], self.v[b.slot_idx, :, :S]
 
 
 @dataclass
@@ -112,6 +54,7 @@ class SamplingParams:
     end-of-text token; its text is not included). logprobs: None, or how many top alternatives
     to report per generated token (0: only the sampled token's). prompt_logprobs: likewise for
     each prompt token after the first. presence_penalty / frequency_penalty: see the module doc.
+    adapter: a LoRA adapter (`gptforge.infer.multi_lora.Adapter`) for this sequence's rows; None: the base.
     """
 
     max_tokens: int = 16
@@ -125,6 +68,7 @@ class SamplingParams:
     prompt_logprobs: int | None = None
     presence_penalty: float = 0.0
     frequency_penalty: float = 0.0
+    adapter: Any = None
     grammar: str | None = None
     """An llguidance grammar the output must follow (gptforge.infer.grammar.compile_*), or None."""
 
@@ -155,6 +99,8 @@ class Event:
     prompt_logprobs: list[TokenLogprob | None] | None = None
     finish_reason: str | None = None
     error: str | None = None
+    cached_tokens: int | None = None
+    """On the first event: the leading prompt tokens whose keys and values were reused (`prefix_cache`)."""
 
 
 @dataclass
@@ -166,7 +112,10 @@ class EngineStats:
 
     steps: steps that did work. prefill_passes / prefill_sequences: forward passes over admitted
     prompts and the sequences they held. decode_passes / decode_rows: one-token forward passes and
-    the sequences they held. emit_seconds: time in the `on_event` callbacks.
+    the sequences they held. emit_seconds: time in the `on_event` callbacks. prefix_query_tokens /
+    prefix_hit_tokens: prompt tokens admitted, and those of them whose prefill a reused prefix
+    skipped (`gptforge.infer.prefix_cache`; hit rate = hit / query). spec_draft_tokens /
+    spec_accepted_tokens: n-gram draft tokens verified, and those accepted (`gptforge.infer.speculative`).
     """
 
     steps: int = 0
@@ -179,6 +128,10 @@ class EngineStats:
     decode_rows: int = 0
     decode_seconds: float = 0.0
     emit_seconds: float = 0.0
+    prefix_query_tokens: int = 0
+    prefix_hit_tokens: int = 0
+    spec_draft_tokens: int = 0
+    spec_accepted_tokens: int = 0
 
 
 class Request:
@@ -202,6 +155,8 @@ class Request:
         self.counts: torch.Tensor | None = None
         self.constraint: Constraint | None = None
         self.submitted = time.monotonic()
+        self.cached = 0  # leading prompt positions its slot held before the prefill (prefix reuse)
+        self.prefilled = False
 
     @property
     def length(self) -> int:
@@ -232,32 +187,6 @@ def engine_context(model: GPT, max_batch_size: int, max_model_len: int | None) -
     return max_model_len
 
 
-def kv_cache_bytes(model: GPT, sequences: int, positions: int) -> int:
-    """Bytes of the keys and values of `sequences` sequences of `positions` positions each, as
-    `SlotKVCache` holds them: 2 x n_layer x (sequences, n_kv_head, positions, head_dim) tensors in the
-    dtype of the model's final norm (the compute dtype; a quantized embedding stores int8)."""
-    cfg = model.config
-    element = model.norm_f.weight.element_size()
-    return 2 * cfg.n_layer * sequences * cfg.n_kv_head * positions * cfg.head_dim * element
-
-
-def kv_cache_excess(model: GPT, sequences: int, positions: int, share: float = 0.8) -> str | None:
-    """None when the KV cache of `sequences` x `positions` (`kv_cache_bytes`) fits in `share` of the
-    memory of the model's device (or that memory is unknown); else what it needs, what the device
-    has and how many sequences would fit, as one clause for an error message."""
-    from gptforge.runtime.device import device_memory_bytes
-
-    device = model.norm_f.weight.device
-    have = device_memory_bytes(device)
-    need = kv_cache_bytes(model, sequences, positions)
-    if have is None or need <= share * have:
-        return None
-    fit = int(share * have) // kv_cache_bytes(model, 1, positions)
-    where = "this machine's memory" if device.type == "cpu" else f"the memory of {device}"
-    return (f"the KV cache of {sequences} sequences x {positions} positions needs {need / 2**30:,.1f} GiB, more "
-            f"than {share:.0%} of {where} ({have / 2**30:,.1f} GiB); at most {fit:,} sequences fit")
-
-
 def check_request(prompt: Sequence[int], params: SamplingParams, max_model_len: int) -> None:
     """Refuse a request no engine of context `max_model_len` (positions) can run.
 
@@ -279,18 +208,27 @@ class Engine:
         decode: token ids -> text (the tokenizer's decode).
         max_batch_size: sequences decoded together; more wait in arrival order.
         max_model_len: positions per sequence (prompt + generated), at most model.block_size.
+        prefix_caching: reuse the cached keys/values of a prompt's leading tokens (`prefix_cache`).
+        prefix_cache_slots: extra cache slots that only keep earlier prompts' prefixes.
+        speculative: None, or "ngram": n-gram drafts of num_speculative_tokens tokens per row and
+            step, verified in the decode pass (`gptforge.infer.speculative`).
+        compile_decode: one-token decode passes through compiled static-shape steps
+            (`gptforge.infer.engine_compile`; not for speculative passes or with LoRA adapters).
 
     Use `submit` from any thread; call `step()` yourself or `start()` a background thread.
     Callbacks (`on_event`) run on the engine's thread and must be quick (e.g. queue the event for an
     asyncio loop, which one of `step_hooks` then wakes once for the whole step).
 
     Raises:
-        ValueError: max_model_len above the model's block_size, or max_batch_size < 1.
+        ValueError: max_model_len above the model's block_size, max_batch_size < 1, an unknown
+            speculative method or num_speculative_tokens < 1 with one.
     """
 
     def __init__(self, model: GPT, decode: Callable[[list[int]], str], max_batch_size: int = 8,
-                 max_model_len: int | None = None):
+                 max_model_len: int | None = None, prefix_caching: bool = True, prefix_cache_slots: int = 0,
+                 speculative: str | None = None, num_speculative_tokens: int = 0, compile_decode: bool = False):
         max_model_len = engine_context(model, max_batch_size, max_model_len)
+        self.speculator = make_speculator(speculative, num_speculative_tokens)
         self.model = model.eval()
         self.decode = decode
         self.max_batch_size = max_batch_size
@@ -298,8 +236,10 @@ class Engine:
         p = model.norm_f.weight  # not wte: a quantized embedding stores int8
         self.device = p.device
         cfg = model.config
-        self.caches = [SlotKVCache(max_batch_size, cfg.n_kv_head, max_model_len, cfg.head_dim, p.device, p.dtype)
-                       for _ in range(cfg.n_layer)]
+        self.caches = [SlotKVCache(max_batch_size + prefix_cache_slots, cfg.n_kv_head, max_model_len, cfg.head_dim,
+                                   p.device, p.dtype) for _ in range(cfg.n_layer)]
+        self.prefix = PrefixCache(self.caches, max_batch_size, prefix_cache_slots, prefix_caching)
+        self.compiled = CompiledDecode(model, self.caches, max_model_len) if compile_decode else None
         self.free_slots = list(range(max_batch_size))
         self.waiting: collections.deque[Request] = collections.deque()
         self.running: list[Request] = []
@@ -309,6 +249,7 @@ class Engine:
         self._paused = False
         self.steps = 0
         self.stats = EngineStats()
+        self.lora: Any = None  # a gptforge.infer.multi_lora.RowAdapters: binds each row's adapter per pass
         self.grammar_vocab: GrammarVocab | None = None
         """The tokenizer for requests with a `grammar` (set by the engine's owner; None: refused)."""
         self.step_hooks: list[Callable[[], None]] = []
@@ -363,6 +304,7 @@ class Engine:
 
     def _release(self, seq: Request) -> None:
         if seq.slot is not None:
+            self.prefix.release(seq)
             self.free_slots.append(seq.slot)
             seq.slot = None
 
@@ -439,6 +381,8 @@ class Engine:
         # else: rows starting at 0 (causal prefill), or one new token per row with every row filling
         # all S positions: the model's own causal masking hides nothing that should be seen.
         idx = torch.tensor(ids, dtype=torch.long, device=self.device)
+        if self.lora is not None:
+            self.lora.bind([s.params.adapter for s in seqs], self.device)
         sel = None
         if select is not None:
             sel = (torch.arange(len(seqs), device=self.device), torch.tensor(select, device=self.device))
@@ -452,27 +396,35 @@ class Engine:
         with prompt_logprobs alone, since it needs the logits of every prompt position."""
         t0 = time.perf_counter()
         out: list[tuple[Request, Event]] = []
+        for s in seqs:
+            self.prefix.plan(s, self.running)
         batch = [s for s in seqs if s.params.prompt_logprobs is None]
-        if batch:
-            T = max(len(s.prompt) for s in batch)
-            ids = [s.prompt + [0] * (T - len(s.prompt)) for s in batch]
-            logits = self._forward(batch, ids, [0] * len(batch), select=[len(s.prompt) - 1 for s in batch]).float()
-            out += [(s, self._first_event(s, logits[b], Event())) for b, s in enumerate(batch)]
+        groups = prefill_groups(batch, self.max_model_len)
+        for group in groups:  # a reused prefix starts a row's prefill at position s.cached
+            T = max(len(s.prompt) - s.cached for s in group)
+            ids = [s.prompt[s.cached:] + [0] * (T - len(s.prompt) + s.cached) for s in group]
+            logits = self._forward(group, ids, [s.cached for s in group],
+                                   select=[len(s.prompt) - s.cached - 1 for s in group]).float()
+            out += [(s, self._first_event(s, logits[b], Event(cached_tokens=s.cached))) for b, s in enumerate(group)]
         for s in seqs:
             if s.params.prompt_logprobs is not None:
                 logits = self._forward([s], [s.prompt], [0])[0].float()  # (T, V)
                 logp = logits[:-1].log_softmax(-1)
                 first = Event(prompt_logprobs=[None] + [
                     _logprob_entry(logp[t], s.prompt[t + 1], s.params.prompt_logprobs) for t in range(len(s.prompt) - 1)])
+                first.cached_tokens = 0
                 out.append((s, self._first_event(s, logits[-1], first)))
         st = self.stats
-        st.prefill_passes += int(bool(batch)) + len(seqs) - len(batch)
+        st.prefill_passes += len(groups) + len(seqs) - len(batch)
         st.prefill_sequences += len(seqs)
+        st.prefix_query_tokens += sum(len(s.prompt) for s in seqs)
+        st.prefix_hit_tokens += sum(s.cached for s in seqs)
         st.prefill_seconds += time.perf_counter() - t0
         return out
 
     def _first_event(self, seq: Request, logits: torch.Tensor, first: Event) -> Event:
         """The first event of `seq` after its prefill, from the logits (V,) of its last prompt token."""
+        seq.prefilled = True
         if seq.params.max_tokens == 0:
             self._finish(seq, "length", first)
             return first
@@ -480,11 +432,19 @@ class Engine:
 
     def _decode(self, seqs: list[Request]) -> list[tuple[Request, Event]]:
         t0 = time.perf_counter()
-        logits = self._forward(seqs, [[s.generated[-1]] for s in seqs], [s.length - 1 for s in seqs],
-                               last_only=True)[:, -1].float()  # (B, V)
-        out = [(s, self._sample(s, logits[b], Event())) for b, s in enumerate(seqs)]
         st = self.stats
-        st.decode_passes, st.decode_rows = st.decode_passes + 1, st.decode_rows + len(seqs)
+        if self.speculator is not None:  # drafts verified in the pass: several events per row
+            out = self.speculator.decode(self, seqs, Event)
+        else:
+            if self.compiled is not None and self.lora is None:
+                logits = self.compiled([s.generated[-1] for s in seqs], [s.length - 1 for s in seqs],
+                                       [s.slot for s in seqs]).float()  # (B, V)
+            else:
+                logits = self._forward(seqs, [[s.generated[-1]] for s in seqs], [s.length - 1 for s in seqs],
+                                       last_only=True)[:, -1].float()  # (B, V)
+            out = [(s, self._sample(s, logits[b], Event())) for b, s in enumerate(seqs)]
+            st.decode_passes += 1
+        st.decode_rows += len(seqs)
         st.decode_seconds += time.perf_counter() - t0
         return out
 
@@ -521,11 +481,23 @@ class Engine:
         ev.text = text
         if stopped:
             ev.finish_reason, seq.finished = "stop", True
-        elif seq.constraint is not None and seq.constraint.advance(tok):  # the grammar has ended
-            self._finish(seq, "stop", ev)
+        elif seq.constraint is not None and self._grammar_ends(seq, tok, ev):
+            pass
         elif len(seq.generated) >= p.max_tokens or seq.length >= self.max_model_len:
             self._finish(seq, "length", ev)
         return ev
+
+    def _grammar_ends(self, seq: Request, tok: int, ev: Event) -> bool:
+        """Advance seq's grammar by `tok`; True when that ends seq: the grammar is complete ("stop"), or
+        its matcher failed (a lexer or parser work limit: "error", this row alone)."""
+        try:
+            if not seq.constraint.advance(tok):
+                return False
+        except RuntimeError as e:
+            ev.finish_reason, ev.error, seq.finished = "error", str(e), True
+            return True
+        self._finish(seq, "stop", ev)
+        return True
 
     # ---- background thread --------------------------------------------------------------------
 
@@ -587,6 +559,7 @@ class Engine:
                         self._release(s)
                         s.finished = True
                     self.running = []
+                    self.prefix.clear()  # a failed pass may have written part of a slot
                 for s in failed:
                     s.on_event(Event(finish_reason="error", error=f"{type(e).__name__}: {e}"))
                 self._run_hooks()

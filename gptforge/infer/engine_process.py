@@ -75,6 +75,8 @@ class EngineProcess:
         threads: torch intra-op threads of the child (default: this process's torch.get_num_threads()).
         max_restarts: how many times a child that died is replaced by a new one within
             RESTART_WINDOW_S seconds (0: never; the engine then stays down after a death).
+        engine_options: further keyword arguments of the child's `Engine` (prefix caching,
+            speculation, the compiled decode step).
 
     `start()` spawns the child and waits until it is ready; `submit` may be called from any thread.
     `on_event` callbacks and `step_hooks` run on this process's reader thread, once per child step.
@@ -84,12 +86,14 @@ class EngineProcess:
     """
 
     def __init__(self, model: GPT, tokenizer_file: str | Path, max_batch_size: int = 8,
-                 max_model_len: int | None = None, threads: int | None = None, max_restarts: int = 0):
+                 max_model_len: int | None = None, threads: int | None = None, max_restarts: int = 0,
+                 engine_options: dict | None = None):
         max_model_len = engine_context(model, max_batch_size, max_model_len)
         self.model = model.eval()
         self.tokenizer_file = str(tokenizer_file)
         self.max_batch_size, self.max_model_len = max_batch_size, max_model_len
         self.threads = threads or torch.get_num_threads()
+        self.engine_options = dict(engine_options or {})
         self.stats = EngineStats()
         self.child_cpu_seconds = 0.0
         """CPU seconds (user + system) of the child process, as of its last message."""
@@ -127,7 +131,7 @@ class EngineProcess:
         self._conn, child_end = ctx.Pipe()
         self._proc = ctx.Process(target=_child_main, name="gptforge-engine", daemon=True,
                                  args=(child_end, self.model, self.tokenizer_file, self.max_batch_size,
-                                       self.max_model_len, self.threads))
+                                       self.max_model_len, self.threads, self.engine_options))
         try:
             self._proc.start()
         except Exception as e:  # noqa: BLE001 - pickling the model: hooks, lambdas, compiled wrappers
@@ -331,7 +335,7 @@ class EngineProcess:
 
 
 def _child_main(conn, model: GPT, tokenizer_file: str, max_batch_size: int, max_model_len: int,
-                threads: int) -> None:
+                threads: int, engine_options: dict) -> None:
     """The child: an Engine in a thread, this thread reading the parent's messages."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
@@ -340,7 +344,7 @@ def _child_main(conn, model: GPT, tokenizer_file: str, max_batch_size: int, max_
     from gptforge.data.tokenizer import Tokenizer
     from gptforge.infer.grammar import GrammarVocab
     tok = Tokenizer.from_file(tokenizer_file)
-    engine = Engine(model, tok.decode, max_batch_size, max_model_len)
+    engine = Engine(model, tok.decode, max_batch_size, max_model_len, **engine_options)
     engine.grammar_vocab = GrammarVocab(tok.to_str(), model.config.vocab_size, tok.eos_id)
     send_lock, seqs_lock = threading.Lock(), threading.Lock()
     pending: list[tuple[int, Event]] = []

@@ -169,8 +169,8 @@ def lark_grammar(grammar: str, field: str) -> str:
 
 
 def check_grammar(vocab: GrammarVocab, grammar: str, field: str, timeout_s: float = COMPILE_TIMEOUT_S) -> None:
-    """Compile `grammar` against `vocab` under `limits()` and compute its first mask, as the engine
-    will, in a worker thread given `timeout_s` seconds (llguidance's work limits bound the parser,
+    """Compile `grammar` against `vocab` under `limits()`, compute its first mask, as the engine
+    will, and follow the first token it allows, in a worker thread given `timeout_s` seconds (llguidance's work limits bound the parser,
     not the time to build a lexer for a regex like `(a{1000}){1000}`: seconds; the worker runs on
     outside the interpreter lock until it finishes, and its result is dropped).
 
@@ -186,7 +186,12 @@ def check_grammar(vocab: GrammarVocab, grammar: str, field: str, timeout_s: floa
 
     def work() -> None:
         try:
-            Constraint(vocab, grammar, field).allowed()
+            c = Constraint(vocab, grammar, field)
+            first = c.allowed().nonzero().flatten()
+            # One token in, too: a lexer that outgrows its limits on the first byte (the regex above
+            # once its first mask is built) fails here, naming the field, rather than in the engine.
+            if first.numel() and not c.matcher.consume_token(int(first[0])):
+                raise GrammarError(field, _first_line(c.matcher.get_error()))
         except GrammarError as e:
             errors.append(e)
 
@@ -237,6 +242,13 @@ class Constraint:
         if not bool(allowed.any()):
             raise RuntimeError("the grammar allows no token here")
         return logits.masked_fill(~allowed[: logits.numel()], float("-inf"))
+
+    def valid_prefix(self, tokens: Sequence[int]) -> int:
+        """How many leading `tokens` the grammar allows in a row from its current state (which it
+        keeps): a speculative draft is cut there (`gptforge.infer.speculative`)."""
+        if not tokens or self.matcher.is_error():
+            return 0
+        return int(self.matcher.validate_tokens(list(tokens)))
 
     def advance(self, token_id: int) -> bool:
         """Follow the sampled `token_id`; True when the grammar has ended after it.

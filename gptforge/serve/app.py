@@ -3,7 +3,9 @@
 Endpoints (OpenAI API reference; tokenizer routes as vLLM names them, which lm-eval probes):
 GET /v1/models, POST /v1/completions, POST /v1/chat/completions, POST /tokenize,
 POST /detokenize, GET /tokenizer_info, GET /health, GET /metrics (Prometheus text format), and
-GET /openapi.json, the OpenAPI 3.1 schema of all of them (`gptforge.serve.openapi`).
+POST /v1/load_lora_adapter, POST /v1/unload_lora_adapter (LoRA adapters served by name,
+`gptforge.serve.adapters`), and GET /openapi.json, the OpenAPI 3.1 schema of all of them
+(`gptforge.serve.openapi`).
 
 Streaming is server-sent events as OpenAI sends them: `data: {json}\\n\\n` per chunk, then
 `data: [DONE]\\n\\n`. The first chat chunk of each choice carries `delta.role`; each choice ends
@@ -32,7 +34,7 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from gptforge.serve import chat, completions, info, page
+from gptforge.serve import adapters, chat, completions, info, page
 from gptforge.serve.openapi import OPEN_PATHS, openapi
 from gptforge.serve.protocol import APIError
 from gptforge.serve.server import ServeConfig, Server
@@ -114,7 +116,7 @@ def create_app(model, tokenizer_file: str | Path, cfg: ServeConfig | None = None
                   openapi_url="/openapi.json",
                   description="OpenAI-compatible completions and chat over a continuous-batching engine.")
     app.state.server = srv
-    for module in (completions, chat, info, page):
+    for module in (completions, chat, info, adapters, page):
         app.include_router(module.router)
     # Starlette types a handler as taking any Exception; each of these takes the class it is registered for.
     app.add_exception_handler(APIError, _api_error)  # type: ignore[arg-type]

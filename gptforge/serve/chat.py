@@ -55,7 +55,7 @@ class ChatCall:
 
     def chunk(self, choices: list, **extra) -> str:
         c = {"id": self.rid, "object": "chat.completion.chunk", "created": self.created,
-             "model": self.srv.cfg.model_name, "choices": choices, **extra}
+             "model": (self.req.model or self.srv.cfg.model_name), "choices": choices, **extra}
         if self.include_usage and "usage" not in c:
             c["usage"] = None
         return sse(c)
@@ -91,7 +91,7 @@ class ChatCall:
             if reason:
                 yield self.chunk([{"index": j, "delta": {}, "logprobs": None, "finish_reason": reason}])
         if self.include_usage:
-            yield self.chunk([], usage=usage(len(self.ids), completion_tokens))
+            yield self.chunk([], usage=usage(len(self.ids), completion_tokens, sub.cached_tokens))
         metrics.requests.labels(ENDPOINT, "200").inc()
         yield "data: [DONE]\n\n"
 
@@ -128,8 +128,8 @@ class ChatCall:
             choices.append({"index": j, "message": message, "finish_reason": reasons[j],
                             "logprobs": {"content": lps[j]} if req.logprobs else None})
         return self.srv.ok(ENDPOINT, ChatCompletion.model_validate({
-            "id": self.rid, "created": self.created, "model": self.srv.cfg.model_name, "choices": choices,
-            "usage": usage(len(self.ids), sum(counts))}))
+            "id": self.rid, "created": self.created, "model": (self.req.model or self.srv.cfg.model_name), "choices": choices,
+            "usage": usage(len(self.ids), sum(counts), sub.cached_tokens)}))
 
 
 @router.post(ENDPOINT, response_class=Response, summary="Answer a conversation",

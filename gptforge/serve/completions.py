@@ -71,7 +71,7 @@ class CompletionCall:
         return self._prompt_texts[j]
 
     def chunk(self, choices: list, **extra) -> str:
-        c = {"id": self.rid, "object": "text_completion", "created": self.created, "model": self.srv.cfg.model_name,
+        c = {"id": self.rid, "object": "text_completion", "created": self.created, "model": (self.req.model or self.srv.cfg.model_name),
              "choices": choices, **extra}
         if self.include_usage and "usage" not in c:
             c["usage"] = None
@@ -96,7 +96,7 @@ class CompletionCall:
             lp = self.logprob_block(self.entries(j, ev, answered[j])) if req.logprobs is not None else None
             yield self.chunk([{"index": j, "text": text, "logprobs": lp, "finish_reason": ev.finish_reason}])
         if self.include_usage:
-            yield self.chunk([], usage=usage(self.n_prompt, completion_tokens))
+            yield self.chunk([], usage=usage(self.n_prompt, completion_tokens, sub.cached_tokens))
         metrics.requests.labels(ENDPOINT, "200").inc()
         yield "data: [DONE]\n\n"
 
@@ -122,8 +122,8 @@ class CompletionCall:
                 lp = self.logprob_block(entries[j])
             choices.append({"index": j, "text": head + texts[j], "logprobs": lp, "finish_reason": reasons[j]})
         return self.srv.ok(ENDPOINT, Completion.model_validate({
-            "id": self.rid, "created": self.created, "model": self.srv.cfg.model_name, "choices": choices,
-            "usage": usage(self.n_prompt, sum(counts))}))
+            "id": self.rid, "created": self.created, "model": (self.req.model or self.srv.cfg.model_name), "choices": choices,
+            "usage": usage(self.n_prompt, sum(counts), sub.cached_tokens)}))
 
 
 @router.post(ENDPOINT, response_class=Response, summary="Complete a prompt",

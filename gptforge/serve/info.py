@@ -56,10 +56,11 @@ async def metrics(request: Request) -> Response:
 @router.get("/v1/models", response_class=Response, summary="The served model",
             **route_doc(response=ModelList, errors=()))
 async def models(request: Request) -> Response:
-    """The one model this server serves, with its context length."""
+    """The model this server serves, with its context length, and the LoRA adapters it serves by name."""
     srv = _server(request)
     return srv.ok("/v1/models", ModelList(data=[ModelCard(
-        id=srv.cfg.model_name, created=srv.created, owned_by="gptforge", max_model_len=srv.max_model_len)]))
+        id=srv.cfg.model_name, created=srv.created, owned_by="gptforge", max_model_len=srv.max_model_len),
+        *srv.adapters.cards(srv.created, srv.max_model_len)]))
 
 
 @router.get("/tokenizer_info", response_class=Response, summary="The tokenizer",

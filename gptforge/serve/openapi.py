@@ -76,12 +76,13 @@ def route_doc(request=None, response=None, stream=None, errors: tuple[int, ...] 
     return kw
 
 
-def _tighten(schemas: dict, model_name: str, vocab_size: int, max_model_len: int) -> None:
+def _tighten(schemas: dict, model_name: str | list[str], vocab_size: int, max_model_len: int) -> None:
     """Write this server's own limits into the request schemas (the routes check each, with a 400):
     the one model id served, token ids inside the vocabulary, token-id prompts that fit in the
     context, no empty prompt, and exactly one of `prompt` or `messages` for /tokenize."""
-    served = {"anyOf": [{"type": "string", "enum": [model_name]}, {"type": "null"}], "default": None,
-              "description": "The served model's id (GET /v1/models); another id is a 404."}
+    model_ids = [model_name] if isinstance(model_name, str) else model_name  # the base, then adapters by name
+    served = {"anyOf": [{"type": "string", "enum": model_ids}, {"type": "null"}], "default": None,
+              "description": "The served model's id, or a LoRA adapter's (GET /v1/models); another id is a 404."}
     for name in ("CompletionRequest", "ChatRequest", "TokenizeRequest", "DetokenizeRequest"):
         schemas[name]["properties"]["model"] = served
     token = {"type": "integer", "minimum": 0, "maximum": vocab_size - 1}
@@ -110,7 +111,7 @@ def openapi(app) -> dict:
                                  ref_template="#/components/schemas/{model}")
     schemas = doc.setdefault("components", {}).setdefault("schemas", {})
     schemas.update(defs["$defs"])
-    _tighten(schemas, srv.cfg.model_name, srv.tok.vocab_size, srv.max_model_len)
+    _tighten(schemas, [srv.cfg.model_name, *srv.adapters.by_name], srv.tok.vocab_size, srv.max_model_len)
     if srv.cfg.api_key is not None:
         doc["components"]["securitySchemes"] = {"bearer": {"type": "http", "scheme": "bearer"}}
         for path, ops in doc["paths"].items():

@@ -131,6 +131,29 @@ class TokenizeRequest(_Strict):
     add_generation_prompt: bool = True
 
 
+class LoadLoRAAdapterRequest(_Strict):
+    """POST /v1/load_lora_adapter."""
+
+    lora_name: str
+    """The model id requests will name to use the adapter."""
+    lora_path: str
+    """The LoRA fine-tune's run directory or checkpoint folder, on the server's disk."""
+
+
+class UnloadLoRAAdapterRequest(_Strict):
+    """POST /v1/unload_lora_adapter."""
+
+    lora_name: str
+
+
+class DeletedModel(BaseModel):
+    """POST /v1/unload_lora_adapter: the adapter no longer served."""
+
+    id: str
+    object: Literal["model"] = "model"
+    deleted: bool = True
+
+
 class DetokenizeRequest(_Strict):
     model: str | None = None
     tokens: list[StrictInt]
@@ -156,10 +179,16 @@ class ErrorResponse(BaseModel):
     error: ErrorBody
 
 
+class PromptTokensDetails(BaseModel):
+    cached_tokens: int
+    """Prompt tokens whose keys and values were reused from an earlier prompt (their prefill skipped)."""
+
+
 class Usage(BaseModel):
     prompt_tokens: int
     completion_tokens: int
     total_tokens: int
+    prompt_tokens_details: PromptTokensDetails | None = None
 
 
 class ModelCard(BaseModel):
@@ -169,6 +198,10 @@ class ModelCard(BaseModel):
     """Unix seconds when the server started."""
     owned_by: str
     max_model_len: int
+    root: str | None = None
+    """A LoRA adapter's run directory (None for the base)."""
+    parent: str | None = None
+    """A LoRA adapter's base: the served model's id (None for the base)."""
 
 
 class ModelList(BaseModel):
@@ -320,6 +353,7 @@ class TokenizerInfo(BaseModel):
     add_bos_token: bool
 
 
-REQUEST_MODELS = (CompletionRequest, ChatRequest, TokenizeRequest, DetokenizeRequest)
+REQUEST_MODELS = (CompletionRequest, ChatRequest, TokenizeRequest, DetokenizeRequest, LoadLoRAAdapterRequest,
+                  UnloadLoRAAdapterRequest)
 RESPONSE_MODELS = (ErrorResponse, ModelList, Completion, CompletionChunk, ChatCompletion, ChatCompletionChunk,
-                   TokenizeResponse, DetokenizeResponse, TokenizerInfo)
+                   TokenizeResponse, DetokenizeResponse, TokenizerInfo, ModelCard, DeletedModel)

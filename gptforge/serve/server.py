@@ -14,7 +14,7 @@ import re
 import threading
 import time
 import weakref
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -27,7 +27,10 @@ from gptforge.infer.engine import Engine, Event, SamplingParams
 from gptforge.infer.engine_process import EngineProcess
 from gptforge.infer.generate import MIN_TEMPERATURE, MIN_TOP_P
 from gptforge.infer.grammar import GrammarVocab
+from gptforge.serve.adapters import ServedAdapters
+from gptforge.serve.engine_options import add_engine_metrics, engine_options
 from gptforge.serve.protocol import UNSUPPORTED, APIError
+from gptforge.serve.relay import EventRelay
 from gptforge.serve.structured import constrain
 from gptforge.serve.tools import message_dict
 
@@ -65,6 +68,18 @@ class ServeConfig:
     """With engine_process: how many times within gptforge.infer.engine_process.RESTART_WINDOW_S
     (600 s) a dead engine process is replaced by a new one; after that the server stays down
     (/health 503) for a supervisor to restart."""
+    prefix_caching: bool = True
+    """Reuse the cached keys/values of a prompt's leading tokens (gptforge.infer.prefix_cache)."""
+    prefix_cache_slots: int = 0
+    """KV cache slots beyond max_batch_size that only keep earlier prompts' prefixes (LRU)."""
+    speculative: str | None = None
+    """None, or "ngram": n-gram speculative decoding (gptforge.infer.speculative)."""
+    num_speculative_tokens: int = 0
+    """Draft tokens per sequence and step with `speculative`."""
+    compile_decode: bool = False
+    """One-token decode passes through compiled static-shape steps (gptforge.infer.engine_compile)."""
+    lora_modules: dict[str, str] = field(default_factory=dict)
+    """LoRA adapters served by name: {model id: run directory of a LoRA fine-tune of the served model}."""
 
 
 class Metrics:
@@ -85,6 +100,7 @@ class Metrics:
               registry=r).set_function(lambda: float(engine.alive))
         Gauge("gptforge_engine_restarts", "Engine processes started after one died (0 in process)",
               registry=r).set_function(lambda: float(getattr(engine, "restarts", 0)))
+        add_engine_metrics(r, engine)
         buckets = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30)
         self.ttft = Histogram("gptforge_time_to_first_token_seconds", "Time from request to its first token",
                               buckets=buckets, registry=r)
@@ -118,45 +134,6 @@ def _max_token_chars(hf_tokenizer) -> int:
     return longest * (2 if hf_tokenizer.normalizer is not None else 1)
 
 
-class EventRelay:
-    """Hands engine events (from the engine's thread) to asyncio queues on one event loop, a step at
-    a time: `push` only stores them; `wake` (an engine step hook, run after the step has pushed all
-    of its events) schedules one `call_soon_threadsafe` that delivers them all. A step's events for
-    every stream thus cost one wake-up of the loop (a write to its self-pipe), not one per token, and
-    the loop wakes after the engine has finished with them, not in the middle. While a delivery is
-    scheduled and has not run yet (the loop is behind), later steps' events join it without another
-    wake-up, and a stream then finds several events at once (`coalesce` sends them in one write).
-    """
-
-    def __init__(self, loop: asyncio.AbstractEventLoop):
-        self.loop = loop
-        self._lock = threading.Lock()
-        self._pending: list[tuple[asyncio.Queue, Any]] = []
-        self._scheduled = False
-
-    def push(self, queue: asyncio.Queue, item) -> None:
-        """Hold `item` for `queue` until the next `wake` (callable from any thread)."""
-        with self._lock:
-            self._pending.append((queue, item))
-
-    def wake(self) -> None:
-        """Deliver everything pushed so far on the loop's thread (callable from any thread)."""
-        with self._lock:
-            if not self._pending or self._scheduled:
-                return
-            self._scheduled = True
-        try:
-            self.loop.call_soon_threadsafe(self._deliver)
-        except RuntimeError:  # the event loop has closed: the server is shutting down
-            pass
-
-    def _deliver(self) -> None:
-        with self._lock:
-            items, self._pending, self._scheduled = self._pending, [], False
-        for queue, item in items:
-            queue.put_nowait(item)
-
-
 class Submission:
     """The engine sequences of one request, submitted together; `events` streams what they produce.
 
@@ -169,6 +146,8 @@ class Submission:
         self.srv, self.n = srv, len(jobs)
         self.queue: asyncio.Queue = asyncio.Queue()
         self.seqs: list[Any] = []
+        self._cached: dict[int, int] = {}  # prompt list's id -> most tokens a reused prefix covered in a job of it
+        self._prompt_ids = [id(p) for p, _ in jobs]  # the n choices of one prompt share its list
         self._cancel = weakref.finalize(self, _cancel_all, srv.engine, self.seqs)
         queue = self.queue  # the callbacks must not hold `self`, or the finalizer never runs
 
@@ -183,6 +162,12 @@ class Submission:
         except BaseException:
             self._cancel()
             raise
+
+    @property
+    def cached_tokens(self) -> int:
+        """Prompt tokens whose prefill a reused prefix skipped, each prompt counted once (as usage
+        counts its prompt_tokens), however many choices it has."""
+        return sum(self._cached.values())
 
     async def timed_events(self, request: Request, start: float, metrics: "Metrics"):
         """`events`, observing time to first token (from `start`, seconds on time.monotonic) and
@@ -220,6 +205,9 @@ class Submission:
                             return
                         continue
                 started.setdefault(i, time.monotonic())
+                if ev.cached_tokens:
+                    key = self._prompt_ids[i]
+                    self._cached[key] = max(self._cached.get(key, 0), ev.cached_tokens)
                 if ev.token_id is not None:
                     self.srv.metrics.generation_tokens.inc()
                 if ev.finish_reason:
@@ -266,12 +254,19 @@ class Server:
         self.chat = ChatTokenizer.from_dir(tokenizer_file)
         self.template = DEFAULT_TEMPLATE if cfg.chat_template == "default" else None
         self.engine: Engine | EngineProcess
+        opts = engine_options(cfg)
         if cfg.engine_process:
             self.engine = EngineProcess(model, tokenizer_file, cfg.max_batch_size, cfg.max_model_len,
-                                        max_restarts=cfg.engine_restarts)
+                                        max_restarts=cfg.engine_restarts, engine_options=opts)
         else:
-            self.engine = Engine(model, self.tok.decode, cfg.max_batch_size, cfg.max_model_len)
+            self.engine = Engine(model, self.tok.decode, cfg.max_batch_size, cfg.max_model_len, **opts)
         self.max_model_len = self.engine.max_model_len
+        self.adapters = ServedAdapters(model, self.engine, cfg.model_name)
+        for name, path in cfg.lora_modules.items():
+            try:
+                self.adapters.load(name, path)
+            except APIError as e:
+                raise ValueError(e.message) from None
         self.grammar_vocab = GrammarVocab(self.tok.to_str(), model.config.vocab_size, self.tok.eos_id)
         if isinstance(self.engine, Engine):
             self.engine.grammar_vocab = self.grammar_vocab
@@ -344,8 +339,9 @@ class Server:
         return Response(payload.model_dump_json(), media_type="application/json")
 
     def check_model(self, name: str | None) -> None:
-        if name is not None and name != self.cfg.model_name:
-            raise _err(404, f"The model `{name}` does not exist; this server serves `{self.cfg.model_name}`",
+        if name is not None and name != self.cfg.model_name and name not in self.adapters.by_name:
+            also = "".join(f", `{n}`" for n in self.adapters.by_name)
+            raise _err(404, f"The model `{name}` does not exist; this server serves `{self.cfg.model_name}`{also}",
                        "model", "model_not_found")
 
     def check_unsupported(self, req) -> None:
@@ -438,7 +434,7 @@ class Server:
 
         rendered = [message_dict(m) for m in messages]
         if bounded:
-            chars = sum(len(m["content"] or "") for m in rendered) + len(json.dumps(tools or []))
+            chars = sum(len(m["content"] or "") for m in rendered) + (len(json.dumps(tools)) if tools else 0)
             self.check_prompt_chars(chars, "the conversation", "messages")
         try:
             return prompt_ids(self.chat, rendered, self.template, tools)
@@ -474,7 +470,7 @@ class Server:
             max_tokens=max_tokens, temperature=temperature, top_k=max(req.top_k, 0), top_p=max(req.top_p, MIN_TOP_P),
             seed=None if req.seed is None else (req.seed + choice) % 2**64, stop=stop, stop_token_ids=stop_ids,
             logprobs=logprobs, prompt_logprobs=prompt_logprobs, presence_penalty=req.presence_penalty,
-            frequency_penalty=req.frequency_penalty)
+            frequency_penalty=req.frequency_penalty, adapter=self.adapters.get(req.model))
 
     async def answer(self, request: Request, cls, make_call) -> Response:
         """Parse the body as `cls`, check its model and unsupported fields, build the endpoint's
@@ -573,10 +569,10 @@ class Server:
         return texts, counts, reasons
 
 
-def usage(prompt_tokens: int, completion_tokens: int) -> dict:
-    """OpenAI's usage object."""
+def usage(prompt_tokens: int, completion_tokens: int, cached_tokens: int = 0) -> dict:
+    """OpenAI's usage object; prompt_tokens_details.cached_tokens: prompt tokens a reused prefix covered."""
     return {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
-            "total_tokens": prompt_tokens + completion_tokens}
+            "total_tokens": prompt_tokens + completion_tokens, "prompt_tokens_details": {"cached_tokens": cached_tokens}}
 
 
 def sse(obj) -> str:

@@ -34,8 +34,17 @@ def check_tools(req) -> None:
 
     Raises:
         APIError: 400 naming the field: a function's parameters that are not an object schema,
-            two functions of one name, a tool_choice without tools or naming an unknown function.
+            two functions of one name, a tool_choice without tools or naming an unknown function; a
+            `tool` message that does not follow an assistant message with tool_calls (or another
+            tool message), as OpenAI refuses it.
     """
+    before = None
+    for i, m in enumerate(getattr(req, "messages", None) or []):
+        answered = before is not None and (before.role == "tool" or (before.role == "assistant" and before.tool_calls))
+        if m.role == "tool" and not answered:
+            raise APIError(400, f"messages[{i}] has role 'tool' but does not answer the tool_calls of a preceding "
+                                "assistant message", f"messages[{i}].role", "invalid_value")
+        before = m
     names: set[str] = set()
     for i, t in enumerate(req.tools or []):
         params = t.function.parameters

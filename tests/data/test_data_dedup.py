@@ -134,6 +134,15 @@ def test_ascii_fast_path_splits_like_the_unicode_pattern(stdlib_texts):
     assert dedup_words("नमस्ते दुनिया") == ["नमसत", "दनिया"]  # Mn (virama, e, u signs) dropped as FineWeb does; Mc (i, aa signs) stay inside words
 
 
+def test_nonspacing_table_deletes_what_the_mark_pattern_deletes():
+    from gptforge.data.dedup import _nonspacing_table, _simplify_patterns
+
+    _, marks = _simplify_patterns()
+    every = "".join(chr(c) for c in range(1, 0x110000) if not 0xD800 <= c <= 0xDFFF)
+    assert every.translate(_nonspacing_table()) == marks.sub("", every)
+    assert len(every) - len(marks.sub("", every)) > 1900  # the Mn of Unicode 15: about 1,950
+
+
 def test_short_documents_are_not_near_duplicate_candidates():
     texts = ["only four words here", "only four words here", "Only four, words here!"]
     sig = minhash_signatures(texts)

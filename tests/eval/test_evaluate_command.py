@@ -42,7 +42,7 @@ def test_evaluate_bad_task_and_bad_options_are_one_line_errors(trained_run, tmp_
     assert main(["evaluate", str(trained_run), "--tasks", str(bad)]) == 1
     err = capsys.readouterr().err
     assert err.startswith("gptforge evaluate: error:") and "bad.jsonl, line 1: field 'label' = 5" in err
-    assert main(["evaluate", str(trained_run)]) == 1
+    assert main(["evaluate", str(trained_run)]) == 2  # a bad command line: errors.USAGE_EXIT
     assert "exactly one of --tasks" in capsys.readouterr().err
 
 

@@ -23,7 +23,8 @@ MAX_EXAMPLES = 50
 MAX_TOKENS = 3
 
 OPERATIONS = ["GET /health", "GET /metrics", "GET /v1/models", "GET /tokenizer_info", "POST /tokenize",
-              "POST /detokenize", "POST /v1/completions", "POST /v1/chat/completions"]
+              "POST /detokenize", "POST /v1/completions", "POST /v1/chat/completions", "POST /v1/load_lora_adapter",
+              "POST /v1/unload_lora_adapter"]
 
 
 @pytest.fixture(scope="module")

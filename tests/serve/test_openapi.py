@@ -25,7 +25,8 @@ def test_every_route_is_declared_with_its_models(doc):
     paths = doc["paths"]
     assert sorted(f"{m.upper()} {p}" for p, ops in paths.items() for m in ops) == sorted(
         ["GET /health", "GET /metrics", "GET /v1/models", "GET /tokenizer_info", "POST /tokenize",
-         "POST /detokenize", "POST /v1/completions", "POST /v1/chat/completions"])
+         "POST /detokenize", "POST /v1/completions", "POST /v1/chat/completions", "POST /v1/load_lora_adapter",
+         "POST /v1/unload_lora_adapter"])
     schemas = doc["components"]["schemas"]
     for path, request, response in [("/v1/completions", "CompletionRequest", "Completion"),
                                     ("/v1/chat/completions", "ChatRequest", "ChatCompletion"),

@@ -24,6 +24,7 @@ import numpy as np
 from gptforge.data.phases.pool import Executor, run_tasks
 from gptforge.data.phases.split import SplitRule, Splits, cut_pieces
 from gptforge.data.phases.work import WorkFolder
+from gptforge.data.rank_bpe import encode_texts
 from gptforge.data.shards import SPLITS, dtype_for_vocab
 from gptforge.data.text_stats import whitespace_pieces
 from gptforge.data.tokenizer import Tokenizer
@@ -46,7 +47,8 @@ def encode_documents(tokenizer: Tokenizer, texts: list[str], dtype: np.dtype,
     """Token ids of `texts`, each followed by EOS, concatenated; their UTF-8 bytes; tokens per text.
 
     Texts are tokenized in calls of about `TOKENIZE_PIECE_CHARS` characters (long texts in
-    whitespace-cut pieces, identical tokens), so memory does not grow with a document's size
+    whitespace-cut pieces, identical tokens), through tiktoken where it gives the tokenizer's own
+    ids (`rank_bpe.encode_texts`), so memory does not grow with a document's size
     beyond its ids. `ends[k]` False: text k is not the end of its document (a window of a huge
     one, see `plan_encode_windows`) and gets no EOS.
 
@@ -61,7 +63,7 @@ def encode_documents(tokenizer: Tokenizer, texts: list[str], dtype: np.dtype,
     size = 0
 
     def run() -> None:
-        for piece_ids, k in zip(tokenizer.encode_batch(group), owners, strict=True):
+        for piece_ids, k in zip(encode_texts(tokenizer, group), owners, strict=True):
             arr = np.asarray(piece_ids, dtype=dtype)
             lengths[abs(k) - 1] += arr.size
             chunks.append(arr)
