@@ -106,9 +106,9 @@ class RolloutSource(SourceBase):
         self.handle = model
 
     def extra_memory_bytes(self) -> int:
-        """The KV cache of one group's sampling (gptforge.infer.engine.kv_cache_bytes): G rows of the
+        """The KV cache of one group's sampling (gptforge.infer.slots.kv_cache_bytes): G rows of the
         longest prompt + rl.max_new_tokens positions (groups are sampled one at a time)."""
-        from gptforge.infer.engine import kv_cache_bytes
+        from gptforge.infer.slots import kv_cache_bytes
 
         assert self.handle is not None, "the trainer binds the model before asking for its memory"
         core: Any = self.handle.core  # the GPT itself (module docstring)
