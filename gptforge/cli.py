@@ -21,7 +21,7 @@ from __future__ import annotations
 import sys
 
 COMMANDS = ("quickstart", "plan", "prepare", "pretrain", "evaluate", "vocab", "generate", "distill", "finetune",
-            "convert", "launch", "slurm", "report", "serve", "export", "quantize", "prune", "sweep",
+            "rl", "convert", "launch", "slurm", "report", "serve", "export", "quantize", "prune", "sweep",
             "export-checkpoint")
 """The commands in the order `gptforge --help` lists them; `gptforge/commands/<name>.py` (hyphens
 as underscores) implements each."""

@@ -15,8 +15,9 @@ Sections live in their own modules (`model`, `train`, `parallel`, `run`; dict co
 from gptforge.config.dicts import from_dict, to_dict
 from gptforge.config.model import ModelConfig, check_preset
 from gptforge.config.parallel import Offload, ParallelConfig
+from gptforge.config.rl import RLConfig
 from gptforge.config.run import SECTIONS, RunConfig, describe_parse_error, explain_unknown, run_config_from
 from gptforge.config.train import Checkpointing, FinetuneConfig, OptimizerName, Precision, TrainConfig
 
-__all__ = ["Checkpointing", "FinetuneConfig", "ModelConfig", "Offload", "OptimizerName", "ParallelConfig", "Precision", "RunConfig", "SECTIONS", "TrainConfig",
+__all__ = ["Checkpointing", "FinetuneConfig", "ModelConfig", "Offload", "OptimizerName", "ParallelConfig", "Precision", "RLConfig", "RunConfig", "SECTIONS", "TrainConfig",
            "check_preset", "describe_parse_error", "explain_unknown", "from_dict", "run_config_from", "to_dict"]

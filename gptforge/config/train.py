@@ -116,8 +116,9 @@ class TrainConfig:
     best_metric: str = "val_loss"
     """What picks the best checkpoint and drives early stopping: val_loss (of a mixture: the
     token-weighted mean over the sources' val splits), val/<source>/loss (one source of a
-    mixture), or a task metric such as eval/<task>/acc (higher is better for accuracies and F1,
-    lower for perplexities)."""
+    mixture), a task metric such as eval/<task>/acc (higher is better for accuracies and F1,
+    lower for perplexities), or for `gptforge rl` with rl.eval_prompts eval/pass@1 or
+    eval/reward/NAME (the held-out reward; higher is better)."""
     checkpoint_interval: int = bounded(500, low=0)
     """Write a checkpoint every N steps (and at the end); 0 writes only at the end."""
     keep_checkpoints: int = bounded(2, low=1)

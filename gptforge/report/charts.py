@@ -201,11 +201,31 @@ def eval_chart(runs: list[RunData]) -> go.Figure | None:
     return _layout(fig, "Validation perplexity", "exp(val loss)", log_y=True)
 
 
+REWARD_KEYS = ("rl/reward_mean", "eval/pass@1")
+"""An RL run's training reward (mean over each step's rollouts) and held-out pass@1 (gptforge rl)."""
+
+
+def reward_chart(runs: list[RunData]) -> go.Figure | None:
+    """An RL run's mean training reward per step (raw and smoothed) and held-out pass@1 at each
+    evaluation, on one axis (both are rewards, in the units of the run's reward); None for runs
+    that logged neither."""
+    fig = go.Figure()
+    for i, run in enumerate(runs):
+        for t in _line(runs, run, i, "rl/reward_mean", "train reward", smooth_it=True):
+            fig.add_trace(t)
+        for t in _line(runs, run, i, "eval/pass@1", "held-out pass@1", dash="dot", mode="lines+markers", width=2.2):
+            fig.add_trace(t)
+    if not fig.data:
+        return None
+    _marks(fig, runs, "rl/reward_mean")
+    return _layout(fig, "Reward", "reward")
+
+
 def other_metrics_chart(runs: list[RunData]) -> go.Figure | None:
     """Every other numeric metrics key (e.g. task scores), one curve per (run, key)."""
     fig = go.Figure()
     for i, run in enumerate(runs):
-        for key in sorted(k for k in run.metric_keys() - KNOWN_KEYS - set(PREFERENCE_KEYS)
+        for key in sorted(k for k in run.metric_keys() - KNOWN_KEYS - set(PREFERENCE_KEYS) - set(REWARD_KEYS)
                           if not k.startswith(("val/", "data/"))):
             for t in _line(runs, run, i, key, key, mode="lines+markers"):
                 t.line.color = None  # one colour per key; runs differ in legend name
@@ -287,5 +307,6 @@ def _all_charts(runs: list[RunData]) -> dict[str, tuple[go.Figure | None, str]]:
         "eval": (eval_chart(runs), "val_loss"),
         "sources": (sources_chart(runs), "val/NAME/loss"),
         "preference": (preference_chart(runs), "rewards/margins"),
+        "reward": (reward_chart(runs), "rl/reward_mean"),
         "other": (other_metrics_chart(runs), "(keys beyond the standard ones)"),
     }

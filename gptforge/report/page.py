@@ -416,6 +416,10 @@ def render_report(runs: list[RunData], out_dir: Path | None = None, stopped: str
                                                                   "mfu", "step_seconds")) + "</div>")
     if charts["preference"][0] is not None:
         parts.append("<h2>Preference tuning</h2><div class=grid>" + chart("preference") + "</div>")
+    if charts["reward"][0] is not None:
+        parts.append("<h2>Reward</h2><p class=sub>gptforge rl: the mean reward of each step's rollouts and the "
+                     "greedy held-out pass@1 (rl.eval_prompts) at each evaluation.</p><div class=grid>"
+                     + chart("reward") + "</div>")
     if charts["other"][0] is not None:
         parts.append("<h2>Other metrics</h2><div class=grid>" + chart("other") + "</div>")
     parts.append("<h2>Memory</h2><div class=grid>" + chart("memory") + "</div>" + _memory_html(runs))

@@ -204,9 +204,12 @@ class Trainer:
     def _early_stopping(self) -> EarlyStopping:
         metric = self.tc.best_metric
         per_source = [f"val/{n}/loss" for n in self.source.source_tokens or {}]
+        own = self.source.val_metric_names
+        if metric in own:
+            return EarlyStopping(self.tc.patience, metric, True)
         if metric != "val_loss" and metric not in per_source and not (metric.startswith("eval/") and self.tc.eval_tasks):
             raise InputError(f"train.best_metric={metric!r}: use val_loss, "
-                             + "".join(f"{m}, " for m in per_source)
+                             + "".join(f"{m}, " for m in (*per_source, *own))
                              + "or eval/<task>/<metric> of a task in train.eval_tasks")
         from gptforge.eval.runner import higher_is_better
 
@@ -361,7 +364,7 @@ class Trainer:
             from gptforge.plan.planner import predict_peak_memory_bytes
 
             kind = self.device.type if self.device.type in ("cuda", "mps") else "cpu"
-            self.predicted_mem = predict_peak_memory_bytes(self.mc, tc, self.pc, kind)
+            self.predicted_mem = predict_peak_memory_bytes(self.mc, tc, self.pc, kind) + self.source.extra_memory_bytes()
         except ValueError as e:
             self.predicted_mem = None
             self.say(f"planner: no memory prediction for this layout ({e})")

@@ -175,3 +175,24 @@ def test_cli_report(real_run, tmp_path, capsys):
     assert cli_main(["report", str(tmp_path / "nope")]) == 1
     err = capsys.readouterr().err
     assert err.startswith("gptforge report: error:") and "nope" in err
+
+
+def test_rl_run_charts_reward_and_heldout_pass_at_1(real_run, tmp_path):
+    """gptforge rl's rows: a Reward chart with the training reward per step and held-out pass@1 at
+    the evaluations (kept out of the catch-all chart); a run without them has no Reward chart."""
+    from gptforge.report.charts import other_metrics_chart, reward_chart
+
+    rows = [{"step": s, "loss": 0.01 * s, "rl/reward_mean": 0.1 * s, "rl/entropy": 2.0,
+             **({"eval/pass@1": 0.2 * s, "val_loss": -0.2 * s} if s % 2 == 0 else {})} for s in range(1, 7)]
+    run = write_rows(tmp_path / "rl", rows)
+    data = load_run(run)
+    fig = reward_chart([data])
+    by_name = {t.name: t for t in fig.data}
+    assert list(by_name["train reward"].y) == pytest.approx([0.1 * s for s in range(1, 7)])
+    assert list(by_name["held-out pass@1"].x) == [2, 4, 6]
+    assert list(by_name["held-out pass@1"].y) == pytest.approx([0.4, 0.8, 1.2])
+    assert {t.name for t in other_metrics_chart([data]).data} == {"rl/entropy"}
+    page = write_run_report(run).read_text()
+    assert "<h2>Reward</h2>" in page and "chart-reward" in page
+    assert reward_chart([load_run(real_run)]) is None
+    assert "chart-reward" not in write_report([real_run], tmp_path / "plain.html").read_text()

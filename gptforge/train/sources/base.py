@@ -95,6 +95,9 @@ class BatchSource(Protocol):
     source_tokens: dict[str, int] | None
     """A mixture's sources: name -> train tokens (the default data weights, the `val/NAME/loss`
     names train.best_metric may take); None for data of one source."""
+    val_metric_names: tuple[str, ...]
+    """Names of the metrics `val_metrics` gives that train.best_metric may take, higher being
+    better (an RL run's eval/pass@1); () for none."""
     data_dir: Path | None
     """The shard folder the run report reads its data figures from, or None."""
     supports_pipeline: bool
@@ -107,6 +110,11 @@ class BatchSource(Protocol):
     def bind(self, model: ModelHandle) -> None:
         """Called once the model is laid out, before `batches`: a source whose batches come from
         the model (RL rollouts) keeps the handle; others ignore it."""
+        ...
+
+    def extra_memory_bytes(self) -> int:
+        """Bytes this source holds on the model's device beside a training step (after `bind`):
+        an RL source's sampling KV cache; the trainer adds them to the planner's prediction."""
         ...
 
     def batches(self, block_size: int, tc, dp_rank: int, dp_size: int) -> Batches: ...
@@ -150,6 +158,7 @@ class SourceBase:
     `provenance` and `check_resume`."""
 
     source_tokens: dict[str, int] | None = None
+    val_metric_names: tuple[str, ...] = ()
     data_dir: Path | None = None
     supports_pipeline: bool = False
 
@@ -158,6 +167,9 @@ class SourceBase:
 
     def bind(self, model: ModelHandle) -> None:
         return None
+
+    def extra_memory_bytes(self) -> int:
+        return 0
 
     def val_metrics(self) -> dict[str, float]:
         return {}

@@ -1,0 +1,1 @@
+"""Reinforcement learning with verifiable rewards: rollouts and the GRPO / DAPO loss."""
