@@ -72,15 +72,11 @@ def main(argv: list[str]) -> int:
     from gptforge.data.tokenizer import Tokenizer
     from gptforge.infer.generate import generate
     from gptforge.infer.slots import kv_cache_excess
+    from gptforge.infer.spec_generate import check_decode_options
     from gptforge.runtime.device import pick_device
     from gptforge.runtime.loading import load_for_inference
 
-    if args.compile and args.no_cache:  # generate() refuses it too, in its Python arguments' names
-        from gptforge.errors import OptionError
-
-        raise OptionError("--compile needs the KV cache (it compiles the cached decode step): drop --no-cache "
-                         "or --compile")
-    check_speculative(args)
+    check_decode_options(args.speculative, args.compile, args.no_cache)
     device = pick_device(args.device, "--device")
     model, ckpt, _doc, tok_path = load_for_inference(args.model, device, "best" if args.best else "latest")
     if tok_path is None:
@@ -142,18 +138,4 @@ def main(argv: list[str]) -> int:
             print(f"--- sample {i + 1}")
         print(tok.decode(new) if args.chat else args.prompt + tok.decode(new))
     return 0
-
-
-def check_speculative(args) -> None:
-    """Refuse --speculative with an unknown method, --compile or --no-cache (one line naming both)."""
-    from gptforge.errors import OptionError
-
-    if args.speculative is None:
-        return
-    if args.speculative != "ngram":
-        raise OptionError(f"--speculative {args.speculative!r}: the only method is `ngram`")
-    for flag in ("compile", "no_cache"):
-        if getattr(args, flag):
-            raise OptionError(f"--speculative decodes through the serving engine, not with --{flag.replace('_', '-')}: "
-                              "drop one of them")
 

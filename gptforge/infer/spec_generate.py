@@ -10,6 +10,28 @@ from typing import Any
 from gptforge.infer.engine import Engine, SamplingParams
 
 
+def check_decode_options(speculative: str | None, compile: bool, no_cache: bool) -> None:
+    """`gptforge generate`'s decoding flags that cannot go together, refused before the model loads.
+
+    Raises:
+        OptionError: --compile with --no-cache (it compiles the cached decode step); --speculative
+            with a method other than `ngram`, or with --compile or --no-cache (speculation decodes
+            through the serving engine); one line naming both flags.
+    """
+    from gptforge.errors import OptionError
+
+    if compile and no_cache:  # generate() refuses it too, in its Python arguments' names
+        raise OptionError("--compile needs the KV cache (it compiles the cached decode step): drop --no-cache "
+                          "or --compile")
+    if speculative is None:
+        return
+    if speculative != "ngram":
+        raise OptionError(f"--speculative {speculative!r}: the only method is `ngram`")
+    for flag, on in (("compile", compile), ("no-cache", no_cache)):
+        if on:
+            raise OptionError(f"--speculative decodes through the serving engine, not with --{flag}: drop one of them")
+
+
 def speculative_generate(model: Any, prompts: Sequence[Sequence[int]], max_new_tokens: int, k: int,
                          decode: Any, temperature: float = 1.0, top_k: int | None = None, top_p: float | None = None,
                          seed: int | None = None, eos_id: int | None = None) -> tuple[list[list[int]], Any]:
