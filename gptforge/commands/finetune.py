@@ -59,13 +59,9 @@ def build_parser():
 
 
 def main(argv: list[str]) -> int:
-    from gptforge.train.resume import resume_auto_argv
+    from gptforge.train.resume import resume_argv
 
-    argv = resume_auto_argv(argv, "gptforge finetune")
-    if "--resume" in argv:
-        from gptforge.train.resume import saved_config_argv
-
-        argv = saved_config_argv(argv, SECTIONS, "gptforge finetune")
+    argv = resume_argv(argv, SECTIONS, "gptforge finetune")
     opts, init = parse_command(build_parser(), argv)
     cfg = RunConfig(train=init.train, parallel=init.parallel)
     from rich.console import Console

@@ -50,13 +50,9 @@ def build_parser():
 
 
 def main(argv: list[str]) -> int:
-    from gptforge.train.resume import resume_auto_argv
+    from gptforge.train.resume import resume_argv
 
-    argv = resume_auto_argv(argv, "gptforge pretrain")
-    if "--resume" in argv:
-        from gptforge.train.resume import saved_config_argv
-
-        argv = saved_config_argv(argv, tuple(SECTIONS), "gptforge pretrain")
+    argv = resume_argv(argv, SECTIONS, "gptforge pretrain")
     opts, init = parse_command(build_parser(), argv)
     cfg = run_config_from(init)
     if opts.backend is not None:

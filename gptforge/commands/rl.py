@@ -58,13 +58,9 @@ def build_parser():
 
 
 def main(argv: list[str]) -> int:
-    from gptforge.train.resume import resume_auto_argv
+    from gptforge.train.resume import resume_argv
 
-    argv = resume_auto_argv(argv, "gptforge rl")
-    if "--resume" in argv:
-        from gptforge.train.resume import saved_config_argv
-
-        argv = saved_config_argv(argv, SECTIONS, "gptforge rl")
+    argv = resume_argv(argv, SECTIONS, "gptforge rl")
     opts, init = parse_command(build_parser(), argv)
     from rich.console import Console
 

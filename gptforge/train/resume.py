@@ -50,6 +50,18 @@ def resume_auto_argv(argv: list[str], prog: str) -> list[str]:
     return [*rest, "--resume"] if holds_run else rest
 
 
+def resume_argv(argv: list[str], sections, prog: str) -> list[str]:
+    """A training command's `argv` with resumption decided: `--resume auto` settled
+    (`resume_auto_argv`), then, when resuming, the run's saved `sections` put in front
+    (`saved_config_argv`).
+
+    Raises:
+        SystemExit(2): --resume on a --out folder without config.yaml.
+    """
+    argv = resume_auto_argv(argv, prog)
+    return saved_config_argv(argv, tuple(sections), prog) if "--resume" in argv else argv
+
+
 def saved_config_argv(argv: list[str], sections, prog: str) -> list[str]:
     """`argv` with `--config SAVED.yaml` in front: the run directory's saved sections (`sections`,
     e.g. model/train/parallel) come first, so the user's own options override them.
