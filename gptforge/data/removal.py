@@ -67,9 +67,13 @@ def warn_recipe_removal(steps: list[StepStats], recipe: str, source: str | None 
 
 def small_split_lines(meta: dict[str, Any]) -> list[str]:
     """One line per val/test split of a shard folder's meta.json that holds documents but fewer
-    than MIN_SPLIT_DOCUMENTS (a split asked for, by its fraction, and given a few texts)."""
+    than MIN_SPLIT_DOCUMENTS (a split asked for, by its fraction, and given a few texts). None when
+    the splits were cut by position (too few documents to split by document): that cut sizes
+    them by text, and says so itself."""
     cfg = meta.get("prepare_config") or {}
-    out = []
+    out: list[str] = []
+    if cfg.get("position_split"):
+        return out
     for split in ("val", "test"):
         n = (meta.get("splits", {}).get(split) or {}).get("documents", 0)
         if cfg.get(f"{split}_fraction", 0) > 0 and 0 < n < MIN_SPLIT_DOCUMENTS:

@@ -18,7 +18,7 @@ TINY = ["--model.preset", "gpt2-nano", "--model.d_model", "32", "--model.block_s
                                         ("--train.micro_batch_size", "0"), ("--train.max_steps", "0")])
 def test_untrainable_values_are_refused_before_anything_starts(flag, value, tiny_shards, tmp_path, capsys):
     run = tmp_path / "run"
-    assert cli(["pretrain", "--data", str(tiny_shards), "--out", str(run), *TINY, flag, value]) == 1
+    assert cli(["pretrain", "--data", str(tiny_shards), "--out", str(run), *TINY, flag, value]) == 2  # a bad option: errors.USAGE_EXIT
     err = capsys.readouterr().err
     assert f"train.{flag.split('.')[1]}" in err and ("plan" in err or "must be" in err)
     assert not run.exists()  # refused before the run directory was made
