@@ -320,8 +320,19 @@ def option_differences(recorded: dict[str, Any], cfg: PrepareConfig, vocab_chose
     def shown(k: str) -> str:
         auto = f" (auto: {vocab_chosen})" if k == "vocab_size" and recorded[k] == 0 and vocab_chosen else ""
         return json.dumps(recorded[k]) + auto
-    return [f"--{k.replace('_', '-')} {shown(k)} (this call: {json.dumps(v)})"
-            for k, v in now.items() if k in recorded and recorded[k] != v]
+    out = [f"--{k.replace('_', '-')} {shown(k)} (this call: {json.dumps(v)})"
+           for k, v in now.items() if k in recorded and recorded[k] != v]
+    if "recipe_steps" in recorded:  # the --quality-* options act as (and are recorded in) the quality step
+        def quality(steps: dict) -> dict:
+            return next((s["quality"] or {} for s in steps.get("steps", []) if isinstance(s, dict) and "quality" in s), {})
+        was = quality(recorded["recipe_steps"])
+        try:
+            this = quality(with_quality(load_recipe(cfg.recipe), cfg.quality_options()))
+        except (OSError, ValueError):
+            this = was
+        out += [f"--quality-{k} {json.dumps(was.get(k))} (this call: {json.dumps(this.get(k))})"
+                for k in ("reference", "model", "keep", "threshold") if was.get(k) != this.get(k)]
+    return out
 
 
 def check_rerun_output(out_dir: Path, cfg: PrepareConfig) -> None:

@@ -232,3 +232,13 @@ def test_cli_bad_keep_is_one_line(corpus, tmp_path):
     lines = [line for line in r.stderr.splitlines() if line.strip()]
     assert lines[-1].startswith("gptforge prepare: error: --quality-keep must be in (0, 1]"), r.stderr
     assert "Traceback" not in r.stderr and not (tmp_path / "o").exists()
+
+
+def test_a_rerun_with_other_quality_options_names_them(corpus):
+    _run(corpus, "named", quality_reference=str(corpus / "reference"), quality_keep=0.3)
+    with pytest.raises(FileExistsError) as e:
+        _run(corpus, "named", quality_reference=str(corpus / "reference"), quality_keep=0.5)
+    assert "--quality-keep 0.3 (this call: 0.5)" in str(e.value)
+    with pytest.raises(FileExistsError) as e:
+        _run(corpus, "named")  # no quality step this time
+    assert "--quality-reference" in str(e.value) and "(this call: null)" in str(e.value)
