@@ -93,10 +93,24 @@ def main(argv: list[str] | None = None) -> int:
 
 def run_command(name: str, fn, argv: list[str], debug: bool = False) -> int:
     """Run a command's `fn(argv)` inside the error wrapper (see the module docstring)."""
+    import os
+    import warnings
+
     from gptforge.errors import FAILURE_EXIT, USAGE_EXIT, GptforgeError, OptionError
 
+    shown = warnings.showwarning
+
+    def plain(message, category, filename, lineno, file=None, line=None):
+        # gptforge's own UserWarnings (rows skipped, pairs dropped) read as one of its lines, not Python's.
+        if issubclass(category, UserWarning) and f"{os.sep}gptforge{os.sep}" in str(filename):
+            print(f"gptforge {name}: warning: {message}", file=sys.stderr)
+        else:
+            shown(message, category, filename, lineno, file, line)
+
     try:
-        return fn(argv) or 0
+        with warnings.catch_warnings():
+            warnings.showwarning = plain
+            return fn(argv) or 0
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130

@@ -62,22 +62,22 @@ class RLConfig:
         """Refuse values no run can have, before the model loads.
 
         Raises:
-            InputError: naming the key and the allowed values.
+            OptionError (a bad command line, exit 2): naming the key and the allowed values.
         """
-        from gptforge.errors import InputError
+        from gptforge.errors import OptionError
 
         bad = out_of_range(self)
         if bad is not None:
             name, v, allowed = bad
-            raise InputError(f"rl.{name}={v!r}: must be {allowed}")
+            raise OptionError(f"rl.{name}={v!r}: must be {allowed}")
         if self.samples_per_prompt < 2:
-            raise InputError(f"rl.samples_per_prompt={self.samples_per_prompt}: group advantages (reward - group "
+            raise OptionError(f"rl.samples_per_prompt={self.samples_per_prompt}: group advantages (reward - group "
                              "mean) need at least 2 samples per prompt; use 2 or more (e.g. 8)")
         if self.overlong_cache is not None and self.overlong_cache > self.max_new_tokens:
-            raise InputError(f"rl.overlong_cache={self.overlong_cache} > rl.max_new_tokens={self.max_new_tokens}: "
+            raise OptionError(f"rl.overlong_cache={self.overlong_cache} > rl.max_new_tokens={self.max_new_tokens}: "
                              "the penalty ramp must fit in the completion budget")
         if self.updates_per_batch > self.samples_per_prompt:
-            raise InputError(f"rl.updates_per_batch={self.updates_per_batch}: each mini-batch takes a share of every "
+            raise OptionError(f"rl.updates_per_batch={self.updates_per_batch}: each mini-batch takes a share of every "
                              f"group's {self.samples_per_prompt} completions; use at most rl.samples_per_prompt")
 
     @property

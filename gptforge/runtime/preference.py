@@ -85,14 +85,16 @@ class PreferenceLoss:
     rpo_alpha: float = 0.0
 
     def __post_init__(self):
+        from gptforge.errors import OptionError  # a bad --finetune.dpo_* value: exit 2
+
         if self.loss_type not in LOSS_TYPES:
-            raise ValueError(f"finetune.dpo_loss={self.loss_type!r}: choose one of {', '.join(LOSS_TYPES)}")
+            raise OptionError(f"finetune.dpo_loss={self.loss_type!r}: choose one of {', '.join(LOSS_TYPES)}")
         if not (self.beta > 0 and math.isfinite(self.beta)):
-            raise ValueError(f"finetune.dpo_beta={self.beta}: must be a finite number > 0 (TRL's default is 0.1)")
+            raise OptionError(f"finetune.dpo_beta={self.beta}: must be a finite number > 0 (TRL's default is 0.1)")
         if not (self.rpo_alpha >= 0 and math.isfinite(self.rpo_alpha)):
-            raise ValueError(f"finetune.rpo_alpha={self.rpo_alpha}: must be a finite number >= 0 (0 = off)")
+            raise OptionError(f"finetune.rpo_alpha={self.rpo_alpha}: must be a finite number >= 0 (0 = off)")
         if self.loss_type == "orpo" and self.rpo_alpha > 0:
-            raise ValueError("finetune.rpo_alpha adds an NLL term ORPO already has; leave it at 0 with dpo_loss orpo")
+            raise OptionError("finetune.rpo_alpha adds an NLL term ORPO already has; leave it at 0 with dpo_loss orpo")
 
     @property
     def needs_reference(self) -> bool:

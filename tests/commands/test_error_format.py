@@ -38,3 +38,25 @@ def test_debug_shows_the_traceback():
     proc = _gptforge("--debug", "generate", "/nonexistent/run", timeout=120)
     assert proc.returncode != 0 and "Traceback" in proc.stderr
 
+
+
+def test_gptforge_warnings_are_one_plain_line(capsys):
+    """A UserWarning raised in gptforge's own code (rows skipped, pairs dropped) is printed as
+    `gptforge NAME: warning: ...`, without Python's file:line and source line; others as Python does."""
+    import os
+    import warnings
+
+    from gptforge.cli import run_command
+
+    here = os.sep + os.path.join("x", "gptforge", "data", "preference.py")
+
+    def fn(argv):
+        warnings.warn_explicit("pairs.jsonl: dropped 1 of 2 pair(s) longer than block_size 128", UserWarning, here, 50)
+        warnings.warn_explicit("from elsewhere", UserWarning, os.sep + os.path.join("x", "lib", "other.py"), 7)
+        return 0
+
+    with pytest.warns(UserWarning, match="from elsewhere") as caught:  # passed on to Python's (here pytest's) handler
+        assert run_command("finetune", fn, []) == 0
+    assert len(caught) == 1
+    err = capsys.readouterr().err
+    assert err == "gptforge finetune: warning: pairs.jsonl: dropped 1 of 2 pair(s) longer than block_size 128\n"

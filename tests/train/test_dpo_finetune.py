@@ -160,6 +160,11 @@ def test_bad_dpo_options_and_data_fail_in_one_line(hf, tmp_path):
     good = write_jsonl(tmp_path / "good.jsonl", plain_rows(4))
     with pytest.raises(ValueError, match="finetune.rpo_alpha adds an NLL term ORPO already has"):
         _finetune(hf, good, tmp_path / "bad2", "--finetune.dpo_loss", "orpo", "--finetune.rpo_alpha", "1")
+    from gptforge.cli import main
+
+    # A bad --finetune.dpo_* value is a bad command line: exit 2 (errors.USAGE_EXIT).
+    assert main(["finetune", "--from", str(hf), "--data", str(good), "--out", str(tmp_path / "bad3"), "--quiet",
+                 "--finetune.objective", "dpo", "--finetune.dpo_beta", "-1"]) == 2
 
 
 def test_dpo_objective_has_its_own_lr_and_warmup_defaults(hf, tmp_path):

@@ -109,20 +109,32 @@ def test_rl_resume_continues_bit_for_bit(hf_model, prompts, tmp_path):
     assert any(r["loss"] != 0 for r in a)
 
 
-@pytest.mark.parametrize("extra, message", [
-    (["--reward", "exact", "--rl.samples_per_prompt", "1"], "rl.samples_per_prompt=1: group advantages"),
-    (["--reward", "python:missing.py:f"], "no such file missing.py"),
-    ([], "give one of --reward SPEC"),
-    (["--reward", "exact", "--parallel.dp_shard", "2", "--parallel.dp_replicate", "1"], "FSDP2, tensor and pipeline"),
-    (["--reward", "exact", "--train.best_metric", "eval/pass@1"], "train.best_metric='eval/pass@1'"),
+@pytest.mark.parametrize("extra, message, code", [
+    # A bad command line exits 2 (errors.USAGE_EXIT), bad input files 1.
+    (["--reward", "exact", "--rl.samples_per_prompt", "1"], "rl.samples_per_prompt=1: group advantages", 2),
+    (["--reward", "exact", "--rl.samples_per_prompt", "0"], "rl.samples_per_prompt=0: must be", 2),
+    (["--reward", "exact", "--rl.max_new_tokens", "5000"], "leaves no room for a prompt", 2),
+    (["--reward", "python:missing.py:f"], "no such file missing.py", 1),
+    ([], "give one of --reward SPEC", 2),
+    (["--reward", "exact", "--parallel.dp_shard", "2", "--parallel.dp_replicate", "1"], "FSDP2, tensor and pipeline", 2),
+    (["--reward", "exact", "--train.best_metric", "eval/pass@1"], "train.best_metric='eval/pass@1'", None),
 ])
-def test_bad_input_is_one_line(hf_model, prompts, tmp_path, capsys, extra, message):
+def test_bad_input_is_one_line(hf_model, prompts, tmp_path, capsys, extra, message, code):
     train, _ = prompts
-    code = _rl(hf_model, train, tmp_path / "run", "--train.max_steps", "1", *extra)
+    got = _rl(hf_model, train, tmp_path / "run", "--train.max_steps", "1", *extra)
     err = capsys.readouterr().err.strip()
-    assert code != 0 and len(err.splitlines()) == 1, err
+    assert got != 0 and len(err.splitlines()) == 1, err
+    assert code is None or got == code, (got, err)
     if message is not None:
         assert message in err, err
+
+
+def test_a_missing_prompts_file_is_named_first(hf_model, tmp_path, capsys):
+    # The default max_new_tokens (256) does not fit this model's context either: the file is said first.
+    code = main(["rl", "--from", str(hf_model), "--prompts", str(tmp_path / "none.jsonl"), "--reward", "exact",
+                 "--out", str(tmp_path / "run"), "--quiet"])
+    err = capsys.readouterr().err.strip()
+    assert code == 1 and "none.jsonl: no such file" in err and "'answer'" in err, err
 
 
 def test_reward_that_raises_names_row_and_function(hf_model, prompts, tmp_path, capsys):

@@ -61,7 +61,7 @@ def preference_parts(fc: FinetuneConfig, data: Path, tok, seq_len: int, seed: in
     has it too); tokenizer_json: fingerprints the precomputed reference table.
 
     Raises:
-        InputError: a bad dpo option (see `PreferenceLoss`), data that is not a .jsonl file, bad
+        OptionError: a bad dpo option (see `PreferenceLoss`). InputError: data that is not a .jsonl file, bad
             rows (see `gptforge.data.preference.load_pairs`).
     """
     from gptforge.errors import InputError
@@ -72,10 +72,7 @@ def preference_parts(fc: FinetuneConfig, data: Path, tok, seq_len: int, seed: in
     if not data.is_file():
         raise InputError(f"--data {data}: finetune.objective dpo takes a .jsonl of prompt/chosen/rejected pairs, "
                          "not a shard folder")
-    try:
-        loss = PreferenceLoss(fc.dpo_loss, fc.dpo_beta, fc.simpo_gamma, fc.rpo_alpha)
-    except ValueError as e:
-        raise InputError(str(e)) from None
+    loss = PreferenceLoss(fc.dpo_loss, fc.dpo_beta, fc.simpo_gamma, fc.rpo_alpha)  # OptionError on a bad value
     mode = reference_mode(fc)
 
     def load_base():

@@ -23,7 +23,7 @@ import torch
 import yaml
 
 from gptforge.config import FinetuneConfig, RLConfig, RunConfig
-from gptforge.errors import InputError
+from gptforge.errors import InputError, OptionError
 
 
 def check_layout(cfg: RunConfig, fc: FinetuneConfig) -> None:
@@ -34,10 +34,10 @@ def check_layout(cfg: RunConfig, fc: FinetuneConfig) -> None:
     """
     pc = cfg.parallel.resolved(int(os.environ.get("WORLD_SIZE", "1")))
     if pc.uses_fsdp() or pc.tp > 1 or pc.pp > 1 or pc.backend == "deepspeed":
-        raise InputError("gptforge rl runs in one process or with DDP (parallel.dp_replicate, dp_shard 1, the default); FSDP2, "
+        raise OptionError("gptforge rl runs in one process or with DDP (parallel.dp_replicate, dp_shard 1, the default); FSDP2, "
                          "tensor and pipeline parallel and DeepSpeed are not supported for RL")
     if fc.method == "qlora":
-        raise InputError("finetune.method=qlora is not supported by gptforge rl; use full or lora")
+        raise OptionError("finetune.method=qlora is not supported by gptforge rl; use full or lora")
 
 
 def load_rewards(reward: str | None, rc: RLConfig):
@@ -49,7 +49,7 @@ def load_rewards(reward: str | None, rc: RLConfig):
     from gptforge.eval.rewards import load_rewards_file, parse_reward
 
     if (reward is None) == (rc.rewards is None):
-        raise InputError("give one of --reward SPEC (exact, regex:PATTERN, json_schema:FILE, python:FILE:FUNCTION) "
+        raise OptionError("give one of --reward SPEC (exact, regex:PATTERN, json_schema:FILE, python:FILE:FUNCTION) "
                          "or --rl.rewards FILE.yaml")
     return [parse_reward(reward)] if reward is not None else load_rewards_file(rc.rewards)
 
@@ -87,7 +87,7 @@ def rl(rc: RLConfig, fc: FinetuneConfig, cfg: RunConfig, source: str | Path | No
     prompts = prompts or saved.get("prompts")
     reward = reward if reward is not None or rc.rewards is not None else saved.get("reward")
     if prompts is None:
-        raise InputError("--prompts is required: a .jsonl of {\"prompt\", \"answer\"} or {\"messages\", \"answer\"} rows")
+        raise OptionError("--prompts is required: a .jsonl of {\"prompt\", \"answer\"} or {\"messages\", \"answer\"} rows")
     rewards = load_rewards(reward, rc)
     device = pick_device(cfg.train.device)
     precision = resolve_precision(cfg.train.precision, device, say)
@@ -129,9 +129,12 @@ def _rollout_source(rc: RLConfig, fc: FinetuneConfig, cfg: RunConfig, tok, mc, r
     from gptforge.train.rl.source import RolloutSource
 
     template = DEFAULT_TEMPLATE if rc.chat_template == "default" else None
+    if not Path(prompts).is_file():  # said first: a missing file is the mistake, not the options
+        raise InputError(f"--prompts {prompts}: no such file (a .jsonl of rows with 'prompt' or 'messages', "
+                         "and what the reward needs, e.g. 'answer')")
     room = mc.block_size - rc.max_new_tokens
     if room < 1:
-        raise InputError(f"rl.max_new_tokens={rc.max_new_tokens} leaves no room for a prompt in the model's "
+        raise OptionError(f"rl.max_new_tokens={rc.max_new_tokens} leaves no room for a prompt in the model's "
                          f"block_size {mc.block_size}")
     rows = read_prompts(prompts, tok, rewards, template, room)
     held = read_prompts(rc.eval_prompts, tok, rewards, template, room) if rc.eval_prompts else None
