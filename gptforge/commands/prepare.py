@@ -70,6 +70,9 @@ def main(argv: list[str]) -> int:
         print(show_recipe(opts.show_recipe, opts.languages, opts.quality_options()), end="")
         return 0
     if opts.verify:
+        if opts.inputs or opts.source or opts.out:  # --verify reads a finished folder; nothing else runs
+            raise OptionError(f"--verify {opts.verify} checks a finished shard folder and takes no input files, "
+                              "--source or --out; run it on its own")
         from gptforge.data.shard_verify import verify_shards
 
         got = verify_shards(opts.verify)

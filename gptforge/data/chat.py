@@ -321,7 +321,9 @@ def render_example(tok: ChatTokenizer, row: dict, template: str | None = None, w
         if not isinstance(row["prompt"], str) or not isinstance(row["completion"], str):
             raise ValueError(f"{where}: `prompt` and `completion` must be strings")
         return render_prompt_completion(tok, row["prompt"], row["completion"])
-    raise ValueError(f"{where}: a row needs `messages` (chat) or `prompt` and `completion`; it has {sorted(row)}")
+    hint = ("; it is a preference pair: train on pairs with --finetune.objective dpo"
+            if "chosen" in row and "rejected" in row else "")
+    raise ValueError(f"{where}: a row needs `messages` (chat) or `prompt` and `completion`; it has {sorted(row)}{hint}")
 
 
 def prompt_ids(tok: ChatTokenizer, messages: list[dict], template: str | None = None,

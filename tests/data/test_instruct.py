@@ -112,6 +112,7 @@ def test_default_template_and_prompt_completion(tmp_path):
 
 @pytest.mark.parametrize("row, msg", [
     ({"text": "x"}, "needs `messages`"),
+    ({"prompt": "p", "chosen": "a", "rejected": "b"}, "preference pair: train on pairs with --finetune.objective dpo"),
     ({"messages": [{"role": "user", "content": "hi"}]}, "no assistant message"),
     ({"messages": [{"role": "bot", "content": "hi"}]}, r"messages\[0\]"),
     ({"prompt": 1, "completion": "x"}, "must be strings"),

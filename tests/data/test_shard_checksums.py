@@ -78,3 +78,5 @@ def test_prepare_verify_cli(shards):
     _damage(shards / "val_000.bin", 5, 10)
     bad = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
     assert bad.returncode == 1 and "val_000.bin" in bad.stderr and "Traceback" not in bad.stderr, bad.stderr
+    extra = subprocess.run(cmd + ["--out", str(shards) + "-x"], capture_output=True, text=True, timeout=300)
+    assert extra.returncode == 2 and "takes no input files" in extra.stderr, extra.stderr  # not silently dropped
