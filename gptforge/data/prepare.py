@@ -195,6 +195,10 @@ class PrepareConfig:
         for option, path in (("--quality-reference", self.quality_reference), ("--quality-model", self.quality_model)):
             if path is not None and not Path(path).exists():
                 raise FileNotFoundError(f"{option} {path}: no such file or folder")
+        if self.quality_model is not None:  # a file of another kind is refused now, not after curation
+            from gptforge.data.quality import QualityModel
+
+            QualityModel.load(self.quality_model)
         if self.doc_separator is not None and self.doc_separator == "":
             raise OptionError('--doc-separator "": an empty separator cuts nothing; give the string that ends each '
                              'document (e.g. "<|endoftext|>"), or leave the option out to read each file as one '

@@ -213,7 +213,13 @@ def test_too_few_reference_documents_say_how_many(corpus, tmp_path):
     assert not (corpus / "few").exists() and not (corpus / ".few.work").exists()
 
 
-def test_model_file_of_another_kind(corpus, tmp_path):
+def test_model_file_of_another_kind(corpus, tmp_path, monkeypatch):
+    import gptforge.data.prepare as prepare_module
+
+    def never(*a, **k):
+        raise AssertionError("curation ran before the model file was checked")
+
+    monkeypatch.setattr(prepare_module, "run_curate", never)
     other = tmp_path / "other.npz"
     np.savez(other, weights=np.zeros(3))
     text = tmp_path / "model.txt"
