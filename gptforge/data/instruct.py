@@ -312,26 +312,24 @@ class InstructionDataset:
         return out
 
 
-class InstructionBatches:
-    """Micro-batches of instruction rows for the training loop, deterministic in (seed, step, index).
+class EpochOrder:
+    """The order a training loop reads N items in, deterministic in (seed, step, index).
 
-    Global batch entry i of optimizer step `step` is row perm_e[g mod N] with g = step*G + i,
-    e = g // N (the epoch) and perm_e a Philox permutation keyed on (seed, e): every row is seen
+    Global batch entry i of optimizer step `step` is item perm_e[g mod N] with g = step*G + i,
+    e = g // N (the epoch) and perm_e a Philox permutation keyed on (seed, e): every item is seen
     once per epoch, a resumed run reads exactly what the uninterrupted one would have, and the
     global batch is the same whatever micro_batch_size x gradient_accumulation_steps x dp_size.
     Data-parallel rank `dp_rank` owns the contiguous slice [dp_rank*G/dp, (dp_rank+1)*G/dp).
 
-    `micro_batches(step)` returns `gradient_accumulation_steps` dicts as `InstructionDataset.batch`
-    makes them (input_ids, labels, position_ids, attn_mask); the model is called as
-    `model(input_ids, position_ids=position_ids, attn_mask=attn_mask)` and the loss counts the
-    labels != IGNORE_INDEX.
+    Raises:
+        ValueError: no items (`empty` says what is missing).
     """
 
-    def __init__(self, ds: InstructionDataset, micro_batch_size: int, gradient_accumulation_steps: int,
-                 seed: int, dp_rank: int = 0, dp_size: int = 1):
-        if len(ds) == 0:
-            raise ValueError("instruction dataset has no rows")
-        self.ds, self.seed = ds, seed
+    def __init__(self, n: int, micro_batch_size: int, gradient_accumulation_steps: int, seed: int,
+                 dp_rank: int = 0, dp_size: int = 1, empty: str = "no items"):
+        if n == 0:
+            raise ValueError(empty)
+        self.n, self.seed = n, seed
         self.micro_batch_size = micro_batch_size
         self.gradient_accumulation_steps = gradient_accumulation_steps
         self.dp_rank, self.dp_size = dp_rank, dp_size
@@ -342,19 +340,41 @@ class InstructionBatches:
         perm = self._perms.get(epoch)
         if perm is None:
             rng = np.random.Generator(np.random.Philox(key=[self.seed & (2**64 - 1), epoch]))
-            perm = rng.permutation(len(self.ds))
+            perm = rng.permutation(self.n)
             self._perms = {epoch: perm}  # keep one epoch's permutation
         return perm
 
     def rows(self, step: int) -> np.ndarray:
-        """Row indices of the whole global batch of `step`: int64 (global_batch_size,)."""
-        n = len(self.ds)
+        """Item indices of the whole global batch of `step`: int64 (global_batch_size,)."""
+        n = self.n
         g = step * self.global_batch_size + np.arange(self.global_batch_size, dtype=np.int64)
         return np.array([self._perm(int(e))[int(r)] for e, r in zip(g // n, g % n, strict=True)], dtype=np.int64)
 
+    def rank_rows(self, step: int) -> np.ndarray:
+        """This rank's slice of `rows(step)`: int64 (micro_batch_size * gradient_accumulation_steps,)."""
+        per_rank = self.micro_batch_size * self.gradient_accumulation_steps
+        return self.rows(step)[self.dp_rank * per_rank:(self.dp_rank + 1) * per_rank]
+
+
+class InstructionBatches(EpochOrder):
+    """Micro-batches of instruction rows for the training loop, deterministic in (seed, step, index).
+
+    Rows in `EpochOrder`'s order: each row once per epoch, the same global batch on any layout.
+
+    `micro_batches(step)` returns `gradient_accumulation_steps` dicts as `InstructionDataset.batch`
+    makes them (input_ids, labels, position_ids, attn_mask); the model is called as
+    `model(input_ids, position_ids=position_ids, attn_mask=attn_mask)` and the loss counts the
+    labels != IGNORE_INDEX.
+    """
+
+    def __init__(self, ds: InstructionDataset, micro_batch_size: int, gradient_accumulation_steps: int,
+                 seed: int, dp_rank: int = 0, dp_size: int = 1):
+        super().__init__(len(ds), micro_batch_size, gradient_accumulation_steps, seed, dp_rank, dp_size,
+                         empty="instruction dataset has no rows")
+        self.ds = ds
+
     def micro_batches(self, step: int) -> list[dict[str, torch.Tensor | None]]:
         """This rank's `gradient_accumulation_steps` micro-batches for optimizer step `step`."""
-        per_rank = self.micro_batch_size * self.gradient_accumulation_steps
-        mine = self.rows(step)[self.dp_rank * per_rank:(self.dp_rank + 1) * per_rank]
+        mine = self.rank_rows(step)
         return [self.ds.batch(mine[m * self.micro_batch_size:(m + 1) * self.micro_batch_size].tolist())
                 for m in range(self.gradient_accumulation_steps)]

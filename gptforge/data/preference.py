@@ -44,6 +44,7 @@ from gptforge.data.chat import (
     render_chat_template,
     render_default,
 )
+from gptforge.data.instruct import EpochOrder
 from gptforge.errors import InputError
 from gptforge.runtime.loss import IGNORE_INDEX
 
@@ -287,7 +288,7 @@ def describe(stats: dict, path: str | Path) -> str:
 
 
 
-class PairBatches:
+class PairBatches(EpochOrder):
     """Micro-batches of pairs for the training loop, deterministic in (seed, step, index).
 
     Global batch entry i of optimizer step `step` is pair perm_e[g mod N] with g = step*G + i,
@@ -301,31 +302,16 @@ class PairBatches:
 
     def __init__(self, ds: PairDataset, micro_batch_size: int, gradient_accumulation_steps: int, seed: int,
                  dp_rank: int = 0, dp_size: int = 1):
-        if len(ds) == 0:
-            raise ValueError("preference dataset has no pairs")
-        self.ds, self.seed = ds, seed
-        self.micro_batch_size, self.gradient_accumulation_steps = micro_batch_size, gradient_accumulation_steps
-        self.dp_rank, self.dp_size = dp_rank, dp_size
-        self.global_batch_size = micro_batch_size * gradient_accumulation_steps * dp_size
-        self._perms: dict[int, np.ndarray] = {}
-
-    def _perm(self, epoch: int) -> np.ndarray:
-        perm = self._perms.get(epoch)
-        if perm is None:
-            rng = np.random.Generator(np.random.Philox(key=[self.seed & (2**64 - 1), epoch]))
-            perm = rng.permutation(len(self.ds))
-            self._perms = {epoch: perm}
-        return perm
+        super().__init__(len(ds), micro_batch_size, gradient_accumulation_steps, seed, dp_rank, dp_size,
+                         empty="preference dataset has no pairs")
+        self.ds = ds
 
     def pairs(self, step: int) -> np.ndarray:
         """Pair indices of the whole global batch of `step`: int64 (global_batch_size,)."""
-        n = len(self.ds)
-        g = step * self.global_batch_size + np.arange(self.global_batch_size, dtype=np.int64)
-        return np.array([self._perm(int(e))[int(r)] for e, r in zip(g // n, g % n, strict=True)], dtype=np.int64)
+        return self.rows(step)
 
     def micro_batches(self, step: int) -> list[dict[str, torch.Tensor]]:
         """This rank's `gradient_accumulation_steps` pair batches for optimizer step `step`."""
-        per_rank = self.micro_batch_size * self.gradient_accumulation_steps
-        mine = self.pairs(step)[self.dp_rank * per_rank:(self.dp_rank + 1) * per_rank]
+        mine = self.rank_rows(step)
         b = self.micro_batch_size
         return [self.ds.batch(mine[m * b:(m + 1) * b].tolist()) for m in range(self.gradient_accumulation_steps)]
