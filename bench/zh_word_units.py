@@ -31,8 +31,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from machine import cpu_description  # noqa: E402
 
-from gptforge.data.filters import NgramStats  # noqa: E402
 from gptforge.data.languages import load_language  # noqa: E402
+from gptforge.data.repetition import NgramStats  # noqa: E402
 from gptforge.data.text_stats import words  # noqa: E402
 
 _SENT = re.compile(r"[^。！？\n]+[。！？]")

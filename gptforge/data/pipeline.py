@@ -48,7 +48,6 @@ from gptforge.data.filters import (
     C4Quality,
     FineWebQuality,
     GopherQuality,
-    GopherRepetition,
     LengthFilter,
 )
 from gptforge.data.langid import LanguageID
@@ -57,6 +56,7 @@ from gptforge.data.normalize import Clean
 from gptforge.data.pii import PIIRedactor
 from gptforge.data.quality import QualityStep
 from gptforge.data.readers import Document
+from gptforge.data.repetition import GopherRepetition
 from gptforge.data.steps import CorpusStep, DocumentStep, StepStats
 
 #: the recipe step that scores documents with a trained classifier; a recipe's last step

@@ -9,11 +9,9 @@ from gptforge.data.filters import (
     C4Quality,
     FineWebQuality,
     GopherQuality,
-    GopherRepetition,
-    duplicate_ngram_char_fraction,
-    top_ngram_char_fraction,
 )
 from gptforge.data.readers import Document
+from gptforge.data.repetition import GopherRepetition, duplicate_ngram_char_fraction, top_ngram_char_fraction
 from gptforge.data.text_stats import words
 
 SENT = "The quick brown fox jumps over the lazy dog and then it runs to the river with the others."
@@ -172,7 +170,7 @@ def _ref_dup(ws, n):
 
 
 def test_vectorized_ngram_stats_equal_plain_python(stdlib_texts):
-    from gptforge.data.filters import NgramStats
+    from gptforge.data.repetition import NgramStats
     from gptforge.data.text_stats import words
 
     docs = [words(t) for t in stdlib_texts[:15]] + [["a", "b"] * 40 + ["c"], ["x"], []]
